@@ -1,0 +1,43 @@
+# dralloc — the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: test deps testbed lint unit e2e crds demo bench clean
+
+## test: install everything the tests need (Python deps, testbed binaries), lint, then run every test
+test: deps testbed lint
+	$(BIN)/pytest
+
+## deps: the project's virtualenv with the package and its dev tools
+deps: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+## testbed: build (or reuse from the cache outside the repo) the control-plane binaries.
+## A failed build does not stop the run: e2e tests then skip and print why.
+testbed:
+	-testbed/build
+
+lint: deps
+	$(BIN)/ruff check operators tests bench
+	$(BIN)/ruff format --check operators tests bench
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+unit: deps
+	$(BIN)/pytest tests/unit tests/conformance
+
+e2e: deps testbed
+	$(BIN)/pytest tests/e2e
+
+## crds: regenerate crds/ from operators/api
+crds: deps
+	$(BIN)/python -m operators.api.crdgen crds/
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
