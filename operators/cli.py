@@ -1,27 +1,224 @@
-"""The ``dralloc`` command line: ``run`` (the operator), ``version``, ``simulate``, ``explain``."""
+"""The ``dralloc`` command line: ``run`` (the operator), ``version``, ``simulate``, ``explain``.
+
+``simulate`` and ``explain`` run the operator's allocator offline on a snapshot: YAML or JSON
+files (``kubectl get ... -o yaml`` output, either API group) or a live cluster, read-only.
+Exit status: 0 success (the scenario fits), 1 the scenario does not fit, 2 bad usage or a
+bad snapshot (the message names the file, the object and the field).
+"""
 
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 from collections.abc import Sequence
 
 from operators import __version__
 
+EXIT_OK = 0
+EXIT_DOES_NOT_FIT = 1
+EXIT_USAGE = 2
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dralloc", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("version", help="print the dralloc version")
+    parser = argparse.ArgumentParser(
+        prog="dralloc",
+        description="Kubernetes DRA with structured parameters: the operator and its toolkit.",
+        epilog="Run 'dralloc COMMAND --help' for the options of a command.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run",
+        help="run the operator (same as python -m operators)",
+        description="Run the operator. Every flag of 'python -m operators --help' is accepted.",
+        add_help=False,
+    )
+    run.add_argument("operator_args", nargs=argparse.REMAINDER)
+
+    version = commands.add_parser("version", help="print the dralloc version")
+    version.add_argument("--short", action="store_true", help="only the version number")
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="what fits where if pods are added or a device is tainted",
+        description=(
+            "Settle a snapshot (pending pods get placed), then apply scenarios in order: "
+            "--add-pods N with --template (a ResourceClaimTemplate) or --like-pod, and/or "
+            "--taint-device. Reports placements, evictions and pending pods with reasons; "
+            "exits 1 when a pod of the scenario finds no node."
+        ),
+    )
+    _snapshot_arguments(simulate)
+    simulate.add_argument("--add-pods", type=int, metavar="N", help="number of pods to add")
+    simulate.add_argument(
+        "--template", metavar="[NS/]NAME", help="ResourceClaimTemplate of each added pod"
+    )
+    simulate.add_argument(
+        "--like-pod", metavar="[NS/]NAME", help="copy the claims of this pod for each added pod"
+    )
+    simulate.add_argument(
+        "--taint-device", metavar="DRIVER/POOL/DEVICE", action="append", default=[],
+        help="taint this device (repeatable)",
+    )  # fmt: skip
+    simulate.add_argument(
+        "--taint-effect", choices=["NoExecute", "NoSchedule"], default="NoExecute"
+    )
+    simulate.add_argument("--taint-key", default="dralloc.dev/simulated")
+    simulate.add_argument(
+        "--progress", choices=["auto", "always", "never"], default="auto",
+        help="progress bar on stderr (auto: on a terminal, for runs over half a second)",
+    )  # fmt: skip
+
+    explain = commands.add_parser(
+        "explain",
+        help="why a pod or claim is (not) allocated, node by node",
+        description="Per node and per request, what the allocator says about a pod or claim.",
+    )
+    explain.add_argument("subject", metavar="pod/NAME|resourceclaim/NAME")
+    _snapshot_arguments(explain)
     return parser
 
 
+def _snapshot_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_argument_group("snapshot (one of)")
+    source.add_argument(
+        "-f", "--filename", action="append", default=[], metavar="PATH",
+        help="YAML/JSON file or directory (repeatable); kind: List is accepted",
+    )  # fmt: skip
+    source.add_argument(
+        "--live", action="store_true", help="read the current cluster (read-only: lists only)"
+    )
+    source.add_argument("--kubeconfig", help="kubeconfig for --live (default: $KUBECONFIG)")
+    source.add_argument("--context", help="kubeconfig context for --live")
+    source.add_argument(
+        "--api-group", choices=["resource.dralloc.dev", "resource.k8s.io"],
+        help="DRA API group to read with --live (default: dralloc's if installed)",
+    )  # fmt: skip
+    parser.add_argument("-n", "--namespace", default="default", help="namespace of names given")
+    parser.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    parser.add_argument(
+        "--feature-gates", default="", metavar="Name=bool,...",
+        help="allocator feature gates (upstream names), e.g. DRAPrioritizedList=false",
+    )  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["run"]:
+        return _run(args_list[1:])
+    args = build_parser().parse_args(args_list)
     if args.command == "version":
-        print(f"dralloc {__version__}")
-        return 0
-    return 2
+        return _version(args.short)
+    from operators.toolkit.errors import ToolkitError
+
+    try:
+        if args.command == "simulate":
+            return _simulate(args)
+        return _explain(args)
+    except ToolkitError as exc:
+        print(f"dralloc {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(operator_args: list[str]) -> int:
+    from operators import runtime
+
+    runtime.main(operator_args)
+    return EXIT_OK
+
+
+def _version(short: bool) -> int:
+    if short:
+        print(__version__)
+        return EXIT_OK
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        kopf_version = version("kopf")
+    except PackageNotFoundError:
+        kopf_version = "not installed"
+    print(
+        f"dralloc {__version__} (python {platform.python_version()}, kopf {kopf_version}, "
+        "API resource.dralloc.dev/v1, reads resource.k8s.io/v1)"
+    )
+    return EXIT_OK
+
+
+def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from operators.toolkit.errors import ToolkitError
+    from operators.toolkit.live import read_cluster
+    from operators.toolkit.snapshot import build_snapshot
+    from operators.toolkit.sources import read_objects
+
+    if bool(args.filename) == bool(args.live):
+        raise ToolkitError("give a snapshot with -f PATH (repeatable) or --live, not both")
+    if args.live:
+        objects = read_cluster(args.kubeconfig, args.context, args.api_group)
+    else:
+        objects = read_objects(args.filename)
+    return build_snapshot(objects)
+
+
+def _features(text: str):  # type: ignore[no-untyped-def]
+    from operators.allocator.features import GATE_TO_FIELD, Features
+    from operators.settings import FeatureGates, SettingsError
+    from operators.toolkit.errors import ToolkitError
+
+    try:
+        gates = FeatureGates.parse(text)
+    except SettingsError as exc:
+        raise ToolkitError(str(exc)) from exc
+    # The settings know every gate the operator reads; the allocator only its own subset.
+    return Features.from_gates({k: v for k, v in gates.enabled.items() if k in GATE_TO_FIELD})
+
+
+def _split_name(text: str, namespace: str) -> tuple[str, str]:
+    space, sep, name = text.rpartition("/")
+    return (space, name) if sep else (namespace, text)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from operators.toolkit import render
+    from operators.toolkit.errors import ToolkitError
+    from operators.toolkit.progress import Progress
+    from operators.toolkit.simulate import AddPods, Scenario, TaintDevice, simulate, work_size
+
+    scenarios: list[Scenario] = []
+    if args.add_pods is not None:
+        if bool(args.template) == bool(args.like_pod):
+            raise ToolkitError("--add-pods needs exactly one of --template or --like-pod")
+        namespace, name = _split_name(args.template or args.like_pod, args.namespace)
+        if args.template:
+            scenarios.append(AddPods(args.add_pods, namespace, template=name))
+        else:
+            scenarios.append(AddPods(args.add_pods, namespace, like_pod=name))
+    elif args.template or args.like_pod:
+        raise ToolkitError("--template and --like-pod go with --add-pods N")
+    for device in args.taint_device:
+        scenarios.append(TaintDevice(device, effect=args.taint_effect, key=args.taint_key))
+    features = _features(args.feature_gates)
+    snapshot = _load(args)
+    mode = "never" if args.progress == "never" else args.progress
+    with Progress(work_size(snapshot, scenarios), "simulating", mode=mode) as bar:
+        report = simulate(snapshot, scenarios, features=features, progress=bar.advance)
+    print(render.simulation(report, args.output))
+    return EXIT_OK if report.fits else EXIT_DOES_NOT_FIT
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from operators.toolkit import render
+    from operators.toolkit.explain import explain
+
+    namespace, name = args.namespace, args.subject
+    kind, _, rest = name.partition("/")
+    if "/" in rest:  # pod/NS/NAME
+        namespace, rest = rest.split("/", 1)
+    features = _features(args.feature_gates)
+    snapshot = _load(args)
+    result = explain(snapshot, f"{kind}/{rest}", namespace, features=features)
+    print(render.explanation(result, args.output))
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""Devices that are already in use, as the search needs to see them.
+
+Built from allocated (and assumed, in-flight) claims: exclusive devices,
+shares of multi-allocatable devices, and the capacity those shares consume.
+Admin-access results do not make a device busy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from operators.allocator.compiled import DeviceId
+from operators.allocator.quantities import Number
+
+
+@dataclass(frozen=True, slots=True)
+class UsedDevice:
+    """One allocated device result, reduced to what accounting needs."""
+
+    device: DeviceId
+    share_id: str | None = None
+    consumed: Mapping[str, Number] | None = None  # fully qualified capacity names
+    admin_access: bool = False
+
+
+@dataclass(slots=True)
+class AllocatedDevices:
+    """Reference-counted usage, so that releasing one claim is exact."""
+
+    exclusive: dict[DeviceId, int] = field(default_factory=dict)
+    shares: dict[DeviceId, set[str]] = field(default_factory=dict)
+    capacity: dict[DeviceId, dict[str, Number]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, used: Iterable[UsedDevice]) -> AllocatedDevices:
+        state = cls()
+        for item in used:
+            state.add(item)
+        return state
+
+    def add(self, item: UsedDevice) -> None:
+        if item.share_id is not None:
+            self.shares.setdefault(item.device, set()).add(item.share_id)
+            totals = self.capacity.setdefault(item.device, {})
+            for name, amount in (item.consumed or {}).items():
+                totals[name] = totals.get(name, 0) + amount
+        elif not item.admin_access:
+            self.exclusive[item.device] = self.exclusive.get(item.device, 0) + 1
+
+    def remove(self, item: UsedDevice) -> None:
+        if item.share_id is not None:
+            shares = self.shares.get(item.device)
+            if shares is not None:
+                shares.discard(item.share_id)
+                if not shares:
+                    del self.shares[item.device]
+            totals = self.capacity.get(item.device)
+            if totals is not None:
+                for name, amount in (item.consumed or {}).items():
+                    totals[name] = totals.get(name, 0) - amount
+                if item.device not in self.shares:
+                    del self.capacity[item.device]
+        elif not item.admin_access:
+            count = self.exclusive.get(item.device, 0) - 1
+            if count > 0:
+                self.exclusive[item.device] = count
+            else:
+                self.exclusive.pop(item.device, None)
+
+    def in_use(self, device: DeviceId) -> bool:
+        """Exclusively allocated."""
+        return device in self.exclusive
+
+    def capacity_in_use(self, device: DeviceId) -> Mapping[str, Number] | None:
+        return self.capacity.get(device)
+
+    def is_allocated(self, device: DeviceId) -> bool:
+        """Allocated in any way (for counter accounting)."""
+        return device in self.exclusive or device in self.shares or device in self.capacity

@@ -1,0 +1,147 @@
+"""Consumable capacity: how much of a shareable device a request takes.
+
+A request names amounts per capacity; a device's request policy rounds them
+(to a range step or to the next valid value) and bounds them. Capacities the
+request does not name are taken at the policy default or in full. Names are
+normalised to "driver/name" so "memory" and "<driver>/memory" are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from operators.allocator.compiled import CapacityEntry, CompiledDevice, RequestPolicy
+from operators.allocator.errors import AllocationError
+from operators.allocator.quantities import Number
+
+Consumption = dict[str, Number]  # fully qualified capacity name -> amount
+
+
+def qualified(name: str, driver: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def device_capacity(device: CompiledDevice) -> dict[str, tuple[str, CapacityEntry]]:
+    """Capacities by fully qualified name -> (name as published, entry).
+
+    An entry spelled with the driver's domain wins over a bare one.
+    """
+    driver = device.id[0]
+    out: dict[str, tuple[str, CapacityEntry]] = {}
+    for name, entry in device.capacity.items():
+        if name.startswith(driver + "/"):
+            out[name] = (name, entry)
+    for name, entry in device.capacity.items():
+        key = qualified(name, driver)
+        if key not in out:
+            out[key] = (name, entry)
+    return out
+
+
+def resolve_requests(requests: Mapping[str, Number] | None, device: CompiledDevice) -> dict[str, Number] | None:
+    """Requested amounts keyed by the device's qualified names, or None if the
+    device lacks a requested capacity (it is then unsuitable)."""
+    if not requests:
+        return {}
+    driver = device.id[0]
+    out: dict[str, Number] = {}
+    for name, amount in requests.items():
+        if name in device.capacity:
+            key = qualified(name, driver)
+        else:
+            domain, sep, ident = name.partition("/")
+            if sep:
+                if domain != driver or ident not in device.capacity:
+                    return None
+                key = name
+            elif f"{driver}/{name}" in device.capacity:
+                key = f"{driver}/{name}"
+            else:
+                return None
+        if key in out:
+            raise AllocationError(f"capacity {key.partition('/')[2]!r} requested twice under different spellings")
+        out[key] = amount
+    return out
+
+
+def consumed_amount(requested: Number | None, entry: CapacityEntry) -> Number:
+    """Amount a request consumes from one capacity after policy rounding."""
+    policy = entry.policy
+    if requested is None:
+        if policy is not None and policy.default is not None:
+            return policy.default
+        return entry.value
+    if policy is None:
+        return requested
+    if policy.has_range and policy.range_min is not None:
+        low = policy.range_min
+        if requested < low:
+            return low
+        if policy.range_step is None:
+            return requested
+        steps = -((low - requested) // policy.range_step)  # ceil
+        return low + steps * policy.range_step
+    if policy.valid_values is not None:
+        for value in policy.valid_values:
+            if requested <= value:
+                return value
+    return requested
+
+
+def violates_policy(amount: Number, policy: RequestPolicy | None) -> bool:
+    if policy is None:
+        return False
+    if policy.default is not None and amount == policy.default:
+        return False
+    if policy.has_range:
+        if policy.range_max is not None and amount > policy.range_max:
+            return True
+        if policy.range_step is not None and policy.range_min is not None:
+            return (amount - policy.range_min) % policy.range_step != 0
+        return False
+    if policy.valid_values:
+        return amount not in policy.valid_values
+    return False
+
+
+def consumption(requests: Mapping[str, Number] | None, device: CompiledDevice) -> Consumption | None:
+    """What a request would consume on every capacity of the device.
+
+    None if the device cannot serve the request at all (unknown capacity name
+    or an amount the policy forbids).
+    """
+    resolved = resolve_requests(requests, device)
+    if resolved is None:
+        return None
+    out: Consumption = {}
+    for key, (_, entry) in device_capacity(device).items():
+        amount = consumed_amount(resolved.get(key), entry)
+        if amount < 0:
+            raise AllocationError(f"capacity {key!r}: capacity value is negative")
+        if violates_policy(amount, entry.policy):
+            return None
+        out[key] = amount
+    return out
+
+
+def fits(
+    requests: Mapping[str, Number] | None,
+    device: CompiledDevice,
+    in_use: Mapping[str, Number] | None,
+    allocating: Mapping[str, Number] | None,
+) -> bool:
+    """Whether the request fits next to what is allocated and being allocated."""
+    wanted = consumption(requests, device)
+    if wanted is None:
+        return False
+    capacity = device_capacity(device)
+    for key, amount in wanted.items():
+        total = amount + (in_use or {}).get(key, 0) + (allocating or {}).get(key, 0)
+        if total > capacity[key][1].value:
+            return False
+    return True
+
+
+def status_names(device: CompiledDevice) -> dict[str, str]:
+    """Fully qualified name -> spelling used in results (as the device published it)."""
+    return {key: published for key, (published, _) in device_capacity(device).items()}

@@ -1,0 +1,42 @@
+"""Errors of the allocator, with upstream's messages.
+
+``AllocationError`` means the claims cannot be allocated anywhere as written
+(bad class, bad CEL, too many devices, ...). ``NodeAllocationError`` means
+only this node failed; other nodes may still work.
+"""
+
+from __future__ import annotations
+
+
+class AllocationError(Exception):
+    """Fatal for these claims: no node can help."""
+
+
+class NodeAllocationError(AllocationError):
+    """This node failed for a reason worth reporting; try other nodes."""
+
+
+class InvalidPoolsError(NodeAllocationError):
+    def __init__(self, reasons: tuple[str, ...] = ()) -> None:
+        detail = f" ({'; '.join(reasons)})" if reasons else ""
+        super().__init__(f"invalid resource pools were encountered{detail}")
+        self.reasons = reasons
+
+
+class SearchAborted(NodeAllocationError):
+    """The caller's deadline passed or it cancelled the search."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(f"filter operation aborted: {cause}")
+
+
+class SearchBudgetExceeded(NodeAllocationError):
+    """The search tried more combinations than allowed (upstream's exponential cases)."""
+
+    def __init__(self, node: str, budget: int) -> None:
+        super().__init__(
+            f"node {node}: search budget of {budget} steps exceeded while trying device "
+            "combinations; simplify the claim's constraints or selectors, or raise the budget"
+        )
+        self.node = node
+        self.budget = budget

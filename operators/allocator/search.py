@@ -1,0 +1,610 @@
+"""The depth-first, first-fit search for one node (upstream parity).
+
+Claims are allocated in order, requests in order, devices one at a time.
+Each candidate device is checked (in use? selectors? capacity? counters?
+taints? constraints?), tentatively taken, and the search recurses; on a dead
+end it backtracks. Within one request only combinations are tried, not
+permutations (the start position moves forward). The first full solution
+wins. The step counter matches upstream's allocateOne invocations, so the
+search effort of upstream's tests can be checked.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from operators.allocator import capacity as cap
+from operators.allocator.allocated import AllocatedDevices
+from operators.allocator.compiled import (
+    CompiledClaim,
+    CompiledClass,
+    CompiledDevice,
+    CompiledRequest,
+    DeviceId,
+    PoolId,
+    Selector,
+    Taint,
+)
+from operators.allocator.constraints import Constraint, build_constraint
+from operators.allocator.errors import (
+    AllocationError,
+    InvalidPoolsError,
+    SearchAborted,
+    SearchBudgetExceeded,
+)
+from operators.allocator.features import Features
+from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError, merge_terms
+from operators.allocator.pools import Pool
+from operators.allocator.quantities import Number
+from operators.allocator.results import ClaimAllocation, ConfigResult, DeviceResult
+from operators.allocator.selectors import (
+    SelectorCompileError,
+    SelectorEvaluator,
+    SelectorRuntimeError,
+)
+
+MAX_DEVICES_PER_CLAIM = 32  # AllocationResultsMaxSize
+DEFAULT_BUDGET = 1_000_000  # allocateOne steps per node
+
+_NO, _DONE, _MAX = 0, 1, 2  # outcomes of one search step
+
+
+@dataclass(slots=True)
+class _RequestData:
+    request: CompiledRequest
+    cls: CompiledClass
+    num_devices: int
+    all_devices: list[tuple[CompiledDevice, Pool]] | None = None
+    selected_sub: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SearchInputs:
+    """Everything one search reads besides the claims and the node."""
+
+    features: Features
+    classes: Callable[[str], CompiledClass | None]
+    allocated: AllocatedDevices
+    evaluator: SelectorEvaluator
+    extra_taints: Callable[[DeviceId], tuple[Taint, ...]] = lambda _device: ()
+    budget: int = DEFAULT_BUDGET
+    deadline: float | None = None  # time.monotonic() value
+    cancelled: Callable[[], str | None] | None = None  # returns a cause once cancelled
+
+
+@dataclass(slots=True)
+class _Picked:
+    request: CompiledRequest
+    device: CompiledDevice
+    share_id: str | None
+    consumed: dict[str, Number] | None
+
+
+@dataclass(slots=True)
+class Search:
+    """One allocation attempt of some claims on one node."""
+
+    claims: Sequence[CompiledClaim]
+    node: NodeInfo
+    pools: Sequence[Pool]
+    inputs: SearchInputs
+    steps: int = 0
+    data: dict[tuple[int, int, int], _RequestData] = field(default_factory=dict)
+    constraints: list[list[Constraint]] = field(default_factory=list)
+    picked: list[list[_Picked]] = field(default_factory=list)
+    allocating: dict[DeviceId, set[int]] = field(default_factory=dict)
+    allocating_capacity: dict[DeviceId, dict[str, Number]] = field(default_factory=dict)
+    consumed_counters: dict[PoolId, dict[str, dict[str, Number]]] = field(default_factory=dict)
+    available_counters: dict[PoolId, dict[str, dict[str, Number]]] = field(default_factory=dict)
+    match_cache: dict[tuple[DeviceId, tuple[int, int, int]], bool] = field(default_factory=dict)
+
+    # --- entry point ---------------------------------------------------------
+
+    def run(self) -> list[ClaimAllocation] | None:
+        """Allocations (one per claim, in order), or None when nothing fits.
+
+        Raises AllocationError for fatal problems and NodeAllocationError
+        subclasses for problems of this node only.
+        """
+        self._prepare()
+        outcome = self._one(0, 0, 0, 0, False, 0, 0, 0)
+        if outcome != _DONE:
+            reasons = tuple(f"{p.name}: {p.invalid_reason}" for p in self.pools if p.invalid)
+            if reasons:
+                raise InvalidPoolsError(reasons)
+            return None
+        return [self._claim_result(i) for i in range(len(self.claims))]
+
+    # --- validation (before the search) --------------------------------------
+
+    def _prepare(self) -> None:
+        features = self.inputs.features
+        for ci, claim in enumerate(self.claims):
+            min_devices = 0
+            for ri, request in enumerate(claim.requests):
+                subs = request.first_available
+                if subs and not features.prioritized_list:
+                    raise AllocationError(
+                        f"claim {claim.ref}, request {request.name}: has subrequests, "
+                        "but the DRAPrioritizedList feature is disabled"
+                    )
+                if not features.consumable_capacity:
+                    if request.exactly is not None and request.exactly.capacity_requests is not None:
+                        raise AllocationError(
+                            f"claim {claim.ref}, request {request.name}: has capacity requests, "
+                            "but the DRAConsumableCapacity feature is disabled"
+                        )
+                    for sub in subs:
+                        if sub.capacity_requests is not None:
+                            raise AllocationError(
+                                f"claim {claim.ref}, subrequest {sub.name}: has capacity requests, "
+                                "but the DRAConsumableCapacity feature is disabled"
+                            )
+                if subs:
+                    fewest = None
+                    for si, sub in enumerate(subs):
+                        rd = self._validate(claim, sub, (ci, ri, si))
+                        self.data[(ci, ri, si)] = rd
+                        fewest = rd.num_devices if fewest is None else min(fewest, rd.num_devices)
+                    min_devices += fewest or 0
+                else:
+                    if request.exactly is None:
+                        raise AllocationError(
+                            f"claim {claim.ref}, request {request.name}: missing device class name "
+                            "(unsupported request type?)"
+                        )
+                    rd = self._validate(claim, request.exactly, (ci, ri, 0))
+                    self.data[(ci, ri, 0)] = rd
+                    min_devices += rd.num_devices
+            if min_devices > MAX_DEVICES_PER_CLAIM:
+                raise AllocationError(
+                    f"claim {claim.ref}: number of requested devices {min_devices} "
+                    f"exceeds the claim limit of {MAX_DEVICES_PER_CLAIM}"
+                )
+            checkers: list[Constraint] = []
+            for i, spec in enumerate(claim.constraints):
+                checker = build_constraint(spec, features.list_type_attributes)
+                if checker is None:
+                    raise AllocationError(
+                        f"claim {claim.ref}, constraint #{i}: empty constraint (unsupported constraint type?)"
+                    )
+                checkers.append(checker)
+            self.constraints.append(checkers)
+            self.picked.append([])
+
+    def _validate(self, claim: CompiledClaim, request: CompiledRequest, key: tuple[int, int, int]) -> _RequestData:
+        for i, selector in enumerate(request.selectors):
+            if selector.expression is None:
+                raise AllocationError(
+                    f"claim {claim.ref}, request {request.name}, selector #{i}: "
+                    "CEL expression empty (unsupported selector type?)"
+                )
+        if not self.inputs.features.admin_access and request.admin_access is not None:
+            raise AllocationError(
+                f"claim {claim.ref}, request {request.name}: admin access is requested, but the feature is disabled"
+            )
+        if not request.class_name:
+            raise AllocationError(
+                f"claim {claim.ref}, request {request.name}: missing device class name (unsupported request type?)"
+            )
+        cls = self.inputs.classes(request.class_name)
+        if cls is None:
+            raise AllocationError(
+                f"claim {claim.ref}, request {request.name}: could not retrieve device class "
+                f'{request.class_name}: deviceclass "{request.class_name}" not found'
+            )
+        if request.mode == "ExactCount":
+            return _RequestData(request, cls, request.count)
+        if request.mode != "All":
+            raise AllocationError(f"claim {claim.ref}, request {request.name}: unsupported count mode {request.mode}")
+        rd = _RequestData(request, cls, 0, [])
+        for pool in self.pools:
+            if pool.incomplete:
+                raise AllocationError(
+                    f"claim {claim.ref}, request {request.name}: asks for all devices, "
+                    f"but resource pool {pool.name} is currently being updated"
+                )
+            if pool.invalid:
+                raise AllocationError(
+                    f"claim {claim.ref}, request {request.name}: asks for all devices, "
+                    f"but resource pool {pool.name} is currently invalid"
+                )
+            for slice_ in pool.slices:
+                for device in slice_.devices:
+                    if not self._selectable(key, rd, device):
+                        continue
+                    if self.inputs.features.consumable_capacity and not self._capacity_fits(request, device):
+                        continue
+                    assert rd.all_devices is not None
+                    rd.all_devices.append((device, pool))
+        rd.num_devices = len(rd.all_devices or ())
+        return rd
+
+    # --- the recursion -------------------------------------------------------
+
+    def _tick(self) -> None:
+        self.steps += 1
+        inputs = self.inputs
+        if self.steps > inputs.budget:
+            raise SearchBudgetExceeded(self.node.name, inputs.budget)
+        if self.steps & 63 == 0:
+            if inputs.deadline is not None and time.monotonic() > inputs.deadline:
+                raise SearchAborted("context deadline exceeded")
+            if inputs.cancelled is not None:
+                cause = inputs.cancelled()
+                if cause:
+                    raise SearchAborted(cause)
+
+    def _one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, sp: int, ss: int, sd: int) -> int:
+        self._tick()
+        if ci >= len(self.claims):
+            return _DONE
+        claim = self.claims[ci]
+        if ri >= len(claim.requests):
+            outcome = self._one(ci + 1, 0, 0, 0, False, 0, 0, 0)
+            return _NO if outcome == _MAX else outcome
+        rd = self.data[(ci, ri, si)]
+        request = rd.request
+        if not in_sub and request.parent is not None:
+            all_exceeded = True
+            sub = 0
+            while (ci, ri, sub) in self.data:
+                outcome = self._one(ci, ri, sub, di, True, 0, 0, 0)
+                if outcome == _MAX:
+                    sub += 1
+                    continue
+                all_exceeded = False
+                if outcome == _DONE:
+                    self.data[(ci, ri, 0)].selected_sub = sub
+                    return _DONE
+                sub += 1
+            return _MAX if all_exceeded else _NO
+        all_mode = request.mode == "All"
+        if all_mode and not rd.all_devices:
+            return _NO
+        if di >= rd.num_devices:
+            return self._one(ci, ri + 1, 0, 0, False, 0, 0, 0)
+        if len(self.picked[ci]) + rd.num_devices - di > MAX_DEVICES_PER_CLAIM:
+            return _MAX
+        if all_mode:
+            assert rd.all_devices is not None
+            device, pool = rd.all_devices[di]
+            undo = self._take(ci, rd, device, pool, must=True)
+            if undo is None:
+                return _NO
+            outcome = self._one(ci, ri, si, di + 1, in_sub, 0, 0, 0)
+            if outcome != _DONE:
+                undo()
+            return outcome
+
+        key = (ci, ri, si)
+        admin = bool(request.admin_access)
+        consumable = self.inputs.features.consumable_capacity
+        allocated = self.inputs.allocated
+        pools = self.pools
+        for p in range(sp, len(pools)):
+            pool = pools[p]
+            if pool.incomplete or pool.invalid:
+                continue
+            slices = pool.slices
+            for s in range(ss if p == sp else 0, len(slices)):
+                slice_ = slices[s]
+                devices = slice_.devices
+                for d in range(sd if (p == sp and s == ss) else 0, len(devices)):
+                    device = devices[d]
+                    did = device.id
+                    users = self.allocating.get(did)
+                    if admin:
+                        if users and ci in users:
+                            continue
+                    elif users or did in allocated.exclusive:
+                        continue
+                    if not self._selectable(key, rd, device):
+                        continue
+                    if consumable and not self._capacity_fits(request, device):
+                        continue
+                    undo = self._take(ci, rd, device, pool, must=False)
+                    if undo is None:
+                        continue
+                    outcome = self._one(ci, ri, si, di + 1, in_sub, p, s, d + 1)
+                    if outcome == _DONE:
+                        return _DONE
+                    undo()
+                    if outcome == _MAX:
+                        return _MAX
+        return _NO
+
+    # --- per-device checks ---------------------------------------------------
+
+    def _selectable(self, key: tuple[int, int, int], rd: _RequestData, device: CompiledDevice) -> bool:
+        if device.binding_conditions and not self.inputs.features.device_binding_conditions:
+            return False
+        cache_key = (device.id, key)
+        cached = self.match_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        result = self._selectors_match(rd.cls.selectors, device, f"class {rd.cls.name}")
+        if result:
+            claim = self.claims[key[0]]
+            result = self._selectors_match(rd.request.selectors, device, f"claim {claim.ref}")
+        if result and device.slice_per_device:
+            result = device.reachable_from(self.node)
+        self.match_cache[cache_key] = result
+        return result
+
+    def _selectors_match(self, selectors: Sequence[Selector], device: CompiledDevice, owner: str) -> bool:
+        evaluator = self.inputs.evaluator
+        for i, selector in enumerate(selectors):
+            assert selector.expression is not None
+            try:
+                if not evaluator.matches(selector.expression, device):
+                    return False
+            except SelectorCompileError as err:
+                raise AllocationError(f"{owner}: selector #{i}: CEL compile error: {err}") from None
+            except SelectorRuntimeError as err:
+                device_name = "/".join(device.id)
+                raise AllocationError(
+                    f"{owner}: selector #{i} on device {device_name}: CEL runtime error: {err}"
+                ) from None
+        return True
+
+    def _capacity_fits(self, request: CompiledRequest, device: CompiledDevice) -> bool:
+        try:
+            return cap.fits(
+                request.capacity_requests,
+                device,
+                self.inputs.allocated.capacity_in_use(device.id),
+                self.allocating_capacity.get(device.id),
+            )
+        except AllocationError:
+            return False
+
+    def _taint_blocks(self, device: CompiledDevice, request: CompiledRequest) -> bool:
+        taints = device.taints + self.inputs.extra_taints(device.id)
+        for taint in taints:
+            if taint.effect not in ("NoSchedule", "NoExecute"):
+                continue
+            if not any(t.tolerates(taint) for t in request.tolerations):
+                return True
+        return False
+
+    def _available(self, pool: Pool) -> dict[str, dict[str, Number]]:
+        available = self.available_counters.get(pool.id)
+        if available is None:
+            available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+            allocated = self.inputs.allocated
+            for slice_ in (*pool.slices, *pool.slices_elsewhere):
+                for device in slice_.devices:
+                    if not device.consumes_counters or not allocated.is_allocated(device.id):
+                        continue
+                    for set_name, counters in device.consumes_counters:
+                        target = available.get(set_name)
+                        if target is None:
+                            continue
+                        for name, amount in counters.items():
+                            if name in target:
+                                target[name] -= amount
+            self.available_counters[pool.id] = available
+        return available
+
+    def _reserve_counters(self, device: CompiledDevice, pool: Pool) -> bool:
+        available = self._available(pool)
+        consumed = self.consumed_counters.setdefault(pool.id, {})
+        for set_name, counters in device.consumes_counters:
+            target = consumed.setdefault(set_name, {})
+            for name, amount in counters.items():
+                target[name] = target.get(name, 0) + amount
+        for set_name, counters in available.items():
+            used = consumed.get(set_name, {})
+            for name, amount in counters.items():
+                if amount < used.get(name, 0):
+                    self._release_counters(device, pool)
+                    return False
+        return True
+
+    def _release_counters(self, device: CompiledDevice, pool: Pool) -> None:
+        consumed = self.consumed_counters[pool.id]
+        for set_name, counters in device.consumes_counters:
+            target = consumed[set_name]
+            for name, amount in counters.items():
+                target[name] -= amount
+
+    def _take(self, ci: int, rd: _RequestData, device: CompiledDevice, pool: Pool, must: bool) -> Callable[[], None] | None:
+        """Tentatively allocate a selectable device; returns an undo function or None."""
+        features = self.inputs.features
+        request = rd.request
+        did = device.id
+        admin = bool(request.admin_access)
+        shared = features.consumable_capacity and device.allow_multiple
+        users = self.allocating.get(did)
+        if not shared and admin and users and ci in users:
+            return None
+        if not admin and (users or did in self.inputs.allocated.exclusive):
+            return None
+        if device.consumes_counters and not features.partitionable_devices:
+            return None
+        skip_counters = shared and (
+            self.inputs.allocated.capacity_in_use(did) is not None or did in self.allocating_capacity
+        )
+        reserved = False
+        if device.consumes_counters and not skip_counters:
+            if not self._reserve_counters(device, pool):
+                return None
+            reserved = True
+        if features.device_taints and self._taint_blocks(device, request):
+            if reserved:
+                self._release_counters(device, pool)
+            return None
+        checkers = self.constraints[ci]
+        name, parent = request.name, request.parent
+        for added, checker in enumerate(checkers):
+            if not checker.add(name, parent, device):
+                for earlier in reversed(checkers[:added]):
+                    earlier.remove(name, parent, device)
+                if reserved:
+                    self._release_counters(device, pool)
+                if must:
+                    raise AllocationError(
+                        f"claim {self.claims[ci].ref}, request {request.name}: cannot add device "
+                        f"{'/'.join(did)} because a claim constraint would not be satisfied"
+                    )
+                return None
+        if not shared:
+            self.allocating.setdefault(did, set()).add(ci)
+        share_id = None
+        consumed = None
+        existed = False
+        if features.consumable_capacity:
+            if not self._capacity_fits(request, device):
+                self._undo(ci, device, pool, name, parent, shared, reserved, None, False, False)
+                return None
+            if shared:
+                consumed = cap.consumption(request.capacity_requests, device) or {}
+                share_id = str(uuid.uuid4())
+                existed = did in self.allocating_capacity
+                totals = self.allocating_capacity.setdefault(did, {})
+                for key, amount in consumed.items():
+                    totals[key] = totals.get(key, 0) + amount
+        self.picked[ci].append(_Picked(request, device, share_id, consumed))
+
+        def undo() -> None:
+            self._undo(ci, device, pool, name, parent, shared, reserved, consumed, existed, True)
+
+        return undo
+
+    def _undo(
+        self,
+        ci: int,
+        device: CompiledDevice,
+        pool: Pool,
+        name: str,
+        parent: str | None,
+        shared: bool,
+        reserved: bool,
+        consumed: dict[str, Number] | None,
+        existed: bool,
+        picked: bool,
+    ) -> None:
+        did = device.id
+        if picked:
+            self.picked[ci].pop()
+        if consumed is not None:
+            totals = self.allocating_capacity[did]
+            for key, amount in consumed.items():
+                totals[key] -= amount
+            if not existed:
+                del self.allocating_capacity[did]
+        if not shared:
+            users = self.allocating[did]
+            users.discard(ci)
+            if not users:
+                del self.allocating[did]
+        for checker in reversed(self.constraints[ci]):
+            checker.remove(name, parent, device)
+        if reserved:
+            self._release_counters(device, pool)
+
+    # --- results ---------------------------------------------------------------
+
+    def _claim_result(self, ci: int) -> ClaimAllocation:
+        claim = self.claims[ci]
+        features = self.inputs.features
+        devices = []
+        for item in self.picked[ci]:
+            request, device = item.request, item.device
+            consumed_published = None
+            binary: frozenset[str] = frozenset()
+            if item.consumed:
+                names = cap.status_names(device)
+                consumed_published = {names[k]: v for k, v in item.consumed.items()}
+                binary = frozenset(p for p, e in device.capacity.items() if e.binary)
+            devices.append(
+                DeviceResult(
+                    request=request.full_name,
+                    driver=device.id[0],
+                    pool=device.id[1],
+                    device=device.id[2],
+                    admin_access=True if request.admin_access else None,
+                    tolerations=request.tolerations_raw,
+                    binding_conditions=device.binding_conditions if features.device_binding_conditions else None,
+                    binding_failure_conditions=(
+                        device.binding_failure_conditions if features.device_binding_conditions else None
+                    ),
+                    share_id=item.share_id,
+                    consumed_capacity=consumed_published,
+                    consumed_qualified=item.consumed,
+                    binary_capacity=binary,
+                )
+            )
+        try:
+            selector = self._node_selector(ci)
+        except NodeSelectorError as err:
+            raise AllocationError(f"create NodeSelector for claim {claim.name}: {err}") from None
+        return ClaimAllocation(
+            claim=claim.ref,
+            uid=claim.uid,
+            devices=tuple(devices),
+            config=self._configs(ci),
+            node_selector=selector,
+        )
+
+    def _chosen(self, ci: int, ri: int) -> _RequestData:
+        rd = self.data[(ci, ri, 0)]
+        if rd.request.parent is not None:
+            return self.data[(ci, ri, rd.selected_sub)]
+        return rd
+
+    def _configs(self, ci: int) -> tuple[ConfigResult, ...]:
+        claim = self.claims[ci]
+        entries: list[tuple[str, list[str] | None, Mapping[str, object]]] = []
+        by_class: dict[str, tuple[int, int]] = {}
+        chosen_names = [self._chosen(ci, ri).request.full_name for ri in range(len(claim.requests))]
+        for ri in range(len(claim.requests)):
+            rd = self._chosen(ci, ri)
+            span = by_class.get(rd.cls.name)
+            if span is not None:
+                for i in range(*span):
+                    requests = entries[i][1]
+                    assert requests is not None
+                    requests.append(rd.request.full_name)
+                continue
+            start = len(entries)
+            for config in rd.cls.configs:
+                entries.append(("FromClass", [rd.request.full_name], config))
+            by_class[rd.cls.name] = (start, len(entries))
+        for config in claim.configs:
+            if not config.requests:
+                entries.append(("FromClaim", None, config.config))
+                continue
+            for ri, request in enumerate(claim.requests):
+                if request.name in config.requests or (
+                    request.first_available and chosen_names[ri] in config.requests
+                ):
+                    entries.append(("FromClaim", list(config.requests), config.config))
+                    break
+        results = []
+        for source, requests, config in entries:
+            if requests and all(
+                request.name in requests or chosen_names[ri] in requests
+                for ri, request in enumerate(claim.requests)
+            ):
+                requests = None
+            results.append(ConfigResult(source, tuple(requests) if requests else None, config))
+        return tuple(results)
+
+    def _node_selector(self, ci: int) -> NodeSelector | None:
+        selectors: list[NodeSelector] = []
+        for item in self.picked[ci]:
+            device = item.device
+            if device.slice_per_device:
+                node_name, selector = device.node_name, device.node_selector
+            else:
+                node_name, selector = device.slice_node_name, device.slice_node_selector
+            if node_name or device.binds_to_node:
+                return NodeSelector.for_node(self.node.name)
+            if selector is not None:
+                selectors.append(selector)
+        return merge_terms(selectors)

@@ -1,0 +1,93 @@
+"""Device selectors: CEL evaluated through operators.cel, with caches.
+
+A compiled program is cached by expression (in operators.cel); the result
+for a device is cached on the compiled device itself, so it lives exactly as
+long as that version of the slice. Errors are cached too: a broken selector
+fails the same way every time without being evaluated again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operators.allocator.compiled import CompiledDevice
+from operators.allocator.features import Features
+
+
+class SelectorCompileError(Exception):
+    """The expression does not compile; the message is the CEL error."""
+
+
+class SelectorRuntimeError(Exception):
+    """The expression failed on one device; the message is the CEL error."""
+
+
+class SelectorEvaluator:
+    """Evaluates selector expressions against devices, caching per device."""
+
+    def __init__(self, features: Features) -> None:
+        self._features = features
+        self._programs: dict[str, Any] = {}
+        self.evaluations = 0  # CEL evaluations actually run (cache misses)
+
+    def _program(self, expression: str) -> Any:
+        program = self._programs.get(expression)
+        if program is None:
+            from operators import cel
+
+            try:
+                program = cel.compile_selector(expression)
+            except cel.CELError as err:
+                program = SelectorCompileError(str(err))
+            self._programs[expression] = program
+        if isinstance(program, SelectorCompileError):
+            raise program
+        return program
+
+    def compile_error(self, expression: str) -> str | None:
+        """The compile error of an expression, or None if it compiles."""
+        try:
+            self._program(expression)
+        except SelectorCompileError as err:
+            return str(err)
+        return None
+
+    def view(self, device: CompiledDevice) -> Any:
+        """The CEL view of a device, built once per compiled device."""
+        if device.view_cache:
+            return device.view_cache[0]
+        from operators import cel
+
+        raw = device.raw
+        try:
+            view: Any = cel.DeviceView.build(
+                device.id[0],
+                raw.get("attributes") or {},
+                raw.get("capacity") or {},
+                bool(raw.get("allowMultipleAllocations")) if self._features.consumable_capacity else None,
+            )
+        except cel.CELError as err:
+            view = SelectorRuntimeError(str(err))
+        device.view_cache.append(view)
+        return view
+
+    def matches(self, expression: str, device: CompiledDevice) -> bool:
+        """Whether the device passes; raises SelectorCompileError/SelectorRuntimeError."""
+        cached = device.selector_cache.get(expression)
+        if cached is None:
+            program = self._program(expression)
+            view = self.view(device)
+            if isinstance(view, SelectorRuntimeError):
+                cached = view
+            else:
+                from operators import cel
+
+                self.evaluations += 1
+                try:
+                    cached = bool(program.evaluate(view))
+                except cel.CELError as err:
+                    cached = SelectorRuntimeError(str(err))
+            device.selector_cache[expression] = cached
+        if isinstance(cached, SelectorRuntimeError):
+            raise cached
+        return bool(cached)

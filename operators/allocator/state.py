@@ -1,0 +1,359 @@
+"""The allocator's view of the cluster, updated incrementally.
+
+Watch events feed it (slices, classes, claims, taint rules added, changed,
+removed) and the operator tells it about in-flight allocations (``assume``)
+before their write is confirmed, so a device is never handed out twice.
+Objects are compiled once per change; per-node pool lists and selector
+results are cached until the slices they depend on change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from operators.allocator.allocated import AllocatedDevices, UsedDevice
+from operators.allocator.capacity import qualified
+from operators.allocator.compiled import (
+    CompiledClaim,
+    CompiledClass,
+    CompiledSlice,
+    CompiledTaintRule,
+    DeviceId,
+    PoolId,
+    Taint,
+    as_dict,
+    compile_claim,
+    compile_class,
+    compile_slice,
+    compile_taint_rule,
+)
+from operators.allocator.features import Features
+from operators.allocator.nodes import NodeInfo
+from operators.allocator.pools import Pool, gather_pools
+from operators.allocator.quantities import parse_quantity
+from operators.allocator.results import ClaimAllocation
+from operators.allocator.search import DEFAULT_BUDGET, Search, SearchInputs
+from operators.allocator.selectors import SelectorEvaluator
+
+ClaimLike = Any  # a ResourceClaim model, its dict, or a CompiledClaim
+NodeLike = Any  # NodeInfo, a Node dict/model, or a node name
+
+
+def claim_key(claim: ClaimLike) -> str:
+    """"namespace/name" of a claim in any accepted form."""
+    if isinstance(claim, CompiledClaim):
+        return claim.ref
+    if isinstance(claim, str):
+        return claim
+    meta = as_dict(claim).get("metadata") or {}
+    namespace, name = meta.get("namespace") or "", meta.get("name", "")
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
+def usage_from_status(claim: ClaimLike) -> tuple[UsedDevice, ...]:
+    """Devices used by a claim according to its status.allocation."""
+    data = as_dict(claim)
+    allocation = (data.get("status") or {}).get("allocation") or {}
+    out = []
+    for result in (allocation.get("devices") or {}).get("results") or ():
+        driver = str(result.get("driver", ""))
+        consumed = result.get("consumedCapacity")
+        out.append(
+            UsedDevice(
+                device=(driver, str(result.get("pool", "")), str(result.get("device", ""))),
+                share_id=result.get("shareID"),
+                consumed=(
+                    {qualified(k, driver): parse_quantity(v) for k, v in consumed.items()} if consumed else None
+                ),
+                admin_access=bool(result.get("adminAccess")),
+            )
+        )
+    return tuple(out)
+
+
+class AllocatorState:
+    """Cluster state for allocation: inventory, classes, allocations, caches."""
+
+    def __init__(self, features: Features | None = None, *, budget: int = DEFAULT_BUDGET) -> None:
+        self.features = features or Features()
+        self.budget = budget
+        self.evaluator = SelectorEvaluator(self.features)
+        self._slices: dict[str, CompiledSlice] = {}
+        self._node_slices: dict[str, dict[str, CompiledSlice]] = {}
+        self._shared_slices: dict[str, CompiledSlice] = {}
+        self._pool_slices: dict[PoolId, dict[str, CompiledSlice]] = {}
+        self._classes: dict[str, CompiledClass] = {}
+        self._rules: dict[str, CompiledTaintRule] = {}
+        self._rule_taints: dict[DeviceId, tuple[Taint, ...]] | None = None
+        self._confirmed: dict[str, tuple[UsedDevice, ...]] = {}
+        self._assumed: dict[str, tuple[UsedDevice, ...]] = {}
+        self.allocated = AllocatedDevices()
+        self._claim_cache: dict[tuple[str, str], CompiledClaim] = {}
+        self._pool_cache: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
+        self.slices_version = 0
+        self.classes_version = 0
+        self.allocations_version = 0
+        self._listeners: list[Any] = []
+
+    # --- inventory -----------------------------------------------------------
+
+    def upsert_slice(self, obj: Any) -> CompiledSlice:
+        compiled = obj if isinstance(obj, CompiledSlice) else compile_slice(obj)
+        key = compiled.key
+        old = self._slices.get(key)
+        if old is not None:
+            if old.resource_version and old.resource_version == compiled.resource_version:
+                return old
+            self._drop_slice(old)
+        self._slices[key] = compiled
+        if compiled.node_name:
+            self._node_slices.setdefault(compiled.node_name, {})[key] = compiled
+        else:
+            self._shared_slices[key] = compiled
+        self._pool_slices.setdefault(compiled.pool_id, {})[key] = compiled
+        self._slices_changed()
+        return compiled
+
+    def remove_slice(self, key: str) -> None:
+        """Remove by UID (or by name for objects without one)."""
+        old = self._slices.get(key)
+        if old is not None:
+            self._drop_slice(old)
+            self._slices_changed()
+
+    def _drop_slice(self, old: CompiledSlice) -> None:
+        key = old.key
+        del self._slices[key]
+        if old.node_name:
+            node = self._node_slices.get(old.node_name, {})
+            node.pop(key, None)
+            if not node:
+                self._node_slices.pop(old.node_name, None)
+        else:
+            self._shared_slices.pop(key, None)
+        pool = self._pool_slices.get(old.pool_id, {})
+        pool.pop(key, None)
+        if not pool:
+            self._pool_slices.pop(old.pool_id, None)
+
+    def _slices_changed(self) -> None:
+        self.slices_version += 1
+        self._pool_cache.clear()
+        self._rule_taints = None
+
+    def upsert_class(self, obj: Any) -> CompiledClass:
+        compiled = obj if isinstance(obj, CompiledClass) else compile_class(obj)
+        self._classes[compiled.name] = compiled
+        self.classes_version += 1
+        return compiled
+
+    def remove_class(self, name: str) -> None:
+        if self._classes.pop(name, None) is not None:
+            self.classes_version += 1
+
+    def upsert_taint_rule(self, obj: Any) -> CompiledTaintRule:
+        compiled = obj if isinstance(obj, CompiledTaintRule) else compile_taint_rule(obj)
+        self._rules[compiled.name] = compiled
+        self._rule_taints = None
+        self.slices_version += 1
+        return compiled
+
+    def remove_taint_rule(self, name: str) -> None:
+        if self._rules.pop(name, None) is not None:
+            self._rule_taints = None
+            self.slices_version += 1
+
+    def get_class(self, name: str) -> CompiledClass | None:
+        return self._classes.get(name)
+
+    @property
+    def slices(self) -> Mapping[str, CompiledSlice]:
+        return self._slices
+
+    def node_names(self) -> list[str]:
+        """Nodes that have node-local slices."""
+        return sorted(self._node_slices)
+
+    # --- allocations ---------------------------------------------------------
+
+    def upsert_claim(self, obj: Any) -> None:
+        """A claim as seen by the watch: its status.allocation is authoritative."""
+        key = claim_key(obj)
+        usage = usage_from_status(obj)
+        if usage:
+            self._set_usage(self._confirmed, key, usage)
+            self._set_usage(self._assumed, key, None)  # the write landed
+        else:
+            self._set_usage(self._confirmed, key, None)
+
+    def remove_claim(self, claim: ClaimLike) -> None:
+        key = claim_key(claim)
+        self._set_usage(self._confirmed, key, None)
+        self._set_usage(self._assumed, key, None)
+
+    def assume(self, claim: ClaimLike, allocation: ClaimAllocation | Mapping[str, Any]) -> None:
+        """Count an allocation before its write is confirmed by the watch."""
+        if isinstance(allocation, ClaimAllocation):
+            usage = allocation.usage()
+        else:
+            usage = usage_from_status({"status": {"allocation": allocation}})
+        self._set_usage(self._assumed, claim_key(claim), usage)
+
+    def release(self, claim: ClaimLike) -> None:
+        """Forget an assumed allocation (the write failed or was abandoned)."""
+        self._set_usage(self._assumed, claim_key(claim), None)
+
+    def is_assumed(self, claim: ClaimLike) -> bool:
+        return claim_key(claim) in self._assumed
+
+    def _effective(self, key: str) -> tuple[UsedDevice, ...]:
+        return self._confirmed.get(key) or self._assumed.get(key) or ()
+
+    def _set_usage(self, table: dict[str, tuple[UsedDevice, ...]], key: str, usage: tuple[UsedDevice, ...] | None) -> None:
+        before = self._effective(key)
+        if usage:
+            table[key] = usage
+        else:
+            table.pop(key, None)
+        after = self._effective(key)
+        if before == after:
+            return
+        for item in before:
+            self.allocated.remove(item)
+        for item in after:
+            self.allocated.add(item)
+        self.allocations_version += 1
+        for listener in self._listeners:
+            listener(before, after)
+
+    def add_listener(self, listener: Any) -> None:
+        """Called with (old usage, new usage) whenever a claim's usage changes."""
+        self._listeners.append(listener)
+
+    # --- compiled views --------------------------------------------------------
+
+    def compile_claims(self, claims: Iterable[ClaimLike]) -> list[CompiledClaim]:
+        out = []
+        for claim in claims:
+            if isinstance(claim, CompiledClaim):
+                out.append(claim)
+                continue
+            data = as_dict(claim)
+            version = str((data.get("metadata") or {}).get("resourceVersion") or "")
+            cache_key = (claim_key(data), version)
+            compiled = self._claim_cache.get(cache_key) if version else None
+            if compiled is None:
+                compiled = compile_claim(data)
+                if version:
+                    if len(self._claim_cache) > 10_000:
+                        self._claim_cache.clear()
+                    self._claim_cache[cache_key] = compiled
+            out.append(compiled)
+        return out
+
+    def rule_taints(self, device: DeviceId) -> tuple[Taint, ...]:
+        """Taints that DeviceTaintRules add to a device."""
+        if not self._rules or not self.features.device_taint_rules:
+            return ()
+        if self._rule_taints is None:
+            table: dict[DeviceId, tuple[Taint, ...]] = {}
+            for slice_ in self._slices.values():
+                for dev in slice_.devices:
+                    extra = tuple(r.taint for r in self._rules.values() if r.applies_to(dev.id))
+                    if extra:
+                        table[dev.id] = extra
+            self._rule_taints = table
+        return self._rule_taints.get(device, ())
+
+    def pools_for(self, node: NodeInfo) -> list[Pool]:
+        """Pools reachable from the node (cached until slices change)."""
+        key = node.key
+        pools = self._pool_cache.get(key)
+        if pools is None:
+            local = self._node_slices.get(node.name, {}).values()
+            candidates = [*local, *self._shared_slices.values()]
+            pools = gather_pools(
+                candidates,
+                node,
+                self.features,
+                lambda pool_id: list(self._pool_slices.get(pool_id, {}).values()),
+            )
+            if len(self._pool_cache) > 50_000:
+                self._pool_cache.clear()
+            self._pool_cache[key] = pools
+        return pools
+
+    def search_inputs(self, deadline: float | None = None, budget: int | None = None) -> SearchInputs:
+        return SearchInputs(
+            features=self.features,
+            classes=self._classes.get,
+            allocated=self.allocated,
+            evaluator=self.evaluator,
+            extra_taints=self.rule_taints,
+            budget=budget or self.budget,
+            deadline=deadline,
+        )
+
+    # --- query 1: upstream's Allocate ----------------------------------------
+
+    def allocate(
+        self,
+        claims: Sequence[ClaimLike],
+        node: NodeLike,
+        *,
+        deadline: float | None = None,
+        budget: int | None = None,
+    ) -> list[ClaimAllocation] | None:
+        """Allocate not-yet-allocated claims together on one node.
+
+        Returns one ClaimAllocation per claim (in order), or None when they do
+        not fit. Raises AllocationError when the claims cannot work anywhere,
+        NodeAllocationError (InvalidPoolsError, SearchBudgetExceeded,
+        SearchAborted) when only this node failed. Nothing is recorded: call
+        ``assume`` with the results you are going to write.
+        """
+        search = self.search(claims, node, deadline=deadline, budget=budget)
+        return search.run()
+
+    def search(
+        self,
+        claims: Sequence[ClaimLike],
+        node: NodeLike,
+        *,
+        deadline: float | None = None,
+        budget: int | None = None,
+    ) -> Search:
+        """A prepared Search (run it with ``.run()``; ``.steps`` counts the effort)."""
+        info = NodeInfo.from_object(node)
+        return Search(
+            claims=self.compile_claims(claims),
+            node=info,
+            pools=self.pools_for(info),
+            inputs=self.search_inputs(deadline, budget),
+        )
+
+
+def allocate(
+    claims: Sequence[ClaimLike],
+    node: NodeLike,
+    *,
+    slices: Iterable[Any] = (),
+    classes: Iterable[Any] = (),
+    allocated: Iterable[UsedDevice] = (),
+    taint_rules: Iterable[Any] = (),
+    features: Features | None = None,
+    budget: int = DEFAULT_BUDGET,
+    deadline: float | None = None,
+) -> list[ClaimAllocation] | None:
+    """One-shot allocation over explicit inputs (upstream's Allocate, for tools and tests)."""
+    state = AllocatorState(features, budget=budget)
+    for slice_ in slices:
+        state.upsert_slice(slice_)
+    for cls in classes:
+        state.upsert_class(cls)
+    for rule in taint_rules:
+        state.upsert_taint_rule(rule)
+    for item in allocated:
+        state.allocated.add(item)
+    return state.allocate(claims, node, deadline=deadline)

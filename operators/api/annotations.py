@@ -1,0 +1,214 @@
+"""The pod protocol: names and JSON payloads of dralloc's pod annotations, gate and labels.
+
+Our CRDs cannot use pod.spec.resourceClaims (the API server drops it where in-tree DRA is
+off, and in-tree controllers act on it where it is on), so pods opt in by annotation and
+dralloc answers by annotation. DESIGN.md "The pod protocol" describes the flow; this
+module owns the exact names and shapes, and parses user-written payloads with errors that
+name the annotation and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError, model_validator
+
+from operators.api.base import DNSLabel, DriverName, KubeModel, PoolName, RequestReference, ShareID
+from operators.api.errors import describe, field_error
+from operators.api.models import (
+    GROUP,
+    AllocationResult,
+    DeviceAllocationConfiguration,
+)
+
+# -- names ------------------------------------------------------------------------------------
+
+CLAIMS_ANNOTATION: Final = f"{GROUP}/claims"
+"""Pod annotation (user): JSON list shaped like pod.spec.resourceClaims."""
+SCHEDULING_GATE: Final = f"{GROUP}/allocation"
+"""Pod scheduling gate (webhook): keeps kube-scheduler away until devices are allocated."""
+CLAIM_STATUSES_ANNOTATION: Final = f"{GROUP}/claim-statuses"
+"""Pod annotation (claim controller): JSON list shaped like pod.status.resourceClaimStatuses."""
+DEVICES_ANNOTATION: Final = f"{GROUP}/devices"
+"""Pod annotation (allocator): per pod claim, the allocated devices and their config."""
+POD_CLAIM_NAME_ANNOTATION: Final = f"{GROUP}/pod-claim-name"
+"""Claim annotation (claim controller): the pod's claim entry name."""
+FINALIZER: Final = f"{GROUP}/delete-protection"
+"""Claim finalizer (allocator): held while a claim is allocated."""
+ADMIN_ACCESS_LABEL: Final = f"{GROUP}/admin-access"
+"""Namespace label (cluster admin): must be "true" for adminAccess requests there."""
+ADMIN_ACCESS_LABEL_VALUE: Final = "true"
+
+# The in-tree equivalents, for the toolkit reading resource.k8s.io objects.
+KUBERNETES_FINALIZER: Final = "resource.kubernetes.io/delete-protection"
+KUBERNETES_POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
+KUBERNETES_ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
+
+
+class AnnotationError(ValueError):
+    """An annotation's payload is not valid; the message names the annotation."""
+
+    def __init__(self, annotation: str, problems: Iterable[str]) -> None:
+        self.annotation = annotation
+        self.problems = tuple(problems)
+        super().__init__(f"annotation {annotation}: {'; '.join(self.problems)}")
+
+
+# -- payloads ---------------------------------------------------------------------------------
+
+
+class PodResourceClaim(KubeModel):
+    """One entry of the claims annotation (as pod.spec.resourceClaims[])."""
+
+    name: DNSLabel
+    """Name of the entry, unique in the pod; containers refer to it."""
+    resource_claim_name: str | None = None
+    """An existing ResourceClaim in the pod's namespace."""
+    resource_claim_template_name: str | None = None
+    """A ResourceClaimTemplate from which a claim is generated for this pod."""
+
+    @model_validator(mode="after")
+    def _check(self) -> PodResourceClaim:
+        if (self.resource_claim_name is None) == (self.resource_claim_template_name is None):
+            raise field_error(
+                "", "exactly one of resourceClaimName or resourceClaimTemplateName must be set"
+            )
+        return self
+
+
+class PodResourceClaimStatus(KubeModel):
+    """One entry of the claim-statuses annotation (as pod.status.resourceClaimStatuses[])."""
+
+    name: DNSLabel
+    """The pod claim entry this is about."""
+    resource_claim_name: str | None = None
+    """The generated claim; null when no claim is needed."""
+
+    def to_kube(self) -> dict[str, Any]:
+        # resourceClaimName is meaningful when null, so it is always written.
+        return {"name": self.name, "resourceClaimName": self.resource_claim_name}
+
+
+class PodDevice(KubeModel):
+    """One allocated device, as a workload sees it."""
+
+    request: RequestReference
+    """The claim request (or request/subrequest) it was allocated for."""
+    driver: DriverName
+    """Driver of the device."""
+    pool: PoolName
+    """Pool of the device."""
+    device: DNSLabel
+    """Name of the device in its pool."""
+    share_id: ShareID | None = None
+    """Share of a multi-allocatable device."""
+    admin_access: bool | None = None
+    """True if allocated with admin access."""
+
+
+class PodClaimDevices(KubeModel):
+    """The devices of one pod claim entry."""
+
+    name: DNSLabel
+    """The pod claim entry (claims annotation name)."""
+    resource_claim_name: str
+    """The ResourceClaim that holds the allocation."""
+    devices: tuple[PodDevice, ...] = ()
+    """Allocated devices."""
+    config: tuple[DeviceAllocationConfiguration, ...] = ()
+    """Configuration for the devices (class configuration first)."""
+
+    @classmethod
+    def from_allocation(
+        cls, name: str, resource_claim_name: str, allocation: AllocationResult
+    ) -> PodClaimDevices:
+        return cls(
+            name=name,
+            resource_claim_name=resource_claim_name,
+            devices=tuple(
+                PodDevice(
+                    request=r.request,
+                    driver=r.driver,
+                    pool=r.pool,
+                    device=r.device,
+                    share_id=r.share_id,
+                    admin_access=r.admin_access,
+                )
+                for r in allocation.devices.results
+            ),
+            config=allocation.devices.config,
+        )
+
+
+M = TypeVar("M", bound=BaseModel)
+
+_claims_adapter: Final = TypeAdapter(tuple[PodResourceClaim, ...])
+_statuses_adapter: Final = TypeAdapter(tuple[PodResourceClaimStatus, ...])
+_devices_adapter: Final = TypeAdapter(tuple[PodClaimDevices, ...])
+
+
+def _parse_list(
+    annotation: str, text: str | None, adapter: TypeAdapter[tuple[M, ...]]
+) -> tuple[M, ...]:
+    if text is None or not text.strip():
+        raise AnnotationError(annotation, ["is empty; expected a JSON list"])
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AnnotationError(
+            annotation, [f"is not valid JSON: {exc.msg} at character {exc.pos}"]
+        ) from None
+    if not isinstance(data, list):
+        raise AnnotationError(
+            annotation, [f"must be a JSON list, not a JSON {type(data).__name__}"]
+        )
+    try:
+        items = adapter.validate_python(data)
+    except ValidationError as exc:
+        raise AnnotationError(annotation, [str(e) for e in describe(exc)]) from None
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        name = getattr(item, "name", None)
+        if name in seen:
+            raise AnnotationError(annotation, [f"[{i}].name: duplicate value {name!r}"])
+        if isinstance(name, str):
+            seen.add(name)
+    return items
+
+
+def parse_pod_claims(text: str | None) -> tuple[PodResourceClaim, ...]:
+    """Parse the user's claims annotation; entry names must be unique."""
+    return _parse_list(CLAIMS_ANNOTATION, text, _claims_adapter)
+
+
+def parse_claim_statuses(text: str | None) -> tuple[PodResourceClaimStatus, ...]:
+    return _parse_list(CLAIM_STATUSES_ANNOTATION, text, _statuses_adapter)
+
+
+def parse_pod_devices(text: str | None) -> tuple[PodClaimDevices, ...]:
+    return _parse_list(DEVICES_ANNOTATION, text, _devices_adapter)
+
+
+def _dump(items: Iterable[KubeModel]) -> str:
+    return json.dumps([item.to_kube() for item in items], separators=(",", ":"))
+
+
+def format_pod_claims(items: Iterable[PodResourceClaim]) -> str:
+    return _dump(items)
+
+
+def format_claim_statuses(items: Iterable[PodResourceClaimStatus]) -> str:
+    return _dump(items)
+
+
+def format_pod_devices(items: Iterable[PodClaimDevices]) -> str:
+    return _dump(items)
+
+
+def pod_claims(annotations: Mapping[str, str] | None) -> tuple[PodResourceClaim, ...] | None:
+    """The pod's claims if it opted in (None if the annotation is absent); raises if invalid."""
+    if not annotations or CLAIMS_ANNOTATION not in annotations:
+        return None
+    return parse_pod_claims(annotations[CLAIMS_ANNOTATION])

@@ -1,0 +1,176 @@
+"""Types shared by several kinds: selectors, opaque configuration, tolerations and taints.
+
+Also the API group names and the small helpers the model modules use (empty-collection
+defaults that stay out of the serialised form, uniqueness checks with field paths).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from operators.api import limits
+from operators.api.base import (
+    DriverName,
+    KubeModel,
+    LabelKey,
+    LabelValue,
+    QualifiedName,
+    RequestReference,
+    cel_rules,
+)
+from operators.api.errors import field_error
+from operators.api.quantity import Quantity
+
+GROUP: Final = "resource.dralloc.dev"
+VERSION: Final = "v1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KUBERNETES_GROUP: Final = "resource.k8s.io"
+KUBERNETES_API_VERSION: Final = f"{KUBERNETES_GROUP}/{VERSION}"
+
+AllocationMode = Literal["ExactCount", "All"]
+TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
+TolerationOperator = Literal["Equal", "Exists"]
+ConfigSource = Literal["FromClass", "FromClaim"]
+
+
+def empty_tuple() -> Any:
+    """An empty-tuple default that is left out of the serialised form (Go's omitempty)."""
+    return Field(default=(), exclude_if=_is_empty)
+
+
+def empty_map() -> Any:
+    """An empty-dict default that is left out of the serialised form."""
+    return Field(default_factory=dict, exclude_if=_is_empty)
+
+
+def _is_empty(value: Any) -> bool:
+    return not value
+
+
+def json_size(value: Any) -> int:
+    """Bytes of compact JSON, as the API server measures opaque parameters."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def check_unique(names: Iterable[str], list_path: str, key: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise field_error(f"{list_path}[{i}].{key}", f"duplicate value {name!r}")
+        seen.add(name)
+
+
+class CELDeviceSelector(KubeModel):
+    """A CEL expression that must evaluate to true for a device to be selected."""
+
+    expression: Annotated[
+        str, Field(min_length=1, max_length=limits.CEL_SELECTOR_EXPRESSION_MAX_LENGTH)
+    ]
+    """CEL expression over `device` (driver, attributes, capacity, allowMultipleAllocations); must return a bool."""
+
+
+class DeviceSelector(KubeModel):
+    """One criterion a device must meet; all selectors of a request and its class must hold."""
+
+    cel: CELDeviceSelector
+    """A CEL expression that must be true for the device."""
+
+
+class OpaqueDeviceConfiguration(KubeModel):
+    """Driver-specific configuration, passed through to the driver untouched."""
+
+    driver: DriverName
+    """The driver the parameters are for (a DNS subdomain)."""
+    parameters: dict[str, Any]
+    """Arbitrary JSON object for the driver, at most 10 KiB."""
+
+    @model_validator(mode="after")
+    def _check_size(self) -> OpaqueDeviceConfiguration:
+        if json_size(self.parameters) > limits.OPAQUE_PARAMETERS_MAX_LENGTH:
+            raise field_error(
+                "parameters",
+                f"must be at most {limits.OPAQUE_PARAMETERS_MAX_LENGTH} bytes of JSON",
+            )
+        return self
+
+
+class DeviceClassConfiguration(KubeModel):
+    """Configuration that applies to every device allocated through a class."""
+
+    opaque: OpaqueDeviceConfiguration
+    """Driver-specific configuration."""
+
+
+class DeviceClaimConfiguration(KubeModel):
+    """Configuration for the devices of some (or all) requests of a claim."""
+
+    requests: tuple[RequestReference, ...] = empty_tuple()
+    """Names of the requests (or request/subrequest) this applies to; empty means all."""
+    opaque: OpaqueDeviceConfiguration
+    """Driver-specific configuration."""
+
+
+class DeviceToleration(KubeModel):
+    """Lets a request use devices with a matching taint."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            (
+                "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+                "operator must be Exists when key is empty",
+            ),
+            (
+                "!(has(self.operator) && self.operator == 'Exists') || !has(self.value) || self.value == ''",
+                "value must be empty when operator is Exists",
+            ),
+        )
+    )
+
+    key: LabelKey | None = None
+    """Taint key to tolerate; empty with operator Exists tolerates every taint."""
+    operator: TolerationOperator | None = None
+    """Equal (the default) or Exists."""
+    value: LabelValue | None = None
+    """Taint value to match with operator Equal; must be empty with Exists."""
+    effect: TaintEffect | None = None
+    """Taint effect to match; empty matches every effect."""
+    toleration_seconds: int | None = None
+    """With NoExecute: how long the allocation may stay after the taint appears; unset means forever, <= 0 means evict at once."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DeviceToleration:
+        operator = self.operator or "Equal"
+        if not self.key and operator != "Exists":
+            raise field_error("operator", "must be Exists when key is empty")
+        if operator == "Exists" and self.value:
+            raise field_error("value", "must be empty when operator is Exists")
+        return self
+
+    @property
+    def effective_operator(self) -> TolerationOperator:
+        return self.operator or "Equal"
+
+
+class CapacityRequirements(KubeModel):
+    """How much of each consumable capacity a request needs."""
+
+    requests: dict[QualifiedName, Quantity] = empty_map()
+    """Minimum amount per capacity name; the device's request policy may round it up."""
+
+
+class DeviceTaint(KubeModel):
+    """A taint on a device; requests must tolerate it to use the device."""
+
+    key: LabelKey
+    """Taint key."""
+    value: LabelValue | None = None
+    """Taint value."""
+    effect: TaintEffect
+    """NoSchedule (no new allocations), NoExecute (also evict users) or None (informational)."""
+    time_added: datetime | None = None
+    """When the taint was added; set by dralloc when missing."""

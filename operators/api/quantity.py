@@ -1,0 +1,315 @@
+"""Kubernetes resource quantities ("80Gi", "100m", "1e3") with exact arithmetic.
+
+Capacities, counters and capacity requests are compared and summed by the allocator, so
+they must be exact: a quantity is kept as an integer number of nano-units (the finest
+precision Kubernetes keeps; finer input is rounded away from zero, as upstream does) plus
+the notation it was written in, which only matters for printing. Equality, ordering and
+hashing look at the value alone, so "1Gi" == "1024Mi" and "1k" == "1000".
+
+Parsing is memoised per string: slices repeat the same few capacity strings thousands of
+times, and a dictionary hit is far cheaper than the grammar.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from fractions import Fraction
+from typing import Any, Final
+
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+__all__ = ["Quantity", "QuantityFormat", "QuantityParseError", "parse_quantity"]
+
+
+class QuantityParseError(ValueError):
+    """The text is not a Kubernetes quantity."""
+
+
+class QuantityFormat(StrEnum):
+    """How a quantity is printed; the same three families as Kubernetes."""
+
+    BINARY_SI = "BinarySI"  # Ki, Mi, Gi, ... (powers of 1024)
+    DECIMAL_SI = "DecimalSI"  # n, u, m, "", k, M, G, ... (powers of 1000)
+    DECIMAL_EXPONENT = "DecimalExponent"  # 1e3, 5E-3
+
+
+NANO: Final = 10**9
+
+# Grammar (Kubernetes resource.Quantity): sign, digits with an optional fraction, then one
+# suffix: a binary SI suffix, a decimal SI suffix, or an exponent "e<int>"/"E<int>".
+_QUANTITY_RE: Final = re.compile(
+    r"^([+-]?)([0-9]*)(?:\.([0-9]*))?"
+    r"(?:(Ki|Mi|Gi|Ti|Pi|Ei)|([eE][+-]?[0-9]+)|(n|u|m|k|M|G|T|P|E)?)$"
+)
+
+_BINARY_EXP: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL_EXP: Final = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_DECIMAL_SUFFIX: Final = {exp: suffix for suffix, exp in _DECIMAL_EXP.items()} | {0: ""}
+_BINARY_SUFFIX: Final = {exp: suffix for suffix, exp in _BINARY_EXP.items()} | {0: ""}
+
+# Kubernetes quantities must fit the 64-bit integer range once scaled to whole units;
+# anything beyond is capped there. Exponents beyond this are refused outright so that a
+# hostile "1e999999999" cannot make us build a gigantic integer.
+_MAX_EXPONENT: Final = 60
+_MAX_NANO: Final = (2**63 - 1) * NANO
+
+_CACHE_LIMIT: Final = 4096
+_cache: dict[str, Quantity] = {}
+
+
+def _ceil_div_away(numerator: int, denominator: int) -> int:
+    """numerator / denominator rounded away from zero (upstream rounds up to 1n)."""
+    q, r = divmod(abs(numerator), denominator)
+    if r:
+        q += 1
+    return -q if numerator < 0 else q
+
+
+class Quantity:
+    """An exact Kubernetes quantity: `nano` is the value in units of 10**-9."""
+
+    __slots__ = ("_text", "format", "nano")
+
+    nano: int
+    format: QuantityFormat
+    _text: str | None
+
+    def __init__(
+        self, nano: int, fmt: QuantityFormat = QuantityFormat.DECIMAL_SI, text: str | None = None
+    ) -> None:
+        self.nano = nano
+        self.format = fmt
+        self._text = text
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def parse(cls, text: str) -> Quantity:
+        """Parse a quantity string; raise QuantityParseError with the reason."""
+        cached = _cache.get(text)
+        if cached is not None:
+            return cached
+        quantity = cls._parse_uncached(text)
+        if len(_cache) < _CACHE_LIMIT:
+            _cache[text] = quantity
+        return quantity
+
+    @classmethod
+    def _parse_uncached(cls, text: str) -> Quantity:
+        match = _QUANTITY_RE.match(text) if text else None
+        if match is None:
+            raise QuantityParseError(
+                f"quantity {text!r} must match the regular expression "
+                r"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            )
+        sign, whole, fraction, binary, exponent, decimal = match.groups()
+        fraction = fraction or ""
+        if not whole and not fraction:
+            raise QuantityParseError(f"quantity {text!r} has no digits")
+        mantissa = int(whole + fraction or "0")
+        scale = -len(fraction)  # value = mantissa * 10**scale * multiplier
+        if binary is not None:
+            fmt = QuantityFormat.BINARY_SI
+            numerator, denominator = mantissa * (2 ** _BINARY_EXP[binary]), 1
+            power10 = scale
+        else:
+            if exponent is not None:
+                fmt = QuantityFormat.DECIMAL_EXPONENT
+                exp10 = int(exponent[1:])
+            else:
+                fmt = QuantityFormat.DECIMAL_SI
+                exp10 = _DECIMAL_EXP[decimal] if decimal else 0
+            if abs(exp10) > _MAX_EXPONENT:
+                raise QuantityParseError(f"quantity {text!r}: exponent out of range")
+            numerator, denominator = mantissa, 1
+            power10 = scale + exp10
+        power10 += 9  # to nano-units
+        if power10 >= 0:
+            numerator *= 10**power10
+        else:
+            denominator *= 10**-power10
+        nano = _ceil_div_away(numerator, denominator)
+        nano = min(nano, _MAX_NANO)
+        if sign == "-":
+            nano = -nano
+        return cls(nano, fmt)
+
+    @classmethod
+    def from_int(cls, value: int, fmt: QuantityFormat = QuantityFormat.DECIMAL_SI) -> Quantity:
+        return cls(value * NANO, fmt)
+
+    @classmethod
+    def coerce(cls, value: Any) -> Quantity:
+        """Accept what appears in Kubernetes JSON: a string, or a bare JSON number."""
+        if isinstance(value, Quantity):
+            return value
+        if isinstance(value, str):
+            return cls.parse(value)
+        if isinstance(value, bool):
+            raise QuantityParseError(f"quantity must be a string or a number, not {value!r}")
+        if isinstance(value, int):
+            return cls(value * NANO)
+        if isinstance(value, float):
+            return cls.parse(repr(value))
+        raise QuantityParseError(
+            f"quantity must be a string or a number, not {type(value).__name__}"
+        )
+
+    # -- reading ------------------------------------------------------------------------
+
+    @property
+    def fraction(self) -> Fraction:
+        return Fraction(self.nano, NANO)
+
+    def value(self) -> int:
+        """Whole units, rounded up (as Kubernetes' Quantity.Value())."""
+        return -((-self.nano) // NANO)
+
+    def milli_value(self) -> int:
+        """Milli-units, rounded up (as Kubernetes' Quantity.MilliValue())."""
+        return -((-self.nano) // 10**6)
+
+    def is_integer(self) -> bool:
+        return self.nano % NANO == 0
+
+    def sign(self) -> int:
+        return (self.nano > 0) - (self.nano < 0)
+
+    def as_float(self) -> float:
+        return self.nano / NANO
+
+    # -- arithmetic ---------------------------------------------------------------------
+
+    def __add__(self, other: Quantity) -> Quantity:
+        if not isinstance(other, Quantity):
+            return NotImplemented
+        return Quantity(self.nano + other.nano, self.format)
+
+    def __sub__(self, other: Quantity) -> Quantity:
+        if not isinstance(other, Quantity):
+            return NotImplemented
+        return Quantity(self.nano - other.nano, self.format)
+
+    def __mul__(self, factor: int) -> Quantity:
+        if not isinstance(factor, int) or isinstance(factor, bool):
+            return NotImplemented
+        return Quantity(self.nano * factor, self.format)
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> Quantity:
+        return Quantity(-self.nano, self.format)
+
+    def __bool__(self) -> bool:
+        return self.nano != 0
+
+    # -- comparison ---------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Quantity):
+            return self.nano == other.nano
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.nano)
+
+    def __lt__(self, other: Quantity) -> bool:
+        if not isinstance(other, Quantity):
+            return NotImplemented
+        return self.nano < other.nano
+
+    def __le__(self, other: Quantity) -> bool:
+        if not isinstance(other, Quantity):
+            return NotImplemented
+        return self.nano <= other.nano
+
+    def __gt__(self, other: Quantity) -> bool:
+        if not isinstance(other, Quantity):
+            return NotImplemented
+        return self.nano > other.nano
+
+    def __ge__(self, other: Quantity) -> bool:
+        if not isinstance(other, Quantity):
+            return NotImplemented
+        return self.nano >= other.nano
+
+    # -- printing -----------------------------------------------------------------------
+
+    def __str__(self) -> str:
+        text = self._text
+        if text is None:
+            text = self._canonical()
+            self._text = text
+        return text
+
+    def __repr__(self) -> str:
+        return f"Quantity({str(self)!r})"
+
+    def _canonical(self) -> str:
+        """The string Kubernetes prints for this value (Quantity.String())."""
+        nano = self.nano
+        if nano == 0:
+            return "0"
+        fmt = self.format
+        if fmt is QuantityFormat.BINARY_SI and (abs(nano) < 1024 * NANO or nano % NANO != 0):
+            fmt = QuantityFormat.DECIMAL_SI  # small or fractional values print in decimal
+        if fmt is QuantityFormat.BINARY_SI:
+            mantissa, exp2 = nano // NANO, 0
+            while exp2 < 60 and mantissa % 1024 == 0:
+                mantissa //= 1024
+                exp2 += 10
+            return f"{mantissa}{_BINARY_SUFFIX[exp2]}"
+        mantissa, exp10 = nano, -9
+        while exp10 < 18 and mantissa % 1000 == 0:
+            mantissa //= 1000
+            exp10 += 3
+        if fmt is QuantityFormat.DECIMAL_EXPONENT:
+            return f"{mantissa}e{exp10}" if exp10 else str(mantissa)
+        return f"{mantissa}{_DECIMAL_SUFFIX[exp10]}"
+
+    def canonical(self) -> str:
+        return str(self)
+
+    # -- pydantic integration -----------------------------------------------------------
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            _validate_quantity,
+            serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="always"),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # Same shape as Kubernetes' own Quantity schema (int-or-string with a pattern).
+        return {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "pattern": QUANTITY_PATTERN,
+        }
+
+
+QUANTITY_PATTERN: Final = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+
+
+def _validate_quantity(value: Any) -> Quantity:
+    if type(value) is str:
+        cached = _cache.get(value)
+        if cached is not None:
+            return cached
+    try:
+        return Quantity.coerce(value)
+    except QuantityParseError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def parse_quantity(text: str) -> Quantity:
+    """Module-level shorthand for Quantity.parse."""
+    return Quantity.parse(text)

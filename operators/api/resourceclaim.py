@@ -1,0 +1,498 @@
+"""ResourceClaim and ResourceClaimTemplate: what a workload asks for, and what it got."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from operators.api import limits
+from operators.api.base import (
+    IMMUTABLE,
+    ConditionType,
+    DNSLabel,
+    DNSSubdomain,
+    DriverName,
+    FullyQualifiedName,
+    KubeModel,
+    PoolName,
+    QualifiedName,
+    RequestReference,
+    ShareID,
+    cel_rules,
+    list_map,
+    unique_by,
+)
+from operators.api.common import (
+    API_VERSION,
+    AllocationMode,
+    CapacityRequirements,
+    ConfigSource,
+    DeviceClaimConfiguration,
+    DeviceSelector,
+    DeviceToleration,
+    OpaqueDeviceConfiguration,
+    check_unique,
+    empty_map,
+    empty_tuple,
+    json_size,
+)
+from operators.api.errors import field_error
+from operators.api.meta import Condition, NodeSelector, ObjectMeta
+from operators.api.quantity import Quantity
+
+
+def _check_count(mode: str | None, count: int | None) -> None:
+    if mode == "All":
+        if count:
+            raise field_error("count", "must not be set when allocationMode is All")
+    elif count is not None and count <= 0:
+        raise field_error("count", "must be greater than zero")
+
+
+class ExactDeviceRequest(KubeModel):
+    """A request for devices of one class."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            (
+                "!(has(self.allocationMode) && self.allocationMode == 'All') || !has(self.count) || self.count == 0",
+                "count must not be set when allocationMode is All",
+            ),
+            (
+                "(has(self.allocationMode) && self.allocationMode == 'All') || !has(self.count) || self.count > 0",
+                "count must be greater than zero",
+            ),
+        )
+    )
+
+    device_class_name: DNSSubdomain
+    """The DeviceClass the devices must belong to."""
+    selectors: Annotated[
+        tuple[DeviceSelector, ...], Field(max_length=limits.DEVICE_SELECTORS_MAX_SIZE)
+    ] = empty_tuple()
+    """Further criteria, on top of the class's."""
+    allocation_mode: AllocationMode | None = None
+    """ExactCount (the default): count devices; All: every matching device of a pool."""
+    count: Annotated[int, Field(ge=0)] | None = None
+    """Number of devices with ExactCount (default 1)."""
+    admin_access: bool | None = None
+    """Grants access to devices that are in use, for monitoring or maintenance; the namespace needs the admin-access label."""
+    tolerations: Annotated[
+        tuple[DeviceToleration, ...], Field(max_length=limits.DEVICE_TOLERATIONS_MAX_LENGTH)
+    ] = empty_tuple()
+    """Taints this request tolerates."""
+    capacity: CapacityRequirements | None = None
+    """Consumable capacity needed from each device."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ExactDeviceRequest:
+        _check_count(self.allocation_mode, self.count)
+        return self
+
+    @property
+    def effective_allocation_mode(self) -> AllocationMode:
+        return self.allocation_mode or "ExactCount"
+
+    @property
+    def effective_count(self) -> int:
+        """Devices wanted with ExactCount (0 for All)."""
+        if self.allocation_mode == "All":
+            return 0
+        return self.count if self.count is not None else 1
+
+
+class DeviceSubRequest(KubeModel):
+    """One alternative of a firstAvailable request."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            (
+                "!(has(self.allocationMode) && self.allocationMode == 'All') || !has(self.count) || self.count == 0",
+                "count must not be set when allocationMode is All",
+            ),
+            (
+                "(has(self.allocationMode) && self.allocationMode == 'All') || !has(self.count) || self.count > 0",
+                "count must be greater than zero",
+            ),
+        )
+    )
+
+    name: DNSLabel
+    """Name of the alternative; results refer to it as <request>/<subrequest>."""
+    device_class_name: DNSSubdomain
+    """The DeviceClass the devices must belong to."""
+    selectors: Annotated[
+        tuple[DeviceSelector, ...], Field(max_length=limits.DEVICE_SELECTORS_MAX_SIZE)
+    ] = empty_tuple()
+    """Further criteria, on top of the class's."""
+    allocation_mode: AllocationMode | None = None
+    """ExactCount (the default) or All."""
+    count: Annotated[int, Field(ge=0)] | None = None
+    """Number of devices with ExactCount (default 1)."""
+    tolerations: Annotated[
+        tuple[DeviceToleration, ...], Field(max_length=limits.DEVICE_TOLERATIONS_MAX_LENGTH)
+    ] = empty_tuple()
+    """Taints this alternative tolerates."""
+    capacity: CapacityRequirements | None = None
+    """Consumable capacity needed from each device."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DeviceSubRequest:
+        _check_count(self.allocation_mode, self.count)
+        return self
+
+    @property
+    def effective_allocation_mode(self) -> AllocationMode:
+        return self.allocation_mode or "ExactCount"
+
+    @property
+    def effective_count(self) -> int:
+        if self.allocation_mode == "All":
+            return 0
+        return self.count if self.count is not None else 1
+
+
+class DeviceRequest(KubeModel):
+    """A named request: either exactly one kind of device, or an ordered list of alternatives."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            (
+                "has(self.exactly) != (has(self.firstAvailable) && size(self.firstAvailable) > 0)",
+                "exactly one of exactly or firstAvailable must be set",
+            )
+        )
+    )
+
+    name: DNSLabel
+    """Name of the request, unique in the claim."""
+    exactly: ExactDeviceRequest | None = None
+    """The devices wanted. Exactly one of exactly and firstAvailable is set."""
+    first_available: Annotated[
+        tuple[DeviceSubRequest, ...],
+        Field(
+            max_length=limits.FIRST_AVAILABLE_DEVICE_REQUEST_MAX_SIZE,
+            json_schema_extra=unique_by("name", "subrequest names"),
+        ),
+    ] = empty_tuple()
+    """Alternatives in order of preference; the first that can be allocated is used."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DeviceRequest:
+        if (self.exactly is None) == (not self.first_available):
+            raise field_error("", "exactly one of exactly or firstAvailable must be set")
+        check_unique((s.name for s in self.first_available), "firstAvailable", "name")
+        return self
+
+
+class DeviceConstraint(KubeModel):
+    """A rule that must hold across the devices of some requests."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            (
+                "has(self.matchAttribute) != has(self.distinctAttribute)",
+                "exactly one of matchAttribute or distinctAttribute must be set",
+            )
+        )
+    )
+
+    requests: Annotated[
+        tuple[RequestReference, ...], Field(max_length=limits.DEVICE_REQUESTS_MAX_SIZE)
+    ] = empty_tuple()
+    """Requests (or request/subrequest) the constraint covers; empty means all."""
+    match_attribute: FullyQualifiedName | None = None
+    """All devices must have this attribute, with the same value."""
+    distinct_attribute: FullyQualifiedName | None = None
+    """All devices must have this attribute, each with a different value."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DeviceConstraint:
+        if (self.match_attribute is None) == (self.distinct_attribute is None):
+            raise field_error("", "exactly one of matchAttribute or distinctAttribute must be set")
+        return self
+
+
+class DeviceClaim(KubeModel):
+    """The devices a claim asks for."""
+
+    requests: Annotated[
+        tuple[DeviceRequest, ...],
+        Field(
+            max_length=limits.DEVICE_REQUESTS_MAX_SIZE,
+            json_schema_extra=unique_by("name", "request names"),
+        ),
+    ] = empty_tuple()
+    """The requests; all must be satisfied."""
+    constraints: Annotated[
+        tuple[DeviceConstraint, ...], Field(max_length=limits.DEVICE_CONSTRAINTS_MAX_SIZE)
+    ] = empty_tuple()
+    """Rules across the requests' devices."""
+    config: Annotated[
+        tuple[DeviceClaimConfiguration, ...], Field(max_length=limits.DEVICE_CONFIG_MAX_SIZE)
+    ] = empty_tuple()
+    """Configuration for the requests' devices."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DeviceClaim:
+        check_unique((r.name for r in self.requests), "requests", "name")
+        known: set[str] = set()
+        for request in self.requests:
+            known.add(request.name)
+            known.update(f"{request.name}/{sub.name}" for sub in request.first_available)
+        for i, constraint in enumerate(self.constraints):
+            _check_references(constraint.requests, known, f"constraints[{i}].requests")
+        for i, config in enumerate(self.config):
+            _check_references(config.requests, known, f"config[{i}].requests")
+        return self
+
+    def request(self, name: str) -> DeviceRequest | None:
+        for request in self.requests:
+            if request.name == name:
+                return request
+        return None
+
+
+def _check_references(refs: tuple[str, ...], known: set[str], path: str) -> None:
+    for j, ref in enumerate(refs):
+        if ref not in known:
+            raise field_error(
+                f"{path}[{j}]", f"{ref!r} is not a request or subrequest of the claim"
+            )
+
+
+class ResourceClaimSpec(KubeModel):
+    """What a claim asks for. Immutable once created."""
+
+    devices: DeviceClaim = Field(default_factory=DeviceClaim)
+    """The devices wanted."""
+
+
+class DeviceRequestAllocationResult(KubeModel):
+    """One device allocated for one request."""
+
+    request: RequestReference
+    """The request (or request/subrequest) the device was allocated for."""
+    driver: DriverName
+    """Driver of the device."""
+    pool: PoolName
+    """Pool of the device."""
+    device: DNSLabel
+    """Name of the device in its pool."""
+    admin_access: bool | None = None
+    """True if allocated with admin access."""
+    tolerations: Annotated[
+        tuple[DeviceToleration, ...], Field(max_length=limits.DEVICE_TOLERATIONS_MAX_LENGTH)
+    ] = empty_tuple()
+    """The request's tolerations at allocation time."""
+    binding_conditions: Annotated[
+        tuple[ConditionType, ...], Field(max_length=limits.BINDING_CONDITIONS_MAX_SIZE)
+    ] = empty_tuple()
+    """Copied from the device: conditions that must be True before the pod is bound."""
+    binding_failure_conditions: Annotated[
+        tuple[ConditionType, ...], Field(max_length=limits.BINDING_FAILURE_CONDITIONS_MAX_SIZE)
+    ] = empty_tuple()
+    """Copied from the device: conditions that, when True, make binding fail."""
+    share_id: ShareID | None = None
+    """Identifies this share of a device that allows multiple allocations (lowercase UUID)."""
+    consumed_capacity: dict[QualifiedName, Quantity] = empty_map()
+    """Capacity consumed from a device that allows multiple allocations."""
+
+    @property
+    def device_id(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+class DeviceAllocationConfiguration(KubeModel):
+    """Configuration copied into the allocation from the class or the claim."""
+
+    source: ConfigSource
+    """FromClass or FromClaim."""
+    requests: tuple[RequestReference, ...] = empty_tuple()
+    """Requests the configuration applies to; empty means all."""
+    opaque: OpaqueDeviceConfiguration
+    """Driver-specific configuration."""
+
+
+class DeviceAllocationResult(KubeModel):
+    """The allocated devices and their configuration."""
+
+    results: Annotated[
+        tuple[DeviceRequestAllocationResult, ...],
+        Field(max_length=limits.ALLOCATION_RESULTS_MAX_SIZE),
+    ] = empty_tuple()
+    """One entry per allocated device."""
+    config: Annotated[
+        tuple[DeviceAllocationConfiguration, ...],
+        Field(max_length=limits.ALLOCATION_CONFIG_MAX_SIZE),
+    ] = empty_tuple()
+    """Class configuration first, then claim configuration."""
+
+
+class AllocationResult(KubeModel):
+    """Where and what a claim got allocated."""
+
+    devices: DeviceAllocationResult = Field(default_factory=DeviceAllocationResult)
+    """The allocated devices."""
+    node_selector: NodeSelector | None = None
+    """Nodes where the devices are usable; unset means every node."""
+    allocation_timestamp: datetime | None = None
+    """When the allocation was made."""
+
+
+class ResourceClaimConsumerReference(KubeModel):
+    """An object (usually a pod) the claim is reserved for."""
+
+    api_group: str | None = None
+    """API group of the consumer; empty for core objects such as pods."""
+    resource: str
+    """Resource type of the consumer, for example pods."""
+    name: str
+    """Name of the consumer."""
+    uid: str
+    """UID of the consumer."""
+
+
+class NetworkDeviceData(KubeModel):
+    """Network details of an allocated device."""
+
+    interface_name: (
+        Annotated[str, Field(max_length=limits.NETWORK_DEVICE_DATA_INTERFACE_NAME_MAX_LENGTH)]
+        | None
+    ) = None
+    """Name of the network interface in the pod."""
+    ips: Annotated[tuple[str, ...], Field(max_length=limits.NETWORK_DEVICE_DATA_MAX_IPS)] = (
+        empty_tuple()
+    )
+    """Addresses in CIDR notation, for example 192.0.2.5/24."""
+    hardware_address: (
+        Annotated[str, Field(max_length=limits.NETWORK_DEVICE_DATA_HARDWARE_ADDRESS_MAX_LENGTH)]
+        | None
+    ) = None
+    """Hardware (MAC) address of the interface."""
+
+
+class AllocatedDeviceStatus(KubeModel):
+    """Status a driver reports for one allocated device."""
+
+    driver: DriverName
+    """Driver of the device."""
+    pool: PoolName
+    """Pool of the device."""
+    device: DNSLabel
+    """Name of the device."""
+    share_id: ShareID | None = None
+    """Share of a multi-allocatable device this status is about."""
+    conditions: Annotated[
+        tuple[Condition, ...],
+        Field(
+            max_length=limits.ALLOCATED_DEVICE_STATUS_MAX_CONDITIONS,
+            json_schema_extra=list_map("type"),
+        ),
+    ] = empty_tuple()
+    """Conditions of the device (for example Ready)."""
+    data: Any = None
+    """Arbitrary driver-specific JSON, at most 10 KiB."""
+    network_data: NetworkDeviceData | None = None
+    """Network details of the device."""
+
+    @model_validator(mode="after")
+    def _check(self) -> AllocatedDeviceStatus:
+        if (
+            self.data is not None
+            and json_size(self.data) > limits.ALLOCATED_DEVICE_STATUS_DATA_MAX_LENGTH
+        ):
+            raise field_error(
+                "data",
+                f"must be at most {limits.ALLOCATED_DEVICE_STATUS_DATA_MAX_LENGTH} bytes of JSON",
+            )
+        return self
+
+
+class ResourceClaimStatus(KubeModel):
+    """What has been allocated and who uses it."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            (
+                "!has(self.reservedFor) || size(self.reservedFor) == 0 || has(self.allocation)",
+                "reservedFor must be empty while the claim is not allocated",
+            ),
+            (
+                "!has(oldSelf.allocation) || !has(self.allocation) || self.allocation == oldSelf.allocation",
+                "allocation cannot be changed once set; it can only be cleared",
+            ),
+        )
+    )
+
+    allocation: AllocationResult | None = None
+    """The allocation, once made; it can only be cleared (deallocation), never changed."""
+    reserved_for: Annotated[
+        tuple[ResourceClaimConsumerReference, ...],
+        Field(
+            max_length=limits.RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE,
+            json_schema_extra=list_map("uid"),
+        ),
+    ] = empty_tuple()
+    """Consumers (pods) currently using the claim; only while allocated."""
+    devices: Annotated[
+        tuple[AllocatedDeviceStatus, ...],
+        Field(
+            max_length=limits.ALLOCATION_RESULTS_MAX_SIZE,
+            json_schema_extra=cel_rules(
+                (
+                    "self.all(x, self.exists_one(y, y.driver == x.driver && y.pool == x.pool"
+                    " && y.device == x.device"
+                    " && (has(y.shareID) ? y.shareID : '') == (has(x.shareID) ? x.shareID : '')))",
+                    "entries must be unique by driver, pool, device and shareID",
+                )
+            ),
+        ),
+    ] = empty_tuple()
+    """Status reported by drivers for the allocated devices (one entry per device or share)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ResourceClaimStatus:
+        if self.reserved_for and self.allocation is None:
+            raise field_error("reservedFor", "must be empty while the claim is not allocated")
+        check_unique((r.uid for r in self.reserved_for), "reservedFor", "uid")
+        return self
+
+
+class ResourceClaim(KubeModel):
+    """A request for devices, and once allocated, the devices it got (namespaced)."""
+
+    api_version: str = API_VERSION
+    """resource.dralloc.dev/v1."""
+    kind: Literal["ResourceClaim"] = "ResourceClaim"
+    """ResourceClaim."""
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    """Standard object metadata."""
+    spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec, json_schema_extra=IMMUTABLE)
+    """What is requested. Immutable."""
+    status: ResourceClaimStatus | None = None
+    """Allocation and reservation state, written by dralloc and drivers."""
+
+
+class ResourceClaimTemplateSpec(KubeModel):
+    """The claim to create for each pod that references the template."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    """Labels and annotations copied to each generated claim."""
+    spec: ResourceClaimSpec
+    """Spec of each generated claim."""
+
+
+class ResourceClaimTemplate(KubeModel):
+    """A template from which a claim is generated per pod (namespaced)."""
+
+    api_version: str = API_VERSION
+    """resource.dralloc.dev/v1."""
+    kind: Literal["ResourceClaimTemplate"] = "ResourceClaimTemplate"
+    """ResourceClaimTemplate."""
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    """Standard object metadata."""
+    spec: ResourceClaimTemplateSpec
+    """The claim to generate."""

@@ -1,0 +1,204 @@
+"""Frozen views of the core/v1 objects the controllers read: pods, nodes, namespaces.
+
+A Pod body is large (containers, volumes, managedFields) and the controllers need a dozen of
+its fields; keeping only those makes the pod cache small and each field access cheap. The
+views are built once per watch event. The pod protocol annotations (DESIGN.md) are decoded
+here too (with :mod:`operators.api.annotations`), so a malformed annotation is found once
+and reported as ``claims_error``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from operators.api.annotations import (
+    ADMIN_ACCESS_LABEL,
+    CLAIM_STATUSES_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    DEVICES_ANNOTATION,
+    FINALIZER,
+    POD_CLAIM_NAME_ANNOTATION,
+    SCHEDULING_GATE,
+    AnnotationError,
+    PodResourceClaim,
+    PodResourceClaimStatus,
+    format_claim_statuses,
+    parse_claim_statuses,
+    parse_pod_claims,
+)
+from operators.kube import JsonDict
+
+__all__ = [
+    "ADMIN_ACCESS_LABEL",
+    "CLAIMS_ANNOTATION",
+    "CLAIM_STATUSES_ANNOTATION",
+    "DEVICES_ANNOTATION",
+    "FINALIZER",
+    "POD_CLAIM_NAME_ANNOTATION",
+    "SCHEDULING_GATE",
+    "ClaimStatus",
+    "Namespace",
+    "Node",
+    "Pod",
+    "PodClaim",
+]
+
+PodClaim = PodResourceClaim
+ClaimStatus = PodResourceClaimStatus
+
+
+def parse_pod_claims_safe(text: str | None) -> tuple[tuple[PodClaim, ...], str]:
+    """Decode the claims annotation; returns the claims and an error message ('' if fine)."""
+    if text is None:
+        return (), ""
+    try:
+        return parse_pod_claims(text), ""
+    except AnnotationError as error:
+        return (), str(error)
+
+
+def parse_claim_statuses_safe(text: str | None) -> tuple[ClaimStatus, ...]:
+    """Decode the claim-statuses annotation (ours); anything malformed reads as empty."""
+    if not text:
+        return ()
+    try:
+        return parse_claim_statuses(text)
+    except AnnotationError:
+        return ()
+
+
+def render_claim_statuses(statuses: tuple[ClaimStatus, ...]) -> str:
+    """The canonical JSON of the claim-statuses annotation (stable: no update loops)."""
+    return format_claim_statuses(statuses)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    node_name: str
+    phase: str
+    deleting: bool
+    scheduling_gates: tuple[str, ...]
+    node_selector: Mapping[str, str]
+    required_affinity: Mapping[str, Any] | None
+    tolerations: tuple[Mapping[str, Any], ...]
+    conditions: tuple[Mapping[str, Any], ...]
+    claims: tuple[PodClaim, ...]
+    claims_error: str
+    claim_statuses: tuple[ClaimStatus, ...]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def uses_claims(self) -> bool:
+        return bool(self.claims) or bool(self.claims_error)
+
+    @property
+    def gated(self) -> bool:
+        return SCHEDULING_GATE in self.scheduling_gates
+
+    @property
+    def done(self) -> bool:
+        """Upstream's rule: finished, or being deleted before it was ever scheduled."""
+        return self.phase in ("Succeeded", "Failed") or (self.deleting and not self.node_name)
+
+    @property
+    def allocated(self) -> bool:
+        return DEVICES_ANNOTATION in self.annotations
+
+    def claim_name(self, pod_claim: PodClaim) -> str | None:
+        """The ResourceClaim name an entry refers to, if known yet."""
+        if pod_claim.resource_claim_name is not None:
+            return pod_claim.resource_claim_name
+        for status in self.claim_statuses:
+            if status.name == pod_claim.name:
+                return status.resource_claim_name
+        return None
+
+    def involved(self) -> JsonDict:
+        """The minimal object an Event needs to point at this pod."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "namespace": self.namespace,
+                "name": self.name,
+                "uid": self.uid,
+                "resourceVersion": self.resource_version,
+            },
+        }
+
+
+def parse_pod(raw: JsonDict) -> Pod:
+    metadata = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    annotations = dict(metadata.get("annotations") or {})
+    claims, error = parse_pod_claims_safe(annotations.get(CLAIMS_ANNOTATION))
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    return Pod(
+        namespace=metadata.get("namespace") or "",
+        name=metadata.get("name") or "",
+        uid=metadata.get("uid") or "",
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        labels=dict(metadata.get("labels") or {}),
+        annotations=annotations,
+        node_name=spec.get("nodeName") or "",
+        phase=status.get("phase") or "",
+        deleting=bool(metadata.get("deletionTimestamp")),
+        scheduling_gates=tuple(g.get("name", "") for g in spec.get("schedulingGates") or ()),
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        required_affinity=affinity,
+        tolerations=tuple(spec.get("tolerations") or ()),
+        conditions=tuple(status.get("conditions") or ()),
+        claims=claims,
+        claims_error=error,
+        claim_statuses=parse_claim_statuses_safe(annotations.get(CLAIM_STATUSES_ANNOTATION)),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    taints: tuple[Mapping[str, Any], ...]
+    unschedulable: bool
+
+
+def parse_node(raw: JsonDict) -> Node:
+    metadata = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    return Node(
+        name=metadata.get("name") or "",
+        uid=metadata.get("uid") or "",
+        labels=dict(metadata.get("labels") or {}),
+        taints=tuple(spec.get("taints") or ()),
+        unschedulable=bool(spec.get("unschedulable")),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str]
+
+    @property
+    def allows_admin_access(self) -> bool:
+        return self.labels.get(ADMIN_ACCESS_LABEL) == "true"
+
+
+def parse_namespace(raw: JsonDict) -> Namespace:
+    metadata = raw.get("metadata") or {}
+    return Namespace(name=metadata.get("name") or "", labels=dict(metadata.get("labels") or {}))

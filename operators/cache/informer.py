@@ -1,0 +1,275 @@
+"""One list+watch per resource kind, kept as validated objects and fanned out to subscribers.
+
+This is the client-go informer pattern, written for asyncio because kopf's indexes make startup
+quadratic in the number of objects and never drop objects that vanished during a watch gap
+(reference python-stack §1.2). Each informer:
+
+* lists (paginated), then watches from the list's resourceVersion with bookmarks;
+* on ``410 Gone`` relists and *diffs* the new list against its store, so objects deleted while
+  the watch was down produce DELETED changes like any other deletion;
+* retries errors with exponential backoff, keeping what it has;
+* validates each object once, when its event arrives, into whatever ``parse`` returns (the
+  frozen models of :mod:`operators.api`); an object that does not validate is logged and
+  treated as absent, so one bad object never stops the others;
+* calls every handler synchronously with a :class:`Change`; handlers only enqueue work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+import aiohttp
+import structlog
+
+from operators.cache.backoff import Backoff
+from operators.kube import ApiError, Gone, JsonDict, KubeClient, Resource
+
+T = TypeVar("T")
+
+log = structlog.get_logger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Key:
+    """Namespace ("" for cluster-scoped objects) and name."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Meta:
+    """The few metadata fields the cache itself needs, read from the raw object."""
+
+    key: Key
+    uid: str
+    resource_version: str
+
+    @classmethod
+    def of(cls, raw: JsonDict) -> Meta:
+        metadata = raw.get("metadata") or {}
+        return cls(
+            Key(metadata.get("namespace") or "", metadata.get("name") or ""),
+            metadata.get("uid") or "",
+            str(metadata.get("resourceVersion") or ""),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Change(Generic[T]):
+    """An object appeared (old is None), changed, or disappeared (new is None)."""
+
+    resource: Resource
+    key: Key
+    old: T | None
+    new: T | None
+
+    @property
+    def deleted(self) -> bool:
+        return self.new is None
+
+
+Handler = Callable[[Change[Any]], None]
+Parser = Callable[[JsonDict], T]
+IndexFunc = Callable[[T], Iterable[Hashable]]
+
+
+def version_number(resource_version: str) -> int:
+    """resourceVersions are opaque, but every API server in practice uses etcd revisions."""
+    try:
+        return int(resource_version)
+    except ValueError:
+        return -1
+
+
+class Informer(Generic[T]):
+    """The cache of one resource kind."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        parse: Parser[T],
+        *,
+        watch_timeout: int = 300,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.parse = parse
+        self.watch_timeout = watch_timeout
+        self.backoff = backoff or Backoff(base=0.2, cap=30.0)
+        self.synced = asyncio.Event()
+        self.sync_seconds: float | None = None
+        self._objects: dict[Key, T] = {}
+        self._meta: dict[Key, Meta] = {}
+        self._handlers: list[Handler] = []
+        self._index_funcs: dict[str, IndexFunc[T]] = {}
+        self._indexes: dict[str, dict[Hashable, set[Key]]] = {}
+        self._indexed_values: dict[str, dict[Key, tuple[Hashable, ...]]] = {}
+        self._log = log.bind(kind=resource.kind)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def get(self, key: Key) -> T | None:
+        return self._objects.get(key)
+
+    def meta(self, key: Key) -> Meta | None:
+        return self._meta.get(key)
+
+    def keys(self) -> list[Key]:
+        return list(self._objects)
+
+    def values(self) -> list[T]:
+        return list(self._objects.values())
+
+    def items(self) -> Iterator[tuple[Key, T]]:
+        return iter(list(self._objects.items()))
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def by_index(self, index: str, value: Hashable) -> list[T]:
+        keys = self._indexes[index].get(value, ())
+        return [self._objects[key] for key in sorted(keys)]
+
+    def index_keys(self, index: str, value: Hashable) -> list[Key]:
+        return sorted(self._indexes[index].get(value, ()))
+
+    # --- subscribing -----------------------------------------------------------------------
+
+    def add_handler(self, handler: Handler) -> None:
+        """Subscribe; a late subscriber first gets an ADDED change for every cached object."""
+        self._handlers.append(handler)
+        for key, obj in list(self._objects.items()):
+            self._call(handler, Change(self.resource, key, None, obj))
+
+    def add_index(self, name: str, func: IndexFunc[T]) -> None:
+        self._index_funcs[name] = func
+        self._indexes[name] = {}
+        self._indexed_values[name] = {}
+        for key, obj in self._objects.items():
+            self._reindex(name, key, obj)
+
+    # --- applying events (also used directly by tests) -------------------------------------
+
+    def apply(self, event_type: str, raw: JsonDict) -> Change[T] | None:
+        """Apply one watch event to the store and notify; returns the change, if any."""
+        meta = Meta.of(raw)
+        key = meta.key
+        old = self._objects.get(key)
+        if event_type == "DELETED":
+            if key not in self._objects:
+                return None
+            return self._store(key, None, None)
+        known = self._meta.get(key)
+        if known is not None and known.resource_version == meta.resource_version:
+            return None
+        try:
+            new = self.parse(raw)
+        except ValueError as error:
+            self._log.warning("invalid object ignored", object=str(key), error=str(error)[:500])
+            return self._store(key, None, None) if old is not None else None
+        if known is not None and known.uid != meta.uid and old is not None:
+            self._store(key, None, None)  # the old object went away; a new one took its name
+        return self._store(key, new, meta)
+
+    def replace(self, raws: list[JsonDict]) -> list[Change[T]]:
+        """Make the store equal to a fresh list; objects missing from it are deleted."""
+        changes: list[Change[T]] = []
+        seen: set[Key] = set()
+        for raw in raws:
+            seen.add(Meta.of(raw).key)
+            change = self.apply("ADDED", raw)
+            if change is not None:
+                changes.append(change)
+        for key in [key for key in self._objects if key not in seen]:
+            changes.append(self._store(key, None, None))
+        return changes
+
+    def _store(self, key: Key, new: T | None, meta: Meta | None) -> Change[T]:
+        old = self._objects.get(key)
+        if new is None or meta is None:
+            self._objects.pop(key, None)
+            self._meta.pop(key, None)
+        else:
+            self._objects[key] = new
+            self._meta[key] = meta
+        for name in self._index_funcs:
+            self._reindex(name, key, new)
+        change = Change(self.resource, key, old, new)
+        for handler in list(self._handlers):
+            self._call(handler, change)
+        return change
+
+    def _reindex(self, name: str, key: Key, obj: T | None) -> None:
+        index = self._indexes[name]
+        previous = self._indexed_values[name].pop(key, ())
+        for value in previous:
+            bucket = index.get(value)
+            if bucket is not None:
+                bucket.discard(key)
+                if not bucket:
+                    del index[value]
+        if obj is None:
+            return
+        values = tuple(self._index_funcs[name](obj))
+        if values:
+            self._indexed_values[name][key] = values
+            for value in values:
+                index.setdefault(value, set()).add(key)
+
+    def _call(self, handler: Handler, change: Change[Any]) -> None:
+        try:
+            handler(change)
+        except Exception:
+            self._log.exception(
+                "cache handler failed", handler=getattr(handler, "__qualname__", "")
+            )
+
+    # --- the list+watch loop ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        resource_version = ""
+        started = time.monotonic()
+        while True:
+            try:
+                if not resource_version:
+                    raws, resource_version = await self.client.list(self.resource)
+                    self.replace(raws)
+                    if not self.synced.is_set():
+                        self.sync_seconds = time.monotonic() - started
+                        self.synced.set()
+                        self._log.info(
+                            "cache synced", objects=len(self._objects), seconds=self.sync_seconds
+                        )
+                resource_version = await self._watch_once(resource_version)
+                self.backoff.reset()
+            except Gone:
+                self._log.info("watch expired, relisting")
+                resource_version = ""
+            except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as error:
+                delay = self.backoff.next()
+                self._log.warning("list/watch failed", error=str(error)[:300], retry_in=delay)
+                if self.backoff.failures > 3:
+                    resource_version = ""  # a long gap: relist rather than trust the old version
+                await asyncio.sleep(delay)
+
+    async def _watch_once(self, resource_version: str) -> str:
+        async for event in self.client.watch(
+            self.resource, resource_version, timeout_seconds=self.watch_timeout
+        ):
+            version = (event.object.get("metadata") or {}).get("resourceVersion")
+            if event.type != "BOOKMARK":
+                self.apply(event.type, event.object)
+            if version:
+                resource_version = str(version)
+        return resource_version

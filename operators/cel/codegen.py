@@ -1,0 +1,584 @@
+"""Translate an ``ast`` tree into the source of one Python function.
+
+The generated function evaluates the expression with statements, not nested
+lambdas: ``&&``, ``||`` and ``?:`` become ``try``/``if`` blocks (errors are
+kept as values so that ``false && error`` is false, as CEL requires), macros
+become ``for`` loops over locals, ``cel.bind`` becomes an assignment. Each
+loop iteration adds its cost to a local counter and stops the evaluation when
+the budget is exhausted. Operators and library functions are calls into
+``runtime`` and ``functions``, bound by name when the source is compiled.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from . import analysis, ast, functions, runtime
+from .errors import CELCompileError, CELCostError, CELEvalError
+from .parser import RESERVED_WORDS
+from .values import TYPES, UInt
+
+#: Fields of the ``device`` variable and the DeviceView attribute holding each.
+DEVICE_FIELDS = {
+    "driver": "driver",
+    "attributes": "attributes",
+    "capacity": "capacity",
+    "allowMultipleAllocations": "allow_multiple_allocations",
+}
+
+_FOLDABLE = frozenset(
+    {"quantity", "semver", "timestamp", "duration", "isSemver", "isQuantity", "bytes", "double"}
+)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What names an expression may use and how strictly they are checked."""
+
+    variables: frozenset[str] = frozenset()
+    #: Undeclared identifiers and functions are compile errors (else runtime errors).
+    checked: bool = True
+    #: Name of the variable that is a DeviceView (device selectors), if any.
+    device_var: str | None = None
+    list_attributes: bool = False
+    consumable_capacity: bool = True
+
+
+@dataclass(frozen=True)
+class GeneratedCode:
+    source: str
+    namespace: dict[str, Any]
+    flat_cost: int
+    variables: tuple[tuple[str, str], ...]  # (CEL name, Python local)
+
+
+def _arity(fn: Callable[..., Any]) -> tuple[int, int]:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return (0, 99)
+    required = sum(1 for p in params if p.default is inspect.Parameter.empty)
+    return (required, len(params))
+
+
+class _Codegen:
+    def __init__(self, env: Environment, source: str) -> None:
+        self.env = env
+        self.source = source
+        self.lines: list[str] = []
+        self.level = 1
+        self.counter = 0
+        self.namespace: dict[str, Any] = {}
+        self.scopes: list[dict[str, str]] = [{}]
+        self.used_vars: dict[str, str] = {}
+
+    # --- plumbing ---------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.level + line)
+
+    @contextmanager
+    def block(self) -> Iterator[None]:
+        self.level += 1
+        start = len(self.lines)
+        try:
+            yield
+        finally:
+            if len(self.lines) == start:
+                self.emit("pass")
+            self.level -= 1
+
+    def tmp(self, prefix: str = "t") -> str:
+        self.counter += 1
+        return f"_{prefix}{self.counter}"
+
+    def bind(self, value: Any, prefix: str = "k") -> str:
+        for name, existing in self.namespace.items():
+            if existing is value and name.startswith("_" + prefix):
+                return name
+        name = self.tmp(prefix)
+        self.namespace[name] = value
+        return name
+
+    def helper(self, name: str, fn: Callable[..., Any]) -> str:
+        key = "_h_" + name
+        self.namespace[key] = fn
+        return key
+
+    def error(self, node: ast.Node, message: str) -> CELCompileError:
+        line, column = node.pos
+        return CELCompileError(f"compilation failed: ERROR: <input>:{line}:{column}: {message}")
+
+    def lookup_local(self, name: str) -> str | None:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def runtime_error(self, message: str) -> str:
+        """An expression that raises an evaluation error when reached."""
+        return f"{self.helper('fail', runtime.fail)}({message!r})"
+
+    # --- expressions ------------------------------------------------------
+    def expr(self, node: ast.Node) -> str:
+        method = getattr(self, "x_" + type(node).__name__)
+        result: str = method(node)
+        return result
+
+    def x_Lit(self, node: ast.Lit) -> str:
+        value = node.value
+        t = type(value)
+        if t in (int, str, bool, bytes) or value is None:
+            return repr(value)
+        if t is float and math.isfinite(value) and not (value == 0 and math.copysign(1, value) < 0):
+            return repr(value)
+        return self.bind(value)
+
+    def x_Ident(self, node: ast.Ident) -> str:
+        name = node.name
+        local = None if node.root else self.lookup_local(name)
+        if local is not None:
+            return local
+        if name in self.env.variables:
+            return self.variable(name)
+        if name in TYPES and name != "dyn":
+            return self.bind(TYPES[name])
+        if name in RESERVED_WORDS:
+            raise self.error(node, f"reserved identifier: {name}")
+        if self.env.checked:
+            raise self.error(node, f"undeclared reference to '{name}' (in container '')")
+        return self.runtime_error(f"unknown variable: {name}")
+
+    def variable(self, name: str) -> str:
+        if name not in self.used_vars:
+            safe = "".join(c if c.isalnum() else "_" for c in name)
+            self.used_vars[name] = f"v_{safe}_{len(self.used_vars)}"
+        return self.used_vars[name]
+
+    def _qualified_variable(self, node: ast.Select) -> str | None:
+        """Resolve ``a.b.c`` to a variable declared with a dotted name, longest first."""
+        dotted = analysis.namespace_of(node)
+        if dotted is None or "." not in dotted:
+            return None
+        root = dotted.split(".", 1)[0]
+        if self.lookup_local(root) is not None:
+            return None
+        if dotted in self.env.variables:
+            return self.variable(dotted)
+        return None
+
+    def x_Select(self, node: ast.Select) -> str:
+        if not node.optional:
+            qualified = self._qualified_variable(node)
+            if qualified is not None:
+                return qualified
+            operand = node.operand
+            if (
+                isinstance(operand, ast.Ident)
+                and operand.name == self.env.device_var
+                and self.lookup_local(operand.name) is None
+            ):
+                return self.device_field(node)
+        target = self.expr(node.operand)
+        fn = runtime.optional_select if node.optional else runtime.select
+        name = "optselect" if node.optional else "select"
+        return f"{self.helper(name, fn)}({target}, {node.field!r})"
+
+    def device_field(self, node: ast.Select) -> str:
+        attr = DEVICE_FIELDS.get(node.field)
+        if attr is None or (attr == "allow_multiple_allocations" and not self.env.consumable_capacity):
+            raise self.error(node, f"undefined field '{node.field}'")
+        return f"{self.expr(node.operand)}.{attr}"
+
+    def x_Index(self, node: ast.Index) -> str:
+        target = self.expr(node.operand)
+        key = self.expr(node.index)
+        if node.optional:
+            return f"{self.helper('optindex', runtime.optional_index)}({target}, {key})"
+        return f"{self.helper('index', runtime.index)}({target}, {key})"
+
+    def x_Unary(self, node: ast.Unary) -> str:
+        if node.op == "-" and isinstance(node.operand, ast.Lit):
+            try:
+                return self.x_Lit(ast.Lit(runtime.neg(node.operand.value), pos=node.pos))
+            except CELEvalError:
+                pass
+        operand = self.expr(node.operand)
+        if node.op == "!":
+            return f"{self.helper('not', runtime.logical_not)}({operand})"
+        return f"{self.helper('neg', runtime.neg)}({operand})"
+
+    _BINARY: dict[str, tuple[str, Callable[..., Any]]] = {
+        "==": ("eq", runtime.equals),
+        "!=": ("ne", runtime.not_equals),
+        "<": ("lt", runtime.less),
+        "<=": ("le", runtime.less_equal),
+        ">": ("gt", runtime.greater),
+        ">=": ("ge", runtime.greater_equal),
+        "in": ("in", runtime.contains),
+        "+": ("add", runtime.add),
+        "-": ("sub", runtime.sub),
+        "*": ("mul", runtime.mul),
+        "/": ("div", runtime.div),
+        "%": ("mod", runtime.mod),
+    }
+    _FAST_COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
+
+    def x_Binary(self, node: ast.Binary) -> str:
+        left = self.expr(node.left)
+        right = self.expr(node.right)
+        name, fn = self._BINARY[node.op]
+        call = self.helper(name, fn)
+        # Same-type fast path when one side is a string or int literal: skip the
+        # helper call when the other side has that type too.
+        if node.op in self._FAST_COMPARE:
+            for lit_node, lit, other, swapped in (
+                (node.right, right, left, False),
+                (node.left, left, right, True),
+            ):
+                if isinstance(lit_node, ast.Lit) and type(lit_node.value) in (str, int):
+                    t = self.tmp()
+                    kind = type(lit_node.value).__name__
+                    op = node.op
+                    direct = f"({lit} {op} {t})" if swapped else f"({t} {op} {lit})"
+                    slow = f"{call}({lit}, {t})" if swapped else f"{call}({t}, {lit})"
+                    return f"({direct} if type({t} := {other}) is {kind} else {slow})"
+        return f"{call}({left}, {right})"
+
+    def _guarded(self, node: ast.Node, target: str) -> None:
+        """Evaluate ``node`` into ``target``; an evaluation error is stored, not raised."""
+        self.emit("try:")
+        with self.block():
+            value = self.expr(node)
+            self.emit(f"{target} = {value}")
+        self.emit(f"except {self.helper('EvalError', CELEvalError)} as _exc:")
+        with self.block():
+            self.emit(f"{target} = _exc")
+
+    def x_And(self, node: ast.And) -> str:
+        return self._logical(node, ast.And, short="False", step=("and_step", _and_step))
+
+    def x_Or(self, node: ast.Or) -> str:
+        return self._logical(node, ast.Or, short="True", step=("or_step", _or_step))
+
+    def _logical(
+        self,
+        node: ast.And | ast.Or,
+        kind: type[ast.And] | type[ast.Or],
+        short: str,
+        step: tuple[str, Callable[..., Any]],
+    ) -> str:
+        # A chain a && b && c is flattened into one pass inside a one-shot loop,
+        # so that long chains do not nest blocks (Python allows 20 levels).
+        operands: list[ast.Node] = []
+        pending: list[ast.Node] = [node]
+        while pending:
+            current = pending.pop()
+            if isinstance(current, kind):
+                pending.append(current.right)
+                pending.append(current.left)
+            else:
+                operands.append(current)
+        value, result = self.tmp(), self.tmp("r")
+        combine = self.helper(*step)
+        self.emit(f"{result} = None")
+        self.emit("for _ in _ONCE:")
+        with self.block():
+            for position, operand in enumerate(operands):
+                self._guarded(operand, value)
+                self.emit(f"if {value} is {short}:")
+                with self.block():
+                    self.emit(f"{result} = {short}")
+                    self.emit("break")
+                if position == 0:
+                    self.emit(f"{result} = {value}")
+                else:
+                    self.emit(f"{result} = {combine}({result}, {value})")
+        finish = self.helper("logical_finish", _logical_finish)
+        return f"{finish}({result}, {short})"
+
+    def x_Cond(self, node: ast.Cond) -> str:
+        # Chains c1 ? a : c2 ? b : d are flattened the same way.
+        result = self.tmp("r")
+        check = self.helper("condition", runtime.condition)
+        self.emit("for _ in _ONCE:")
+        with self.block():
+            current: ast.Node = node
+            while isinstance(current, ast.Cond):
+                cond = self.expr(current.cond)
+                self.emit(f"if {check}({cond}):")
+                with self.block():
+                    self.emit(f"{result} = {self.expr(current.then)}")
+                    self.emit("break")
+                current = current.otherwise
+            self.emit(f"{result} = {self.expr(current)}")
+        return result
+
+    def x_Has(self, node: ast.Has) -> str:
+        select = node.select
+        operand = select.operand
+        if (
+            isinstance(operand, ast.Ident)
+            and operand.name == self.env.device_var
+            and self.lookup_local(operand.name) is None
+        ):
+            attr = DEVICE_FIELDS.get(select.field)
+            if attr is None:
+                raise self.error(node, f"undefined field '{select.field}'")
+            return "True"
+        target = self.expr(operand)
+        return f"{self.helper('has', runtime.has_field)}({target}, {select.field!r})"
+
+    def x_ListLit(self, node: ast.ListLit) -> str:
+        if not any(optional for _, optional in node.elements):
+            return "[" + ", ".join(self.expr(e) for e, _ in node.elements) + "]"
+        items = ", ".join(f"({self.expr(e)}, {optional})" for e, optional in node.elements)
+        return f"{self.helper('list_opt', runtime.list_with_optionals)}(({items},))"
+
+    def x_MapLit(self, node: ast.MapLit) -> str:
+        if any(optional for _, _, optional in node.entries):
+            items = ", ".join(
+                f"({self.expr(k)}, {self.expr(v)}, {optional})" for k, v, optional in node.entries
+            )
+            return f"{self.helper('map_opt', runtime.map_with_optionals)}(({items},))"
+        keys = [k.value for k, _, _ in node.entries if isinstance(k, ast.Lit)]
+        if (
+            len(keys) == len(node.entries)
+            and all(type(k) is str for k in keys)
+            and len(set(keys)) == len(keys)
+        ):
+            return "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, (_, v, _) in zip(keys, node.entries, strict=True)) + "}"
+        items = ", ".join(f"({self.expr(k)}, {self.expr(v)})" for k, v, _ in node.entries)
+        return f"{self.helper('build_map', runtime.build_map)}(({items}{',' if items else ''}))"
+
+    def x_StructLit(self, node: ast.StructLit) -> str:
+        raise self.error(node, f"unsupported: message construction ({node.type_name})")
+
+    def x_Bind(self, node: ast.Bind) -> str:
+        local = self.tmp("b")
+        self.emit(f"{local} = {self.expr(node.init)}")
+        self.scopes.append({node.var: local})
+        try:
+            return self.expr(node.body)
+        finally:
+            self.scopes.pop()
+
+    def x_OptMap(self, node: ast.OptMap) -> str:
+        target, result, local = self.tmp(), self.tmp("r"), self.tmp("b")
+        self.emit(f"{target} = {self.expr(node.target)}")
+        opt_cls = self.helper("Optional", type(functions.NONE))
+        self.emit(f"if type({target}) is not {opt_cls}:")
+        with self.block():
+            self.emit(self.runtime_error("optMap/optFlatMap requires an optional receiver"))
+        self.emit(f"if {target}.has:")
+        with self.block():
+            self.emit(f"{local} = {target}.value")
+            self.scopes.append({node.var: local})
+            try:
+                body = self.expr(node.body)
+            finally:
+                self.scopes.pop()
+            if node.flat:
+                self.emit(f"{result} = {body}")
+                self.emit(f"if type({result}) is not {opt_cls}:")
+                with self.block():
+                    self.emit(self.runtime_error("optFlatMap function must return an optional"))
+            else:
+                self.emit(f"{result} = {opt_cls}(True, {body})")
+        self.emit("else:")
+        with self.block():
+            self.emit(f"{result} = {self.helper('NONE', functions.NONE)}")
+        return result
+
+    # --- comprehensions ---------------------------------------------------------
+    def x_Comprehension(self, node: ast.Comprehension) -> str:
+        rng = self.tmp("rng")
+        self.emit(f"{rng} = {self.expr(node.range)}")
+        two = len(node.vars) == 2
+        iterate = runtime.iter_pairs if two else runtime.iter_range
+        step = analysis.iteration_cost(node)
+        names = [self.tmp("v") for _ in node.vars]
+        loop_vars = ", ".join(names)
+        result, err, value = self.tmp("r"), self.tmp("err"), self.tmp()
+        kind = node.kind
+        init = {
+            "all": "True",
+            "exists": "False",
+            "exists_one": "0",
+            "map": "[]",
+            "filter": "[]",
+            "transformList": "[]",
+            "transformMap": "{}",
+        }[kind]
+        self.emit(f"{result} = {init}")
+        if kind in ("all", "exists"):
+            self.emit(f"{err} = None")
+        self.emit(f"for {loop_vars} in {self.helper('iter' + str(len(names)), iterate)}({rng}):")
+        with self.block():
+            self.emit(f"_cost += {step}")
+            self.emit("if _cost > _limit:")
+            with self.block():
+                self.emit("_cost_exceeded()")
+            self.scopes.append(dict(zip(node.vars, names, strict=True)))
+            try:
+                self._comprehension_body(node, result, err, value, names)
+            finally:
+                self.scopes.pop()
+        if kind in ("all", "exists"):
+            final = "True" if kind == "all" else "False"
+            self.emit(f"if {result} is {final} and {err} is not None:")
+            with self.block():
+                self.emit(f"raise {err}")
+        if kind == "exists_one":
+            return f"({result} == 1)"
+        return result
+
+    def _comprehension_body(
+        self, node: ast.Comprehension, result: str, err: str, value: str, names: list[str]
+    ) -> None:
+        kind = node.kind
+        if kind in ("all", "exists"):
+            self._guarded(node.args[0], value)
+            stop, keep = ("False", "True") if kind == "all" else ("True", "False")
+            self.emit(f"if {value} is {stop}:")
+            with self.block():
+                self.emit(f"{result} = {stop}")
+                self.emit("break")
+            self.emit(f"if {value} is not {keep}:")
+            with self.block():
+                bad = self.helper("not_bool", _not_bool)
+                self.emit(f"{err} = {bad}({value}, {kind!r})")
+            return
+        if kind == "exists_one":
+            check = self.helper("condition", runtime.condition)
+            self.emit(f"if {check}({self.expr(node.args[0])}):")
+            with self.block():
+                self.emit(f"{result} += 1")
+            return
+        if kind == "filter":
+            check = self.helper("condition", runtime.condition)
+            self.emit(f"if {check}({self.expr(node.args[0])}):")
+            with self.block():
+                self.emit(f"{result}.append({names[0]})")
+            return
+        transform = node.args[-1]
+        if len(node.args) == 2:
+            check = self.helper("condition", runtime.condition)
+            self.emit(f"if not {check}({self.expr(node.args[0])}):")
+            with self.block():
+                self.emit("continue")
+        if kind == "transformMap":
+            key = self.helper("map_key", runtime.map_key)
+            self.emit(f"{result}[{key}({names[0]})] = {self.expr(transform)}")
+        else:
+            self.emit(f"{result}.append({self.expr(transform)})")
+
+    # --- calls ---------------------------------------------------------------
+    def x_Call(self, node: ast.Call) -> str:
+        namespace = analysis.namespace_of(node.target) if node.target is not None else None
+        if namespace is not None and self.lookup_local(namespace.split(".")[0]) is None:
+            qualified = f"{namespace}.{node.name}"
+            if qualified in functions.GLOBAL and namespace not in self.env.variables:
+                return self.call(node, qualified, functions.GLOBAL[qualified], None)
+        if node.target is None:
+            fn = functions.GLOBAL.get(node.name)
+            if fn is None:
+                return self.undeclared(node, node.name)
+            return self.call(node, node.name, fn, None)
+        fn = functions.MEMBER.get(node.name)
+        if fn is None and self.env.list_attributes:
+            fn = functions.GATED_MEMBER.get(node.name)
+        if fn is None:
+            return self.undeclared(node, node.name)
+        return self.call(node, node.name, fn, node.target)
+
+    def undeclared(self, node: ast.Call, name: str) -> str:
+        if self.env.checked:
+            raise self.error(node, f"undeclared reference to '{name}' (in container '')")
+        return self.runtime_error(f"no such function: {name}")
+
+    def call(
+        self, node: ast.Call, name: str, fn: Callable[..., Any], target: ast.Node | None
+    ) -> str:
+        low, high = _arity(fn)
+        count = len(node.args) + (1 if target is not None else 0)
+        if not low <= count <= high:
+            if self.env.checked:
+                raise self.error(node, f"found no matching overload for '{name}'")
+            return self.runtime_error(f"found no matching overload for '{name}'")
+        operands = ([target] if target is not None else []) + list(node.args)
+        if name in _FOLDABLE and all(isinstance(a, ast.Lit) for a in operands):
+            try:
+                return self.bind(fn(*(a.value for a in operands if isinstance(a, ast.Lit))))
+            except CELEvalError:
+                pass
+        args = ", ".join(self.expr(a) for a in operands)
+        safe = "".join(c if c.isalnum() else "_" for c in name)
+        return f"{self.helper(('m_' if target is not None else 'f_') + safe, fn)}({args})"
+
+
+def _and_step(accumulated: Any, value: Any) -> Any:
+    """Fold one more non-false ``&&`` operand: the first error or non-bool is kept."""
+    return value if accumulated is True else accumulated
+
+
+def _or_step(accumulated: Any, value: Any) -> Any:
+    return value if accumulated is False else accumulated
+
+
+def _logical_finish(accumulated: Any, short: bool) -> bool:
+    if accumulated is (not short):
+        return not short
+    if accumulated is short:
+        return short
+    if isinstance(accumulated, CELEvalError):
+        raise accumulated
+    runtime.no_overload("_&&_" if short is False else "_||_", accumulated)
+
+
+def _cost_exceeded() -> None:
+    raise CELCostError()
+
+
+def _not_bool(value: Any, macro: str) -> CELEvalError:
+    if isinstance(value, CELEvalError):
+        return value
+    return CELEvalError(
+        f"found no matching overload for '{macro}' applied to '({runtime.type_name(value)})'"
+    )
+
+
+def generate(tree: ast.Node, env: Environment, source: str) -> GeneratedCode:
+    gen = _Codegen(env, source)
+    result = gen.expr(tree)
+    body = gen.lines
+    flat = analysis.flat_cost(tree)
+    header = [f"    _cost = {flat}"]
+    for cel_name, local in gen.used_vars.items():
+        # The device selector's program receives the DeviceView itself.
+        source_of = "_vars" if cel_name == env.device_var else f"_vars[{cel_name!r}]"
+        header.append(f"    {local} = {source_of}")
+    params = "_vars, _limit"
+    source_text = "\n".join(
+        ["def _cel_program(" + params + "):", *header, *body, f"    return {result}", ""]
+    )
+    gen.namespace["_cost_exceeded"] = _cost_exceeded
+    gen.namespace["_ONCE"] = (None,)
+    return GeneratedCode(
+        source=source_text,
+        namespace=gen.namespace,
+        flat_cost=flat,
+        variables=tuple(gen.used_vars.items()),
+    )
+
+
+def is_identifier(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
+__all__ = ["DEVICE_FIELDS", "Environment", "GeneratedCode", "UInt", "generate", "is_identifier"]

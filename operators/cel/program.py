@@ -1,0 +1,121 @@
+"""Compile CEL text into a callable program, and the generic ``evaluate`` entry point.
+
+Compilation is parse, then translation to Python source, then ``compile()``;
+the result is cached by (expression, environment) in a small LRU so repeated
+selectors are compiled once. Failed compiles are not cached: the error is
+raised again on every call, as upstream does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import analysis, ast
+from .codegen import Environment, generate
+from .errors import CELCompileError, CELError, CELEvalError
+from .parser import parse
+from .runtime import to_cel, to_python
+
+#: Upstream's per-evaluation runtime cost limit for device selectors.
+DEFAULT_COST_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class Program:
+    """A compiled expression: call ``run(vars)`` with the variables (or the device)."""
+
+    expression: str
+    tree: ast.Node
+    source: str
+    function: Callable[[Any, int], Any]
+    flat_cost: int
+
+    def run(self, variables: Any, cost_limit: int = DEFAULT_COST_LIMIT) -> Any:
+        try:
+            return self.function(variables, cost_limit)
+        except CELError:
+            raise
+        except RecursionError:
+            raise CELEvalError("expression too deeply nested") from None
+        except (ArithmeticError, ValueError, TypeError, KeyError, IndexError) as exc:
+            # A library function met a value it does not expect: report it as a
+            # CEL error rather than crash the caller.
+            raise CELEvalError(f"no such overload: {exc}") from None
+
+
+def compile_program(expression: str, env: Environment) -> Program:
+    tree = parse(expression)
+    code = generate(tree, env, expression)
+    namespace = dict(code.namespace)
+    try:
+        exec(compile(code.source, "<cel>", "exec"), namespace)
+    except (SyntaxError, RecursionError, MemoryError) as exc:  # pragma: no cover - defensive
+        raise CELCompileError(f"compilation failed: {exc}") from None
+    return Program(
+        expression=expression,
+        tree=tree,
+        source=code.source,
+        function=namespace["_cel_program"],
+        flat_cost=code.flat_cost,
+    )
+
+
+class ProgramCache:
+    """A thread-safe LRU of compiled programs keyed by (expression, environment)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, Environment], Program] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, expression: str, env: Environment) -> Program:
+        key = (expression, env)
+        with self._lock:
+            program = self._items.get(key)
+            if program is not None:
+                self._items.move_to_end(key)
+                return program
+        program = compile_program(expression, env)  # raises; failures are not cached
+        with self._lock:
+            self._items[key] = program
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return program
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+_generic_cache = ProgramCache(size=512)
+
+
+def evaluate(
+    expression: str,
+    bindings: Mapping[str, Any] | None = None,
+    *,
+    cost_limit: int = DEFAULT_COST_LIMIT,
+) -> Any:
+    """Evaluate generic CEL with plain Python values in and out.
+
+    Undeclared names are runtime errors here (like cel-go without a type
+    check), so ``x || true`` is true when ``x`` is not bound. Raises a
+    ``CELError`` subclass on any failure.
+    """
+    bindings = bindings or {}
+    env = Environment(variables=frozenset(bindings), checked=False)
+    program = _generic_cache.get(expression, env)
+    variables = {name: to_cel(value) for name, value in bindings.items()}
+    return to_python(program.run(variables, cost_limit))
+
+
+def estimated_cost(program: Program, device_var: str | None = "device") -> int:
+    return analysis.estimated_cost(program.tree, device_var)

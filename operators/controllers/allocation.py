@@ -1,0 +1,540 @@
+"""The claim allocator loop: choose a node and devices for gated pods, write, ungate.
+
+Pods enter the queue when they carry the scheduling gate (or are bound without an
+allocation) and all their claims exist. For each, the loop picks candidate nodes as
+kube-scheduler would (selector, required affinity, taints, unschedulable, nodes of claims
+already allocated), asks the allocator for each candidate, picks one by the node policy, then
+writes in this order, each write conditional on the resourceVersion it read:
+
+1. per claim being allocated: our finalizer, then ``status.allocation`` + ``reservedFor``;
+2. per claim already allocated (shared claims): the pod appended to ``reservedFor``;
+3. the pod: devices annotation, required node affinity pinned to the node, gate removed.
+
+A crash between writes leaves claims allocated *and reserved for this pod*, which the next
+sync reads as "already allocated, pin the pod there" and so finishes the job; if the pod went
+away instead, the claim controller trims the reservation and deallocates. A conflict requeues.
+
+Devices are counted as used from the moment they are chosen (the allocator state's assume
+cache), so the loop never hands a device out twice while the watch catches up. The loop is a
+single worker: allocation decisions are serial and deterministic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import time
+from typing import Any
+
+import kopf
+import structlog
+
+from operators import metrics
+from operators.allocator.errors import AllocationError, NodeAllocationError
+from operators.allocator.features import GATE_TO_FIELD, Features
+from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
+from operators.allocator.results import ClaimAllocation
+from operators.allocator.state import AllocatorState
+from operators.api.annotations import PodClaimDevices, format_pod_devices
+from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
+from operators.api.models import AllocationResult, ResourceClaim
+from operators.cache.core import (
+    DEVICES_ANNOTATION,
+    FINALIZER,
+    SCHEDULING_GATE,
+    Node,
+    Pod,
+    PodClaim,
+)
+from operators.cache.informer import Change, Key
+from operators.controllers import claimrules, placement
+from operators.controllers.base import Runtime, runtime_from
+from operators.controllers.workqueue import WorkQueue, run_workers
+from operators.kube import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Conflict,
+    NotFound,
+)
+from operators.settings import NodePolicy
+
+log = structlog.get_logger(__name__)
+
+CONDITION_TYPE = "resource.dralloc.dev/DevicesAllocated"
+REASON_FAILED = "FailedAllocation"
+REASON_ALLOCATED = "Allocated"
+WAKE_DELAY = 0.1  # coalesces a burst of cluster changes into one retry of waiting pods
+
+
+class NotReady(Exception):
+    """The pod cannot be considered yet (its claims are not all there); no message."""
+
+
+class Unallocatable(Exception):
+    """No node fits now; the message is what the user sees."""
+
+
+def allocator_features(gates: Any) -> Features:
+    return Features.from_gates({name: gates[name] for name in GATE_TO_FIELD})
+
+
+class AllocationController:
+    name = "allocation"
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.client = runtime.client
+        self.settings = runtime.settings
+        cache = runtime.cache
+        self.pods = cache[PODS]
+        self.nodes = cache[NODES]
+        self.claims = cache.assumed(RESOURCE_CLAIMS)
+        self.state = AllocatorState(allocator_features(self.settings.feature_gates))
+        self.queue: WorkQueue[Key] = WorkQueue(
+            base_delay=self.settings.requeue_base_delay, max_delay=self.settings.requeue_max_delay
+        )
+        self.waiting: set[Key] = set()
+        self.allocated_pods = 0
+        self.pods.add_index("allocation-claims", _claim_keys)
+        self.pods.add_handler(self._on_pod)
+        self.nodes.add_handler(self._on_node)
+        self.claims.informer.add_handler(self._on_claim)
+        cache[RESOURCE_SLICES].add_handler(self._on_slice)
+        cache[DEVICE_CLASSES].add_handler(self._on_class)
+        cache[DEVICE_TAINT_RULES].add_handler(self._on_rule)
+
+    # --- keeping the allocator state current, and queueing hints ---------------------------
+
+    def _on_slice(self, change: Change[Any]) -> None:
+        if change.new is not None:
+            self.state.upsert_slice(change.new)
+        elif change.old is not None:
+            self.state.remove_slice(change.old.metadata.uid or change.key.name)
+        self._wake()
+
+    def _on_class(self, change: Change[Any]) -> None:
+        if change.new is not None:
+            self.state.upsert_class(change.new)
+        else:
+            self.state.remove_class(change.key.name)
+        self._wake()
+
+    def _on_rule(self, change: Change[Any]) -> None:
+        if change.new is not None:
+            self.state.upsert_taint_rule(change.new)
+        else:
+            self.state.remove_taint_rule(change.key.name)
+        self._wake()
+
+    def _on_claim(self, change: Change[ResourceClaim]) -> None:
+        if change.new is not None:
+            self.state.upsert_claim(change.new)
+        elif change.old is not None:
+            self.state.remove_claim(change.old)
+        was = _is_allocated(change.old)
+        now = _is_allocated(change.new)
+        if was and not now:
+            self._wake()  # devices were freed
+        for key in self.pods.index_keys(
+            "allocation-claims", (change.key.namespace, change.key.name)
+        ):
+            self.queue.add(key)
+
+    def _on_node(self, change: Change[Node]) -> None:
+        old, new = change.old, change.new
+        if new is not None and (
+            old is None
+            or old.labels != new.labels
+            or old.taints != new.taints
+            or old.unschedulable != new.unschedulable
+        ):
+            self._wake()
+
+    def _on_pod(self, change: Change[Pod]) -> None:
+        pod = change.new
+        if pod is None:
+            self.waiting.discard(change.key)
+            return
+        if _wants_allocation(pod):
+            self.queue.add(change.key)
+
+    def _wake(self) -> None:
+        for key in self.waiting:
+            self.queue.add_after(key, WAKE_DELAY)
+        self.waiting.clear()
+
+    # --- the loop --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        for key, pod in self.pods.items():
+            if _wants_allocation(pod):
+                self.queue.add(key)
+        await run_workers(self.queue, self.sync, workers=1, name=self.name)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "queued": self.queue.pending(),
+            "waiting": len(self.waiting),
+            "allocated_pods": self.allocated_pods,
+        }
+
+    async def sync(self, key: Key) -> None:
+        pod = self.pods.get(key)
+        if pod is None or not _wants_allocation(pod):
+            self.queue.forget(key)
+            self.waiting.discard(key)
+            return
+        try:
+            await self.allocate(pod)
+        except NotReady:
+            return  # an event about the missing claim will requeue it
+        except Unallocatable as reason:
+            metrics.ALLOCATIONS.labels(result="unallocatable").inc()
+            self.waiting.add(key)
+            await self._explain(pod, str(reason))
+            self.queue.retry(key)  # safety net; cluster changes wake it sooner
+            return
+        except (Conflict, NotFound) as error:
+            metrics.ALLOCATIONS.labels(result="conflict").inc()
+            log.info("stale write; requeued", pod=pod.ref, error=error.reason)
+            self.queue.retry(key)
+            return
+        metrics.ALLOCATIONS.labels(result="allocated").inc()
+        self.allocated_pods += 1
+        self.waiting.discard(key)
+        self.queue.forget(key)
+
+    async def allocate(self, pod: Pod) -> None:
+        entries = self._resolve_claims(pod)
+        started = time.perf_counter()
+        node, results = self._choose(pod, entries)
+        metrics.ALLOCATION_SECONDS.observe(time.perf_counter() - started)
+        allocations: dict[str, AllocationResult] = {}
+        new = {
+            claim.metadata.name: result
+            for (_, claim), result in zip(_pending(entries), results, strict=True)
+        }
+        # The devices count as used from now on, even before the API answers.
+        for (_, claim), chosen in zip(_pending(entries), results, strict=True):
+            self.state.assume(claim, chosen)
+        try:
+            for entry, claim in entries:
+                allocation = claim.status.allocation if claim.status else None
+                fresh = new.get(claim.metadata.name)
+                if fresh is not None:
+                    allocation = await self._write_allocation(pod, claim, fresh)
+                elif not any(r.uid == pod.uid for r in claim.status.reserved_for):  # type: ignore[union-attr]
+                    await self._write_reservation(pod, claim)
+                assert allocation is not None
+                allocations[entry.name] = allocation
+        except BaseException:
+            for (_, claim), _result in zip(_pending(entries), results, strict=True):
+                if not self._write_landed(claim):
+                    self.state.release(claim)
+            raise
+        await self._write_pod(pod, node, entries, allocations)
+        log.info(
+            "pod allocated",
+            pod=pod.ref,
+            node=node,
+            claims=[claim.metadata.name for _, claim in entries],
+        )
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def _resolve_claims(self, pod: Pod) -> list[tuple[PodClaim, ResourceClaim]]:
+        entries = []
+        for entry in pod.claims:
+            name = pod.claim_name(entry)
+            if not name:
+                raise NotReady()
+            claim = self.claims.get(Key(pod.namespace, name))
+            if claim is None:
+                raise NotReady()
+            if claim.metadata.deletion_timestamp is not None:
+                raise Unallocatable(f'resourceclaim "{name}" is being deleted')
+            if (
+                entry.resource_claim_template_name is not None
+                and claimrules.owner_pod_uid(claim) != pod.uid
+            ):
+                raise Unallocatable(
+                    f"ResourceClaim {pod.namespace}/{name} was not created for Pod {pod.ref} "
+                    "(Pod is not owner)"
+                )
+            entries.append((entry, claim))
+        return entries
+
+    def _choose(
+        self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]]
+    ) -> tuple[str, list[ClaimAllocation]]:
+        """The node and the new allocations (one per unallocated claim, in order)."""
+        selectors: list[NodeSelector] = []
+        for _, claim in entries:
+            allocation = claim.status.allocation if claim.status else None
+            if allocation is None:
+                continue
+            reserved = claim.status.reserved_for if claim.status else ()
+            if (
+                not any(r.uid == pod.uid for r in reserved)
+                and len(reserved) >= RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
+            ):
+                raise Unallocatable(
+                    f'resourceclaim "{claim.metadata.name}" is already reserved for the '
+                    f"maximum of {RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE} consumers"
+                )
+            if allocation.node_selector is not None:
+                try:
+                    selectors.append(NodeSelector.parse(allocation.node_selector.to_kube()))
+                except NodeSelectorError as error:
+                    raise Unallocatable(
+                        f'resourceclaim "{claim.metadata.name}": {error}'
+                    ) from error
+        all_nodes = sorted(self.nodes.values(), key=lambda n: n.name)
+        if pod.node_name:
+            bound = self.nodes.get(Key("", pod.node_name))
+            all_nodes = [bound] if bound is not None else []
+        affinity = placement.pod_affinity(pod)
+        rejections: list[str] = []
+        candidates: list[Node] = []
+        for node in all_nodes:
+            if pod.node_name:
+                info = NodeInfo(node.name, node.labels)
+                reason = next(
+                    (placement.REASON_CLAIM_ELSEWHERE for s in selectors if not s.matches(info)),
+                    "",
+                )
+            else:
+                reason = placement.node_rejection(pod, node, affinity, selectors)
+            if reason:
+                rejections.append(reason)
+            else:
+                candidates.append(node)
+        pending = [claim for _, claim in _pending(entries)]
+        if not pending:
+            if not candidates:
+                raise Unallocatable(placement.summarize(len(all_nodes), rejections))
+            return candidates[0].name, []
+        best: tuple[tuple[int, str], str, list[ClaimAllocation]] | None = None
+        policy = self.settings.node_policy
+        for node in candidates:
+            info = NodeInfo(node.name, node.labels)
+            try:
+                results = self.state.allocate(pending, info)
+            except NodeAllocationError as error:
+                rejections.append(str(error))
+                continue
+            except AllocationError as error:
+                raise Unallocatable(str(error)) from error
+            if results is None:
+                rejections.append("cannot allocate all claims")
+                continue
+            if policy is NodePolicy.FIRST_FIT:
+                return node.name, results
+            free_after = self._free_devices(info) - sum(len(r.devices) for r in results)
+            score = free_after if policy is NodePolicy.BINPACK else -free_after
+            if best is None or (score, node.name) < best[0]:
+                best = ((score, node.name), node.name, results)
+        if best is None:
+            raise Unallocatable(placement.summarize(len(all_nodes), rejections))
+        return best[1], best[2]
+
+    def _free_devices(self, node: NodeInfo) -> int:
+        """Devices reachable from the node not exclusively allocated (binpack/spread score)."""
+        exclusive = self.state.allocated.exclusive
+        free = 0
+        for pool in self.state.pools_for(node):
+            for slice_ in pool.slices:
+                free += sum(1 for device in slice_.devices if device.id not in exclusive)
+        return free
+
+    def _write_landed(self, claim: ResourceClaim) -> bool:
+        current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))
+        return current is not None and _is_allocated(current)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    async def _write_allocation(
+        self, pod: Pod, claim: ResourceClaim, result: ClaimAllocation
+    ) -> AllocationResult:
+        namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
+        version = claim.metadata.resource_version
+        finalizers = list(claim.metadata.finalizers or ())
+        if FINALIZER not in finalizers:
+            updated = await self.client.merge_patch(
+                RESOURCE_CLAIMS,
+                name,
+                {"metadata": {"finalizers": [*finalizers, FINALIZER]}},
+                namespace=namespace,
+                resource_version=version,
+            )
+            version = updated["metadata"]["resourceVersion"]
+            self.claims.assume(updated)
+        allocation = result.to_dict()
+        allocation["allocationTimestamp"] = _now()
+        reserved = [
+            entry.to_kube() for entry in (claim.status.reserved_for if claim.status else ())
+        ]
+        reserved.append(_consumer(pod))
+        updated = await self.client.merge_patch(
+            RESOURCE_CLAIMS,
+            name,
+            {"status": {"allocation": allocation, "reservedFor": reserved}},
+            namespace=namespace,
+            resource_version=version,
+            subresource="status",
+        )
+        stored = self.claims.assume(updated)
+        assert stored.status is not None and stored.status.allocation is not None
+        return stored.status.allocation
+
+    async def _write_reservation(self, pod: Pod, claim: ResourceClaim) -> None:
+        assert claim.status is not None
+        reserved = [entry.to_kube() for entry in claim.status.reserved_for]
+        reserved.append(_consumer(pod))
+        updated = await self.client.merge_patch(
+            RESOURCE_CLAIMS,
+            claim.metadata.name or "",
+            {"status": {"reservedFor": reserved}},
+            namespace=claim.metadata.namespace,
+            resource_version=claim.metadata.resource_version,
+            subresource="status",
+        )
+        self.claims.assume(updated)
+
+    async def _write_pod(
+        self,
+        pod: Pod,
+        node: str,
+        entries: list[tuple[PodClaim, ResourceClaim]],
+        allocations: dict[str, AllocationResult],
+    ) -> None:
+        devices = format_pod_devices(
+            PodClaimDevices.from_allocation(
+                entry.name, claim.metadata.name or "", allocations[entry.name]
+            )
+            for entry, claim in entries
+        )
+        patch: dict[str, Any] = {"metadata": {"annotations": {DEVICES_ANNOTATION: devices}}}
+        if pod.gated:
+            remaining = [{"name": g} for g in pod.scheduling_gates if g != SCHEDULING_GATE]
+            patch["spec"] = {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": placement.pin_affinity(
+                            pod.required_affinity, node
+                        )
+                    }
+                },
+                "schedulingGates": remaining or None,
+            }
+        await self.client.merge_patch(
+            PODS,
+            pod.name,
+            patch,
+            namespace=pod.namespace,
+            resource_version=pod.resource_version,
+        )
+        if _condition(pod) is not None:
+            await self._set_condition(pod, "True", REASON_ALLOCATED, f"allocated on node {node}")
+
+    async def _explain(self, pod: Pod, message: str) -> None:
+        """Tell the user why, where they look: a pod condition, Events on pod and claims."""
+        current = _condition(pod)
+        if current is not None and current.get("message") == message:
+            return  # unchanged: no write, no new Event
+        log.info("pod not allocatable", pod=pod.ref, reason=message)
+        await self.runtime.events.post(pod.involved(), REASON_FAILED, message, warning=True)
+        for entry in pod.claims:
+            name = pod.claim_name(entry)
+            claim = self.claims.get(Key(pod.namespace, name)) if name else None
+            if claim is not None and not _is_allocated(claim):
+                await self.runtime.events.post(
+                    _claim_ref(claim), REASON_FAILED, f"pod {pod.ref}: {message}", warning=True
+                )
+        # A conflict means the pod changed; the next sync explains again if still needed.
+        with contextlib.suppress(Conflict, NotFound):
+            await self._set_condition(pod, "False", "Unallocatable", message)
+
+    async def _set_condition(self, pod: Pod, status: str, reason: str, message: str) -> None:
+        condition = {
+            "type": CONDITION_TYPE,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": _now(),
+        }
+        await self.client.request(
+            "PATCH",
+            PODS.path(pod.namespace, pod.name) + "/status",
+            body={
+                "metadata": {"resourceVersion": pod.resource_version},
+                "status": {"conditions": [condition]},
+            },
+            content_type="application/strategic-merge-patch+json",
+        )
+
+
+def _pending(
+    entries: list[tuple[PodClaim, ResourceClaim]],
+) -> list[tuple[PodClaim, ResourceClaim]]:
+    return [(entry, claim) for entry, claim in entries if not _is_allocated(claim)]
+
+
+def _is_allocated(claim: ResourceClaim | None) -> bool:
+    return claim is not None and claim.status is not None and claim.status.allocation is not None
+
+
+def _wants_allocation(pod: Pod) -> bool:
+    if not pod.claims or pod.done or pod.deleting:
+        return False
+    if pod.gated:
+        return True
+    return bool(pod.node_name) and not pod.allocated
+
+
+def _condition(pod: Pod) -> dict[str, Any] | None:
+    for condition in pod.conditions:
+        if condition.get("type") == CONDITION_TYPE:
+            return dict(condition)
+    return None
+
+
+def _consumer(pod: Pod) -> dict[str, str]:
+    return {"resource": "pods", "name": pod.name, "uid": pod.uid}
+
+
+def _claim_ref(claim: ResourceClaim) -> dict[str, Any]:
+    return {
+        "apiVersion": claim.api_version,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "namespace": claim.metadata.namespace,
+            "name": claim.metadata.name,
+            "uid": claim.metadata.uid,
+            "resourceVersion": claim.metadata.resource_version,
+        },
+    }
+
+
+def _claim_keys(pod: Pod) -> list[tuple[str, str]]:
+    keys = []
+    for entry in pod.claims:
+        name = pod.claim_name(entry)
+        if name:
+            keys.append((pod.namespace, name))
+    return keys
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@kopf.on.startup(id="dralloc.allocation")
+async def register(memo: kopf.Memo, **_: Any) -> None:
+    runtime = await runtime_from(memo)
+    if runtime.settings.allocation_controller:
+        runtime.add(AllocationController(runtime))

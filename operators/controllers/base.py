@@ -1,0 +1,182 @@
+"""What the controllers of one process share, and when they may act.
+
+A :class:`Runtime` owns the API client, the shared cache and the leader elector. The cache
+runs on every replica (so a standby takes over with a warm cache); the controllers' loops run
+only while this replica holds the Lease, and are cancelled together the moment it is lost.
+Each controller module adds its controller to the runtime from its own kopf startup handler
+(see :func:`runtime_from`), so a module that is switched off, or not imported, simply does not
+take part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import structlog
+
+from operators import metrics
+from operators.cache.kinds import PARSERS
+from operators.cache.shared import SharedCache
+from operators.kube import ApiError, JsonDict, KubeClient
+from operators.leader import LeaderElector
+from operators.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+MEMO_KEY = "dralloc_runtime"
+
+
+class LeadershipLost(Exception):
+    """The Lease was lost; this replica must stop acting at once."""
+
+
+class Controller(Protocol):
+    name: str
+
+    async def run(self) -> None:
+        """The controller's loop; runs only on the leader; cancelled when leadership ends."""
+
+    def health(self) -> dict[str, Any]:
+        """A small JSON-able summary for the liveness probe."""
+
+
+class EventRecorder:
+    """Posts Kubernetes Events, skipping repeats of the same message about the same object."""
+
+    def __init__(self, client: KubeClient, *, repeat_after: float = 600.0) -> None:
+        self.client = client
+        self.repeat_after = repeat_after
+        self._last: dict[tuple[str, str, str], float] = {}
+
+    def should_post(self, uid: str, reason: str, message: str, now: float) -> bool:
+        key = (uid, reason, message)
+        last = self._last.get(key)
+        if last is not None and now - last < self.repeat_after:
+            return False
+        self._last[key] = now
+        if len(self._last) > 10_000:
+            cutoff = now - self.repeat_after
+            self._last = {k: t for k, t in self._last.items() if t >= cutoff}
+        return True
+
+    async def post(
+        self, involved: JsonDict, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        uid = (involved.get("metadata") or {}).get("uid", "")
+        if not self.should_post(uid, reason, message, time.monotonic()):
+            return
+        try:
+            await self.client.post_event(
+                involved, reason=reason, message=message, type_="Warning" if warning else "Normal"
+            )
+        except ApiError as error:
+            log.warning("event not recorded", reason=reason, error=str(error)[:200])
+
+
+class Runtime:
+    def __init__(self, settings: Settings, client: KubeClient) -> None:
+        self.settings = settings
+        self.client = client
+        self.cache = SharedCache(client, PARSERS, watch_timeout=settings.watch_timeout)
+        self.events = EventRecorder(client)
+        self.controllers: list[Controller] = []
+        self.leading = asyncio.Event()
+        self.elector: LeaderElector | None = None
+        if settings.leader_election:
+            self.elector = LeaderElector(
+                client,
+                name=settings.lease_name,
+                namespace=settings.effective_lease_namespace,
+                identity=settings.effective_identity,
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.renew_deadline,
+                retry_period=settings.retry_period,
+            )
+
+    @classmethod
+    async def connect(cls, settings: Settings) -> Runtime:
+        client = await KubeClient.connect(
+            settings.kubeconfig, request_timeout=settings.request_timeout
+        )
+        return cls(settings, client)
+
+    def add(self, controller: Controller) -> None:
+        self.controllers.append(controller)
+
+    async def run(self) -> None:
+        """Cache always; controllers while leader. Raises LeadershipLost when it ends."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.cache.run(on_synced=self._record_sync), name="shared-cache")
+            if self.elector is None:
+                await self._lead()
+            else:
+                await self.elector.run_while_leader(self._lead)
+                raise LeadershipLost(self.elector.identity)
+
+    def _record_sync(self) -> None:
+        if self.cache.sync_seconds is not None:
+            metrics.CACHE_SYNC_SECONDS.set(self.cache.sync_seconds)
+
+    async def _lead(self) -> None:
+        await self.cache.wait_synced()
+        self.leading.set()
+        metrics.LEADER.set(1)
+        log.info("controllers starting", controllers=[c.name for c in self.controllers])
+        try:
+            async with asyncio.TaskGroup() as group:
+                for controller in self.controllers:
+                    group.create_task(controller.run(), name=f"controller-{controller.name}")
+                await asyncio.Event().wait()  # until cancelled (leadership lost or shutdown)
+        finally:
+            self.leading.clear()
+            metrics.LEADER.set(0)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "cache_synced": self.cache.synced,
+            "leader": self.leading.is_set(),
+            "controllers": {c.name: c.health() for c in self.controllers},
+        }
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+_configured_settings: Settings | None = None
+
+
+def configure(settings: Settings) -> None:
+    """Settings chosen by ``main()``; without it (``kopf run``) they come from the environment."""
+    global _configured_settings
+    _configured_settings = settings
+
+
+def current_settings() -> Settings:
+    return _configured_settings or Settings.from_sources()
+
+
+async def runtime_from(memo: Any) -> Runtime:
+    """The process's runtime, created by whichever startup handler asks first."""
+    runtime: Runtime | None = memo.get(MEMO_KEY)
+    if runtime is None:
+        runtime = await Runtime.connect(current_settings())
+        memo[MEMO_KEY] = runtime
+    return runtime
+
+
+async def retry_forever(
+    what: str, action: Callable[[], Awaitable[None]], delay: float = 1.0
+) -> None:
+    """Keep a background loop alive across unexpected errors (logged, then restarted)."""
+    while True:
+        try:
+            await action()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("loop crashed; restarting", loop=what)
+            await asyncio.sleep(delay)

@@ -1,0 +1,192 @@
+"""Pure decisions of the resource-claim controller (no I/O, unit-tested on their own).
+
+Naming and truncation of generated claims, the claim body built from a template, the
+admin-access rule, which ``reservedFor`` entries are stale, and what a claim needs next.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from operators.api.models import ResourceClaim, ResourceClaimTemplate
+from operators.cache.core import (
+    FINALIZER,
+    POD_CLAIM_NAME_ANNOTATION,
+    ClaimStatus,
+    Namespace,
+    Pod,
+)
+
+MAX_GENERATE_NAME_BASE = 57  # 63 minus a hyphen and the API server's 5 random characters
+
+
+def generate_name(pod_name: str, pod_claim_name: str) -> str:
+    """``<pod>-<claim>-``; if too long, both parts cut in proportion to their length.
+
+    Mirrors upstream exactly, including that the truncated form has no trailing hyphen.
+    """
+    name = f"{pod_name}-{pod_claim_name}-"
+    if len(name) <= MAX_GENERATE_NAME_BASE:
+        return name
+    total = len(name)
+    pod_part = pod_name[: len(pod_name) * MAX_GENERATE_NAME_BASE // total]
+    claim_part = pod_claim_name[: len(pod_claim_name) * MAX_GENERATE_NAME_BASE // total]
+    return f"{pod_part}-{claim_part}"
+
+
+def requests_admin_access(spec: Any) -> bool:
+    """Does a claim spec (model) ask for admin access in any request?"""
+    for request in spec.devices.requests:
+        if request.exactly is not None and request.exactly.admin_access:
+            return True
+    return False
+
+
+def admin_access_refusal(
+    template: ResourceClaimTemplate, namespace: Namespace | None, gate_enabled: bool
+) -> str:
+    """Why a claim from this template must not be created ('' = it may)."""
+    if not requests_admin_access(template.spec.spec):
+        return ""
+    if not gate_enabled:
+        return (
+            "admin access is requested, but the feature is disabled (feature gate DRAAdminAccess)"
+        )
+    if namespace is None or not namespace.allows_admin_access:
+        ns = namespace.name if namespace else "?"
+        return (
+            f'admin access is requested, but namespace "{ns}" does not have the label '
+            '"resource.dralloc.dev/admin-access: true"'
+        )
+    return ""
+
+
+def claim_body(pod: Pod, pod_claim_name: str, template: ResourceClaimTemplate) -> dict[str, Any]:
+    """The ResourceClaim to create for one template entry of a pod."""
+    template_meta = template.spec.metadata
+    annotations = dict(template_meta.annotations or {})
+    annotations[POD_CLAIM_NAME_ANNOTATION] = pod_claim_name
+    metadata: dict[str, Any] = {
+        "generateName": generate_name(pod.name, pod_claim_name),
+        "namespace": pod.namespace,
+        "annotations": annotations,
+        "ownerReferences": [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "uid": pod.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    if template_meta.labels:
+        metadata["labels"] = dict(template_meta.labels)
+    return {
+        "apiVersion": template.api_version,
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": template.spec.spec.to_kube(),
+    }
+
+
+def owner_pod_uid(claim: ResourceClaim) -> str | None:
+    """The UID of the pod that controls this claim (it was generated for it), if any."""
+    for owner in claim.metadata.owner_references or ():
+        if owner.controller and owner.kind == "Pod" and owner.api_version == "v1":
+            return owner.uid
+    return None
+
+
+def pod_claim_name_of(claim: ResourceClaim) -> str | None:
+    return (claim.metadata.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION)
+
+
+def merged_statuses(
+    current: Iterable[ClaimStatus], updates: dict[str, str | None], order: Iterable[str]
+) -> tuple[ClaimStatus, ...]:
+    """Claim statuses in the pod's claim order: existing entries updated, new ones added."""
+    by_name = {status.name: status.resource_claim_name for status in current}
+    by_name.update(updates)
+    ordered = [name for name in order if name in by_name]
+    extra = sorted(name for name in by_name if name not in set(ordered))
+    return tuple(
+        ClaimStatus(name=name, resource_claim_name=by_name[name]) for name in [*ordered, *extra]
+    )
+
+
+class PodState(enum.Enum):
+    """What a reservedFor entry's pod is, as far as the claim is concerned."""
+
+    IN_USE = "in use"
+    GONE = "gone"
+    REPLACED = "replaced"
+    DONE = "done"
+
+
+def reservation_state(entry_uid: str, pod: Pod | None) -> PodState:
+    if pod is None:
+        return PodState.GONE
+    if pod.uid != entry_uid:
+        return PodState.REPLACED
+    if pod.done:
+        return PodState.DONE
+    return PodState.IN_USE
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimPlan:
+    """The writes a claim needs, in the order they must happen."""
+
+    reserved_for: tuple[dict[str, Any], ...] | None = None  # new list, if it changes
+    deallocate: bool = False
+    remove_finalizer: bool = False
+    delete: bool = False
+
+    @property
+    def nothing(self) -> bool:
+        return self == ClaimPlan()
+
+
+def plan_claim(
+    claim: ResourceClaim,
+    pod_state: Callable[[str, str], PodState],
+    owner_state: PodState | None,
+) -> ClaimPlan:
+    """Decide trimming, deallocation, finalizer removal and deletion for one claim.
+
+    ``pod_state(name, uid)`` classifies a reservedFor pod; ``owner_state`` is the state of
+    the pod the claim was generated for (None if it was not generated).
+    """
+    status = claim.status
+    allocated = status is not None and status.allocation is not None
+    reserved = list(status.reserved_for) if status else []
+    kept: list[dict[str, Any]] = []
+    for entry in reserved:
+        is_pod = (entry.api_group or "") == "" and entry.resource == "pods"
+        if is_pod and pod_state(entry.name, entry.uid) is not PodState.IN_USE:
+            continue
+        kept.append(entry.to_kube())
+    trimmed = len(kept) != len(reserved)
+    has_finalizer = FINALIZER in (claim.metadata.finalizers or ())
+    deleting = claim.metadata.deletion_timestamp is not None
+    # Only a trim or a deletion releases a claim: a finalizer on an unallocated claim is
+    # otherwise the allocator's first write, with the allocation about to follow.
+    releasing = has_finalizer and not kept and (trimmed or deleting)
+    deallocate = allocated and releasing
+    remove_finalizer = releasing
+    delete = (
+        not kept
+        and claim.metadata.deletion_timestamp is None
+        and owner_state in (PodState.DONE, PodState.REPLACED)
+    )
+    return ClaimPlan(
+        reserved_for=tuple(kept) if trimmed else None,
+        deallocate=deallocate,
+        remove_finalizer=remove_finalizer,
+        delete=delete,
+    )

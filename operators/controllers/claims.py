@@ -1,0 +1,367 @@
+"""The resource-claim controller (upstream's ``resourceclaim`` controller, reference §4).
+
+For pods with the claims annotation it creates claims from templates (owned by the pod) and
+records them in the pod's claim-statuses annotation; for claims it trims ``reservedFor``
+entries of pods that are gone, replaced or done, deallocates claims nobody uses any more
+(allocation cleared, then our finalizer dropped), and deletes generated claims of done pods.
+
+Work is keyed ``("pod", key)`` / ``("claim", key)`` in one queue; every write carries a
+resourceVersion or UID precondition, and a conflict simply requeues the key.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import kopf
+import structlog
+
+from operators import metrics
+from operators.api.models import ResourceClaim, ResourceClaimTemplate
+from operators.cache.core import (
+    CLAIM_STATUSES_ANNOTATION,
+    FINALIZER,
+    Namespace,
+    Pod,
+    parse_pod,
+    render_claim_statuses,
+)
+from operators.cache.informer import Change, Key
+from operators.controllers import claimrules
+from operators.controllers.base import Runtime, runtime_from
+from operators.controllers.claimrules import PodState
+from operators.controllers.workqueue import WorkQueue, run_workers
+from operators.kube import (
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    ApiError,
+    Conflict,
+    NotFound,
+)
+
+log = structlog.get_logger(__name__)
+
+WorkKey = tuple[str, Key]
+REASON_FAILED_CREATION = "FailedResourceClaimCreation"
+
+
+class ClaimError(Exception):
+    """A problem with one pod claim; becomes a Warning Event on the pod."""
+
+
+class ClaimController:
+    name = "claims"
+
+    def __init__(self, runtime: Runtime, *, workers: int = 4) -> None:
+        self.runtime = runtime
+        self.client = runtime.client
+        cache = runtime.cache
+        self.pods = cache[PODS]
+        self.templates = cache[RESOURCE_CLAIM_TEMPLATES]
+        self.namespaces = cache[NAMESPACES]
+        self.claims = cache.assumed(RESOURCE_CLAIMS)
+        self.gates = runtime.settings.feature_gates
+        self.workers = workers
+        self.queue: WorkQueue[WorkKey] = WorkQueue(
+            base_delay=runtime.settings.requeue_base_delay,
+            max_delay=runtime.settings.requeue_max_delay,
+        )
+        self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self.synced = 0
+        self.pods.add_index("pods-by-uid", lambda pod: [pod.uid])
+        self.pods.add_index("claims-by-name", _pod_claim_keys)
+        self.pods.add_index("claims-by-template", _pod_template_keys)
+        self.claims.add_index("claims-by-owner", _owner_uid_keys)
+        self.pods.add_handler(self._on_pod)
+        self.claims.informer.add_handler(self._on_claim)
+        self.templates.add_handler(self._on_template)
+        metrics.register_claims_gauge(self._gauge_labels)
+
+    # --- event handlers: decide what to enqueue --------------------------------------------
+
+    def _on_pod(self, change: Change[Pod]) -> None:
+        pod = change.new or change.old
+        if pod is None or not pod.uses_claims:
+            return
+        if change.new is None:
+            self.deleted_pod_uids[pod.uid] = None
+            while len(self.deleted_pod_uids) > 500:
+                self.deleted_pod_uids.popitem(last=False)
+        if change.new is None or pod.done or pod.deleting:
+            for name in _claim_names(pod):
+                self.queue.add(("claim", Key(pod.namespace, name)))
+            for claim in self.claims.by_index("claims-by-owner", pod.uid):
+                self.queue.add(("claim", Key(pod.namespace, claim.metadata.name or "")))
+            return
+        if _needs_claims(pod) or pod.node_name or pod.claims_error:
+            self.queue.add(("pod", change.key))
+
+    def _on_claim(self, change: Change[ResourceClaim]) -> None:
+        self.queue.add(("claim", change.key))
+        for pod in self.pods.by_index("claims-by-name", (change.key.namespace, change.key.name)):
+            if pod.node_name and not pod.done:
+                self.queue.add(("pod", Key(pod.namespace, pod.name)))
+        claim = change.new or change.old
+        if claim is not None:
+            owner = claimrules.owner_pod_uid(claim)
+            if owner and change.new is None:
+                for pod in self.pods.by_index("pods-by-uid", owner):
+                    self.queue.add(("pod", Key(pod.namespace, pod.name)))
+
+    def _on_template(self, change: Change[ResourceClaimTemplate]) -> None:
+        for pod in self.pods.by_index(
+            "claims-by-template", (change.key.namespace, change.key.name)
+        ):
+            self.queue.add(("pod", Key(pod.namespace, pod.name)))
+
+    def _gauge_labels(self) -> list[tuple[str, str, str]]:
+        labels = []
+        for claim in self.claims.informer.values():
+            allocated = claim.status is not None and claim.status.allocation is not None
+            admin = claimrules.requests_admin_access(claim.spec)
+            source = "resource_claim_template" if claimrules.pod_claim_name_of(claim) else ""
+            labels.append((str(allocated).lower(), str(admin).lower(), source))
+        return labels
+
+    # --- the loop --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await run_workers(self.queue, self.sync, workers=self.workers, name=self.name)
+
+    def health(self) -> dict[str, Any]:
+        return {"queued": self.queue.pending(), "synced": self.synced}
+
+    async def sync(self, work: WorkKey) -> None:
+        kind, key = work
+        try:
+            if kind == "pod":
+                await self.sync_pod(key)
+            else:
+                await self.sync_claim(key)
+        except (Conflict, NotFound) as error:
+            log.info("stale write; requeued", kind=kind, object=str(key), error=error.reason)
+            self.queue.retry(work)
+            return
+        self.synced += 1
+        self.queue.forget(work)
+
+    # --- pods ------------------------------------------------------------------------------
+
+    async def sync_pod(self, key: Key) -> None:
+        pod = self.pods.get(key)
+        if pod is None or pod.deleting or pod.done:
+            return
+        if pod.claims_error:
+            await self.runtime.events.post(
+                pod.involved(), REASON_FAILED_CREATION, pod.claims_error, warning=True
+            )
+            return
+        updates: dict[str, str | None] = {}
+        for pod_claim in pod.claims:
+            if pod_claim.resource_claim_template_name is None:
+                continue
+            try:
+                updates[pod_claim.name] = await self._ensure_claim(
+                    pod, pod_claim.name, pod_claim.resource_claim_template_name
+                )
+            except ClaimError as error:
+                await self.runtime.events.post(
+                    pod.involved(),
+                    REASON_FAILED_CREATION,
+                    f"PodResourceClaim {pod_claim.name}: {error}",
+                    warning=True,
+                )
+                log.info("claim not created", pod=pod.ref, claim=pod_claim.name, error=str(error))
+                break
+        statuses = claimrules.merged_statuses(
+            pod.claim_statuses, updates, (c.name for c in pod.claims)
+        )
+        rendered = render_claim_statuses(statuses)
+        if statuses and rendered != pod.annotations.get(CLAIM_STATUSES_ANNOTATION):
+            await self.client.merge_patch(
+                PODS,
+                pod.name,
+                {"metadata": {"annotations": {CLAIM_STATUSES_ANNOTATION: rendered}}},
+                namespace=pod.namespace,
+                resource_version=pod.resource_version,
+            )
+        if pod.node_name:
+            await self._reserve_for_bound_pod(pod)
+
+    async def _ensure_claim(self, pod: Pod, pod_claim_name: str, template_name: str) -> str:
+        """The name of this pod's claim for a template entry, creating it if needed."""
+        recorded = pod.claim_name(_entry(pod, pod_claim_name))
+        if recorded:
+            claim = self.claims.get(Key(pod.namespace, recorded))
+            if claim is not None:
+                if claimrules.owner_pod_uid(claim) != pod.uid:
+                    raise ClaimError(
+                        f"ResourceClaim {pod.namespace}/{recorded} was not created for pod "
+                        f"{pod.ref} (pod is not owner)"
+                    )
+                return recorded
+        for claim in self.claims.by_index("claims-by-owner", pod.uid):
+            if claimrules.pod_claim_name_of(claim) == pod_claim_name:
+                return claim.metadata.name or ""
+        template = self.templates.get(Key(pod.namespace, template_name))
+        if template is None:
+            raise ClaimError(f'resource claim template "{template_name}": not found')
+        namespace: Namespace | None = self.namespaces.get(Key("", pod.namespace))
+        refusal = claimrules.admin_access_refusal(template, namespace, self.gates["DRAAdminAccess"])
+        admin = str(claimrules.requests_admin_access(template.spec.spec)).lower()
+        if refusal:
+            metrics.CLAIM_CREATES.labels(status="failure", admin_access=admin).inc()
+            raise ClaimError(refusal)
+        body = claimrules.claim_body(pod, pod_claim_name, template)
+        try:
+            created = await self.client.create(RESOURCE_CLAIMS, body, pod.namespace)
+        except ApiError as error:
+            metrics.CLAIM_CREATES.labels(status="failure", admin_access=admin).inc()
+            raise ClaimError(
+                f"create ResourceClaim {body['metadata']['generateName']}: {error.message}"
+            ) from error
+        metrics.CLAIM_CREATES.labels(status="success", admin_access=admin).inc()
+        claim = self.claims.assume(created)
+        log.info("claim created", pod=pod.ref, claim=claim.metadata.name, entry=pod_claim_name)
+        return claim.metadata.name or ""
+
+    async def _reserve_for_bound_pod(self, pod: Pod) -> None:
+        """A pod bound by someone else: reserve its allocated claims for it (upstream does)."""
+        for name in _claim_names(pod):
+            claim = self.claims.get(Key(pod.namespace, name))
+            if claim is None or claim.status is None or claim.status.allocation is None:
+                continue
+            if any(entry.uid == pod.uid for entry in claim.status.reserved_for):
+                continue
+            reserved = [entry.to_kube() for entry in claim.status.reserved_for]
+            reserved.append({"resource": "pods", "name": pod.name, "uid": pod.uid})
+            updated = await self.client.merge_patch(
+                RESOURCE_CLAIMS,
+                name,
+                {"status": {"reservedFor": reserved}},
+                namespace=pod.namespace,
+                resource_version=claim.metadata.resource_version,
+                subresource="status",
+            )
+            self.claims.assume(updated)
+
+    # --- claims ----------------------------------------------------------------------------
+
+    async def sync_claim(self, key: Key) -> None:
+        claim = self.claims.get(key)
+        if claim is None:
+            return
+        states: dict[str, PodState] = {}
+        for entry in claim.status.reserved_for if claim.status else ():
+            if (entry.api_group or "") == "" and entry.resource == "pods":
+                states[entry.uid] = await self._pod_state(key.namespace, entry.name, entry.uid)
+        owner_uid = claimrules.owner_pod_uid(claim)
+        owner_state = None
+        if owner_uid is not None:
+            owner_state = self._cached_owner_state(key.namespace, owner_uid)
+        plan = claimrules.plan_claim(claim, lambda _name, uid: states[uid], owner_state)
+        if plan.nothing:
+            return
+        version = claim.metadata.resource_version
+        if plan.reserved_for is not None or plan.deallocate:
+            status: dict[str, Any] = {"reservedFor": list(plan.reserved_for or ()) or None}
+            if plan.deallocate:
+                status["allocation"] = None
+            updated = await self.client.merge_patch(
+                RESOURCE_CLAIMS,
+                key.name,
+                {"status": status},
+                namespace=key.namespace,
+                resource_version=version,
+                subresource="status",
+            )
+            version = updated["metadata"]["resourceVersion"]
+            self.claims.assume(updated)
+            log.info(
+                "claim released" if plan.deallocate else "reservations trimmed",
+                claim=str(key),
+                kept=len(plan.reserved_for or ()),
+            )
+        if plan.remove_finalizer:
+            finalizers = [f for f in claim.metadata.finalizers or () if f != FINALIZER]
+            updated = await self.client.merge_patch(
+                RESOURCE_CLAIMS,
+                key.name,
+                {"metadata": {"finalizers": finalizers or None}},
+                namespace=key.namespace,
+                resource_version=version,
+            )
+            self.claims.assume(updated)
+        if plan.delete:
+            await self.client.delete(
+                RESOURCE_CLAIMS, key.name, namespace=key.namespace, uid=claim.metadata.uid
+            )
+            log.info("generated claim deleted", claim=str(key), pod_state=str(owner_state))
+
+    async def _pod_state(self, namespace: str, name: str, uid: str) -> PodState:
+        """Classify a reserving pod; a live GET covers an informer that lags behind."""
+        pod = self.pods.get(Key(namespace, name))
+        if pod is None:
+            if uid in self.deleted_pod_uids:
+                return PodState.GONE
+            try:
+                pod = parse_pod(await self.client.get(PODS, name, namespace))
+            except NotFound:
+                return PodState.GONE
+        return claimrules.reservation_state(uid, pod)
+
+    def _cached_owner_state(self, namespace: str, owner_uid: str) -> PodState | None:
+        """Done or replaced owners make a generated claim deletable; gone ones are GC's."""
+        for pod in self.pods.by_index("pods-by-uid", owner_uid):
+            return PodState.DONE if pod.done else PodState.IN_USE
+        return None
+
+
+def _entry(pod: Pod, name: str) -> Any:
+    for pod_claim in pod.claims:
+        if pod_claim.name == name:
+            return pod_claim
+    raise KeyError(name)
+
+
+def _claim_names(pod: Pod) -> list[str]:
+    names = []
+    for pod_claim in pod.claims:
+        name = pod.claim_name(pod_claim)
+        if name:
+            names.append(name)
+    return names
+
+
+def _needs_claims(pod: Pod) -> bool:
+    recorded = {status.name for status in pod.claim_statuses}
+    return any(
+        c.resource_claim_template_name is not None and c.name not in recorded for c in pod.claims
+    )
+
+
+def _pod_claim_keys(pod: Pod) -> list[tuple[str, str]]:
+    return [(pod.namespace, name) for name in _claim_names(pod)]
+
+
+def _pod_template_keys(pod: Pod) -> list[tuple[str, str]]:
+    return [
+        (pod.namespace, c.resource_claim_template_name)
+        for c in pod.claims
+        if c.resource_claim_template_name is not None
+    ]
+
+
+def _owner_uid_keys(claim: ResourceClaim) -> list[str]:
+    owner = claimrules.owner_pod_uid(claim)
+    return [owner] if owner else []
+
+
+@kopf.on.startup(id="dralloc.claims")
+async def register(memo: kopf.Memo, **_: Any) -> None:
+    runtime = await runtime_from(memo)
+    if runtime.settings.claims_controller:
+        runtime.add(ClaimController(runtime))

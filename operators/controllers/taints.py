@@ -1,0 +1,1 @@
+"""Device-taint eviction controller (placeholder until written)."""

@@ -1,0 +1,147 @@
+"""A de-duplicating work queue with per-key backoff, as client-go's rate-limited queue.
+
+kopf has per-object workers but no queue keyed by *our* notion of work (a pod to allocate, a
+claim to clean up) with coalescing and exponential retry, so the controllers use this one.
+Semantics:
+
+* a key is queued at most once; adding it while it waits does nothing;
+* a key being processed that is added again is processed once more afterwards (never twice
+  concurrently);
+* ``add_after`` delays (the earliest requested time wins); ``retry`` delays by the key's own
+  exponential backoff, and ``forget`` resets that backoff after a success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+import structlog
+
+from operators.cache.backoff import Backoff
+
+K = TypeVar("K", bound=Hashable)
+
+log = structlog.get_logger(__name__)
+
+
+class WorkQueue(Generic[K]):
+    def __init__(self, *, base_delay: float = 0.2, max_delay: float = 30.0) -> None:
+        self._ready: list[K] = []
+        self._queued: set[K] = set()
+        self._processing: set[K] = set()
+        self._dirty: set[K] = set()
+        self._delayed: list[tuple[float, int, K]] = []
+        self._delayed_at: dict[K, float] = {}
+        self._backoffs: dict[K, Backoff] = {}
+        self._counter = itertools.count()
+        self._wakeup = asyncio.Event()
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    def pending(self) -> int:
+        """Keys waiting now or later, or being processed."""
+        return len(self._queued | set(self._delayed_at) | self._processing)
+
+    def add(self, key: K) -> None:
+        if key in self._processing:
+            self._dirty.add(key)
+            return
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._ready.append(key)
+        self._wakeup.set()
+
+    def add_after(self, key: K, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        when = asyncio.get_running_loop().time() + delay
+        current = self._delayed_at.get(key)
+        if current is not None and current <= when:
+            return
+        self._delayed_at[key] = when
+        heapq.heappush(self._delayed, (when, next(self._counter), key))
+        self._wakeup.set()
+
+    def retry(self, key: K) -> float:
+        """Requeue after this key's next backoff delay; returns the delay."""
+        backoff = self._backoffs.setdefault(key, Backoff(self.base_delay, self.max_delay))
+        delay = backoff.next()
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: K) -> None:
+        self._backoffs.pop(key, None)
+
+    def failures(self, key: K) -> int:
+        backoff = self._backoffs.get(key)
+        return backoff.failures if backoff else 0
+
+    def _promote_due(self) -> float | None:
+        """Move due delayed keys to the ready list; returns seconds until the next one."""
+        now = asyncio.get_running_loop().time()
+        while self._delayed:
+            when, _, key = self._delayed[0]
+            if self._delayed_at.get(key) != when:
+                heapq.heappop(self._delayed)  # superseded by an earlier time
+                continue
+            if when > now:
+                return when - now
+            heapq.heappop(self._delayed)
+            del self._delayed_at[key]
+            self.add(key)
+        return None
+
+    async def get(self) -> K:
+        while True:
+            wait = self._promote_due()
+            if self._ready:
+                key = self._ready.pop(0)
+                self._queued.discard(key)
+                self._processing.add(key)
+                return key
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), wait)
+
+    def done(self, key: K) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._dirty.discard(key)
+            self.add(key)
+
+
+async def run_workers(
+    queue: WorkQueue[K],
+    sync: Callable[[K], Awaitable[None]],
+    *,
+    workers: int = 1,
+    name: str = "worker",
+) -> None:
+    """Process keys forever with ``workers`` tasks; ``sync`` owns retries via the queue."""
+
+    async def worker() -> None:
+        while True:
+            key = await queue.get()
+            try:
+                await sync(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                delay = queue.retry(key)
+                log.exception("sync failed", controller=name, key=str(key), retry_in=delay)
+            finally:
+                queue.done(key)
+
+    async with asyncio.TaskGroup() as group:
+        for index in range(workers):
+            group.create_task(worker(), name=f"{name}-{index}")

@@ -1,0 +1,411 @@
+"""The narrow, typed seam between dralloc and the Kubernetes API.
+
+Controllers talk to the API server only through :class:`KubeClient`: raw JSON dicts in and out
+(no client-side model classes: deserializing a large ResourceSlice into kubernetes_asyncio
+models costs ~6 ms, and the generated watch code crashes on ``resource.k8s.io`` claims), each
+write carrying a precondition (``resourceVersion`` in a merge patch or a JSON-patch ``test``,
+``uid`` in delete options), and watches as plain async iterators. The kubeconfig and in-cluster
+loaders of kubernetes_asyncio are reused only to find the server and credentials.
+
+Errors come back as :class:`ApiError` subclasses named after what the caller does next:
+:class:`Conflict` (requeue), :class:`NotFound`, :class:`Gone` (relist).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import ssl
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Literal
+
+import aiohttp
+
+JsonDict = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+DRALLOC_GROUP = "resource.dralloc.dev"
+DRALLOC_VERSION = "v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    """One API resource: where it lives and whether it is namespaced."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        return base
+
+
+PODS = Resource("", "v1", "pods", "Pod", True)
+NODES = Resource("", "v1", "nodes", "Node", False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+EVENTS = Resource("", "v1", "events", "Event", True)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+DEVICE_CLASSES = Resource(DRALLOC_GROUP, DRALLOC_VERSION, "deviceclasses", "DeviceClass", False)
+RESOURCE_CLAIMS = Resource(DRALLOC_GROUP, DRALLOC_VERSION, "resourceclaims", "ResourceClaim", True)
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    DRALLOC_GROUP, DRALLOC_VERSION, "resourceclaimtemplates", "ResourceClaimTemplate", True
+)
+RESOURCE_SLICES = Resource(DRALLOC_GROUP, DRALLOC_VERSION, "resourceslices", "ResourceSlice", False)
+DEVICE_TAINT_RULES = Resource(
+    DRALLOC_GROUP, DRALLOC_VERSION, "devicetaintrules", "DeviceTaintRule", False
+)
+
+
+class ApiError(Exception):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @staticmethod
+    def from_status(status: int, body: Any) -> ApiError:
+        reason = message = ""
+        if isinstance(body, dict):
+            reason = str(body.get("reason", ""))
+            message = str(body.get("message", ""))
+        elif body:
+            message = str(body)[:500]
+        cls: type[ApiError] = {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
+        if status == 422 and "test operation" in message.lower():
+            cls = Conflict  # a failed JSON-patch `test` is a stale precondition, not bad input
+        return cls(status, reason, message)
+
+
+class NotFound(ApiError):
+    """404: the object (or its namespace) does not exist."""
+
+
+class Conflict(ApiError):
+    """409, or a failed JSON-patch test: a precondition did not hold; requeue and re-read."""
+
+
+class Gone(ApiError):
+    """410: the resourceVersion is too old to watch from; relist."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchEvent:
+    type: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+    object: JsonDict
+
+
+@dataclasses.dataclass(frozen=True)
+class Connection:
+    """Where the API server is and how to authenticate to it."""
+
+    server: str
+    ssl_context: ssl.SSLContext | bool
+    headers: Mapping[str, str]
+
+    @classmethod
+    async def load(cls, kubeconfig: str = "") -> Connection:
+        """Kubeconfig file (explicit or $KUBECONFIG), else in-cluster, else ~/.kube/config."""
+        from kubernetes_asyncio import client, config
+
+        configuration = client.Configuration()
+        path = kubeconfig or os.environ.get("KUBECONFIG", "")
+        in_cluster = not path and os.environ.get("KUBERNETES_SERVICE_HOST")
+        if in_cluster:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            await config.load_kube_config(
+                config_file=path or None, client_configuration=configuration
+            )
+        return cls.from_configuration(configuration)
+
+    @classmethod
+    def from_configuration(cls, configuration: Any) -> Connection:
+        context: ssl.SSLContext | bool
+        if configuration.verify_ssl:
+            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+        else:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if configuration.cert_file:
+            context.load_cert_chain(configuration.cert_file, configuration.key_file)
+        headers = {}
+        token = configuration.api_key.get("authorization") or configuration.api_key.get(
+            "BearerToken"
+        )
+        if token:
+            headers["Authorization"] = token if " " in token else f"Bearer {token}"
+        return cls(server=configuration.host.rstrip("/"), ssl_context=context, headers=headers)
+
+
+class KubeClient:
+    """A small async JSON client for the API server; one aiohttp session per process."""
+
+    def __init__(
+        self, connection: Connection, *, request_timeout: float = 30.0, user_agent: str = "dralloc"
+    ) -> None:
+        self.connection = connection
+        self.request_timeout = request_timeout
+        self._session = aiohttp.ClientSession(
+            base_url=connection.server,
+            headers={**connection.headers, "User-Agent": user_agent, "Accept": "application/json"},
+            connector=aiohttp.TCPConnector(ssl=connection.ssl_context, limit=64),
+            read_bufsize=4 * 1024 * 1024,  # watch lines can be as large as a ResourceSlice
+        )
+
+    @classmethod
+    async def connect(cls, kubeconfig: str = "", **kwargs: Any) -> KubeClient:
+        return cls(await Connection.load(kubeconfig), **kwargs)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JsonDict:
+        data = None if body is None else json.dumps(body)
+        headers = {"Content-Type": content_type} if data is not None else None
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout)
+        async with self._session.request(
+            method, path, params=params, data=data, headers=headers, timeout=timeout
+        ) as response:
+            text = await response.text()
+            payload: Any
+            try:
+                payload = json.loads(text) if text else {}
+            except ValueError:
+                payload = text
+            if response.status >= 400:
+                raise ApiError.from_status(response.status, payload)
+            return payload if isinstance(payload, dict) else {}
+
+    # --- reads -----------------------------------------------------------------------------
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> JsonDict:
+        return await self.request("GET", resource.path(namespace, name))
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 500,
+    ) -> tuple[list[JsonDict], str]:
+        """All objects (paginated) and the list's resourceVersion to watch from."""
+        items: list[JsonDict] = []
+        params: dict[str, str] = {"limit": str(limit)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        while True:
+            page = await self.request("GET", resource.path(namespace), params=params)
+            for item in page.get("items") or ():
+                # List items carry no apiVersion/kind; fill them so consumers see whole objects.
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                items.append(item)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                return items, str(metadata.get("resourceVersion", ""))
+            params["continue"] = token
+
+    async def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        *,
+        namespace: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[WatchEvent]:
+        """One watch request; ends when the server closes it. Raises Gone on 410."""
+        params = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        # No total timeout; the read timeout notices a dead connection (bookmarks arrive
+        # about once a minute, and the server ends the request after timeout_seconds).
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.request_timeout, sock_read=timeout_seconds + 30
+        )
+        async with self._session.get(
+            resource.path(namespace), params=params, timeout=timeout
+        ) as response:
+            if response.status >= 400:
+                text = await response.text()
+                try:
+                    payload: Any = json.loads(text)
+                except ValueError:
+                    payload = text
+                raise ApiError.from_status(response.status, payload)
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    raise ApiError.from_status(int(obj.get("code") or 500), obj)
+                yield WatchEvent(kind, obj)
+
+    # --- writes ----------------------------------------------------------------------------
+
+    async def create(
+        self, resource: Resource, body: JsonDict, namespace: str | None = None
+    ) -> JsonDict:
+        return await self.request("POST", resource.path(namespace), body=body)
+
+    async def merge_patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: JsonDict,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        subresource: str = "",
+    ) -> JsonDict:
+        """Merge patch; with ``resource_version`` the server refuses it (409) if stale."""
+        if resource_version is not None:
+            metadata = dict(patch.get("metadata") or {})
+            metadata["resourceVersion"] = resource_version
+            patch = {**patch, "metadata": metadata}
+        path = resource.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        return await self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    async def json_patch(
+        self,
+        resource: Resource,
+        name: str,
+        operations: Sequence[JsonDict],
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        subresource: str = "",
+    ) -> JsonDict:
+        """JSON patch; with ``resource_version`` a leading ``test`` makes it conditional."""
+        ops = list(operations)
+        if resource_version is not None:
+            ops.insert(
+                0, {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
+            )
+        path = resource.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        return await self.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+
+    async def replace_status(self, resource: Resource, body: JsonDict) -> JsonDict:
+        """PUT the status subresource; the body's resourceVersion is the precondition."""
+        metadata = body["metadata"]
+        path = resource.path(metadata.get("namespace"), metadata["name"]) + "/status"
+        return await self.request("PUT", path, body=body)
+
+    async def replace(self, resource: Resource, body: JsonDict) -> JsonDict:
+        metadata = body["metadata"]
+        return await self.request(
+            "PUT", resource.path(metadata.get("namespace"), metadata["name"]), body=body
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> JsonDict:
+        """Delete, refused by the server (409) if the uid or resourceVersion differ."""
+        preconditions = {}
+        if uid:
+            preconditions["uid"] = uid
+        if resource_version:
+            preconditions["resourceVersion"] = resource_version
+        body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if preconditions:
+            body["preconditions"] = preconditions  # type: ignore[assignment]
+        return await self.request("DELETE", resource.path(namespace, name), body=body)
+
+    async def post_event(
+        self,
+        involved: JsonDict,
+        *,
+        reason: str,
+        message: str,
+        type_: Literal["Normal", "Warning"] = "Normal",
+        component: str = "dralloc",
+    ) -> None:
+        """Record a core/v1 Event about an object; failures are the caller's to ignore."""
+        metadata = involved.get("metadata") or {}
+        namespace = metadata.get("namespace") or "default"
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "generateName": f"{metadata.get('name', 'object')}.",
+                "namespace": namespace,
+            },
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion", ""),
+                "kind": involved.get("kind", ""),
+                "name": metadata.get("name", ""),
+                "namespace": metadata.get("namespace", ""),
+                "uid": metadata.get("uid", ""),
+                "resourceVersion": metadata.get("resourceVersion", ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self.create(EVENTS, body, namespace)
+
+
+def object_ref(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` (or ``name``) for logs; never the body."""
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{metadata.get('name')}" if namespace else str(metadata.get("name"))

@@ -1,0 +1,81 @@
+"""Prometheus metrics, named as upstream's controllers name them where one exists.
+
+Upstream names (reference §4.4, §5.4) let existing dashboards work unchanged; dralloc's own
+figures are prefixed ``dralloc_``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+CLAIM_CREATES = Counter(
+    "dynamic_resource_allocation_resourceclaim_creates_total",
+    "ResourceClaims created from templates, by outcome.",
+    ["status", "admin_access"],
+)
+EVICTION_DELETIONS = Counter(
+    "device_taint_eviction_controller_pod_deletions_total",
+    "Pods deleted by the device taint eviction controller.",
+)
+EVICTION_LATENCY = Histogram(
+    "device_taint_eviction_controller_pod_deletion_duration_seconds",
+    "Seconds from a taint becoming effective to the pod deletion call.",
+    buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240),
+)
+ALLOCATIONS = Counter(
+    "dralloc_pod_allocations_total",
+    "Pod allocation attempts by the allocator loop, by result.",
+    ["result"],
+)
+ALLOCATION_SECONDS = Histogram(
+    "dralloc_pod_allocation_duration_seconds",
+    "Seconds spent choosing node and devices for one pod (without API writes).",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
+)
+CACHE_SYNC_SECONDS = Gauge(
+    "dralloc_cache_sync_seconds", "Seconds from start until every informer had listed."
+)
+LEADER = Gauge("dralloc_leader", "1 while this replica holds the leader Lease.")
+
+ClaimLabels = tuple[str, str, str]  # allocated, admin_access, source
+
+
+class ClaimsGauge(Collector):
+    """``dynamic_resource_allocation_resource_claims``, counted on scrape from the cache."""
+
+    def __init__(self, source: Callable[[], Iterable[ClaimLabels]]) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "dynamic_resource_allocation_resource_claims",
+            "Number of ResourceClaims, by allocation, admin access and origin.",
+            labels=["allocated", "admin_access", "source"],
+        )
+        counts: dict[ClaimLabels, int] = {}
+        for labels in self.source():
+            counts[labels] = counts.get(labels, 0) + 1
+        for labels, count in sorted(counts.items()):
+            family.add_metric(list(labels), count)
+        yield family
+
+
+_claims_gauge: ClaimsGauge | None = None
+
+
+def register_claims_gauge(source: Callable[[], Iterable[ClaimLabels]]) -> None:
+    global _claims_gauge
+    if _claims_gauge is None:
+        _claims_gauge = ClaimsGauge(source)
+        REGISTRY.register(_claims_gauge)
+    else:
+        _claims_gauge.source = source
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    if port:
+        start_http_server(port, addr)

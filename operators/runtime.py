@@ -1,0 +1,110 @@
+"""Process entry point: settings, logging, metrics, then kopf running the controllers.
+
+``python -m operators`` and ``dralloc run`` call :func:`main`; ``kopf run -A -m operators``
+imports this module through the package and uses the same handlers with settings from the
+environment. Importing this module registers, in order: each controller module's handlers
+(they add their controller to the shared runtime), the webhook, and last the handler that
+starts the runtime, so that every controller is known before the cache starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+import kopf
+import structlog
+
+from operators import logs, metrics, webhooks
+from operators.controllers import allocation, claims, taints  # noqa: F401  (handlers)
+from operators.controllers.base import (
+    MEMO_KEY,
+    LeadershipLost,
+    Runtime,
+    configure,
+    current_settings,
+    runtime_from,
+)
+from operators.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+TASK_KEY = "dralloc_runtime_task"
+
+
+@kopf.on.startup(id="dralloc.runtime")
+async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    ours = current_settings()
+    settings.posting.enabled = False  # we post our own Events, about our own objects
+    settings.peering.standalone = True  # leadership is the Lease's job, not kopf peering
+    settings.networking.request_timeout = ours.request_timeout
+    webhooks.configure_admission(settings, ours)
+    runtime = await runtime_from(memo)
+    memo[TASK_KEY] = asyncio.create_task(_supervise(runtime), name="dralloc-runtime")
+
+
+async def _supervise(runtime: Runtime) -> None:
+    try:
+        await runtime.run()
+    except* LeadershipLost:
+        log.error("leadership lost; stopping the process so that it restarts clean")
+        os.kill(os.getpid(), signal.SIGTERM)
+    except* Exception:
+        log.exception("runtime failed; stopping the process")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@kopf.on.cleanup(id="dralloc.runtime")
+async def stop_runtime(memo: kopf.Memo, **_: Any) -> None:
+    task: asyncio.Task[None] | None = memo.get(TASK_KEY)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    runtime: Runtime | None = memo.get(MEMO_KEY)
+    if runtime is not None:
+        await runtime.close()
+
+
+@kopf.on.probe(id="dralloc")
+def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    runtime: Runtime | None = memo.get(MEMO_KEY)
+    return runtime.health() if runtime is not None else {"starting": True}
+
+
+async def operate(settings: Settings, stop_flag: asyncio.Event | None = None) -> None:
+    """Run kopf with dralloc's handlers until stopped (the in-process entry point)."""
+    configure(settings)
+    if settings.kubeconfig:
+        os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's own login reads it
+    liveness = f"http://0.0.0.0:{settings.probe_port}/healthz" if settings.probe_port else None
+    await kopf.operator(
+        clusterwide=True,
+        standalone=True,
+        liveness_endpoint=liveness,
+        stop_flag=stop_flag,
+        memo=kopf.Memo(),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m operators [flags]``: see ``--help`` for every setting."""
+    settings = Settings.from_argv(argv)
+    logs.configure(settings.log_level, settings.log_format)
+    metrics.serve(settings.metrics_port, settings.metrics_addr)
+    log.info(
+        "dralloc operator starting",
+        controllers={
+            "claims": settings.claims_controller,
+            "allocation": settings.allocation_controller,
+            "taints": settings.taints_controller,
+            "webhook": settings.webhook,
+        },
+        feature_gates=settings.feature_gates.render(),
+        node_policy=str(settings.node_policy),
+    )
+    asyncio.run(operate(settings))

@@ -1,0 +1,322 @@
+"""Operator settings and feature gates, read once at startup.
+
+Every knob lives in one frozen dataclass so that controllers receive a single immutable value
+instead of reaching into the environment. Each field is settable by a command-line flag
+(``--lease-name``) or an environment variable (``DRALLOC_LEASE_NAME``); a flag wins over the
+environment, the environment wins over the default written here.
+
+Feature gates mirror upstream's names and their defaults in Kubernetes 1.37
+(see reference §0); they are given as ``--feature-gates=DRAAdminAccess=false,...`` or
+``DRALLOC_FEATURE_GATES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+ENV_PREFIX = "DRALLOC_"
+
+#: Upstream's gate defaults (Kubernetes 1.37) for the gates dralloc looks at.
+DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
+    "DRAAdminAccess": True,
+    "DRAPrioritizedList": True,
+    "DRAResourceClaimDeviceStatus": True,
+    "DRADeviceTaints": True,
+    "DRADeviceTaintRules": True,
+    "DRAPartitionableDevices": True,
+    "DRAConsumableCapacity": True,
+    "DRADeviceBindingConditions": True,
+    "DRAExtendedResource": True,
+    "DRAListTypeAttributes": False,
+    "DRANodeAllocatableResources": False,
+    "DRAWorkloadResourceClaims": False,
+}
+
+
+class SettingsError(ValueError):
+    """A flag or environment variable has a value that cannot be used."""
+
+
+class NodePolicy(enum.StrEnum):
+    """How the allocator chooses among the nodes where a pod's claims fit."""
+
+    BINPACK = "binpack"
+    SPREAD = "spread"
+    FIRST_FIT = "first-fit"
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureGates:
+    """Upstream-named feature gates; unknown names are refused so typos do not pass silently."""
+
+    enabled: Mapping[str, bool] = dataclasses.field(
+        default_factory=lambda: dict(DEFAULT_FEATURE_GATES)
+    )
+
+    def __getitem__(self, name: str) -> bool:
+        return self.enabled[name]
+
+    @classmethod
+    def parse(cls, text: str) -> FeatureGates:
+        """Parse ``Name=true,Other=false`` on top of the defaults."""
+        gates = dict(DEFAULT_FEATURE_GATES)
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, sep, value = item.partition("=")
+            name = name.strip()
+            if not sep or name not in gates:
+                known = ", ".join(sorted(gates))
+                raise SettingsError(f"feature gate {item!r}: expected Name=bool, one of {known}")
+            gates[name] = _parse_bool(value, f"feature gate {name}")
+        return cls(gates)
+
+    def render(self) -> str:
+        return ",".join(f"{name}={str(on).lower()}" for name, on in sorted(self.enabled.items()))
+
+
+def _doc(doc: str, **extra: str) -> dict[str, str]:
+    return {"doc": doc, **extra}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything the operator process can be told at startup."""
+
+    # --- which parts run -------------------------------------------------------------------
+    claims_controller: bool = dataclasses.field(
+        default=True,
+        metadata=_doc(
+            "Run the resource-claim controller (claims from templates, reservedFor, cleanup)."
+        ),
+    )
+    allocation_controller: bool = dataclasses.field(
+        default=True,
+        metadata=_doc("Run the claim allocator loop (chooses nodes and devices for gated pods)."),
+    )
+    taints_controller: bool = dataclasses.field(
+        default=True,
+        metadata=_doc("Run the device-taint eviction controller (needs the DRADeviceTaints gate)."),
+    )
+    webhook: bool = dataclasses.field(
+        default=True,
+        metadata=_doc("Serve the mutating admission webhook that adds the scheduling gate."),
+    )
+    feature_gates: FeatureGates = dataclasses.field(
+        default_factory=FeatureGates,
+        metadata=_doc("Upstream feature gates, e.g. 'DRAAdminAccess=false'.", parse="gates"),
+    )
+
+    # --- allocation ------------------------------------------------------------------------
+    node_policy: NodePolicy = dataclasses.field(
+        default=NodePolicy.BINPACK,
+        metadata=_doc(
+            "Node choice among fitting nodes: binpack (fewest free matching devices left), "
+            "spread (most left) or first-fit (first by name).",
+            parse="policy",
+        ),
+    )
+    requeue_base_delay: float = dataclasses.field(
+        default=0.2,
+        metadata=_doc("First retry delay in seconds for a pod that could not be allocated."),
+    )
+    requeue_max_delay: float = dataclasses.field(
+        default=30.0, metadata=_doc("Upper bound in seconds for the retry delay.")
+    )
+
+    # --- eviction --------------------------------------------------------------------------
+    max_evictions_per_minute: int = dataclasses.field(
+        default=0,
+        metadata=_doc(
+            "Upper bound on pod deletions by the taint controller per minute; 0 = no limit."
+        ),
+    )
+    eviction_workers: int = dataclasses.field(
+        default=10, metadata=_doc("Concurrent pod evictions (upstream ConcurrentSyncs).")
+    )
+
+    # --- leader election -------------------------------------------------------------------
+    leader_election: bool = dataclasses.field(
+        default=True,
+        metadata=_doc("Hold a coordination.k8s.io Lease so that only one replica acts."),
+    )
+    lease_name: str = dataclasses.field(
+        default="dralloc-operator", metadata=_doc("Name of the leader-election Lease.")
+    )
+    lease_namespace: str = dataclasses.field(
+        default="", metadata=_doc("Namespace of the Lease; empty = $POD_NAMESPACE or 'default'.")
+    )
+    lease_duration: float = dataclasses.field(
+        default=15.0, metadata=_doc("Seconds a standby waits before taking a stale Lease.")
+    )
+    renew_deadline: float = dataclasses.field(
+        default=10.0, metadata=_doc("Seconds the leader may fail to renew before it stops.")
+    )
+    retry_period: float = dataclasses.field(
+        default=2.0, metadata=_doc("Seconds between Lease renewals and acquisition attempts.")
+    )
+    identity: str = dataclasses.field(
+        default="", metadata=_doc("Holder identity in the Lease; empty = '<hostname>-<pid>'.")
+    )
+
+    # --- endpoints -------------------------------------------------------------------------
+    metrics_port: int = dataclasses.field(
+        default=8080, metadata=_doc("Port of the Prometheus /metrics endpoint; 0 = off.")
+    )
+    metrics_addr: str = dataclasses.field(
+        default="0.0.0.0", metadata=_doc("Listen address of the /metrics endpoint.")
+    )
+    probe_port: int = dataclasses.field(
+        default=8081, metadata=_doc("Port of kopf's /healthz liveness endpoint; 0 = off.")
+    )
+    webhook_addr: str = dataclasses.field(
+        default="0.0.0.0", metadata=_doc("Listen address of the admission webhook.")
+    )
+    webhook_port: int = dataclasses.field(
+        default=9443, metadata=_doc("Listen port of the admission webhook; 0 = any free port.")
+    )
+    webhook_host: str = dataclasses.field(
+        default="",
+        metadata=_doc(
+            "Hostname the API server uses to reach the webhook; empty = derived from the address."
+        ),
+    )
+    webhook_certfile: str = dataclasses.field(
+        default="", metadata=_doc("TLS certificate file; empty = generate a self-signed one.")
+    )
+    webhook_pkeyfile: str = dataclasses.field(
+        default="", metadata=_doc("TLS private key file (with --webhook-certfile).")
+    )
+    webhook_cafile: str = dataclasses.field(
+        default="", metadata=_doc("CA bundle for the webhook configuration; empty = the cert.")
+    )
+    webhook_managed: str = dataclasses.field(
+        default="",
+        metadata=_doc(
+            "If set, the name of the MutatingWebhookConfiguration kopf writes (self-managed, "
+            "e.g. for tests); empty = the configuration is shipped in manifests/."
+        ),
+    )
+
+    # --- connection and logging ------------------------------------------------------------
+    kubeconfig: str = dataclasses.field(
+        default="", metadata=_doc("Kubeconfig file; empty = $KUBECONFIG, in-cluster, ~/.kube.")
+    )
+    request_timeout: float = dataclasses.field(
+        default=30.0, metadata=_doc("Timeout in seconds for one non-watch API request.")
+    )
+    watch_timeout: int = dataclasses.field(
+        default=300, metadata=_doc("Server-side timeout in seconds of one watch request.")
+    )
+    log_level: str = dataclasses.field(
+        default="INFO", metadata=_doc("Log level: DEBUG, INFO, WARNING, ERROR.")
+    )
+    log_format: str = dataclasses.field(
+        default="json", metadata=_doc("Log format: json (one object a line) or console.")
+    )
+
+    @property
+    def effective_lease_namespace(self) -> str:
+        return self.lease_namespace or os.environ.get("POD_NAMESPACE", "") or "default"
+
+    @property
+    def effective_identity(self) -> str:
+        return self.identity or f"{socket.gethostname()}-{os.getpid()}"
+
+    def __post_init__(self) -> None:
+        if self.max_evictions_per_minute < 0:
+            raise SettingsError("max_evictions_per_minute must be >= 0")
+        if not self.lease_duration > self.renew_deadline > self.retry_period > 0:
+            raise SettingsError("need lease_duration > renew_deadline > retry_period > 0")
+        if self.log_format not in ("json", "console"):
+            raise SettingsError("log_format must be json or console")
+
+    # --- parsing ---------------------------------------------------------------------------
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """Add one ``--flag`` per field; unset flags stay ``None`` so env and defaults apply."""
+        for field in dataclasses.fields(Settings):
+            flag = "--" + field.name.replace("_", "-")
+            doc = f"{field.metadata['doc']} (env {ENV_PREFIX}{field.name.upper()})"
+            if field.type in ("bool", bool):
+                parser.add_argument(
+                    flag,
+                    dest=field.name,
+                    default=None,
+                    help=doc,
+                    action=argparse.BooleanOptionalAction,
+                )
+            else:
+                parser.add_argument(flag, dest=field.name, default=None, help=doc)
+
+    @classmethod
+    def from_sources(
+        cls,
+        flags: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """Combine parsed flags (``None`` = not given), the environment and the defaults."""
+        flags = flags or {}
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            raw = flags.get(field.name)
+            if raw is None:
+                raw = environ.get(ENV_PREFIX + field.name.upper())
+            if raw is None:
+                continue
+            values[field.name] = _convert(field, raw)
+        return cls(**values)
+
+    @classmethod
+    def from_argv(
+        cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+    ) -> Settings:
+        parser = argparse.ArgumentParser(prog="dralloc run", description=__doc__)
+        cls.add_arguments(parser)
+        namespace = parser.parse_args(argv)
+        try:
+            return cls.from_sources(vars(namespace), environ)
+        except SettingsError as error:
+            parser.error(str(error))
+            raise  # unreachable: parser.error exits
+
+
+def _convert(field: dataclasses.Field[Any], raw: Any) -> Any:
+    name = field.name
+    if not isinstance(raw, str):
+        return raw
+    kind = field.metadata.get("parse")
+    if kind == "gates":
+        return FeatureGates.parse(raw)
+    if kind == "policy":
+        try:
+            return NodePolicy(raw)
+        except ValueError:
+            raise SettingsError(
+                f"{name}: {raw!r} is not one of {', '.join(p.value for p in NodePolicy)}"
+            ) from None
+    if field.type in ("bool", bool):
+        return _parse_bool(raw, name)
+    try:
+        if field.type in ("int", int):
+            return int(raw)
+        if field.type in ("float", float):
+            return float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}: {raw!r} is not a number") from None
+    return raw
+
+
+def _parse_bool(raw: str, what: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{what}: {raw!r} is not a boolean")

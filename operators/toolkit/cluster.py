@@ -1,0 +1,290 @@
+"""A simulated cluster: the snapshot loaded into the allocator, plus what a scenario changes.
+
+The allocator (``operators.allocator``) does every device decision; this module only does
+the bookkeeping that the operator's controllers would do around it: resolve a pod's claims
+(generating claims from templates like the claim controller), choose among the nodes where
+the allocator says the claims fit, record the allocation, free it again on eviction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.allocator.errors import AllocationError, NodeAllocationError
+from operators.allocator.features import Features
+from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
+from operators.allocator.results import ClaimAllocation
+from operators.allocator.state import AllocatorState
+from operators.toolkit.nodefit import node_info, pod_fits_node
+from operators.toolkit.pods import PodInfo
+from operators.toolkit.snapshot import Snapshot
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DeviceLine:
+    """One allocated device of a pod's claim."""
+
+    claim: str
+    request: str
+    device: str
+    """``driver/pool/device``."""
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """Why a pod's claims do or do not fit one node."""
+
+    node: str
+    fits: bool
+    reasons: tuple[str, ...] = ()
+    devices: tuple[DeviceLine, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClaimUse:
+    """A claim of a pod, resolved: its key, its body, and whether it is allocated."""
+
+    entry: str
+    key: str
+    body: JsonDict
+    generated: bool
+
+
+@dataclass
+class Placement:
+    """Outcome of trying to place one pod."""
+
+    pod: str
+    node: str | None
+    devices: tuple[DeviceLine, ...] = ()
+    reason: str = ""
+    verdicts: list[NodeVerdict] = field(default_factory=list)
+
+
+class Cluster:
+    """Snapshot state plus simulated changes, on top of one AllocatorState."""
+
+    def __init__(self, snapshot: Snapshot, features: Features | None = None) -> None:
+        self.snapshot = snapshot
+        self.state = AllocatorState(features or Features())
+        for slice_ in snapshot.resource_slices.values():
+            self.state.upsert_slice(slice_)
+        for device_class in snapshot.device_classes.values():
+            self.state.upsert_class(device_class)
+        for rule in snapshot.taint_rules.values():
+            self.state.upsert_taint_rule(rule)
+        self.claims: dict[str, JsonDict] = {}
+        self.allocations: dict[str, JsonDict] = {}
+        """Claim key -> status.allocation JSON, for every allocated claim."""
+        self.consumers: dict[str, set[str]] = {}
+        """Claim key -> pods (``namespace/name``) using it."""
+        for key, claim in snapshot.claims.items():
+            body = claim.to_kube()
+            self.claims[key] = body
+            allocation = (body.get("status") or {}).get("allocation")
+            if allocation:
+                self.state.upsert_claim(body)
+                self.allocations[key] = allocation
+                reserved = (body.get("status") or {}).get("reservedFor") or []
+                pods = {
+                    f"{claim.metadata.namespace}/{r['name']}"
+                    for r in reserved
+                    if r.get("resource") == "pods"
+                }
+                self.consumers[key] = pods
+        self.pods: dict[str, PodInfo] = dict(snapshot.pods)
+        self.node_names = snapshot.node_names
+
+    # --- claims of a pod -----------------------------------------------------------------
+
+    def resolve(self, pod: PodInfo) -> tuple[list[ClaimUse], str]:
+        """The pod's claims, or an empty list and the reason they cannot be resolved."""
+        uses: list[ClaimUse] = []
+        for entry in pod.claims:
+            name = pod.generated_claim_name(entry)
+            if name:
+                key = f"{pod.namespace}/{name}"
+                body = self.claims.get(key)
+                if body is None:
+                    if entry.claim_name:
+                        return [], f"claim {entry.name}: ResourceClaim {key} not found"
+                else:
+                    uses.append(ClaimUse(entry.name, key, body, generated=not entry.claim_name))
+                    continue
+            template_key = f"{pod.namespace}/{entry.template_name}"
+            template = self.snapshot.templates.get(template_key)
+            if template is None:
+                return [], f"claim {entry.name}: ResourceClaimTemplate {template_key} not found"
+            claim_name = f"{pod.name}-{entry.name}"
+            key = f"{pod.namespace}/{claim_name}"
+            body = self.claims.get(key) or {
+                "apiVersion": template.api_version,
+                "kind": "ResourceClaim",
+                "metadata": {
+                    "name": claim_name,
+                    "namespace": pod.namespace,
+                    "uid": f"simulated-{pod.namespace}-{claim_name}",
+                    **template.spec.metadata.to_kube(),
+                },
+                "spec": template.spec.spec.to_kube(),
+            }
+            self.claims[key] = body
+            uses.append(ClaimUse(entry.name, key, body, generated=True))
+        problem = self._admin_access_problem(pod, uses)
+        return (uses, "") if not problem else ([], problem)
+
+    def _admin_access_problem(self, pod: PodInfo, uses: Iterable[ClaimUse]) -> str:
+        if pod.namespace not in self.snapshot.namespaces:
+            return ""  # namespace not in the snapshot: its labels are unknown
+        if pod.namespace in self.snapshot.admin_namespaces:
+            return ""
+        for use in uses:
+            for request in ((use.body.get("spec") or {}).get("devices") or {}).get("requests", []):
+                if (request.get("exactly") or {}).get("adminAccess"):
+                    return (
+                        f"claim {use.key}: admin access to devices requires the "
+                        f'resource.dralloc.dev/admin-access: "true" label on namespace '
+                        f"{pod.namespace}"
+                    )
+        return ""
+
+    # --- placement -----------------------------------------------------------------------
+
+    def evaluate(self, pod: PodInfo, *, stop_at_first: bool) -> Placement:
+        """Try every node in order; the allocator decides device fit on each."""
+        uses, problem = self.resolve(pod)
+        if problem:
+            return Placement(pod.key, None, reason=problem)
+        allocated = [u for u in uses if u.key in self.allocations]
+        pending = [u for u in uses if u.key not in self.allocations]
+        pinned: list[tuple[str, NodeSelector]] = []
+        for use in allocated:
+            selector = self.allocations[use.key].get("nodeSelector")
+            if selector:
+                try:
+                    pinned.append((use.key, NodeSelector.parse(selector)))
+                except NodeSelectorError as exc:
+                    return Placement(pod.key, None, reason=f"claim {use.key}: {exc}")
+        placement = Placement(pod.key, None)
+        for name in self.node_names:
+            verdict = self._verdict(pod, name, pinned, allocated, pending)
+            placement.verdicts.append(verdict)
+            if verdict.fits and placement.node is None:
+                placement.node = name
+                placement.devices = verdict.devices
+                if stop_at_first:
+                    break
+            if verdict.reasons and verdict.reasons[0].startswith("fatal: "):
+                placement.reason = verdict.reasons[0].removeprefix("fatal: ")
+                return placement
+        if placement.node is None and not placement.reason:
+            placement.reason = summarize(placement.verdicts)
+        return placement
+
+    def _verdict(
+        self,
+        pod: PodInfo,
+        name: str,
+        pinned: list[tuple[str, NodeSelector]],
+        allocated: list[ClaimUse],
+        pending: list[ClaimUse],
+    ) -> NodeVerdict:
+        entry = self.snapshot.nodes.get(name)
+        fit = pod_fits_node(pod, name, entry)
+        if not fit.fits:
+            return NodeVerdict(name, False, (fit.reason,))
+        info: NodeInfo = node_info(entry, name)
+        for key, selector in pinned:
+            if not selector.matches(info):
+                return NodeVerdict(name, False, (f"claim {key} is allocated on another node",))
+        devices = [line for use in allocated for line in _lines(use.key, self.allocations[use.key])]
+        if not pending:
+            return NodeVerdict(name, True, (), tuple(devices))
+        try:
+            result = self.state.allocate([u.body for u in pending], info)
+        except NodeAllocationError as exc:
+            return NodeVerdict(name, False, (str(exc),))
+        except AllocationError as exc:
+            return NodeVerdict(name, False, (f"fatal: {exc}",))
+        if result is None:
+            return NodeVerdict(name, False, tuple(self.explain_node(pending, info)))
+        for use, allocation in zip(pending, result, strict=True):
+            devices.extend(_lines(use.key, allocation.to_dict()))
+        return NodeVerdict(
+            name,
+            True,
+            (),
+            tuple(devices),
+        )
+
+    def explain_node(self, pending: list[ClaimUse], node: NodeInfo) -> list[str]:
+        """The allocator's reasons why the pending claims do not fit this node."""
+        return ["cannot allocate all claims"]
+
+    def commit(self, pod: PodInfo, placement: Placement) -> None:
+        """Record a successful placement, as the operator's writes would."""
+        assert placement.node is not None
+        uses, _ = self.resolve(pod)
+        info = node_info(self.snapshot.nodes.get(placement.node), placement.node)
+        pending = [u for u in uses if u.key not in self.allocations]
+        if pending:
+            result = self.state.allocate([u.body for u in pending], info)
+            if result is None:  # pragma: no cover - evaluate() just succeeded on this node
+                raise AllocationError(f"{pod.key}: allocation on {placement.node} vanished")
+            for use, allocation in zip(pending, result, strict=True):
+                self._record(use.key, allocation)
+        for use in uses:
+            self.consumers.setdefault(use.key, set()).add(pod.key)
+        self.pods[pod.key] = pod
+
+    def _record(self, key: str, allocation: ClaimAllocation) -> None:
+        self.state.assume(self.claims[key], allocation)
+        self.allocations[key] = allocation.to_dict()
+
+    def release_pod(self, pod_key: str) -> list[str]:
+        """The pod is gone: drop it as a consumer; deallocate claims nobody uses any more.
+
+        Returns the claims that were deallocated.
+        """
+        freed = []
+        for key, pods in list(self.consumers.items()):
+            if pod_key not in pods:
+                continue
+            pods.discard(pod_key)
+            if not pods and key in self.allocations:
+                del self.allocations[key]
+                self.state.remove_claim(self.claims[key])
+                freed.append(key)
+        self.pods.pop(pod_key, None)
+        return freed
+
+    def pod_is_allocated(self, pod: PodInfo) -> bool:
+        uses, problem = self.resolve(pod)
+        return not problem and all(u.key in self.allocations for u in uses)
+
+
+def _lines(claim: str, allocation: Mapping[str, Any]) -> list[DeviceLine]:
+    results = (allocation.get("devices") or {}).get("results") or []
+    return [
+        DeviceLine(claim, str(r.get("request")), f"{r['driver']}/{r['pool']}/{r['device']}")
+        for r in results
+    ]
+
+
+def summarize(verdicts: list[NodeVerdict]) -> str:
+    """``0/N nodes are available: ...`` with reasons grouped, like kube-scheduler says it."""
+    if not verdicts:
+        return "no nodes in the snapshot"
+    counts: dict[str, int] = {}
+    for verdict in verdicts:
+        if verdict.fits:
+            continue
+        reason = verdict.reasons[0] if verdict.reasons else "cannot allocate all claims"
+        counts[reason] = counts.get(reason, 0) + 1
+    fitting = sum(1 for v in verdicts if v.fits)
+    parts = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items(), key=lambda x: -x[1]))
+    return f"{fitting}/{len(verdicts)} nodes are available: {parts}."

@@ -1,0 +1,164 @@
+"""Pods as the toolkit sees them: where they may run and which claims they use.
+
+A pod names its claims in one of two ways, and the toolkit reads both so that it works on
+either kind of cluster:
+
+- the dralloc pod protocol: the ``resource.dralloc.dev/claims`` annotation (a JSON list
+  shaped like ``pod.spec.resourceClaims``) and ``resource.dralloc.dev/claim-statuses``
+  (shaped like ``pod.status.resourceClaimStatuses``);
+- in-tree DRA: ``pod.spec.resourceClaims`` and ``pod.status.resourceClaimStatuses``.
+
+Only the fields that decide placement are kept; the rest of the pod is irrelevant here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.api.annotations import (
+    CLAIM_STATUSES_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    SCHEDULING_GATE,
+    AnnotationError,
+    parse_claim_statuses,
+    parse_pod_claims,
+)
+from operators.toolkit.errors import ObjectRef, SnapshotError
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """One entry of the pod's claim list: a named claim, or a template to generate from."""
+
+    name: str
+    claim_name: str | None = None
+    template_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        if self.effect and self.effect != effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != key:
+            return False
+        return self.operator == "Exists" or self.value == value
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """The placement-relevant part of a pod."""
+
+    ref: ObjectRef
+    namespace: str
+    name: str
+    uid: str
+    node_name: str | None
+    phase: str
+    deleting: bool
+    claims: tuple[PodClaim, ...]
+    claim_statuses: Mapping[str, str | None]
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required_affinity: Mapping[str, Any] | None = None
+    """``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`` as given."""
+    tolerations: tuple[Toleration, ...] = ()
+    gated: bool = False
+    protocol: str = "dralloc"
+    """``dralloc`` (annotations) or ``in-tree`` (pod.spec.resourceClaims)."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def active(self) -> bool:
+        return not self.deleting and self.phase not in FINISHED_PHASES
+
+    def generated_claim_name(self, entry: PodClaim) -> str | None:
+        """The name of the claim behind an entry, if it is known."""
+        if entry.claim_name:
+            return entry.claim_name
+        return self.claim_statuses.get(entry.name)
+
+
+def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    if CLAIMS_ANNOTATION in annotations:
+        protocol = "dralloc"
+        claims_text = annotations[CLAIMS_ANNOTATION]
+        statuses_text = annotations.get(CLAIM_STATUSES_ANNOTATION)
+        where = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
+        status_where = f"metadata.annotations[{CLAIM_STATUSES_ANNOTATION}]"
+    else:
+        protocol = "in-tree"
+        claims_text = json.dumps(spec.get("resourceClaims") or [])
+        statuses_text = json.dumps(status.get("resourceClaimStatuses") or [])
+        where = "spec.resourceClaims"
+        status_where = "status.resourceClaimStatuses"
+    try:
+        entries = parse_pod_claims(claims_text)
+    except AnnotationError as exc:
+        raise SnapshotError(ref, "; ".join(exc.problems), where) from exc
+    try:
+        statuses = parse_claim_statuses(statuses_text) if statuses_text else ()
+    except AnnotationError as exc:
+        raise SnapshotError(ref, "; ".join(exc.problems), status_where) from exc
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    gates = [g.get("name") for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
+    return PodInfo(
+        ref=ref,
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or f"uid-{meta.get('namespace')}-{meta.get('name')}"),
+        node_name=spec.get("nodeName") or None,
+        phase=str(status.get("phase") or "Pending"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        claims=tuple(
+            PodClaim(e.name, e.resource_claim_name, e.resource_claim_template_name) for e in entries
+        ),
+        claim_statuses={s.name: s.resource_claim_name for s in statuses},
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        required_affinity=affinity,
+        tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
+        gated=SCHEDULING_GATE in gates,
+        protocol=protocol,
+    )
+
+
+def claims_annotation(entries: Sequence[PodClaim]) -> str:
+    """The annotation value for a list of entries (used for simulated pods)."""
+    out = []
+    for entry in entries:
+        item: dict[str, str] = {"name": entry.name}
+        if entry.claim_name:
+            item["resourceClaimName"] = entry.claim_name
+        if entry.template_name:
+            item["resourceClaimTemplateName"] = entry.template_name
+        out.append(item)
+    return json.dumps(out)
+
+
+def _toleration(data: Mapping[str, Any]) -> Toleration:
+    return Toleration(
+        key=str(data.get("key") or ""),
+        operator=str(data.get("operator") or "Equal"),
+        value=str(data.get("value") or ""),
+        effect=str(data.get("effect") or ""),
+    )

@@ -1,0 +1,271 @@
+"""What-if scenarios on a snapshot: add N pods like a template, taint a device.
+
+Every run first settles the snapshot (pods that are pending get placed, in a stable order,
+as the operator would), then applies the scenario and reports what fits where, what is
+evicted, and what stays pending with the allocator's reason. ``fits`` is False when a pod
+the scenario is about (added, or evicted and recreated) finds no node: the CLI turns that
+into a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from operators.allocator.compiled import Taint, Toleration
+from operators.allocator.features import Features
+from operators.toolkit.cluster import Cluster, DeviceLine, Placement
+from operators.toolkit.errors import ObjectRef, ToolkitError
+from operators.toolkit.pods import PodClaim, PodInfo
+from operators.toolkit.snapshot import Snapshot
+
+ProgressHook = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class AddPods:
+    """Add ``count`` pods whose claims come from a template or copy an existing pod's."""
+
+    count: int
+    namespace: str
+    template: str | None = None
+    """A ResourceClaimTemplate name: each pod gets one claim from it."""
+    like_pod: str | None = None
+    """A pod name: each new pod copies its claim entries and node constraints."""
+
+    def describe(self) -> str:
+        what = f"template {self.template}" if self.template else f"pod {self.like_pod}"
+        return f"add {self.count} pod(s) of {what} in namespace {self.namespace}"
+
+
+@dataclass(frozen=True)
+class TaintDevice:
+    """Taint one device (``driver/pool/device``), as a DeviceTaintRule would."""
+
+    device: str
+    effect: str = "NoExecute"
+    key: str = "dralloc.dev/simulated"
+    value: str = ""
+
+    def describe(self) -> str:
+        return f"taint device {self.device} with {self.key}:{self.effect}"
+
+    @property
+    def parts(self) -> tuple[str, str, str]:
+        driver, _, rest = self.device.partition("/")
+        pool, _, name = rest.rpartition("/")
+        if not driver or not pool or not name:
+            raise ToolkitError(f"device {self.device!r}: expected DRIVER/POOL/DEVICE")
+        return driver, pool, name
+
+
+Scenario = AddPods | TaintDevice
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    pod: str
+    origin: str
+    """``pending`` (in the snapshot), ``added`` or ``evicted`` (recreated after eviction)."""
+    node: str | None
+    devices: tuple[DeviceLine, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Eviction:
+    pod: str
+    claim: str
+    device: str
+    taint: str
+
+
+@dataclass(frozen=True)
+class SimulationReport:
+    scenario: str
+    snapshot: str
+    placed: tuple[PodOutcome, ...]
+    pending: tuple[PodOutcome, ...]
+    evictions: tuple[Eviction, ...]
+    fits: bool
+    seconds: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def simulate(
+    snapshot: Snapshot,
+    scenarios: list[Scenario],
+    *,
+    features: Features | None = None,
+    progress: ProgressHook | None = None,
+) -> SimulationReport:
+    started = time.monotonic()
+    cluster = Cluster(snapshot, features)
+    tick = progress or (lambda _n: None)
+    placed: list[PodOutcome] = []
+    pending: list[PodOutcome] = []
+    evictions: list[Eviction] = []
+    notes: list[str] = []
+    if not snapshot.nodes:
+        notes.append(
+            "the snapshot has no Node objects: nodes are taken from the ResourceSlices, "
+            "and pod node selectors and node taints are not checked"
+        )
+
+    def place(pod: PodInfo, origin: str) -> bool:
+        result: Placement = cluster.evaluate(pod, stop_at_first=True)
+        if result.node is None:
+            pending.append(PodOutcome(pod.key, origin, None, reason=result.reason))
+            tick(1)
+            return False
+        cluster.commit(pod, result)
+        placed.append(PodOutcome(pod.key, origin, result.node, result.devices))
+        tick(1)
+        return True
+
+    # 1. Settle: pods of the snapshot that wait for devices.
+    for pod in _waiting_pods(cluster):
+        place(pod, "pending")
+    fits = all(p.origin != "pending" for p in pending) if scenarios else not pending
+
+    # 2. The scenarios, in the order given.
+    for scenario in scenarios:
+        if isinstance(scenario, AddPods):
+            for pod in _new_pods(cluster, scenario):
+                fits = place(pod, "added") and fits
+        else:
+            evicted = _taint(cluster, scenario, evictions)
+            for pod in evicted:
+                fits = place(_recreated(pod), "evicted") and fits
+    return SimulationReport(
+        scenario="; ".join(s.describe() for s in scenarios) or "settle the snapshot",
+        snapshot=snapshot.summary(),
+        placed=tuple(placed),
+        pending=tuple(pending),
+        evictions=tuple(evictions),
+        fits=fits,
+        seconds=round(time.monotonic() - started, 3),
+        notes=tuple(notes),
+    )
+
+
+def work_size(snapshot: Snapshot, scenarios: list[Scenario]) -> int:
+    """How many placements a run will try, for the progress bar."""
+    waiting = sum(1 for p in snapshot.pods.values() if p.active and p.claims)
+    added = sum(s.count for s in scenarios if isinstance(s, AddPods))
+    return waiting + added
+
+
+def _waiting_pods(cluster: Cluster) -> list[PodInfo]:
+    pods = [p for p in cluster.pods.values() if p.active and p.claims]
+    waiting = [p for p in pods if not cluster.pod_is_allocated(p)]
+    return sorted(waiting, key=lambda p: p.key)
+
+
+def _new_pods(cluster: Cluster, scenario: AddPods) -> list[PodInfo]:
+    if scenario.count < 1:
+        raise ToolkitError("the number of pods to add must be at least 1")
+    if scenario.template:
+        key = f"{scenario.namespace}/{scenario.template}"
+        if key not in cluster.snapshot.templates:
+            known = ", ".join(sorted(cluster.snapshot.templates)) or "none"
+            raise ToolkitError(
+                f"ResourceClaimTemplate {key} is not in the snapshot (known: {known})"
+            )
+        base = PodInfo(
+            ref=ObjectRef("scenario", kind="Pod", namespace=scenario.namespace),
+            namespace=scenario.namespace,
+            name=scenario.template,
+            uid="",
+            node_name=None,
+            phase="Pending",
+            deleting=False,
+            claims=(PodClaim(name="claim", template_name=scenario.template),),
+            claim_statuses={},
+        )
+        stem = scenario.template
+    else:
+        key = f"{scenario.namespace}/{scenario.like_pod}"
+        found = cluster.snapshot.pods.get(key)
+        if found is None:
+            raise ToolkitError(f"Pod {key} is not in the snapshot")
+        if not found.claims:
+            raise ToolkitError(f"Pod {key} uses no claims; nothing to simulate")
+        base = found
+        stem = found.name
+    pods = []
+    for index in range(scenario.count):
+        name = f"{stem}-sim-{index}"
+        pods.append(
+            replace(
+                base,
+                name=name,
+                uid=f"simulated-{scenario.namespace}-{name}",
+                node_name=None,
+                phase="Pending",
+                claim_statuses={},
+                ref=ObjectRef("scenario", kind="Pod", namespace=scenario.namespace, name=name),
+            )
+        )
+    return pods
+
+
+def _taint(cluster: Cluster, scenario: TaintDevice, evictions: list[Eviction]) -> list[PodInfo]:
+    driver, pool, device = scenario.parts
+    known = {
+        f"{s.spec.driver}/{s.spec.pool.name}/{d.name}"
+        for s in cluster.snapshot.resource_slices.values()
+        for d in s.spec.devices
+    }
+    if scenario.device not in known:
+        raise ToolkitError(f"device {scenario.device} is not published by any ResourceSlice")
+    cluster.state.upsert_taint_rule(
+        {
+            "metadata": {"name": "dralloc-simulated-taint"},
+            "spec": {
+                "deviceSelector": {"driver": driver, "pool": pool, "device": device},
+                "taint": {"key": scenario.key, "value": scenario.value, "effect": scenario.effect},
+            },
+        }
+    )
+    if scenario.effect != "NoExecute":
+        return []
+    taint = Taint(scenario.key, scenario.value, scenario.effect)
+    shown = f"{scenario.key}:{scenario.effect}"
+    victims: dict[str, PodInfo] = {}
+    for claim_key, allocation in sorted(cluster.allocations.items()):
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if (result.get("driver"), result.get("pool"), result.get("device")) != (
+                driver,
+                pool,
+                device,
+            ):
+                continue
+            if _tolerated(result.get("tolerations") or [], taint):
+                continue
+            for pod_key in sorted(cluster.consumers.get(claim_key, ())):
+                evictions.append(Eviction(pod_key, claim_key, scenario.device, shown))
+                pod = cluster.pods.get(pod_key)
+                if pod is not None:
+                    victims[pod_key] = pod
+    for pod_key in victims:
+        cluster.release_pod(pod_key)
+    return list(victims.values())
+
+
+def _tolerated(tolerations: list[dict[str, object]], taint: Taint) -> bool:
+    return any(
+        Toleration(
+            str(t.get("key") or ""),
+            str(t.get("operator") or "Equal"),
+            str(t.get("value") or ""),
+            str(t.get("effect") or ""),
+        ).tolerates(taint)
+        for t in tolerations
+    )
+
+
+def _recreated(pod: PodInfo) -> PodInfo:
+    """The replacement a controller would create: same claims, new generated claims."""
+    return replace(pod, name=f"{pod.name}-new", node_name=None, phase="Pending", claim_statuses={})

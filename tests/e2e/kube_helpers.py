@@ -1,0 +1,176 @@
+"""Helpers for end-to-end tests against the loopback control plane from `testbed/`.
+
+Why here and not in the package: they drive the testbed scripts and kubectl, which only the
+tests need. The fixtures in `conftest.py` are thin wrappers around these functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TESTBED_DIR = REPO_ROOT / "testbed"
+UP_TIMEOUT_S = 240.0
+KUBECTL_TIMEOUT_S = 120.0
+
+JsonObject = dict[str, Any]
+
+
+class TestbedUnavailable(RuntimeError):
+    """The binaries are not built; the message is the reason (shown as the skip reason)."""
+
+    __test__ = False
+
+
+def find_binaries() -> Path:
+    """The directory with kubectl & co. from `testbed/build`, without building.
+
+    `$DRALLOC_TESTBED_BIN` overrides the lookup. Raises TestbedUnavailable with the build's own
+    explanation (e.g. the last build error) when they are missing.
+    """
+    override = os.environ.get("DRALLOC_TESTBED_BIN")
+    if override:
+        return Path(override)
+    result = subprocess.run(
+        [str(TESTBED_DIR / "build"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        reason = lines[-1] if lines else (result.stderr.strip() or "testbed/build --check failed")
+        raise TestbedUnavailable(reason)
+    return Path(lines[-1])
+
+
+@dataclass(frozen=True)
+class Testbed:
+    """A running control plane.
+
+    kubeconfig: admin kubeconfig (client certificate, system:masters).
+    bin: directory holding kubectl, kube-apiserver, ... from `testbed/build`.
+    state_dir: the `testbed/up` state directory (logs in `logs/`), or None for a testbed that
+        was reused via an environment variable and is not ours to stop.
+    dra: whether in-tree DRA (scheduler plugin + resourceclaim controller) is on.
+    """
+
+    __test__: ClassVar[bool] = False  # not a test class, despite the name
+
+    kubeconfig: Path
+    bin: Path
+    state_dir: Path | None
+    dra: bool
+
+    def env(self) -> dict[str, str]:
+        """os.environ plus KUBECONFIG and PATH pointing at this testbed (for subprocesses)."""
+        return {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = KUBECTL_TIMEOUT_S,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this testbed; with check=True a non-zero exit raises with stderr."""
+        result = subprocess.run(
+            [str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}"
+            )
+        return result
+
+    def apply(self, *manifests: Mapping[str, Any]) -> None:
+        """Server-side apply of manifests given as dicts."""
+        doc = {"apiVersion": "v1", "kind": "List", "items": list(manifests)}
+        self.kubectl(
+            "apply", "--server-side", "--field-manager=e2e", "-f", "-", input=json.dumps(doc)
+        )
+
+    def get(self, *args: str) -> JsonObject | None:
+        """`kubectl get ... -o json`, or None when the object does not exist."""
+        result = self.kubectl("get", *args, "-o", "json", check=False)
+        if result.returncode != 0:
+            if "NotFound" in result.stderr or "not found" in result.stderr:
+                return None
+            raise AssertionError(f"kubectl get {' '.join(args)}: {result.stderr.strip()}")
+        obj: JsonObject = json.loads(result.stdout)
+        return obj
+
+    def create_nodes(self, count: int, labels: Mapping[str, str], prefix: str) -> list[str]:
+        """Create kwok fake nodes through `testbed/nodes`; returns their names."""
+        label_args = [arg for k, v in labels.items() for arg in ("--label", f"{k}={v}")]
+        result = subprocess.run(
+            [str(TESTBED_DIR / "nodes"), f"--kubeconfig={self.kubeconfig}", f"--bin={self.bin}",
+             f"--prefix={prefix}", *label_args, str(count)],
+            capture_output=True, text=True, check=False, timeout=KUBECTL_TIMEOUT_S,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise AssertionError(f"testbed/nodes failed: {result.stderr.strip()}")
+        return result.stdout.split()
+
+    def logs_hint(self) -> str:
+        return f" (component logs: {self.state_dir / 'logs'})" if self.state_dir else ""
+
+
+def start_testbed(state_dir: Path, bin_dir: Path, *, dra: bool) -> Testbed:
+    """Run `testbed/up` into state_dir; raises with its stderr if the control plane fails."""
+    args = [str(TESTBED_DIR / "up"), f"--dir={state_dir}", f"--bin={bin_dir}"]
+    if dra:
+        args.append("--dra")
+    result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=UP_TIMEOUT_S)
+    if result.returncode != 0:
+        raise RuntimeError(f"testbed/up failed:\n{result.stderr.strip()}")
+    kubeconfig = Path(result.stdout.strip().splitlines()[-1])
+    return Testbed(kubeconfig=kubeconfig, bin=bin_dir, state_dir=state_dir, dra=dra)
+
+
+def stop_testbed(testbed: Testbed) -> None:
+    if testbed.state_dir is not None:
+        subprocess.run(
+            [str(TESTBED_DIR / "down"), str(testbed.state_dir)], check=False, timeout=120
+        )
+
+
+def unique_name(prefix: str) -> str:
+    """A DNS-1123 name unlikely to clash on a reused testbed."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_for(
+    what: str,
+    probe: Callable[[], Any],
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.5,
+) -> Any:
+    """Poll probe() until it returns something truthy and return that; fail after timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")

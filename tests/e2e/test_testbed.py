@@ -1,0 +1,271 @@
+"""The testbed behaves like the cluster dralloc relies on: CRDs get served, kube-scheduler binds
+pods to kwok nodes (honouring scheduling gates and node affinity), kwok runs and deletes them,
+the garbage collector follows owner references, and in-tree DRA works when switched on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio.client import ApiClient, CoreV1Api
+
+from .kube_helpers import REPO_ROOT, JsonObject, Testbed, unique_name, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+GATE = "resource.dralloc.dev/allocation"
+
+
+def pod_manifest(name: str, namespace: str, **spec: Any) -> JsonObject:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "main", "image": "registry.invalid/none"}], **spec},
+    }
+
+
+def own_crd(group: str) -> JsonObject:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {"size": {"type": "integer"}},
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def repo_crds() -> list[JsonObject]:
+    docs: list[JsonObject] = []
+    for path in sorted((REPO_ROOT / "crds").glob("*.y*ml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
+
+
+def node_of(testbed: Testbed, namespace: str, pod: str) -> str | None:
+    obj = testbed.get("pod", pod, "-n", namespace)
+    assert obj is not None, f"pod {namespace}/{pod} disappeared"
+    node: str | None = obj["spec"].get("nodeName")
+    return node
+
+
+def test_crds_install_and_become_established(testbed: Testbed, namespace: str) -> None:
+    group = f"{unique_name('e2e')}.dralloc.test"
+    crds = [own_crd(group), *repo_crds()]
+    testbed.apply(*crds)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        testbed.kubectl(
+            "wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s", timeout=90
+        )
+    # Established means served: a custom object round-trips through the API.
+    widget = {
+        "apiVersion": f"{group}/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w", "namespace": namespace},
+        "spec": {"size": 3},
+    }
+    wait_for("the new kind to be discoverable", lambda: _try_apply(testbed, widget), timeout=30)
+    stored = testbed.get(f"widgets.{group}", "w", "-n", namespace)
+    assert stored is not None
+    assert stored["spec"] == {"size": 3}
+    testbed.kubectl("delete", "crd", f"widgets.{group}", "--wait=false")
+
+
+def _try_apply(testbed: Testbed, obj: JsonObject) -> bool:
+    doc = json.dumps(obj)
+    result = testbed.kubectl("apply", "--server-side", "-f", "-", input=doc, check=False)
+    return result.returncode == 0
+
+
+def test_pod_is_bound_to_kwok_node_runs_and_is_deleted(testbed: Testbed, namespace: str) -> None:
+    pool = unique_name("pool")
+    (node,) = testbed.create_nodes(1, {"e2e-pool": pool}, prefix=pool)
+    testbed.apply(pod_manifest("p", namespace, nodeSelector={"e2e-pool": pool}))
+
+    wait_for("the pod to be bound", lambda: node_of(testbed, namespace, "p"), timeout=60)
+    assert node_of(testbed, namespace, "p") == node
+
+    def phase() -> str | None:
+        obj = testbed.get("pod", "p", "-n", namespace)
+        return obj["status"].get("phase") if obj else None
+
+    wait_for("the pod to be Running", lambda: phase() == "Running", timeout=60)
+
+    testbed.kubectl("delete", "pod", "p", "-n", namespace, "--wait=false")
+    # Without kwok's delete stage a bound pod would stay Terminating forever.
+    wait_for(
+        "the pod to be gone", lambda: testbed.get("pod", "p", "-n", namespace) is None, timeout=60
+    )
+
+
+def test_gated_pod_waits_then_binds_to_affinity_node(testbed: Testbed, namespace: str) -> None:
+    pool = unique_name("pool")
+    nodes = testbed.create_nodes(3, {"e2e-pool": pool}, prefix=pool)
+    chosen = nodes[1]
+    testbed.apply(
+        pod_manifest(
+            "gated",
+            namespace,
+            nodeSelector={"e2e-pool": pool},
+            schedulingGates=[{"name": GATE}],
+        )
+    )
+
+    def scheduled_condition() -> JsonObject | None:
+        obj = testbed.get("pod", "gated", "-n", namespace)
+        assert obj is not None
+        conditions = obj.get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c["type"] == "PodScheduled"), None)
+
+    condition = wait_for("the PodScheduled condition", scheduled_condition, timeout=30)
+    assert condition["status"] == "False"
+    assert condition["reason"] == "SchedulingGated"
+
+    # Same order as dralloc's allocator: pin the node while gated, then lift the gate.
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [chosen]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    testbed.kubectl(
+        "patch", "pod", "gated", "-n", namespace, "--type=merge",
+        "-p", json.dumps({"spec": {"affinity": affinity}}),
+    )  # fmt: skip
+    assert node_of(testbed, namespace, "gated") is None, "bound while still gated"
+
+    remove_gate = [{"op": "remove", "path": "/spec/schedulingGates"}]
+    testbed.kubectl(
+        "patch", "pod", "gated", "-n", namespace, "--type=json", "-p", json.dumps(remove_gate)
+    )
+    bound = wait_for(
+        "the pod to be bound", lambda: node_of(testbed, namespace, "gated"), timeout=60
+    )
+    assert bound == chosen
+
+
+def test_garbage_collector_removes_object_owned_by_deleted_pod(
+    testbed: Testbed, namespace: str
+) -> None:
+    # A gated pod is never bound, so its deletion is immediate and only the GC is under test.
+    testbed.apply(pod_manifest("owner", namespace, schedulingGates=[{"name": GATE}]))
+    pod = testbed.get("pod", "owner", "-n", namespace)
+    assert pod is not None
+    owner_ref = {"apiVersion": "v1", "kind": "Pod", "name": "owner", "uid": pod["metadata"]["uid"]}
+
+    def config_map(name: str, owners: list[JsonObject]) -> JsonObject:
+        meta = {"name": name, "namespace": namespace, "ownerReferences": owners}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
+
+    testbed.apply(config_map("owned", [owner_ref]), config_map("unowned", []))
+    testbed.kubectl("delete", "pod", "owner", "-n", namespace)
+
+    wait_for(
+        "the owned ConfigMap to be collected",
+        lambda: testbed.get("configmap", "owned", "-n", namespace) is None,
+        timeout=90,
+    )
+    assert testbed.get("configmap", "unowned", "-n", namespace) is not None
+
+
+def test_in_tree_dra_allocates_claim_from_template(dra_testbed: Testbed) -> None:
+    tb = dra_testbed
+    namespace = unique_name("e2e-dra")
+    tb.kubectl("create", "namespace", namespace)
+    driver = f"{unique_name('gpu')}.e2e.dralloc.test"
+    pool = unique_name("pool")
+    nodes = tb.create_nodes(2, {"e2e-pool": pool}, prefix=pool)
+    with_device = nodes[1]
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": driver},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+    }
+    # Only the second node publishes a device: the scheduler must pick it.
+    resource_slice: JsonObject = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{with_device}-{pool}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": with_device,
+            "pool": {"name": with_device, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0", "attributes": {"model": {"string": "e2e"}}}],
+        },
+    }
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": driver}}]}
+            }
+        },
+    }
+    pod = pod_manifest(
+        "dra",
+        namespace,
+        nodeSelector={"e2e-pool": pool},
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+    )
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    tb.apply(device_class, resource_slice, template, pod)
+
+    def claim_name() -> str | None:
+        obj = tb.get("pod", "dra", "-n", namespace)
+        assert obj is not None
+        statuses = obj.get("status", {}).get("resourceClaimStatuses", [])
+        return next((s.get("resourceClaimName") for s in statuses if s["name"] == "gpu"), None)
+
+    claim = wait_for("the claim to be generated from the template", claim_name, timeout=60)
+    bound = wait_for("the pod to be bound", lambda: node_of(tb, namespace, "dra"), timeout=60)
+    assert bound == with_device
+
+    obj = tb.get("resourceclaim", claim, "-n", namespace)
+    assert obj is not None
+    results = obj["status"]["allocation"]["devices"]["results"]
+    assert [(r["driver"], r["pool"], r["device"]) for r in results] == [
+        (driver, with_device, "gpu-0")
+    ]
+    assert [r["name"] for r in obj["status"].get("reservedFor", [])] == ["dra"]
+    tb.kubectl("delete", "namespace", namespace, "--wait=false")
+    tb.kubectl("delete", "resourceslice", resource_slice["metadata"]["name"], "--wait=false")
+
+
+async def test_api_client_fixture_talks_to_the_testbed(api_client: ApiClient) -> None:
+    namespaces = await CoreV1Api(api_client).list_namespace()
+    assert "default" in {ns.metadata.name for ns in namespaces.items}

@@ -1,0 +1,196 @@
+"""The informer store: events, relist diffs, indexes, bad objects, and the list+watch loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from operators.cache.backoff import Backoff
+from operators.cache.informer import Change, Informer, Key
+from operators.kube import PODS, Gone, JsonDict, WatchEvent
+
+
+def obj(name: str, rv: str, uid: str = "", node: str = "", ns: str = "default") -> JsonDict:
+    return {
+        "metadata": {
+            "namespace": ns,
+            "name": name,
+            "resourceVersion": rv,
+            "uid": uid or f"u-{name}",
+        },
+        "spec": {"nodeName": node},
+    }
+
+
+def parse(raw: JsonDict) -> dict[str, Any]:
+    if raw["metadata"]["name"].startswith("bad"):
+        raise ValueError("invalid")
+    return {
+        "name": raw["metadata"]["name"],
+        "node": raw["spec"]["nodeName"],
+        "uid": raw["metadata"]["uid"],
+    }
+
+
+def make() -> tuple[Informer[dict[str, Any]], list[Change[Any]]]:
+    informer: Informer[dict[str, Any]] = Informer(None, PODS, parse)  # type: ignore[arg-type]
+    changes: list[Change[Any]] = []
+    informer.add_handler(changes.append)
+    return informer, changes
+
+
+def summary(changes: list[Change[Any]]) -> list[tuple[str, str]]:
+    kinds = []
+    for change in changes:
+        kind = "del" if change.new is None else ("add" if change.old is None else "mod")
+        kinds.append((kind, change.key.name))
+    return kinds
+
+
+def test_events_update_store_and_notify() -> None:
+    informer, changes = make()
+    informer.apply("ADDED", obj("a", "1"))
+    informer.apply("MODIFIED", obj("a", "2", node="n1"))
+    informer.apply("MODIFIED", obj("a", "2", node="n1"))  # same version: no change
+    informer.apply("DELETED", obj("a", "3"))
+    informer.apply("DELETED", obj("a", "3"))  # unknown: no change
+    assert summary(changes) == [("add", "a"), ("mod", "a"), ("del", "a")]
+    assert changes[1].old == {"name": "a", "node": "", "uid": "u-a"}
+    assert informer.get(Key("default", "a")) is None
+
+
+def test_relist_emits_deletions_for_vanished_objects() -> None:
+    informer, changes = make()
+    informer.replace([obj("a", "1"), obj("b", "1"), obj("c", "1")])
+    changes.clear()
+    informer.replace([obj("a", "1"), obj("b", "5"), obj("d", "6")])
+    assert sorted(summary(changes)) == [("add", "d"), ("del", "c"), ("mod", "b")]
+    assert sorted(k.name for k in informer) == ["a", "b", "d"]
+
+
+def test_same_name_new_uid_is_a_delete_then_add() -> None:
+    informer, changes = make()
+    informer.apply("ADDED", obj("a", "1", uid="one"))
+    informer.apply("MODIFIED", obj("a", "7", uid="two"))
+    assert summary(changes) == [("add", "a"), ("del", "a"), ("add", "a")]
+
+
+def test_invalid_object_is_treated_as_absent() -> None:
+    informer, changes = make()
+    informer.apply("ADDED", obj("bad-1", "1"))
+    assert informer.get(Key("default", "bad-1")) is None
+    assert changes == []
+
+
+def test_index_follows_updates_and_deletes() -> None:
+    informer, _ = make()
+    informer.add_index("node", lambda o: [o["node"]] if o["node"] else [])
+    informer.apply("ADDED", obj("a", "1", node="n1"))
+    informer.apply("ADDED", obj("b", "1", node="n1"))
+    assert [o["name"] for o in informer.by_index("node", "n1")] == ["a", "b"]
+    informer.apply("MODIFIED", obj("a", "2", node="n2"))
+    informer.apply("DELETED", obj("b", "3", node="n1"))
+    assert informer.by_index("node", "n1") == []
+    assert [o["name"] for o in informer.by_index("node", "n2")] == ["a"]
+
+
+def test_late_subscriber_sees_existing_objects() -> None:
+    informer, _ = make()
+    informer.apply("ADDED", obj("a", "1"))
+    late: list[Change[Any]] = []
+    informer.add_handler(late.append)
+    assert summary(late) == [("add", "a")]
+
+
+def test_failing_handler_does_not_stop_others() -> None:
+    informer, changes = make()
+
+    def broken(change: Change[Any]) -> None:
+        raise RuntimeError("boom")
+
+    informer._handlers.insert(0, broken)
+    informer.apply("ADDED", obj("a", "1"))
+    assert summary(changes) == [("add", "a")]
+
+
+class ScriptedClient:
+    """Lists and watch streams played from a script; records what was asked."""
+
+    def __init__(self, lists: list[tuple[list[JsonDict], str]], watches: list[Any]) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.watched_from: list[str] = []
+
+    async def list(self, resource: Any) -> tuple[list[JsonDict], str]:
+        return self.lists.pop(0)
+
+    async def watch(self, resource: Any, rv: str, **_: Any) -> AsyncIterator[WatchEvent]:
+        self.watched_from.append(rv)
+        step = self.watches.pop(0) if self.watches else None
+        if step is None:
+            await asyncio.sleep(3600)
+            return
+        for item in step:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+async def test_run_relists_on_gone_and_diffs() -> None:
+    client = ScriptedClient(
+        lists=[([obj("a", "1"), obj("b", "2")], "10"), ([obj("a", "1")], "20")],
+        watches=[
+            [
+                WatchEvent("ADDED", obj("c", "11")),
+                WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "15"}}),
+            ],
+            [Gone(410, "Expired", "too old")],
+        ],
+    )
+    informer: Informer[dict[str, Any]] = Informer(client, PODS, parse, backoff=Backoff(0.001, 0.01))  # type: ignore[arg-type]
+    changes: list[Change[Any]] = []
+    informer.add_handler(changes.append)
+    task = asyncio.create_task(informer.run())
+    try:
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if len(client.watched_from) >= 3:
+                break
+    finally:
+        task.cancel()
+    assert informer.synced.is_set()
+    # first watch from the list's version, the second from the bookmark, then a relist
+    assert client.watched_from == ["10", "15", "20"]
+    assert sorted(k.name for k in informer) == ["a"]
+    assert ("del", "c") in summary(changes) and ("del", "b") in summary(changes)
+
+
+async def test_run_backs_off_on_errors() -> None:
+    client = ScriptedClient(
+        lists=[([], "1")],
+        watches=[[ValueError("broken json")]],
+    )
+    informer: Informer[dict[str, Any]] = Informer(client, PODS, parse, backoff=Backoff(0.001, 0.01))  # type: ignore[arg-type]
+    task = asyncio.create_task(informer.run())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    # one failure counted, and the watch resumed from the same version (no relist)
+    assert informer.backoff.failures == 1
+    assert client.watched_from == ["1", "1"]
+
+
+def test_backoff_doubles_and_caps() -> None:
+    backoff = Backoff(base=1.0, cap=5.0)
+    assert [backoff.next() for _ in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    backoff.reset()
+    assert backoff.next() == 1.0
+
+
+@pytest.mark.parametrize("rv", ["abc", ""])
+def test_non_numeric_versions_still_apply(rv: str) -> None:
+    informer, changes = make()
+    informer.apply("ADDED", obj("a", rv))
+    assert summary(changes) == [("add", "a")]

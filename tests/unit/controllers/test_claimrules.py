@@ -1,0 +1,221 @@
+"""Pure rules of the resource-claim controller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from operators.api.models import ResourceClaim, ResourceClaimTemplate
+from operators.cache.core import (
+    FINALIZER,
+    ClaimStatus,
+    parse_namespace,
+    parse_pod,
+    render_claim_statuses,
+)
+from operators.controllers import claimrules
+from operators.controllers.claimrules import PodState, generate_name, plan_claim
+
+
+def test_short_names_keep_both_parts() -> None:
+    assert generate_name("web-0", "gpu") == "web-0-gpu-"
+
+
+def test_long_names_cut_in_proportion() -> None:
+    pod, claim = "p" * 60, "c" * 30
+    name = generate_name(pod, claim)
+    # 92 characters with hyphens: each part keeps len*57//92 characters, no trailing hyphen
+    assert name == "p" * (60 * 57 // 92) + "-" + "c" * (30 * 57 // 92)
+    assert len(name) + 5 <= 63
+
+
+def test_boundary_is_57() -> None:
+    pod = "p" * 50
+    assert generate_name(pod, "abcde") == pod + "-abcde-"  # 57 exactly: untouched
+    assert generate_name(pod, "abcdef") == "p" * 49 + "-abcde"  # 58: both parts cut
+
+
+def pod(**overrides: Any) -> Any:
+    raw: dict[str, Any] = {
+        "metadata": {"namespace": "ns", "name": "web", "uid": "pod-uid", "resourceVersion": "1"},
+        "spec": {},
+        "status": {"phase": "Running"},
+    }
+    raw["metadata"].update(overrides.pop("metadata", {}))
+    raw["status"].update(overrides.pop("status", {}))
+    raw["spec"].update(overrides.pop("spec", {}))
+    return parse_pod(raw)
+
+
+def template(admin: bool = False) -> ResourceClaimTemplate:
+    return ResourceClaimTemplate.model_validate(
+        {
+            "metadata": {"namespace": "ns", "name": "t"},
+            "spec": {
+                "metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {"deviceClassName": "gpu", "adminAccess": admin},
+                            }
+                        ]
+                    }
+                },
+            },
+        }
+    )
+
+
+def test_claim_body_from_template() -> None:
+    body = claimrules.claim_body(pod(), "gpu", template())
+    meta = body["metadata"]
+    assert meta["generateName"] == "web-gpu-"
+    assert meta["labels"] == {"team": "a"}
+    assert meta["annotations"] == {"note": "x", "resource.dralloc.dev/pod-claim-name": "gpu"}
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "web",
+            "uid": "pod-uid",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert body["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "gpu"
+    assert ResourceClaim.model_validate(body).spec.devices.requests[0].name == "gpu"
+
+
+@pytest.mark.parametrize(
+    ("admin", "gate", "labels", "expect"),
+    [
+        (False, False, {}, ""),
+        (True, False, {"resource.dralloc.dev/admin-access": "true"}, "feature is disabled"),
+        (True, True, {}, "does not have the label"),
+        (True, True, {"resource.dralloc.dev/admin-access": "yes"}, "does not have the label"),
+        (True, True, {"resource.dralloc.dev/admin-access": "true"}, ""),
+    ],
+)
+def test_admin_access_rule(admin: bool, gate: bool, labels: dict[str, str], expect: str) -> None:
+    namespace = parse_namespace({"metadata": {"name": "ns", "labels": labels}})
+    refusal = claimrules.admin_access_refusal(template(admin), namespace, gate)
+    assert (expect in refusal) if expect else refusal == ""
+    assert bool(refusal) == bool(expect)
+
+
+def test_statuses_keep_pod_order_and_render_stably() -> None:
+    current = (ClaimStatus(name="b", resource_claim_name="web-b-1"),)
+    merged = claimrules.merged_statuses(current, {"a": "web-a-2"}, ["a", "b"])
+    assert merged == (
+        ClaimStatus(name="a", resource_claim_name="web-a-2"),
+        ClaimStatus(name="b", resource_claim_name="web-b-1"),
+    )
+    assert render_claim_statuses(merged) == render_claim_statuses(
+        claimrules.merged_statuses(merged, {}, ["a", "b"])
+    )
+
+
+def claim(
+    reserved: list[dict[str, str]],
+    *,
+    allocated: bool = True,
+    finalizer: bool = True,
+    deleting: bool = False,
+    owner: str | None = None,
+) -> ResourceClaim:
+    meta: dict[str, Any] = {
+        "namespace": "ns",
+        "name": "c",
+        "uid": "claim-uid",
+        "resourceVersion": "5",
+    }
+    if finalizer:
+        meta["finalizers"] = [FINALIZER]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if owner:
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": owner, "controller": True}
+        ]
+    status: dict[str, Any] = {}
+    if allocated:
+        status["allocation"] = {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": "d.example.com", "pool": "p", "device": "dev-0"}
+                ]
+            }
+        }
+        status["reservedFor"] = reserved
+    return ResourceClaim.model_validate({"metadata": meta, "spec": {}, "status": status})
+
+
+def entry(uid: str, name: str = "web") -> dict[str, str]:
+    return {"resource": "pods", "name": name, "uid": uid}
+
+
+def states(**by_uid: PodState) -> Any:
+    return lambda _name, uid: by_uid[uid]
+
+
+def test_live_reservation_stays() -> None:
+    plan = plan_claim(claim([entry("u1")]), states(u1=PodState.IN_USE), None)
+    assert plan.nothing
+
+
+def test_stale_entry_trimmed_others_kept() -> None:
+    plan = plan_claim(
+        claim([entry("u1"), entry("u2", "b")]), states(u1=PodState.DONE, u2=PodState.IN_USE), None
+    )
+    assert plan.reserved_for == ({"resource": "pods", "name": "b", "uid": "u2"},)
+    assert not plan.deallocate and not plan.remove_finalizer
+
+
+def test_last_entry_gone_deallocates_then_drops_finalizer() -> None:
+    plan = plan_claim(claim([entry("u1")]), states(u1=PodState.GONE), None)
+    assert plan.reserved_for == () and plan.deallocate and plan.remove_finalizer
+    assert not plan.delete
+
+
+def test_non_pod_consumers_are_kept() -> None:
+    other = {"apiGroup": "example.com", "resource": "jobs", "name": "j", "uid": "u9"}
+    plan = plan_claim(claim([entry("u1"), other]), states(u1=PodState.REPLACED), None)
+    assert plan.reserved_for == (other,)
+    assert not plan.deallocate
+
+
+def test_unallocated_claim_with_finalizer_is_left_alone() -> None:
+    # the allocator's first write (finalizer) before its status write
+    plan = plan_claim(claim([], allocated=False), states(), None)
+    assert plan.nothing
+
+
+def test_deleted_claim_released() -> None:
+    plan = plan_claim(claim([], deleting=True), states(), None)
+    assert plan.deallocate and plan.remove_finalizer and not plan.delete
+
+
+def test_generated_claim_of_done_pod_deleted() -> None:
+    plan = plan_claim(claim([entry("u1")], owner="u1"), states(u1=PodState.DONE), PodState.DONE)
+    assert plan.deallocate and plan.remove_finalizer and plan.delete
+    running = plan_claim(
+        claim([entry("u1")], owner="u1"), states(u1=PodState.IN_USE), PodState.IN_USE
+    )
+    assert not running.delete
+
+
+def test_reservation_state() -> None:
+    assert claimrules.reservation_state("pod-uid", None) is PodState.GONE
+    assert claimrules.reservation_state("other", pod()) is PodState.REPLACED
+    assert (
+        claimrules.reservation_state("pod-uid", pod(status={"phase": "Succeeded"})) is PodState.DONE
+    )
+    assert (
+        claimrules.reservation_state("pod-uid", pod(metadata={"deletionTimestamp": "x"}))
+        is PodState.DONE
+    )
+    scheduled = pod(metadata={"deletionTimestamp": "x"}, spec={"nodeName": "n1"})
+    assert claimrules.reservation_state("pod-uid", scheduled) is PodState.IN_USE

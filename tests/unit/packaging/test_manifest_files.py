@@ -1,0 +1,160 @@
+"""Static checks of manifests/base: the security posture and the wiring between objects.
+
+These run without a cluster. What the API server thinks of the manifests (schema, RBAC
+through impersonation) is checked in tests/e2e/test_manifests.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+BASE = REPO / "manifests" / "base"
+NAMESPACE = "dralloc-system"
+
+
+def load_dir(directory: Path) -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    objects: list[dict[str, Any]] = []
+    for name in kustomization["resources"]:
+        path = directory / name
+        if path.is_dir():
+            continue
+        objects.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+    return objects
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict[str, Any]]:
+    return load_dir(BASE)
+
+
+def only(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [
+        o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def test_every_base_file_is_listed_in_the_kustomization() -> None:
+    listed = set(yaml.safe_load((BASE / "kustomization.yaml").read_text())["resources"])
+    on_disk = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"}
+    assert on_disk == listed
+
+
+def test_namespaced_objects_live_in_the_operator_namespace(base: list[dict[str, Any]]) -> None:
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingWebhookConfiguration",
+    }
+    for obj in base:
+        if obj["kind"] not in cluster_scoped:
+            assert obj["metadata"].get("namespace") == NAMESPACE, obj["metadata"]["name"]
+
+
+def test_deployment_is_hardened(base: list[dict[str, Any]]) -> None:
+    deployment = only(base, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert pod["serviceAccountName"] == only(base, "ServiceAccount")["metadata"]["name"]
+    for container in pod["containers"]:
+        security = container["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["capabilities"]["drop"] == ["ALL"]
+        assert "add" not in security["capabilities"]
+        assert security.get("privileged", False) is False
+        assert container["resources"]["requests"]["cpu"]
+        assert container["resources"]["limits"]["memory"]
+        assert container["livenessProbe"] and container["readinessProbe"]
+
+
+def test_probe_and_service_ports_point_at_what_the_operator_serves(
+    base: list[dict[str, Any]],
+) -> None:
+    container = only(base, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["probes"] == int(env["DRALLOC_PROBE_PORT"])
+    assert ports["metrics"] == int(env["DRALLOC_METRICS_PORT"])
+    assert ports["webhook"] == int(env["DRALLOC_WEBHOOK_PORT"])
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["port"] in ports
+    pod_labels = only(base, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    for service in (o for o in base if o["kind"] == "Service"):
+        selector = service["spec"]["selector"]
+        assert selector.items() <= pod_labels.items(), service["metadata"]["name"]
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in ports, port
+
+
+def test_webhook_calls_the_service_and_only_for_opted_in_pods(base: list[dict[str, Any]]) -> None:
+    configuration = only(base, "MutatingWebhookConfiguration")
+    container = only(base, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    host = next(e["value"] for e in container["env"] if e["name"] == "DRALLOC_WEBHOOK_HOST")
+    for webhook in configuration["webhooks"]:
+        service_ref = webhook["clientConfig"]["service"]
+        service = only(base, "Service", service_ref["name"])
+        assert service["metadata"]["namespace"] == service_ref["namespace"]
+        assert service_ref["port"] in [p["port"] for p in service["spec"]["ports"]]
+        # The generated certificate is issued for the name the API server dials.
+        assert host == f"{service_ref['name']}.{service_ref['namespace']}.svc"
+        assert webhook["rules"][0]["resources"] == ["pods"]
+        assert webhook["sideEffects"] == "None"
+        conditions = " ".join(c["expression"] for c in webhook.get("matchConditions", []))
+        assert "resource.dralloc.dev/claims" in conditions
+        excluded = webhook["namespaceSelector"]["matchExpressions"][0]
+        assert excluded["operator"] == "NotIn"
+        assert {"kube-system", NAMESPACE} <= set(excluded["values"])
+
+
+def test_cluster_role_grants_no_secrets_and_no_wildcards(base: list[dict[str, Any]]) -> None:
+    for role in (o for o in base if o["kind"] in ("ClusterRole", "Role")):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{role['metadata']['name']}: wildcard {field}"
+            assert not {"secrets", "configmaps"} & set(rule["resources"])
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+
+
+def test_lease_permissions_are_namespaced(base: list[dict[str, Any]]) -> None:
+    cluster_rules = only(base, "ClusterRole")["rules"]
+    assert not any("leases" in r["resources"] for r in cluster_rules)
+    role = only(base, "Role")
+    assert any("leases" in r["resources"] for r in role["rules"])
+
+
+def test_bindings_name_the_operator_service_account(base: list[dict[str, Any]]) -> None:
+    account = only(base, "ServiceAccount")["metadata"]["name"]
+    roles = {(o["kind"], o["metadata"]["name"]) for o in base if o["kind"].endswith("Role")}
+    for binding in (o for o in base if o["kind"].endswith("RoleBinding")):
+        assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) in roles
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+        ]
+
+
+def test_cert_manager_overlay_mounts_the_certificate_secret() -> None:
+    overlay = REPO / "manifests" / "overlays" / "cert-manager"
+    certificate = next(
+        doc
+        for doc in yaml.safe_load_all((overlay / "certificate.yaml").read_text())
+        if doc["kind"] == "Certificate"
+    )
+    patch = yaml.safe_load((overlay / "deployment-tls.yaml").read_text())
+    volumes = patch["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0]["secret"]["secretName"] == certificate["spec"]["secretName"]
+    inject = yaml.safe_load((overlay / "webhook-inject-ca.yaml").read_text())
+    ref = inject["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    assert ref == f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
+    service_name = "dralloc-webhook"
+    assert f"{service_name}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
