@@ -166,7 +166,8 @@ async def _time_kubernetes_asyncio(data: bytes, rounds: int) -> float | None:
     client = ApiClient()
     try:
         response = _Response(data)
-        return timed(lambda: client.deserialize(response, "V1ResourceSlice"), rounds)
+        deserialize: Callable[[object, str], object] = client.deserialize  # type: ignore[assignment]
+        return timed(lambda: deserialize(response, "V1ResourceSlice"), rounds)
     except Exception as exc:  # the client's internals differ between releases
         print(f"kubernetes_asyncio deserialize failed: {exc!r}")
         return None

@@ -77,6 +77,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("subject", metavar="pod/NAME|resourceclaim/NAME")
     _snapshot_arguments(explain)
+    _add_check_parser(commands)
+
+    cert = commands.add_parser(
+        "webhook-cert",
+        help="create or renew the webhook's shared certificate and patch the caBundle",
+        description=(
+            "Ensure the Secret with the webhook's serving certificate exists and is valid, "
+            "and that the MutatingWebhookConfiguration trusts it. Run by the "
+            "dralloc-webhook-cert Job of manifests/base; safe to run again (renews only "
+            "when needed)."
+        ),
+    )
+    cert.add_argument("--namespace", default="dralloc-system")
+    cert.add_argument("--secret", default="dralloc-webhook-tls")
+    cert.add_argument("--service", default="dralloc-webhook")
+    cert.add_argument("--webhook-configuration", default="dralloc")
+    cert.add_argument("--renew-days", type=int, default=30, help="renew when fewer days are left")
+    cert.add_argument("--kubeconfig", default="", help="default: $KUBECONFIG or in-cluster")
     return parser
 
 
@@ -115,6 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "check":
+            return _check(args)
+        if args.command == "webhook-cert":
+            return _webhook_cert(args)
         return _explain(args)
     except ToolkitError as exc:
         print(f"dralloc {args.command}: {exc}", file=sys.stderr)
@@ -206,6 +228,25 @@ def _simulate(args: argparse.Namespace) -> int:
     return EXIT_OK if report.fits else EXIT_DOES_NOT_FIT
 
 
+def _webhook_cert(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from operators.toolkit.webhook_cert import run
+
+    outcome = asyncio.run(
+        run(
+            args.kubeconfig,
+            namespace=args.namespace,
+            secret=args.secret,
+            service=args.service,
+            configuration=args.webhook_configuration,
+            renew_days=args.renew_days,
+        )
+    )
+    print(outcome.describe())
+    return EXIT_OK
+
+
 def _explain(args: argparse.Namespace) -> int:
     from operators.toolkit import render
     from operators.toolkit.explain import explain
@@ -219,6 +260,38 @@ def _explain(args: argparse.Namespace) -> int:
     result = explain(snapshot, f"{kind}/{rest}", namespace, features=features)
     print(render.explanation(result, args.output))
     return EXIT_OK
+
+
+# -- dralloc check (invariants; the rules live in operators/toolkit/check.py) ----------------
+
+
+def _add_check_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from operators.toolkit.check import ALL_RULES, DEFAULT_RULES
+
+    check = commands.add_parser(
+        "check",
+        help="check the invariants (no device twice, reservations, finalizers, counters)",
+        description=(
+            "Check DRA invariants on a snapshot or a live cluster (read-only). "
+            "Exits 1 listing the violations, 0 when there are none."
+        ),
+    )
+    _snapshot_arguments(check)
+    check.add_argument(
+        "--rule", action="append", choices=list(ALL_RULES), metavar="RULE",
+        help=f"check only this rule (repeatable); default: {', '.join(DEFAULT_RULES)}",
+    )  # fmt: skip
+
+
+def _check(args: argparse.Namespace) -> int:
+    from operators.toolkit.check import DEFAULT_RULES, check_snapshot, render_report
+
+    snapshot = _load(args)
+    report = check_snapshot(
+        snapshot, args.rule or DEFAULT_RULES, pods_complete=True if args.live else None
+    )
+    print(render_report(report, args.output))
+    return EXIT_OK if report.ok else EXIT_DOES_NOT_FIT
 
 
 if __name__ == "__main__":

@@ -312,7 +312,9 @@ def scheduler_config(state: State, kubeconfig: Path) -> Path:
     return path
 
 
-def up(state_dir: Path, bin_dir: Path, dra: bool, nodes: int) -> State:
+def up(
+    state_dir: Path, bin_dir: Path, dra: bool, nodes: int, owner_pid: int | None = None
+) -> State:
     state_dir.mkdir(parents=True, exist_ok=True)
     if (state_dir / "state.json").exists():
         raise TestbedError(f"{state_dir} already holds a testbed; run testbed/down {state_dir}")
@@ -329,6 +331,8 @@ def up(state_dir: Path, bin_dir: Path, dra: bool, nodes: int) -> State:
         _start_all(state, bin_dir, pki, kubeconfig)
         if nodes:
             create_nodes(kubeconfig, bin_dir, nodes, "kwok-node", {})
+        if owner_pid is not None:
+            start_watchdog(state, owner_pid)
     except BaseException:
         stop(state)
         raise
@@ -478,6 +482,26 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
     )
 
 
+def start_watchdog(state: State, owner_pid: int) -> None:
+    """Stop the testbed when owner_pid exits, even if it never calls `down` (killed test run)."""
+    owner_start = process_start_time(owner_pid)
+    if owner_start is None:
+        raise TestbedError(f"owner process {owner_pid} is not running")
+    start(
+        state,
+        "watchdog",
+        [sys.executable, str(Path(__file__).resolve()), "watch", state.dir,
+         f"--owner-pid={owner_pid}", f"--owner-start={owner_start}"],
+    )  # fmt: skip
+
+
+def watch(state_dir: Path, owner_pid: int, owner_start: int) -> None:
+    while process_start_time(owner_pid) == owner_start:
+        time.sleep(2)
+    if (state_dir / "state.json").exists():
+        stop(State.load(state_dir))
+
+
 # ---------------------------------------------------------------------------------------------
 # down
 
@@ -486,6 +510,8 @@ def stop(state: State) -> list[str]:
     """Stop the recorded components in reverse start order; returns what was stopped."""
     stopped = []
     for component in reversed(state.components):
+        if component.pid == os.getpid():
+            continue  # the watchdog stopping everything else
         if process_start_time(component.pid) != component.start_time:
             continue  # already gone (or the pid now belongs to someone else)
         with contextlib.suppress(ProcessLookupError):
@@ -578,6 +604,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_up.add_argument("--bin", type=Path, help="binaries (default: the current testbed/build)")
     p_up.add_argument("--dra", action="store_true", help="turn on in-tree DRA")
     p_up.add_argument("--nodes", type=int, default=0, help="create N kwok nodes kwok-node-<i>")
+    p_up.add_argument("--owner-pid", type=int, help="stop the testbed when this process exits")
+    p_watch = sub.add_parser("watch", help=argparse.SUPPRESS)
+    p_watch.add_argument("dir", type=Path)
+    p_watch.add_argument("--owner-pid", type=int, required=True)
+    p_watch.add_argument("--owner-start", type=int, required=True)
     p_down = sub.add_parser("down", help="stop the testbed recorded in a state directory")
     p_down.add_argument("dir", type=Path)
     p_down.add_argument("--purge", action="store_true", help="also delete the state directory")
@@ -594,13 +625,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             bin_dir = args.bin or default_bin_dir()
             state_dir = (args.dir or default_state_dir()).resolve()
             began = time.monotonic()
-            state = up(state_dir, bin_dir, args.dra, args.nodes)
+            state = up(state_dir, bin_dir, args.dra, args.nodes, args.owner_pid)
             print(
                 f"testbed up in {time.monotonic() - began:.1f} s: {state.server} "
                 f"(dra={'on' if state.dra else 'off'}); stop with: testbed/down {state_dir}",
                 file=sys.stderr,
             )
             print(state.kubeconfig)
+        elif args.command == "watch":
+            watch(args.dir, args.owner_pid, args.owner_start)
         elif args.command == "down":
             state = State.load(args.dir)
             stopped = stop(state)

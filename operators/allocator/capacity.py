@@ -38,7 +38,9 @@ def device_capacity(device: CompiledDevice) -> dict[str, tuple[str, CapacityEntr
     return out
 
 
-def resolve_requests(requests: Mapping[str, Number] | None, device: CompiledDevice) -> dict[str, Number] | None:
+def resolve_requests(
+    requests: Mapping[str, Number] | None, device: CompiledDevice
+) -> dict[str, Number] | None:
     """Requested amounts keyed by the device's qualified names, or None if the
     device lacks a requested capacity (it is then unsuitable)."""
     if not requests:
@@ -59,7 +61,9 @@ def resolve_requests(requests: Mapping[str, Number] | None, device: CompiledDevi
             else:
                 return None
         if key in out:
-            raise AllocationError(f"capacity {key.partition('/')[2]!r} requested twice under different spellings")
+            raise AllocationError(
+                f"capacity {key.partition('/')[2]!r} requested twice under different spellings"
+            )
         out[key] = amount
     return out
 
@@ -104,7 +108,9 @@ def violates_policy(amount: Number, policy: RequestPolicy | None) -> bool:
     return False
 
 
-def consumption(requests: Mapping[str, Number] | None, device: CompiledDevice) -> Consumption | None:
+def consumption(
+    requests: Mapping[str, Number] | None, device: CompiledDevice
+) -> Consumption | None:
     """What a request would consume on every capacity of the device.
 
     None if the device cannot serve the request at all (unknown capacity name

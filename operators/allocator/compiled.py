@@ -75,6 +75,7 @@ class CapacityEntry:
     value: Number
     policy: RequestPolicy | None
     binary: bool  # written with a binary suffix; results keep that style
+    text: str  # the quantity as published (for CEL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +301,9 @@ def _parse_policy(data: Mapping[str, Any] | None) -> RequestPolicy | None:
 
 
 def _parse_taint(data: Mapping[str, Any]) -> Taint:
-    return Taint(str(data.get("key", "")), str(data.get("value") or ""), str(data.get("effect", "")))
+    return Taint(
+        str(data.get("key", "")), str(data.get("value") or ""), str(data.get("effect", ""))
+    )
 
 
 def _parse_toleration(data: Mapping[str, Any]) -> Toleration:
@@ -312,7 +315,9 @@ def _parse_toleration(data: Mapping[str, Any]) -> Toleration:
     )
 
 
-def _parse_selector_or_error(data: Mapping[str, Any] | None) -> tuple[NodeSelector | None, str | None]:
+def _parse_selector_or_error(
+    data: Mapping[str, Any] | None,
+) -> tuple[NodeSelector | None, str | None]:
     if data is None:
         return None, None
     try:
@@ -333,7 +338,9 @@ def compile_device(
         str(key): CapacityEntry(
             value=parse_quantity(entry.get("value")),
             policy=_parse_policy(entry.get("requestPolicy")),
-            binary=isinstance(entry.get("value"), str) and entry["value"][-2:] in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"),
+            binary=isinstance(entry.get("value"), str)
+            and entry["value"][-2:] in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"),
+            text=str(entry.get("value")),
         )
         for key, entry in (data.get("capacity") or {}).items()
     }
@@ -344,7 +351,9 @@ def compile_device(
         id=(driver, pool, name),
         name=name,
         slice_name=slice_name,
-        attributes={str(k): AttributeValue.parse(v or {}) for k, v in (data.get("attributes") or {}).items()},
+        attributes={
+            str(k): AttributeValue.parse(v or {}) for k, v in (data.get("attributes") or {}).items()
+        },
         capacity=capacity,
         consumes_counters=tuple(
             (str(c["counterSet"]), _number_map(c.get("counters")))
@@ -370,7 +379,11 @@ def compile_slice(obj: Any) -> CompiledSlice:
     meta = data.get("metadata") or {}
     spec = data.get("spec") or {}
     pool = spec.get("pool") or {}
-    driver, pool_name, name = str(spec.get("driver", "")), str(pool.get("name", "")), str(meta.get("name", ""))
+    driver, pool_name, name = (
+        str(spec.get("driver", "")),
+        str(pool.get("name", "")),
+        str(meta.get("name", "")),
+    )
     node_selector, selector_error = _parse_selector_or_error(spec.get("nodeSelector"))
     per_device = bool(spec.get("perDeviceNodeSelection"))
     node_name = spec.get("nodeName") or None
@@ -386,9 +399,13 @@ def compile_slice(obj: Any) -> CompiledSlice:
         node_selector_error=selector_error,
         all_nodes=bool(spec.get("allNodes")),
         per_device=per_device,
-        devices=tuple(compile_device(driver, pool_name, name, d, slice_node) for d in spec.get("devices") or ()),
+        devices=tuple(
+            compile_device(driver, pool_name, name, d, slice_node)
+            for d in spec.get("devices") or ()
+        ),
         shared_counters=tuple(
-            (str(cs["name"]), _number_map(cs.get("counters"))) for cs in spec.get("sharedCounters") or ()
+            (str(cs["name"]), _number_map(cs.get("counters")))
+            for cs in spec.get("sharedCounters") or ()
         ),
         resource_version=str(meta.get("resourceVersion") or ""),
         uid=str(meta.get("uid") or ""),
@@ -399,14 +416,18 @@ def _selectors(items: Sequence[Mapping[str, Any]] | None) -> tuple[Selector, ...
     out = []
     for item in items or ():
         cel = item.get("cel")
-        out.append(Selector(str(cel["expression"]) if cel and cel.get("expression") is not None else None))
+        out.append(
+            Selector(str(cel["expression"]) if cel and cel.get("expression") is not None else None)
+        )
     return tuple(out)
 
 
 def compile_class(obj: Any) -> CompiledClass:
     data = as_dict(obj)
     spec = data.get("spec") or {}
-    configs = tuple({k: v for k, v in c.items() if k != "requests"} for c in spec.get("config") or ())
+    configs = tuple(
+        {k: v for k, v in c.items() if k != "requests"} for c in spec.get("config") or ()
+    )
     return CompiledClass(
         name=str((data.get("metadata") or {}).get("name", "")),
         selectors=_selectors(spec.get("selectors")),
@@ -447,7 +468,8 @@ def compile_claim(obj: Any) -> CompiledClaim:
         name = str(req.get("name", ""))
         exactly = req.get("exactly")
         subs = tuple(
-            _compile_request(sub, name, str(sub.get("name", ""))) for sub in req.get("firstAvailable") or ()
+            _compile_request(sub, name, str(sub.get("name", "")))
+            for sub in req.get("firstAvailable") or ()
         )
         requests.append(
             CompiledDeviceRequest(

@@ -143,8 +143,12 @@ class NodeSelector:
         """Parse and validate a NodeSelector dict; raises NodeSelectorError."""
         terms = []
         for term in data.get("nodeSelectorTerms") or ():
-            exprs = tuple(_parse_requirement(r, field_key=False) for r in term.get("matchExpressions") or ())
-            flds = tuple(_parse_requirement(r, field_key=True) for r in term.get("matchFields") or ())
+            exprs = tuple(
+                _parse_requirement(r, field_key=False) for r in term.get("matchExpressions") or ()
+            )
+            flds = tuple(
+                _parse_requirement(r, field_key=True) for r in term.get("matchFields") or ()
+            )
             terms.append(NodeSelectorTerm(exprs, flds))
         return cls(tuple(terms))
 

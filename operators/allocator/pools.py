@@ -45,7 +45,12 @@ def slice_targets_node(slice_: CompiledSlice, node: NodeInfo, features: Features
     """Whether the slice is relevant to the node (errors for bad selectors)."""
     if slice_.shared_counters and features.partitionable_devices:
         return True  # counters are needed whatever the node
-    if slice_.node_name or slice_.all_nodes or slice_.node_selector is not None or slice_.node_selector_error:
+    if (
+        slice_.node_name
+        or slice_.all_nodes
+        or slice_.node_selector is not None
+        or slice_.node_selector_error
+    ):
         if slice_.node_name:
             return slice_.node_name == node.name
         if slice_.all_nodes:
@@ -121,7 +126,9 @@ def _build_pool(
     for slice_ in device_slices:
         for device in slice_.devices:
             if device.name in seen:
-                return Pool(id=pool_id, invalid=True, invalid_reason=f"duplicate device name {device.name}")
+                return Pool(
+                    id=pool_id, invalid=True, invalid_reason=f"duplicate device name {device.name}"
+                )
             seen.add(device.name)
     has_conditions = any(d.binding_conditions is not None for s in device_slices for d in s.devices)
     if not features.partitionable_devices:
@@ -130,9 +137,15 @@ def _build_pool(
     for slice_ in counter_slices:
         for set_name, counters in slice_.shared_counters:
             if set_name in counter_sets:
-                return Pool(id=pool_id, invalid=True, invalid_reason=f"duplicate counter set name {set_name}")
+                return Pool(
+                    id=pool_id,
+                    invalid=True,
+                    invalid_reason=f"duplicate counter set name {set_name}",
+                )
             counter_sets[set_name] = counters
-    elsewhere_devices = sorted((s for s in elsewhere if not s.shared_counters), key=lambda s: s.name)
+    elsewhere_devices = sorted(
+        (s for s in elsewhere if not s.shared_counters), key=lambda s: s.name
+    )
     for slice_ in [*device_slices, *elsewhere_devices]:
         reason = _counter_reference_problem(slice_, counter_sets)
         if reason:
@@ -146,7 +159,9 @@ def _build_pool(
     )
 
 
-def _counter_reference_problem(slice_: CompiledSlice, counter_sets: Mapping[str, Mapping[str, Number]]) -> str:
+def _counter_reference_problem(
+    slice_: CompiledSlice, counter_sets: Mapping[str, Mapping[str, Number]]
+) -> str:
     for device in slice_.devices:
         for set_name, counters in device.consumes_counters:
             available = counter_sets.get(set_name)

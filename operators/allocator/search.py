@@ -132,7 +132,10 @@ class Search:
                         "but the DRAPrioritizedList feature is disabled"
                     )
                 if not features.consumable_capacity:
-                    if request.exactly is not None and request.exactly.capacity_requests is not None:
+                    if (
+                        request.exactly is not None
+                        and request.exactly.capacity_requests is not None
+                    ):
                         raise AllocationError(
                             f"claim {claim.ref}, request {request.name}: has capacity requests, "
                             "but the DRAConsumableCapacity feature is disabled"
@@ -175,7 +178,9 @@ class Search:
             self.constraints.append(checkers)
             self.picked.append([])
 
-    def _validate(self, claim: CompiledClaim, request: CompiledRequest, key: tuple[int, int, int]) -> _RequestData:
+    def _validate(
+        self, claim: CompiledClaim, request: CompiledRequest, key: tuple[int, int, int]
+    ) -> _RequestData:
         for i, selector in enumerate(request.selectors):
             if selector.expression is None:
                 raise AllocationError(
@@ -199,7 +204,9 @@ class Search:
         if request.mode == "ExactCount":
             return _RequestData(request, cls, request.count)
         if request.mode != "All":
-            raise AllocationError(f"claim {claim.ref}, request {request.name}: unsupported count mode {request.mode}")
+            raise AllocationError(
+                f"claim {claim.ref}, request {request.name}: unsupported count mode {request.mode}"
+            )
         rd = _RequestData(request, cls, 0, [])
         for pool in self.pools:
             if pool.incomplete:
@@ -216,7 +223,9 @@ class Search:
                 for device in slice_.devices:
                     if not self._selectable(key, rd, device):
                         continue
-                    if self.inputs.features.consumable_capacity and not self._capacity_fits(request, device):
+                    if self.inputs.features.consumable_capacity and not self._capacity_fits(
+                        request, device
+                    ):
                         continue
                     assert rd.all_devices is not None
                     rd.all_devices.append((device, pool))
@@ -230,15 +239,17 @@ class Search:
         inputs = self.inputs
         if self.steps > inputs.budget:
             raise SearchBudgetExceeded(self.node.name, inputs.budget)
+        if inputs.deadline is not None and time.monotonic() > inputs.deadline:
+            raise SearchAborted("context deadline exceeded")
         if self.steps & 63 == 0:
-            if inputs.deadline is not None and time.monotonic() > inputs.deadline:
-                raise SearchAborted("context deadline exceeded")
             if inputs.cancelled is not None:
                 cause = inputs.cancelled()
                 if cause:
                     raise SearchAborted(cause)
 
-    def _one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, sp: int, ss: int, sd: int) -> int:
+    def _one(
+        self, ci: int, ri: int, si: int, di: int, in_sub: bool, sp: int, ss: int, sd: int
+    ) -> int:
         self._tick()
         if ci >= len(self.claims):
             return _DONE
@@ -319,7 +330,9 @@ class Search:
 
     # --- per-device checks ---------------------------------------------------
 
-    def _selectable(self, key: tuple[int, int, int], rd: _RequestData, device: CompiledDevice) -> bool:
+    def _selectable(
+        self, key: tuple[int, int, int], rd: _RequestData, device: CompiledDevice
+    ) -> bool:
         if device.binding_conditions and not self.inputs.features.device_binding_conditions:
             return False
         cache_key = (device.id, key)
@@ -335,7 +348,9 @@ class Search:
         self.match_cache[cache_key] = result
         return result
 
-    def _selectors_match(self, selectors: Sequence[Selector], device: CompiledDevice, owner: str) -> bool:
+    def _selectors_match(
+        self, selectors: Sequence[Selector], device: CompiledDevice, owner: str
+    ) -> bool:
         evaluator = self.inputs.evaluator
         for i, selector in enumerate(selectors):
             assert selector.expression is not None
@@ -412,7 +427,9 @@ class Search:
             for name, amount in counters.items():
                 target[name] -= amount
 
-    def _take(self, ci: int, rd: _RequestData, device: CompiledDevice, pool: Pool, must: bool) -> Callable[[], None] | None:
+    def _take(
+        self, ci: int, rd: _RequestData, device: CompiledDevice, pool: Pool, must: bool
+    ) -> Callable[[], None] | None:
         """Tentatively allocate a selectable device; returns an undo function or None."""
         features = self.inputs.features
         request = rd.request
@@ -427,7 +444,8 @@ class Search:
         if device.consumes_counters and not features.partitionable_devices:
             return None
         skip_counters = shared and (
-            self.inputs.allocated.capacity_in_use(did) is not None or did in self.allocating_capacity
+            self.inputs.allocated.capacity_in_use(did) is not None
+            or did in self.allocating_capacity
         )
         reserved = False
         if device.consumes_counters and not skip_counters:
@@ -529,9 +547,13 @@ class Search:
                     device=device.id[2],
                     admin_access=True if request.admin_access else None,
                     tolerations=request.tolerations_raw,
-                    binding_conditions=device.binding_conditions if features.device_binding_conditions else None,
+                    binding_conditions=device.binding_conditions
+                    if features.device_binding_conditions
+                    else None,
                     binding_failure_conditions=(
-                        device.binding_failure_conditions if features.device_binding_conditions else None
+                        device.binding_failure_conditions
+                        if features.device_binding_conditions
+                        else None
                     ),
                     share_id=item.share_id,
                     consumed_capacity=consumed_published,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.allocator.compiled import CompiledDevice
+from operators.allocator.compiled import AttributeValue, CompiledDevice
 from operators.allocator.features import Features
 
 
@@ -20,6 +20,19 @@ class SelectorCompileError(Exception):
 
 class SelectorRuntimeError(Exception):
     """The expression failed on one device; the message is the CEL error."""
+
+
+def _plain_value(attr: AttributeValue) -> Any:
+    """An attribute as operators.cel wants it: bool, int, str, Semver or a tuple."""
+    from operators import cel
+
+    if not attr.kind:
+        return None  # no usable value: CEL reports "unsupported attribute value"
+    if attr.kind == "version":
+        values: tuple[Any, ...] = tuple(cel.Semver.parse(v, normalize=False) for v in attr.values)
+    else:
+        values = attr.values
+    return values if attr.is_list else values[0]
 
 
 class SelectorEvaluator:
@@ -36,7 +49,14 @@ class SelectorEvaluator:
             from operators import cel
 
             try:
-                program = cel.compile_selector(expression)
+                # Stored selectors: upstream checks the estimated cost only when an
+                # expression is created or changed, so it is not checked here.
+                program = cel.compile_selector(
+                    expression,
+                    list_attributes=self._features.list_type_attributes,
+                    consumable_capacity=self._features.consumable_capacity,
+                    check_cost=False,
+                )
             except cel.CELError as err:
                 program = SelectorCompileError(str(err))
             self._programs[expression] = program
@@ -58,13 +78,12 @@ class SelectorEvaluator:
             return device.view_cache[0]
         from operators import cel
 
-        raw = device.raw
         try:
             view: Any = cel.DeviceView.build(
                 device.id[0],
-                raw.get("attributes") or {},
-                raw.get("capacity") or {},
-                bool(raw.get("allowMultipleAllocations")) if self._features.consumable_capacity else None,
+                {name: _plain_value(attr) for name, attr in device.attributes.items()},
+                {name: entry.text for name, entry in device.capacity.items()},
+                device.allow_multiple if self._features.consumable_capacity else False,
             )
         except cel.CELError as err:
             view = SelectorRuntimeError(str(err))

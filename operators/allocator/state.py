@@ -28,8 +28,11 @@ from operators.allocator.compiled import (
     compile_slice,
     compile_taint_rule,
 )
+from operators.allocator.errors import AllocationError
+from operators.allocator.explain import Explainer, Explanation
 from operators.allocator.features import Features
 from operators.allocator.nodes import NodeInfo
+from operators.allocator.placement import DeviceIndex, Placement, find_node, reasons_for
 from operators.allocator.pools import Pool, gather_pools
 from operators.allocator.quantities import parse_quantity
 from operators.allocator.results import ClaimAllocation
@@ -41,7 +44,7 @@ NodeLike = Any  # NodeInfo, a Node dict/model, or a node name
 
 
 def claim_key(claim: ClaimLike) -> str:
-    """"namespace/name" of a claim in any accepted form."""
+    """ "namespace/name" of a claim in any accepted form."""
     if isinstance(claim, CompiledClaim):
         return claim.ref
     if isinstance(claim, str):
@@ -64,7 +67,9 @@ def usage_from_status(claim: ClaimLike) -> tuple[UsedDevice, ...]:
                 device=(driver, str(result.get("pool", "")), str(result.get("device", ""))),
                 share_id=result.get("shareID"),
                 consumed=(
-                    {qualified(k, driver): parse_quantity(v) for k, v in consumed.items()} if consumed else None
+                    {qualified(k, driver): parse_quantity(v) for k, v in consumed.items()}
+                    if consumed
+                    else None
                 ),
                 admin_access=bool(result.get("adminAccess")),
             )
@@ -95,6 +100,7 @@ class AllocatorState:
         self.classes_version = 0
         self.allocations_version = 0
         self._listeners: list[Any] = []
+        self._index: DeviceIndex | None = None
 
     # --- inventory -----------------------------------------------------------
 
@@ -210,7 +216,12 @@ class AllocatorState:
     def _effective(self, key: str) -> tuple[UsedDevice, ...]:
         return self._confirmed.get(key) or self._assumed.get(key) or ()
 
-    def _set_usage(self, table: dict[str, tuple[UsedDevice, ...]], key: str, usage: tuple[UsedDevice, ...] | None) -> None:
+    def _set_usage(
+        self,
+        table: dict[str, tuple[UsedDevice, ...]],
+        key: str,
+        usage: tuple[UsedDevice, ...] | None,
+    ) -> None:
         before = self._effective(key)
         if usage:
             table[key] = usage
@@ -284,7 +295,9 @@ class AllocatorState:
             self._pool_cache[key] = pools
         return pools
 
-    def search_inputs(self, deadline: float | None = None, budget: int | None = None) -> SearchInputs:
+    def search_inputs(
+        self, deadline: float | None = None, budget: int | None = None
+    ) -> SearchInputs:
         return SearchInputs(
             features=self.features,
             classes=self._classes.get,
@@ -332,6 +345,61 @@ class AllocatorState:
             pools=self.pools_for(info),
             inputs=self.search_inputs(deadline, budget),
         )
+
+    # --- query 2: which node ---------------------------------------------------
+
+    def find_node(
+        self,
+        claims: Sequence[ClaimLike],
+        nodes: Iterable[NodeLike],
+        policy: str = "binpack",
+        *,
+        max_searches: int | None = None,
+        explain: bool = True,
+    ) -> Placement:
+        """Pick a node for claims that must be allocated together (one pod).
+
+        Candidates are prefiltered by the device index and searched in policy
+        order ("binpack", "spread", "first-fit"); the first node where the
+        search succeeds wins. When none does, ``Placement.explanation`` says
+        why for every candidate. Fatal claim problems (missing class, bad CEL,
+        too many devices) come back as ``explanation.fatal_error``.
+        """
+        if self._index is None:
+            self._index = DeviceIndex(self)
+        infos = [NodeInfo.from_object(n) for n in nodes]
+        return find_node(
+            self,
+            self._index,
+            self.compile_claims(claims),
+            infos,
+            policy,
+            max_searches=max_searches,
+            explain=explain,
+        )
+
+    def explainer(self) -> Explainer:
+        return Explainer(
+            self.features, self.evaluator, self._classes.get, self.allocated, self.rule_taints
+        )
+
+    def explain(
+        self,
+        claims: Sequence[ClaimLike],
+        nodes: Iterable[NodeLike],
+        errors: Mapping[str, str] | None = None,
+    ) -> Explanation:
+        """Why the claims do not fit on each node (grouped; see Explanation.lines())."""
+        infos = [NodeInfo.from_object(n) for n in nodes]
+        compiled = self.compile_claims(claims)
+        try:
+            Search(
+                compiled, infos[0] if infos else NodeInfo(""), [], self.search_inputs()
+            )._prepare()
+        except AllocationError as err:
+            return Explanation(len(infos), (), fatal_error=str(err))
+        reasons = reasons_for(self, compiled, infos, dict(errors or {}))
+        return Explanation(len(infos), tuple(reasons))
 
 
 def allocate(

@@ -4,8 +4,8 @@
 resource.k8s.io/v1 it mirrors) into the model of its kind, with field-path errors.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: it would bind the name `annotations` in this
+# package and shadow the `operators.api.annotations` module for `from operators.api import ...`.
 from collections.abc import Mapping
 from typing import Any, Final
 

@@ -161,9 +161,7 @@ def _parse_list(
             annotation, [f"is not valid JSON: {exc.msg} at character {exc.pos}"]
         ) from None
     if not isinstance(data, list):
-        raise AnnotationError(
-            annotation, [f"must be a JSON list, not a JSON {type(data).__name__}"]
-        )
+        raise AnnotationError(annotation, [f"must be a JSON list, not a JSON {_json_type(data)}"])
     try:
         items = adapter.validate_python(data)
     except ValidationError as exc:
@@ -176,6 +174,11 @@ def _parse_list(
         if isinstance(name, str):
             seen.add(name)
     return items
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def parse_pod_claims(text: str | None) -> tuple[PodResourceClaim, ...]:

@@ -57,11 +57,13 @@ def json_size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def check_unique(names: Iterable[str], list_path: str, key: str) -> None:
+def check_unique(names: Iterable[str], list_path: str, key: str = "") -> None:
+    """Raise a field error at the first repeated value (`key` names the item's field)."""
     seen: set[str] = set()
     for i, name in enumerate(names):
         if name in seen:
-            raise field_error(f"{list_path}[{i}].{key}", f"duplicate value {name!r}")
+            path = f"{list_path}[{i}].{key}" if key else f"{list_path}[{i}]"
+            raise field_error(path, f"duplicate value {name!r}")
         seen.add(name)
 
 

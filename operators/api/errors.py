@@ -52,6 +52,11 @@ def field_error(path: str, message: str) -> PydanticCustomError:
     return PydanticCustomError(ERROR_TYPE, safe, {"path": path})
 
 
+def key_path(field: str, key: str) -> str:
+    """Path of a map entry, rendered the way `join_path` renders pydantic locations."""
+    return f"{field}.{key}" if _IDENTIFIER.match(key) else f"{field}[{key}]"
+
+
 def join_path(*parts: str | int) -> str:
     """Render location parts as `spec.devices[3].attributes[example.com/x]`."""
     out = ""
@@ -94,6 +99,8 @@ def _message(error: ErrorDetails) -> str:
         return "must not be empty" if ctx.get("min_length") == 1 else error["msg"]
     if kind == "too_short":
         return f"must have at least {ctx.get('min_length')} items"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return "must be a JSON object"
     if kind == "missing":
         return "required value"
     if kind == "literal_error":

@@ -17,6 +17,7 @@ from operators.api.base import (
     IMMUTABLE,
     ConditionType,
     DNSLabel,
+    DNSSubdomain,
     DriverName,
     KubeModel,
     PoolName,
@@ -32,7 +33,7 @@ from operators.api.common import (
     empty_map,
     empty_tuple,
 )
-from operators.api.errors import field_error
+from operators.api.errors import field_error, key_path
 from operators.api.errors import prefixed as _prefixed
 from operators.api.meta import NodeSelector, ObjectMeta
 from operators.api.quantity import Quantity
@@ -171,7 +172,7 @@ class CounterSet(KubeModel):
     """Name of the set, unique in the pool."""
     counters: Annotated[
         dict[DNSLabel, Counter],
-        Field(max_length=limits.RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET),
+        Field(min_length=1, max_length=limits.RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET),
     ]
     """The counters, by name."""
 
@@ -183,7 +184,10 @@ class DeviceCounterConsumption(KubeModel):
     """Name of the counter set in the pool."""
     counters: Annotated[
         dict[DNSLabel, Counter],
-        Field(max_length=limits.RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION),
+        Field(
+            min_length=1,
+            max_length=limits.RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION,
+        ),
     ]
     """Amount taken from each counter."""
 
@@ -213,9 +217,15 @@ class Device(KubeModel):
 
     name: DNSLabel
     """Name of the device, unique in its pool."""
-    attributes: dict[QualifiedName, DeviceAttribute] = empty_map()
+    attributes: Annotated[
+        dict[QualifiedName, DeviceAttribute],
+        Field(max_length=limits.RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE),
+    ] = empty_map()
     """Attributes by name; unqualified names belong to the slice's driver."""
-    capacity: dict[QualifiedName, DeviceCapacity] = empty_map()
+    capacity: Annotated[
+        dict[QualifiedName, DeviceCapacity],
+        Field(max_length=limits.RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE),
+    ] = empty_map()
     """Capacities by name; unqualified names belong to the slice's driver."""
     consumes_counters: Annotated[
         tuple[DeviceCounterConsumption, ...],
@@ -225,7 +235,7 @@ class Device(KubeModel):
         ),
     ] = empty_tuple()
     """Shared counters the device uses when allocated (partitionable devices)."""
-    node_name: str | None = None
+    node_name: DNSSubdomain | None = None
     """With perDeviceNodeSelection: the node the device is on."""
     node_selector: NodeSelector | None = None
     """With perDeviceNodeSelection: the nodes the device is usable from."""
@@ -268,17 +278,27 @@ _LONGEST_UNQUALIFIED: Final = limits.DEVICE_MAX_DOMAIN_LENGTH + 1
 
 def _check_device(device: Device, per_device_nodes: bool) -> bool:
     """Cross-field rules of one device; returns whether it uses advanced features."""
-    own_nodes = (
-        bool(device.node_name) + (device.node_selector is not None) + (device.all_nodes is True)
-    )
     if per_device_nodes:
+        if device.node_name == "":
+            raise field_error("nodeName", "must not be empty")
+        if device.all_nodes is False:
+            raise field_error("allNodes", "must be either unset or set to true")
+        own_nodes = (
+            (device.node_name is not None)
+            + (device.node_selector is not None)
+            + (device.all_nodes is not None)
+        )
         if own_nodes != 1:
             raise field_error(
                 "",
                 "exactly one of nodeName, nodeSelector or allNodes must be set "
                 "when perDeviceNodeSelection is true",
             )
-    elif own_nodes:
+    elif (
+        device.node_name is not None
+        or device.node_selector is not None
+        or (device.all_nodes is not None)
+    ):
         raise field_error(
             "",
             "nodeName, nodeSelector and allNodes may only be set when "
@@ -301,12 +321,12 @@ def _check_device(device: Device, per_device_nodes: bool) -> bool:
         values = 0
         for name, attribute in attributes.items():
             if len(name) > _LONGEST_UNQUALIFIED:
-                _check_domain_length(name, f"attributes[{name}]")
+                _check_domain_length(name, key_path("attributes", name))
             fields_set = attribute.__pydantic_fields_set__
             if len(fields_set) == 1 and not fields_set.isdisjoint(_SCALAR_ATTRIBUTE_FIELDS):
                 values += 1  # the common case: one scalar value
                 continue
-            count = _check_attribute_slow(attribute, f"attributes[{name}]")
+            count = _check_attribute_slow(attribute, key_path("attributes", name))
             values += count
             advanced = True
         max_values = limits.RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE
@@ -319,9 +339,9 @@ def _check_device(device: Device, per_device_nodes: bool) -> bool:
             multi = device.allow_multiple_allocations is True
             for name, cap in capacity.items():
                 if len(name) > _LONGEST_UNQUALIFIED:
-                    _check_domain_length(name, f"capacity[{name}]")
+                    _check_domain_length(name, key_path("capacity", name))
                 if cap.request_policy is not None:
-                    path = f"capacity[{name}].requestPolicy"
+                    path = key_path("capacity", name) + ".requestPolicy"
                     if not multi:
                         raise field_error(
                             path, "may only be set when allowMultipleAllocations is true"
@@ -371,8 +391,6 @@ def _check_request_policy(capacity: Quantity, policy: CapacityRequestPolicy, pat
     if policy.valid_values and policy.valid_range is not None:
         raise field_error(path, "at most one of validValues and validRange may be set")
     default = policy.default
-    if default is not None and default > capacity:
-        raise field_error(f"{path}.default", "must not exceed the capacity value")
     if policy.valid_values:
         values = policy.valid_values
         for i in range(1, len(values)):
@@ -388,8 +406,6 @@ def _check_request_policy(capacity: Quantity, policy: CapacityRequestPolicy, pat
     if rng is not None:
         if default is None:
             raise field_error(f"{path}.default", "required when validRange is set")
-        if rng.min.sign() < 0:
-            raise field_error(f"{path}.validRange.min", "must not be negative")
         if rng.min > capacity:
             raise field_error(f"{path}.validRange.min", "must not exceed the capacity value")
         if rng.max is not None:
@@ -421,8 +437,8 @@ def _check_binding_conditions(device: Device) -> None:
             "bindingConditions" if not ok else "bindingFailureConditions",
             "bindingConditions and bindingFailureConditions must be set together",
         )
-    check_unique(ok, "bindingConditions", "")
-    check_unique(fail, "bindingFailureConditions", "")
+    check_unique(ok, "bindingConditions")
+    check_unique(fail, "bindingFailureConditions")
     both = set(ok) & set(fail)
     if both:
         raise field_error(
@@ -478,7 +494,7 @@ class ResourceSliceSpec(KubeModel):
     """The driver that publishes the devices (a DNS subdomain of at most 63 characters)."""
     pool: ResourcePool
     """The pool the slice belongs to."""
-    node_name: str | None = Field(default=None, json_schema_extra=IMMUTABLE)
+    node_name: DNSSubdomain | None = Field(default=None, json_schema_extra=IMMUTABLE)
     """The node the devices are on. Exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection."""
     node_selector: NodeSelector | None = None
     """Nodes the devices are usable from (exactly one term)."""
@@ -518,11 +534,17 @@ class ResourceSliceSpec(KubeModel):
 
     @model_validator(mode="after")
     def _check(self) -> ResourceSliceSpec:
+        if self.node_name == "":
+            raise field_error("nodeName", "must be either unset or set to a non-empty string")
+        if self.all_nodes is False:
+            raise field_error("allNodes", "must be either unset or set to true")
+        if self.per_device_node_selection is False:
+            raise field_error("perDeviceNodeSelection", "must be either unset or set to true")
         selections = (
-            (bool(self.node_name))
+            (self.node_name is not None)
             + (self.node_selector is not None)
-            + (self.all_nodes is True)
-            + (self.per_device_node_selection is True)
+            + (self.all_nodes is not None)
+            + (self.per_device_node_selection is not None)
         )
         if selections != 1:
             raise field_error(

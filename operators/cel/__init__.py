@@ -1,6 +1,90 @@
-"""operators.cel (interface documented below once complete)."""
+"""CEL for DRA device selectors: parsed with celpy's grammar, compiled to Python.
 
+Public interface (stable; the allocator depends on it)
+-----------------------------------------------------
+Errors
+    ``CELError`` is the base of everything raised here.
+    ``CELCompileError``: parse errors ("compilation failed: ERROR: <input>:L:C:
+    Syntax error: ..."), undeclared references ("undeclared reference to 'f'
+    (in container '')"), "undefined field 'x'", a non-bool result type ("must
+    evaluate to bool or the unknown type, not int"), estimated cost over the
+    limit ("too complex, exceeds cost limit ..."), expressions over 10 Ki chars.
+    ``CELEvalError``: runtime errors ("no such key: x. consider using CEL
+    optional chaining ...", "CEL result of type int could not be converted to
+    bool", overflow, no matching overload, ...).
+    ``CELCostError``: the runtime budget ran out ("operation cancelled: actual
+    cost limit exceeded"). Deliberately not a CELEvalError subclass, because
+    ``||`` / ``&&`` must not absorb it.
+
+Device selectors
+    ``compile_selector(expression, *, list_attributes=False,
+    consumable_capacity=True, check_cost=True) -> CompiledSelector``: cached
+    by expression and options; failed compiles are not cached.
+    ``list_attributes`` is the DRAListTypeAttributes gate (list values and
+    ``includes``), ``consumable_capacity`` exposes
+    ``device.allowMultipleAllocations``, ``check_cost`` rejects selectors whose
+    estimated worst-case cost exceeds 1,000,000 (pass False for stored
+    selectors: upstream only checks new or changed ones).
+    ``CompiledSelector.evaluate(device, cost_limit=1_000_000) -> bool``;
+    ``CompiledSelector.estimated_cost`` is the worst-case estimate.
+    ``DeviceView.build(driver, attributes, capacity, allow_multiple_allocations)``:
+    build once per device (per ResourceSlice change). Attribute keys are
+    qualified ("domain/id") or unqualified (driver's domain); values are bool,
+    int, str, ``Semver`` or lists of those. Capacity values are ``Quantity``
+    (strings and ints are parsed).
+
+Values
+    ``Quantity``: exact Kubernetes quantity (integer nano-units), parse with
+    ``Quantity("80Gi")``; comparable, hashable, ``+``/``-``.
+    ``Semver``: ``Semver.parse("1.2.3", normalize=False)``.
+    ``UInt``: CEL uint (an ``int`` subclass).
+
+Generic CEL
+    ``evaluate(expression, bindings) -> Any``: plain Python values in and out
+    (maps as dicts, lists as lists, uint as ``UInt``, optionals as
+    ``Optional``, type values as ``CelType``). Unknown names are runtime errors.
+
+Cost model
+    Every variable reference, field selection, index, operator and function
+    call costs 1, literals 0, list/map literals 10/30 plus their parts. A
+    comprehension costs its range plus, per iteration, its body plus 2. The
+    runtime counter starts at the expression's cost without iterations and
+    adds each iteration's cost as it runs; exceeding the limit aborts at once.
+    The static estimate multiplies the per-iteration cost by the largest
+    range a device can have (32 map entries, 64 list items).
+
+Language coverage
+    Standard CEL operators with cel-go semantics (heterogeneous numeric
+    equality and ordering, int64/uint64 overflow, error-absorbing && and ||),
+    macros has/all/exists/exists_one/map/filter plus the two-variable forms
+    and transformList/transformMap, cel.bind, optionals (.?, [?], optional.*,
+    orValue/or/value/hasValue/optMap/optFlatMap), strings extension, regex
+    matches/find/findAll, lists and sets helpers, timestamps and durations,
+    Kubernetes quantity, semver, IP and CIDR libraries, DRA ``includes``.
+    Not supported: protobuf messages and containers, the URL library, a
+    full static type checker (types are checked at run time).
+"""
+
+from .device import DeviceView
 from .errors import CELCompileError, CELCostError, CELError, CELEvalError
 from .program import evaluate
+from .quantity import Quantity
+from .selector import CompiledSelector, compile_selector
+from .semver import Semver
+from .values import CelType, Optional, UInt
 
-__all__ = ["CELCompileError", "CELCostError", "CELError", "CELEvalError", "evaluate"]
+__all__ = [
+    "CELCompileError",
+    "CELCostError",
+    "CELError",
+    "CELEvalError",
+    "CelType",
+    "CompiledSelector",
+    "DeviceView",
+    "Optional",
+    "Quantity",
+    "Semver",
+    "UInt",
+    "compile_selector",
+    "evaluate",
+]

@@ -21,15 +21,67 @@ MAX_ELEMENTS = 64
 LOOP_STEP_COST = 2
 
 _BOOL_FUNCTIONS = frozenset(
-    ["contains", "startsWith", "endsWith", "matches", "isGreaterThan", "isLessThan", "isSemver", "isQuantity", "isInteger", "hasValue", "isSorted", "includes", "sets.contains", "sets.equivalent", "sets.intersects", "bool"]
+    [
+        "contains",
+        "startsWith",
+        "endsWith",
+        "matches",
+        "isGreaterThan",
+        "isLessThan",
+        "isSemver",
+        "isQuantity",
+        "isInteger",
+        "hasValue",
+        "isSorted",
+        "includes",
+        "sets.contains",
+        "sets.equivalent",
+        "sets.intersects",
+        "bool",
+    ]
 )
 _INT_FUNCTIONS = frozenset(
-    ["size", "int", "indexOf", "lastIndexOf", "compareTo", "sign", "major", "minor", "patch", "asInteger", "getFullYear", "getMonth", "getDate", "getDayOfMonth", "getDayOfWeek", "getDayOfYear", "getHours", "getMinutes", "getSeconds", "getMilliseconds"]
+    [
+        "size",
+        "int",
+        "indexOf",
+        "lastIndexOf",
+        "compareTo",
+        "sign",
+        "major",
+        "minor",
+        "patch",
+        "asInteger",
+        "getFullYear",
+        "getMonth",
+        "getDate",
+        "getDayOfMonth",
+        "getDayOfWeek",
+        "getDayOfYear",
+        "getHours",
+        "getMinutes",
+        "getSeconds",
+        "getMilliseconds",
+    ]
 )
 _STRING_FUNCTIONS = frozenset(
-    ["string", "charAt", "lowerAscii", "upperAscii", "replace", "substring", "trim", "join", "format", "strings.quote", "find"]
+    [
+        "string",
+        "charAt",
+        "lowerAscii",
+        "upperAscii",
+        "replace",
+        "substring",
+        "trim",
+        "join",
+        "format",
+        "strings.quote",
+        "find",
+    ]
 )
-_LIST_FUNCTIONS = frozenset(["split", "findAll", "slice", "flatten", "distinct", "sort", "lists.range"])
+_LIST_FUNCTIONS = frozenset(
+    ["split", "findAll", "slice", "flatten", "distinct", "sort", "lists.range"]
+)
 _OTHER_FUNCTIONS = {
     "quantity": "kubernetes.Quantity",
     "semver": "kubernetes.Semver",
@@ -195,9 +247,7 @@ def estimated_cost(node: ast.Node, device_var: str | None = "device") -> int:
         extra = 48
     if isinstance(node, ast.Binary) and node.op == "in":
         extra = range_size(node.right, device_var)
-    return (
-        _own_cost(node) + extra + sum(estimated_cost(c, device_var) for c in _children(node))
-    )
+    return _own_cost(node) + extra + sum(estimated_cost(c, device_var) for c in _children(node))
 
 
 def range_size(node: ast.Node, device_var: str | None = "device") -> int:
@@ -212,9 +262,13 @@ def range_size(node: ast.Node, device_var: str | None = "device") -> int:
         arg = node.args[0]
         if isinstance(arg, ast.Lit) and type(arg.value) is int:
             return max(arg.value, 0)
-    if isinstance(node, ast.Select) and isinstance(node.operand, ast.Ident):
-        if node.operand.name == device_var and node.field in ("attributes", "capacity"):
-            return MAX_MAP_ENTRIES
+    if (
+        isinstance(node, ast.Select)
+        and isinstance(node.operand, ast.Ident)
+        and node.operand.name == device_var
+        and node.field in ("attributes", "capacity")
+    ):
+        return MAX_MAP_ENTRIES
     if isinstance(node, ast.Index) and isinstance(node.operand, ast.Select):
         inner = node.operand
         if (

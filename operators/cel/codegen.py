@@ -191,7 +191,9 @@ class _Codegen:
 
     def device_field(self, node: ast.Select) -> str:
         attr = DEVICE_FIELDS.get(node.field)
-        if attr is None or (attr == "allow_multiple_allocations" and not self.env.consumable_capacity):
+        if attr is None or (
+            attr == "allow_multiple_allocations" and not self.env.consumable_capacity
+        ):
             raise self.error(node, f"undefined field '{node.field}'")
         return f"{self.expr(node.operand)}.{attr}"
 
@@ -352,7 +354,14 @@ class _Codegen:
             and all(type(k) is str for k in keys)
             and len(set(keys)) == len(keys)
         ):
-            return "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, (_, v, _) in zip(keys, node.entries, strict=True)) + "}"
+            return (
+                "{"
+                + ", ".join(
+                    f"{k!r}: {self.expr(v)}"
+                    for k, (_, v, _) in zip(keys, node.entries, strict=True)
+                )
+                + "}"
+            )
         items = ", ".join(f"({self.expr(k)}, {self.expr(v)})" for k, v, _ in node.entries)
         return f"{self.helper('build_map', runtime.build_map)}(({items}{',' if items else ''}))"
 
@@ -392,7 +401,7 @@ class _Codegen:
                 self.emit(f"{result} = {opt_cls}(True, {body})")
         self.emit("else:")
         with self.block():
-            self.emit(f"{result} = {self.helper('NONE', functions.NONE)}")
+            self.emit(f"{result} = {self.bind(functions.NONE, 'none')}")
         return result
 
     # --- comprehensions ---------------------------------------------------------

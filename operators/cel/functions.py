@@ -471,7 +471,7 @@ def double_to_string(value: float) -> str:
 
 
 def _shortest_digits(value: float) -> tuple[str, int]:
-    sign, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
+    _sign, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
     digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
     stripped = len(digit_tuple) - len(digits)
     assert isinstance(exponent, int)
@@ -880,7 +880,9 @@ def _quantity(text: Any) -> Quantity:
     try:
         return Quantity(text)
     except ValueError:
-        fail("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+        fail(
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        )
 
 
 @global_("isQuantity")

@@ -52,7 +52,25 @@ ESC_IDENT : /`[A-Za-z0-9_.\/ -]+`/
 """.replace("<DQ3>", '"' * 3).replace("<SQ3>", "'" * 3)
 
 RESERVED_WORDS = frozenset(
-    ["as", "break", "const", "continue", "else", "for", "function", "if", "import", "let", "loop", "package", "namespace", "return", "var", "void", "while"]
+    [
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ]
 )
 
 _parser: Lark | None = None
@@ -105,7 +123,10 @@ def parse(source: str) -> ast.Node:
         ) from None
     except UnexpectedCharacters as exc:
         raise _syntax_error(
-            source, exc.line, exc.column, f"token recognition error at: {source[exc.pos_in_stream]!r}"
+            source,
+            exc.line,
+            exc.column,
+            f"token recognition error at: {source[exc.pos_in_stream or 0 : (exc.pos_in_stream or 0) + 1]!r}",
         ) from None
     except UnexpectedInput as exc:
         raise _syntax_error(source, exc.line or 1, exc.column or 1, "unexpected input") from None
@@ -217,9 +238,7 @@ class _Folder:
 
     def error(self, node: Tree | Token, message: str) -> CELCompileError:
         line = getattr(node, "line", None) or getattr(getattr(node, "meta", None), "line", 1)
-        column = getattr(node, "column", None) or getattr(
-            getattr(node, "meta", None), "column", 1
-        )
+        column = getattr(node, "column", None) or getattr(getattr(node, "meta", None), "column", 1)
         return CELCompileError(f"ERROR: <input>:{line}:{column}: {message}")
 
     @staticmethod
@@ -459,20 +478,17 @@ def _macro_or_call(
     if target is None:
         if name == "has" and len(args) == 1:
             arg = args[0]
-            if not isinstance(arg, ast.Select) or (arg.optional and False):
+            if not isinstance(arg, ast.Select) or arg.optional:
                 raise folder.error(t, "invalid argument to has() macro")
             return ast.Has(arg, pos=pos)
         return ast.Call(name, args, None, pos=pos)
 
-    if (
-        name == "bind"
-        and len(args) == 3
-        and isinstance(target, ast.Ident)
-        and target.name == "cel"
-    ):
+    if name == "bind" and len(args) == 3 and isinstance(target, ast.Ident) and target.name == "cel":
         return ast.Bind(var(args[0]), args[1], args[2], pos=pos)
     if name in _ONE_VAR_MACROS and len(args) == 2:
-        return ast.Comprehension(_ONE_VAR_MACROS[name], target, (var(args[0]),), (args[1],), pos=pos)
+        return ast.Comprehension(
+            _ONE_VAR_MACROS[name], target, (var(args[0]),), (args[1],), pos=pos
+        )
     if name in _TWO_VAR_MACROS and len(args) == 3:
         return ast.Comprehension(
             _TWO_VAR_MACROS[name], target, (var(args[0]), var(args[1])), (args[2],), pos=pos

@@ -14,7 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import analysis, ast
+from . import (
+    analysis,
+    ast,
+    netlib,  # noqa: F401  (importing it registers the IP/CIDR functions)
+)
 from .codegen import Environment, generate
 from .errors import CELCompileError, CELError, CELEvalError
 from .parser import parse
@@ -48,13 +52,17 @@ class Program:
 
 
 def compile_program(expression: str, env: Environment) -> Program:
-    tree = parse(expression)
-    code = generate(tree, env, expression)
-    namespace = dict(code.namespace)
     try:
+        tree = parse(expression)
+        code = generate(tree, env, expression)
+        namespace = dict(code.namespace)
         exec(compile(code.source, "<cel>", "exec"), namespace)
-    except (SyntaxError, RecursionError, MemoryError) as exc:  # pragma: no cover - defensive
-        raise CELCompileError(f"compilation failed: {exc}") from None
+    except RecursionError:
+        raise CELCompileError("compilation failed: expression nests too deeply") from None
+    except (SyntaxError, MemoryError) as exc:
+        # Python allows 20 nested loops/try blocks per function; each macro
+        # level uses two, so about nine nested comprehensions is the limit.
+        raise CELCompileError(f"compilation failed: expression nests too deeply ({exc})") from None
     return Program(
         expression=expression,
         tree=tree,

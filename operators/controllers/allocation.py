@@ -46,7 +46,7 @@ from operators.cache.core import (
     Pod,
     PodClaim,
 )
-from operators.cache.informer import Change, Key
+from operators.cache.informer import Change, Key, version_number
 from operators.controllers import claimrules, placement
 from operators.controllers.base import Runtime, runtime_from
 from operators.controllers.workqueue import WorkQueue, run_workers
@@ -98,6 +98,9 @@ class AllocationController:
             base_delay=self.settings.requeue_base_delay, max_delay=self.settings.requeue_max_delay
         )
         self.waiting: set[Key] = set()
+        # Pods we patched, by the resourceVersion the API returned: older cached versions
+        # of them are stale, and acting on one would only produce a conflict.
+        self.written: dict[Key, int] = {}
         self.allocated_pods = 0
         self.pods.add_index("allocation-claims", _claim_keys)
         self.pods.add_handler(self._on_pod)
@@ -158,7 +161,11 @@ class AllocationController:
         pod = change.new
         if pod is None:
             self.waiting.discard(change.key)
+            self.written.pop(change.key, None)
             return
+        written = self.written.get(change.key)
+        if written is not None and version_number(pod.resource_version) >= written:
+            del self.written[change.key]
         if _wants_allocation(pod):
             self.queue.add(change.key)
 
@@ -188,6 +195,8 @@ class AllocationController:
             self.queue.forget(key)
             self.waiting.discard(key)
             return
+        if key in self.written:
+            return  # our own write is on its way through the watch; its event requeues
         try:
             await self.allocate(pod)
         except NotReady:
@@ -431,15 +440,25 @@ class AllocationController:
                 },
                 "schedulingGates": remaining or None,
             }
-        await self.client.merge_patch(
+        updated = await self.client.merge_patch(
             PODS,
             pod.name,
             patch,
             namespace=pod.namespace,
             resource_version=pod.resource_version,
         )
+        self.written[Key(pod.namespace, pod.name)] = version_number(
+            updated["metadata"]["resourceVersion"]
+        )
         if _condition(pod) is not None:
-            await self._set_condition(pod, "True", REASON_ALLOCATED, f"allocated on node {node}")
+            with contextlib.suppress(Conflict, NotFound):
+                await self._set_condition(
+                    pod,
+                    "True",
+                    REASON_ALLOCATED,
+                    f"allocated on node {node}",
+                    resource_version=updated["metadata"]["resourceVersion"],
+                )
 
     async def _explain(self, pod: Pod, message: str) -> None:
         """Tell the user why, where they look: a pod condition, Events on pod and claims."""
@@ -459,7 +478,15 @@ class AllocationController:
         with contextlib.suppress(Conflict, NotFound):
             await self._set_condition(pod, "False", "Unallocatable", message)
 
-    async def _set_condition(self, pod: Pod, status: str, reason: str, message: str) -> None:
+    async def _set_condition(
+        self,
+        pod: Pod,
+        status: str,
+        reason: str,
+        message: str,
+        *,
+        resource_version: str | None = None,
+    ) -> None:
         condition = {
             "type": CONDITION_TYPE,
             "status": status,
@@ -471,7 +498,7 @@ class AllocationController:
             "PATCH",
             PODS.path(pod.namespace, pod.name) + "/status",
             body={
-                "metadata": {"resourceVersion": pod.resource_version},
+                "metadata": {"resourceVersion": resource_version or pod.resource_version},
                 "status": {"conditions": [condition]},
             },
             content_type="application/strategic-merge-patch+json",

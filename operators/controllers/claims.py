@@ -78,6 +78,7 @@ class ClaimController:
         self.pods.add_handler(self._on_pod)
         self.claims.informer.add_handler(self._on_claim)
         self.templates.add_handler(self._on_template)
+        self.namespaces.add_handler(self._on_namespace)
         metrics.register_claims_gauge(self._gauge_labels)
 
     # --- event handlers: decide what to enqueue --------------------------------------------
@@ -116,6 +117,14 @@ class ClaimController:
             "claims-by-template", (change.key.namespace, change.key.name)
         ):
             self.queue.add(("pod", Key(pod.namespace, pod.name)))
+
+    def _on_namespace(self, change: Change[Namespace]) -> None:
+        """A namespace label (admin access) may unblock claim creation for its pods."""
+        if change.old is None or change.new is None or change.old.labels == change.new.labels:
+            return
+        for key, pod in self.pods.items():
+            if key.namespace == change.key.name and _needs_claims(pod):
+                self.queue.add(("pod", key))
 
     def _gauge_labels(self) -> list[tuple[str, str, str]]:
         labels = []

@@ -1,1 +1,351 @@
-"""Device-taint eviction controller (placeholder until written)."""
+"""The device-taint eviction controller (upstream's ``devicetainteviction``, reference §5).
+
+Pods whose allocated devices carry a NoExecute taint they do not tolerate are deleted: at
+once, or when the shortest ``tolerationSeconds`` of the tolerations in the allocation result
+runs out. A deadline is recomputed whenever the pod, its claims, the slices or the rules
+change, so removing the taint or the reason cancels a pending eviction. Before deleting, the
+pod is read live: a pod that is gone, being deleted, or a *new* pod of the same name (other
+UID) is left alone; the delete itself carries the UID precondition.
+
+Each DeviceTaintRule gets an ``EvictionInProgress`` condition, refreshed at most once per
+10 s. Beyond upstream, ``max_evictions_per_minute`` caps the deletion rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime
+import time
+from typing import Any
+
+import kopf
+import structlog
+
+from operators import metrics
+from operators.api.models import DeviceTaintRule, ResourceClaim
+from operators.cache.core import Pod
+from operators.cache.informer import Change, Key
+from operators.controllers import taintrules
+from operators.controllers.base import Runtime, retry_forever, runtime_from
+from operators.controllers.taintrules import ClaimEviction, DeviceId, EffectiveTaint
+from operators.controllers.workqueue import WorkQueue, run_workers
+from operators.kube import (
+    DEVICE_TAINT_RULES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    ApiError,
+    Conflict,
+    NotFound,
+)
+
+log = structlog.get_logger(__name__)
+
+RULE_STATUS_PERIOD = 10.0
+CONDITION = "EvictionInProgress"
+REASON_EVICTION = "DeviceTaintManagerEviction"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class EvictionRateLimiter:
+    """At most ``per_minute`` evictions in any sliding minute (0 = no limit)."""
+
+    def __init__(self, per_minute: int, clock: Any = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self.clock = clock
+        self.recent: collections.deque[float] = collections.deque()
+
+    def wait_time(self) -> float:
+        """Seconds until another eviction is allowed (0 = now; then it is counted)."""
+        if not self.per_minute:
+            return 0.0
+        now = self.clock()
+        while self.recent and now - self.recent[0] >= 60.0:
+            self.recent.popleft()
+        if len(self.recent) < self.per_minute:
+            self.recent.append(now)
+            return 0.0
+        return 60.0 - (now - self.recent[0])
+
+
+class TaintController:
+    name = "taints"
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.client = runtime.client
+        self.settings = runtime.settings
+        cache = runtime.cache
+        self.pods = cache[PODS]
+        self.claims = cache[RESOURCE_CLAIMS]
+        self.slices = cache[RESOURCE_SLICES]
+        self.rules = cache[DEVICE_TAINT_RULES]
+        self.rules_enabled = self.settings.feature_gates["DRADeviceTaintRules"]
+        self.queue: WorkQueue[Key] = WorkQueue(base_delay=0.5, max_delay=60.0)
+        self.limiter = EvictionRateLimiter(self.settings.max_evictions_per_minute)
+        self.scheduled: dict[Key, tuple[str, ClaimEviction]] = {}  # pod -> (uid, eviction)
+        self.evicted_by_rule: collections.Counter[str] = collections.Counter()
+        self.evictions = 0
+        self._taints: dict[DeviceId, list[EffectiveTaint]] | None = None
+        self._rules_dirty: set[str] = set()
+        self._rule_written: dict[str, float] = {}
+        self.pods.add_index("taints-claims", _pod_claim_keys)
+        self.pods.add_handler(self._on_pod)
+        self.claims.add_handler(self._on_claim)
+        self.slices.add_handler(self._on_inventory)
+        self.rules.add_handler(self._on_rule)
+
+    # --- change tracking -------------------------------------------------------------------
+
+    def taints(self) -> dict[DeviceId, list[EffectiveTaint]]:
+        if self._taints is None:
+            rules = self.rules.values() if self.rules_enabled else []
+            self._taints = taintrules.device_taints(self.slices.values(), rules)
+        return self._taints
+
+    def _on_pod(self, change: Change[Pod]) -> None:
+        pod = change.new or change.old
+        if pod is not None and pod.claims:
+            self.queue.add(change.key)
+
+    def _on_claim(self, change: Change[ResourceClaim]) -> None:
+        for key in self.pods.index_keys("taints-claims", (change.key.namespace, change.key.name)):
+            self.queue.add(key)
+
+    def _on_inventory(self, change: Change[Any]) -> None:
+        self._taints = None
+        self._requeue_all()
+
+    def _on_rule(self, change: Change[DeviceTaintRule]) -> None:
+        self._taints = None
+        self._rules_dirty.add(change.key.name)
+        self._requeue_all()
+
+    def _requeue_all(self) -> None:
+        for key, pod in self.pods.items():
+            if pod.claims and pod.node_name:
+                self.queue.add(key)
+        self._rules_dirty.update(rule.metadata.name or "" for rule in self.rules.values())
+
+    # --- deciding --------------------------------------------------------------------------
+
+    def eviction_for(self, pod: Pod, now: datetime.datetime) -> ClaimEviction | None:
+        """The pod's eviction (earliest over its claims reserved for it), if any."""
+        if not pod.node_name or pod.done or pod.deleting:
+            return None
+        best: ClaimEviction | None = None
+        rules: set[str] = set()
+        for entry in pod.claims:
+            name = pod.claim_name(entry)
+            claim = self.claims.get(Key(pod.namespace, name)) if name else None
+            if claim is None or claim.status is None:
+                continue
+            if not any(r.uid == pod.uid for r in claim.status.reserved_for):
+                continue
+            found = taintrules.claim_eviction(claim, self.taints(), now)
+            if found is None:
+                continue
+            rules |= found.rules
+            if best is None or found.deadline < best.deadline:
+                best = found
+        return ClaimEviction(best.deadline, frozenset(rules)) if best else None
+
+    # --- the loops -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        for key, pod in self.pods.items():
+            if pod.claims:
+                self.queue.add(key)
+        self._rules_dirty.update(rule.metadata.name or "" for rule in self.rules.values())
+        async with asyncio.TaskGroup() as group:
+            group.create_task(
+                run_workers(
+                    self.queue, self.sync, workers=self.settings.eviction_workers, name=self.name
+                )
+            )
+            group.create_task(retry_forever("rule-status", self._rule_status_loop))
+
+    def health(self) -> dict[str, Any]:
+        return {"scheduled": len(self.scheduled), "evictions": self.evictions}
+
+    async def sync(self, key: Key) -> None:
+        pod = self.pods.get(key)
+        now = _now()
+        eviction = self.eviction_for(pod, now) if pod is not None else None
+        previous = self.scheduled.get(key)
+        if eviction is None or pod is None:
+            if previous is not None:
+                del self.scheduled[key]
+                self._mark_rules(previous[1].rules)
+                if pod is not None and pod.uid == previous[0] and not pod.deleting:
+                    await self.runtime.events.post(
+                        pod.involved(), REASON_EVICTION, "Cancelling deletion"
+                    )
+            return
+        self.scheduled[key] = (pod.uid, eviction)
+        if previous is None or previous[1] != eviction:
+            self._mark_rules(eviction.rules)
+        delay = (eviction.deadline - now).total_seconds()
+        if delay > 0:
+            self.queue.add_after(key, delay)
+            return
+        wait = self.limiter.wait_time()
+        if wait > 0:
+            self.queue.add_after(key, wait)
+            return
+        try:
+            await self.evict(pod, eviction, now)
+        except (Conflict, NotFound):
+            pass  # gone or replaced in the meantime: nothing to evict
+        except ApiError as error:
+            log.warning("eviction failed; retrying", pod=pod.ref, error=str(error)[:200])
+            self.queue.retry(key)
+            return
+        self.queue.forget(key)
+
+    async def evict(self, pod: Pod, eviction: ClaimEviction, now: datetime.datetime) -> None:
+        live = await self.client.get(PODS, pod.name, pod.namespace)
+        metadata = live.get("metadata") or {}
+        if metadata.get("uid") != pod.uid or metadata.get("deletionTimestamp"):
+            return
+        await self.runtime.events.post(pod.involved(), REASON_EVICTION, "Marking for deletion")
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "DeletionByDeviceTaintManager",
+            "message": "Device Taint manager: deleting due to NoExecute taint",
+            "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        await self.client.request(
+            "PATCH",
+            PODS.path(pod.namespace, pod.name) + "/status",
+            body={"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}},
+            content_type="application/strategic-merge-patch+json",
+        )
+        await self.client.delete(PODS, pod.name, namespace=pod.namespace, uid=pod.uid)
+        metrics.EVICTION_DELETIONS.inc()
+        metrics.EVICTION_LATENCY.observe(max(0.0, (now - eviction.deadline).total_seconds()))
+        self.evictions += 1
+        for rule in eviction.rules:
+            self.evicted_by_rule[rule] += 1
+        self._mark_rules(eviction.rules)
+        log.info("pod evicted for a device taint", pod=pod.ref, rules=sorted(eviction.rules))
+
+    # --- DeviceTaintRule status ------------------------------------------------------------
+
+    def _mark_rules(self, rules: frozenset[str]) -> None:
+        self._rules_dirty.update(rules)
+
+    async def _rule_status_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            if not self.rules_enabled:
+                continue
+            clock = time.monotonic()
+            for name in sorted(self._rules_dirty):
+                last = self._rule_written.get(name)
+                if last is not None and clock - last < RULE_STATUS_PERIOD:
+                    continue
+                self._rules_dirty.discard(name)
+                rule = self.rules.get(Key("", name))
+                if rule is None:
+                    continue
+                try:
+                    if await self._write_rule_status(rule):
+                        self._rule_written[name] = clock
+                except (Conflict, NotFound):
+                    self._rules_dirty.add(name)
+
+    def rule_condition(self, rule: DeviceTaintRule) -> tuple[str, str, str]:
+        name = rule.metadata.name or ""
+        pending = [key for key, (_, eviction) in self.scheduled.items() if name in eviction.rules]
+        simulation = None
+        if rule.spec.taint.effect == "None":
+            simulation = self._simulate(rule)
+        return taintrules.rule_condition(
+            rule,
+            pending_pods=len(pending),
+            pending_namespaces=len({key.namespace for key in pending}),
+            evicted=self.evicted_by_rule[name],
+            simulation=simulation,
+        )
+
+    def _simulate(self, rule: DeviceTaintRule) -> tuple[int, int, int, int]:
+        """What the rule would do with effect NoExecute (the NoEffect message)."""
+        selected = {d for d in self.taints() if taintrules.rule_selects(rule, d)}
+        allocated: set[DeviceId] = set()
+        pods: set[Key] = set()
+        for claim in self.claims.values():
+            if claim.status is None or claim.status.allocation is None:
+                continue
+            hit = {
+                (r.driver, r.pool, r.device) for r in claim.status.allocation.devices.results
+            } & selected
+            if not hit:
+                continue
+            allocated |= hit
+            for consumer in claim.status.reserved_for:
+                if consumer.resource == "pods":
+                    pods.add(Key(claim.metadata.namespace or "", consumer.name))
+        return len(selected), len(allocated), len(pods), len({k.namespace for k in pods})
+
+    async def _write_rule_status(self, rule: DeviceTaintRule) -> bool:
+        status, reason, message = self.rule_condition(rule)
+        existing = next(
+            (c for c in (rule.status.conditions if rule.status else ()) if c.type == CONDITION),
+            None,
+        )
+        if existing is not None and existing.reason == "NoEffect" and reason == "NoEffect":
+            return False  # the simulation is reported once per rule
+        if (
+            existing is not None
+            and (existing.status, existing.reason, existing.message) == (status, reason, message)
+            and existing.observed_generation == rule.metadata.generation
+        ):
+            return False
+        now = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        changed = existing is None or existing.status != status
+        condition = {
+            "type": CONDITION,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "observedGeneration": rule.metadata.generation or 0,
+            "lastTransitionTime": now
+            if changed or existing is None
+            else existing.to_kube()["lastTransitionTime"],
+        }
+        others = [
+            c.to_kube()
+            for c in (rule.status.conditions if rule.status else ())
+            if c.type != CONDITION
+        ]
+        await self.client.merge_patch(
+            DEVICE_TAINT_RULES,
+            rule.metadata.name or "",
+            {"status": {"conditions": [*others, condition]}},
+            resource_version=rule.metadata.resource_version,
+            subresource="status",
+        )
+        return True
+
+
+def _pod_claim_keys(pod: Pod) -> list[tuple[str, str]]:
+    keys = []
+    for entry in pod.claims:
+        name = pod.claim_name(entry)
+        if name:
+            keys.append((pod.namespace, name))
+    return keys
+
+
+@kopf.on.startup(id="dralloc.taints")
+async def register(memo: kopf.Memo, **_: Any) -> None:
+    runtime = await runtime_from(memo)
+    settings = runtime.settings
+    if settings.taints_controller and settings.feature_gates["DRADeviceTaints"]:
+        runtime.add(TaintController(runtime))

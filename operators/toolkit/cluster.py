@@ -63,13 +63,18 @@ class Placement:
     devices: tuple[DeviceLine, ...] = ()
     reason: str = ""
     verdicts: list[NodeVerdict] = field(default_factory=list)
+    allocations: dict[str, ClaimAllocation] = field(default_factory=dict)
+    """Claim key -> the allocator's result on ``node``, for claims not allocated before."""
 
 
 class Cluster:
     """Snapshot state plus simulated changes, on top of one AllocatorState."""
 
-    def __init__(self, snapshot: Snapshot, features: Features | None = None) -> None:
+    def __init__(
+        self, snapshot: Snapshot, features: Features | None = None, policy: str = "binpack"
+    ) -> None:
         self.snapshot = snapshot
+        self.policy = policy
         self.state = AllocatorState(features or Features())
         for slice_ in snapshot.resource_slices.values():
             self.state.upsert_slice(slice_)
@@ -154,8 +159,10 @@ class Cluster:
 
     # --- placement -----------------------------------------------------------------------
 
-    def evaluate(self, pod: PodInfo, *, stop_at_first: bool) -> Placement:
-        """Try every node in order; the allocator decides device fit on each."""
+    def evaluate(self, pod: PodInfo, *, every_node: bool = False) -> Placement:
+        """Where the pod's claims go: the allocator's ``find_node`` picks among the nodes the
+        pod may use. With ``every_node`` each node also gets its own verdict (for explain).
+        """
         uses, problem = self.resolve(pod)
         if problem:
             return Placement(pod.key, None, reason=problem)
@@ -169,74 +176,124 @@ class Cluster:
                     pinned.append((use.key, NodeSelector.parse(selector)))
                 except NodeSelectorError as exc:
                     return Placement(pod.key, None, reason=f"claim {use.key}: {exc}")
-        placement = Placement(pod.key, None)
+        excluded: dict[str, NodeVerdict] = {}
+        candidates: list[NodeInfo] = []
         for name in self.node_names:
-            verdict = self._verdict(pod, name, pinned, allocated, pending)
-            placement.verdicts.append(verdict)
-            if verdict.fits and placement.node is None:
-                placement.node = name
-                placement.devices = verdict.devices
-                if stop_at_first:
-                    break
-            if verdict.reasons and verdict.reasons[0].startswith("fatal: "):
-                placement.reason = verdict.reasons[0].removeprefix("fatal: ")
+            verdict = self._node_filter(pod, name, pinned)
+            if verdict is None:
+                candidates.append(node_info(self.snapshot.nodes.get(name), name))
+            else:
+                excluded[name] = verdict
+        held = tuple(line for u in allocated for line in _lines(u.key, self.allocations[u.key]))
+        placement = Placement(pod.key, None)
+        allocations: dict[str, dict[str, Any]] = {}
+        if not pending:
+            if candidates:
+                placement.node, placement.devices = candidates[0].name, held
+        else:
+            found = self.state.find_node([u.body for u in pending], candidates, self.policy)
+            if found.node is not None:
+                placement.node = found.node
+                placement.allocations = {
+                    use.key: allocation
+                    for use, allocation in zip(pending, found.allocations, strict=True)
+                }
+                new = [
+                    line
+                    for use, allocation in zip(pending, found.allocations, strict=True)
+                    for line in _lines(use.key, allocation.to_dict())
+                ]
+                placement.devices = held + tuple(new)
+            elif found.explanation is not None and found.explanation.fatal_error:
+                placement.reason = found.explanation.fatal_error
                 return placement
+            if found.explanation is not None:
+                for reason in found.explanation.reasons:
+                    excluded[reason.node] = NodeVerdict(
+                        reason.node,
+                        False,
+                        (
+                            reason.summary,
+                            *(f.line() for f in reason.requests if f.blocking_stage()),
+                        ),
+                    )
+        if every_node and pending:
+            allocations = self._per_node(pending, candidates, excluded)
+        for name in self.node_names:
+            if name in excluded:
+                placement.verdicts.append(excluded[name])
+            elif name == placement.node:
+                placement.verdicts.append(NodeVerdict(name, True, (), placement.devices))
+            elif name in allocations or not pending:
+                devices = held + tuple(
+                    line
+                    for key, allocation in allocations.get(name, {}).items()
+                    for line in _lines(key, allocation)
+                )
+                placement.verdicts.append(NodeVerdict(name, True, (), devices))
         if placement.node is None and not placement.reason:
             placement.reason = summarize(placement.verdicts)
         return placement
 
-    def _verdict(
-        self,
-        pod: PodInfo,
-        name: str,
-        pinned: list[tuple[str, NodeSelector]],
-        allocated: list[ClaimUse],
-        pending: list[ClaimUse],
-    ) -> NodeVerdict:
+    def _node_filter(
+        self, pod: PodInfo, name: str, pinned: list[tuple[str, NodeSelector]]
+    ) -> NodeVerdict | None:
+        """A verdict if the pod may not use the node at all, before any device question."""
         entry = self.snapshot.nodes.get(name)
         fit = pod_fits_node(pod, name, entry)
         if not fit.fits:
             return NodeVerdict(name, False, (fit.reason,))
-        info: NodeInfo = node_info(entry, name)
+        info = node_info(entry, name)
         for key, selector in pinned:
             if not selector.matches(info):
                 return NodeVerdict(name, False, (f"claim {key} is allocated on another node",))
-        devices = [line for use in allocated for line in _lines(use.key, self.allocations[use.key])]
-        if not pending:
-            return NodeVerdict(name, True, (), tuple(devices))
-        try:
-            result = self.state.allocate([u.body for u in pending], info)
-        except NodeAllocationError as exc:
-            return NodeVerdict(name, False, (str(exc),))
-        except AllocationError as exc:
-            return NodeVerdict(name, False, (f"fatal: {exc}",))
-        if result is None:
-            return NodeVerdict(name, False, tuple(self.explain_node(pending, info)))
-        for use, allocation in zip(pending, result, strict=True):
-            devices.extend(_lines(use.key, allocation.to_dict()))
-        return NodeVerdict(
-            name,
-            True,
-            (),
-            tuple(devices),
-        )
+        return None
 
-    def explain_node(self, pending: list[ClaimUse], node: NodeInfo) -> list[str]:
-        """The allocator's reasons why the pending claims do not fit this node."""
-        return ["cannot allocate all claims"]
+    def _per_node(
+        self,
+        pending: list[ClaimUse],
+        candidates: list[NodeInfo],
+        verdicts: dict[str, NodeVerdict],
+    ) -> dict[str, dict[str, dict[str, Any]]]:
+        """Ask the allocator about every candidate node; failures get its explanation."""
+        bodies = [u.body for u in pending]
+        fitting: dict[str, dict[str, dict[str, Any]]] = {}
+        failed: list[NodeInfo] = []
+        errors: dict[str, str] = {}
+        for node in candidates:
+            if node.name in verdicts:
+                continue
+            try:
+                result = self.state.allocate(bodies, node)
+            except NodeAllocationError as exc:
+                errors[node.name] = str(exc)
+                failed.append(node)
+                continue
+            except AllocationError as exc:
+                verdicts[node.name] = NodeVerdict(node.name, False, (str(exc),))
+                continue
+            if result is None:
+                failed.append(node)
+            else:
+                fitting[node.name] = {
+                    use.key: allocation.to_dict()
+                    for use, allocation in zip(pending, result, strict=True)
+                }
+        if failed:
+            explanation = self.state.explain(bodies, failed, errors)
+            for reason in explanation.reasons:
+                verdicts[reason.node] = NodeVerdict(
+                    reason.node,
+                    False,
+                    (reason.summary, *(f.line() for f in reason.requests if f.blocking_stage())),
+                )
+        return fitting
 
     def commit(self, pod: PodInfo, placement: Placement) -> None:
         """Record a successful placement, as the operator's writes would."""
-        assert placement.node is not None
         uses, _ = self.resolve(pod)
-        info = node_info(self.snapshot.nodes.get(placement.node), placement.node)
-        pending = [u for u in uses if u.key not in self.allocations]
-        if pending:
-            result = self.state.allocate([u.body for u in pending], info)
-            if result is None:  # pragma: no cover - evaluate() just succeeded on this node
-                raise AllocationError(f"{pod.key}: allocation on {placement.node} vanished")
-            for use, allocation in zip(pending, result, strict=True):
-                self._record(use.key, allocation)
+        for key, allocation in placement.allocations.items():
+            self._record(key, allocation)
         for use in uses:
             self.consumers.setdefault(use.key, set()).add(pod.key)
         self.pods[pod.key] = pod

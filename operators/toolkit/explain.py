@@ -45,10 +45,15 @@ def parse_subject(text: str) -> tuple[str, str]:
 
 
 def explain(
-    snapshot: Snapshot, subject: str, namespace: str, *, features: Features | None = None
+    snapshot: Snapshot,
+    subject: str,
+    namespace: str,
+    *,
+    features: Features | None = None,
+    policy: str = "binpack",
 ) -> Explanation:
     kind, name = parse_subject(subject)
-    cluster = Cluster(snapshot, features)
+    cluster = Cluster(snapshot, features, policy)
     key = f"{namespace}/{name}"
     if kind == "pod":
         pod = snapshot.pods.get(key)
@@ -104,7 +109,7 @@ def _explain_pod(cluster: Cluster, pod: PodInfo, subject: str) -> Explanation:
     if problem:
         return Explanation(subject, "pending", problem, claims, None, (), ())
     if uses and all(u.key in cluster.allocations for u in uses) and pod.node_name:
-        placement = cluster.evaluate(pod, stop_at_first=True)
+        placement = cluster.evaluate(pod)
         return Explanation(
             subject,
             "allocated",
@@ -114,7 +119,7 @@ def _explain_pod(cluster: Cluster, pod: PodInfo, subject: str) -> Explanation:
             placement.devices,
             tuple(placement.verdicts),
         )
-    placement = cluster.evaluate(pod, stop_at_first=False)
+    placement = cluster.evaluate(pod, every_node=True)
     fitting = [v.node for v in placement.verdicts if v.fits]
     if all(u.key in cluster.allocations for u in uses):
         status = "allocated"

@@ -98,10 +98,11 @@ def simulate(
     scenarios: list[Scenario],
     *,
     features: Features | None = None,
+    policy: str = "binpack",
     progress: ProgressHook | None = None,
 ) -> SimulationReport:
     started = time.monotonic()
-    cluster = Cluster(snapshot, features)
+    cluster = Cluster(snapshot, features, policy)
     tick = progress or (lambda _n: None)
     placed: list[PodOutcome] = []
     pending: list[PodOutcome] = []
@@ -114,7 +115,7 @@ def simulate(
         )
 
     def place(pod: PodInfo, origin: str) -> bool:
-        result: Placement = cluster.evaluate(pod, stop_at_first=True)
+        result: Placement = cluster.evaluate(pod)
         if result.node is None:
             pending.append(PodOutcome(pod.key, origin, None, reason=result.reason))
             tick(1)

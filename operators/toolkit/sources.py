@@ -92,6 +92,11 @@ def _parse_documents(source: str, text: str) -> list[Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        context, started = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and started:
+            problem += (
+                f" ({context} started at line {started.line + 1}, column {started.column + 1})"
+            )
         raise SnapshotError(source, f"invalid YAML{where}: {problem}") from exc
 
 

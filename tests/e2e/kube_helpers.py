@@ -102,11 +102,12 @@ class Testbed:
         return result
 
     def apply(self, *manifests: Mapping[str, Any]) -> None:
-        """Server-side apply of manifests given as dicts."""
+        """Server-side apply (forcing ownership of conflicting fields) of manifests as dicts."""
         doc = {"apiVersion": "v1", "kind": "List", "items": list(manifests)}
         self.kubectl(
-            "apply", "--server-side", "--field-manager=e2e", "-f", "-", input=json.dumps(doc)
-        )
+            "apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", "-",
+            input=json.dumps(doc),
+        )  # fmt: skip
 
     def get(self, *args: str) -> JsonObject | None:
         """`kubectl get ... -o json`, or None when the object does not exist."""
@@ -135,8 +136,17 @@ class Testbed:
 
 
 def start_testbed(state_dir: Path, bin_dir: Path, *, dra: bool) -> Testbed:
-    """Run `testbed/up` into state_dir; raises with its stderr if the control plane fails."""
-    args = [str(TESTBED_DIR / "up"), f"--dir={state_dir}", f"--bin={bin_dir}"]
+    """Run `testbed/up` into state_dir; raises with its stderr if the control plane fails.
+
+    The testbed stops itself when the calling process exits, even without `stop_testbed`.
+    """
+    # The owner pid makes the testbed stop itself should this test process be killed.
+    args = [
+        str(TESTBED_DIR / "up"),
+        f"--dir={state_dir}",
+        f"--bin={bin_dir}",
+        f"--owner-pid={os.getpid()}",
+    ]
     if dra:
         args.append("--dra")
     result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=UP_TIMEOUT_S)

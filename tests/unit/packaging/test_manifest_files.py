@@ -15,6 +15,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 BASE = REPO / "manifests" / "base"
 NAMESPACE = "dralloc-system"
+OPERATOR = "dralloc-operator"
+CERT_JOB = "dralloc-webhook-cert"
 
 
 def load_dir(directory: Path) -> list[dict[str, Any]]:
@@ -63,9 +65,14 @@ def test_deployment_is_hardened(base: list[dict[str, Any]]) -> None:
     deployment = only(base, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == OPERATOR
+    only(base, "ServiceAccount", OPERATOR)
+    assert_hardened(pod)
+
+
+def assert_hardened(pod: dict[str, Any]) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-    assert pod["serviceAccountName"] == only(base, "ServiceAccount")["metadata"]["name"]
     for container in pod["containers"]:
         security = container["securityContext"]
         assert security["allowPrivilegeEscalation"] is False
@@ -75,7 +82,8 @@ def test_deployment_is_hardened(base: list[dict[str, Any]]) -> None:
         assert security.get("privileged", False) is False
         assert container["resources"]["requests"]["cpu"]
         assert container["resources"]["limits"]["memory"]
-        assert container["livenessProbe"] and container["readinessProbe"]
+        if pod.get("restartPolicy", "Always") == "Always":
+            assert container["livenessProbe"] and container["readinessProbe"]
 
 
 def test_probe_and_service_ports_point_at_what_the_operator_serves(
@@ -117,44 +125,69 @@ def test_webhook_calls_the_service_and_only_for_opted_in_pods(base: list[dict[st
         assert {"kube-system", NAMESPACE} <= set(excluded["values"])
 
 
-def test_cluster_role_grants_no_secrets_and_no_wildcards(base: list[dict[str, Any]]) -> None:
+def test_roles_have_no_wildcards_or_escalation(base: list[dict[str, Any]]) -> None:
     for role in (o for o in base if o["kind"] in ("ClusterRole", "Role")):
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[field], f"{role['metadata']['name']}: wildcard {field}"
-            assert not {"secrets", "configmaps"} & set(rule["resources"])
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
 
 
-def test_lease_permissions_are_namespaced(base: list[dict[str, Any]]) -> None:
-    cluster_rules = only(base, "ClusterRole")["rules"]
-    assert not any("leases" in r["resources"] for r in cluster_rules)
-    role = only(base, "Role")
-    assert any("leases" in r["resources"] for r in role["rules"])
-
-
-def test_bindings_name_the_operator_service_account(base: list[dict[str, Any]]) -> None:
-    account = only(base, "ServiceAccount")["metadata"]["name"]
-    roles = {(o["kind"], o["metadata"]["name"]) for o in base if o["kind"].endswith("Role")}
+def bound_rules(base: list[dict[str, Any]], account: str) -> list[dict[str, Any]]:
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in base if o["kind"].endswith("Role")}
+    rules: list[dict[str, Any]] = []
     for binding in (o for o in base if o["kind"].endswith("RoleBinding")):
-        assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) in roles
-        assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
-        ]
+        if any(s["name"] == account for s in binding["subjects"]):
+            ref = binding["roleRef"]
+            rules.extend(roles[(ref["kind"], ref["name"])]["rules"])
+    return rules
 
 
-def test_cert_manager_overlay_mounts_the_certificate_secret() -> None:
+def test_operator_account_has_no_secrets_or_webhook_configurations(
+    base: list[dict[str, Any]],
+) -> None:
+    rules = bound_rules(base, OPERATOR)
+    assert rules
+    resources = {r for rule in rules for r in rule["resources"]}
+    assert not {"secrets", "configmaps", "mutatingwebhookconfigurations"} & resources
+
+
+def test_cert_job_account_touches_one_secret_and_one_webhook(base: list[dict[str, Any]]) -> None:
+    job = only(base, "Job", CERT_JOB)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == CERT_JOB
+    assert_hardened(pod)
+    args = dict(a.removeprefix("--").split("=", 1) for a in pod["containers"][0]["command"][2:])
+    deployment = only(base, "Deployment")["spec"]["template"]["spec"]
+    mounted = next(v["secret"]["secretName"] for v in deployment["volumes"] if "secret" in v)
+    assert args["secret"] == mounted
+    assert (
+        args["webhook-configuration"]
+        == only(base, "MutatingWebhookConfiguration")["metadata"]["name"]
+    )
+    for rule in bound_rules(base, CERT_JOB):
+        if "create" in rule["verbs"]:
+            assert rule["verbs"] == ["create"] and rule["resources"] == ["secrets"]
+        else:
+            assert rule["resourceNames"] in ([args["secret"]], [args["webhook-configuration"]])
+
+
+def test_cert_manager_overlay_writes_the_mounted_secret(base: list[dict[str, Any]]) -> None:
     overlay = REPO / "manifests" / "overlays" / "cert-manager"
     certificate = next(
         doc
         for doc in yaml.safe_load_all((overlay / "certificate.yaml").read_text())
         if doc["kind"] == "Certificate"
     )
-    patch = yaml.safe_load((overlay / "deployment-tls.yaml").read_text())
-    volumes = patch["spec"]["template"]["spec"]["volumes"]
-    assert volumes[0]["secret"]["secretName"] == certificate["spec"]["secretName"]
+    deployment = only(base, "Deployment")["spec"]["template"]["spec"]
+    mounted = next(v["secret"]["secretName"] for v in deployment["volumes"] if "secret" in v)
+    assert certificate["spec"]["secretName"] == mounted
     inject = yaml.safe_load((overlay / "webhook-inject-ca.yaml").read_text())
     ref = inject["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
     assert ref == f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
-    service_name = "dralloc-webhook"
-    assert f"{service_name}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    assert f"dralloc-webhook.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    deleted = [
+        doc["metadata"]["name"]
+        for doc in yaml.safe_load_all((overlay / "without-webhook-cert-job.yaml").read_text())
+    ]
+    assert set(deleted) == {CERT_JOB}

@@ -1,0 +1,1 @@
+"""Benchmarks: they print figures and ratios against a reference measured in the same run."""

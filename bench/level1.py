@@ -1,0 +1,257 @@
+"""Level 1: the allocation engine alone, dralloc's allocator against upstream's, same job.
+
+Both engines replay the same expanded scenario (:mod:`bench.scenario`) the way their control
+plane drives them:
+
+* dralloc: one long-lived :class:`~operators.allocator.state.AllocatorState` fed by "watch
+  events" (slices, classes and pre-allocated claims parsed once with ``parse_object``), and per
+  pod ``find_node`` over the candidate nodes, then ``assume`` for the chosen allocations and
+  ``remove_claim`` when a pod's generated claim goes away: exactly the operator's calls.
+* upstream: ``bench/upstream`` (Go), a fresh structured allocator per pod over a copy of the
+  allocated set and every slice, then ``Allocate`` node by node: kube-scheduler's PreFilter and
+  Filter.
+
+Only the measured steps are timed (scheduler_perf's ``collectMetrics``); parsing is not timed
+on either side (the Go program unmarshals before the clock starts too). Both use first fit over
+nodes in name order, so the placements must be identical: each result carries a digest of its
+(pod, node) pairs and the report flags any difference.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.scenario import Scenario, Step, placement_digest, write_scenario
+from operators.allocator.nodes import NodeInfo, NodeSelector
+from operators.allocator.state import AllocatorState
+from operators.api import parse_object
+
+BENCH_DIR = Path(__file__).resolve().parent
+UPSTREAM_BUILD = BENCH_DIR / "upstream" / "build"
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """One engine on one workload."""
+
+    engine: str  # "dralloc" | "upstream"
+    workload: str
+    pods: int
+    unschedulable: int
+    seconds: float
+    pods_per_second: float
+    digest: str
+    init_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class UpstreamUnavailable(RuntimeError):
+    """The Go program cannot be built or found; the message says why."""
+
+
+# --- dralloc --------------------------------------------------------------------------------
+
+
+class DrallocReplay:
+    """Replays a scenario through dralloc's allocator with the operator's calls."""
+
+    def __init__(self, scenario: Scenario, policy: str = "first-fit") -> None:
+        self.policy = policy
+        self.state = AllocatorState()
+        for obj in scenario.slices:
+            self.state.upsert_slice(parse_object(obj))
+        for obj in scenario.classes:
+            self.state.upsert_class(parse_object(obj))
+        self.nodes = [
+            NodeInfo(n["metadata"]["name"], dict(n["metadata"].get("labels") or {}))
+            for n in scenario.nodes
+        ]
+        self.claims: dict[str, Any] = {}
+        # Claims allocated so far and the node selector their allocation carries.
+        self.pinned: dict[str, NodeSelector | None] = {}
+        for obj in scenario.shared_claims:
+            self.claims[_key(obj)] = parse_object(obj)
+        for obj in scenario.preallocated:
+            model = parse_object(obj)
+            self.claims[_key(obj)] = model
+            self.state.upsert_claim(model)
+            selector = obj["status"]["allocation"].get("nodeSelector")
+            self.pinned[_key(obj)] = NodeSelector.parse(selector) if selector else None
+        # Claims created for pods are parsed now too: in the operator they arrive parsed from
+        # the watch, and the Go side unmarshals everything before timing.
+        self.new_claims = {
+            _key(obj): parse_object(obj)
+            for step in (*scenario.init_steps, *scenario.measure_steps)
+            for obj in step.new_claims
+        }
+
+    def place(self, step: Step) -> str:
+        """One pod; returns its node or "" when it does not fit."""
+        state = self.state
+        for key in step.release:
+            state.remove_claim(self.claims.pop(key))
+            self.pinned.pop(key, None)
+        for obj in step.new_claims:
+            key = _key(obj)
+            self.claims[key] = self.new_claims.pop(key)
+        pending = []
+        selectors = []
+        for key in step.claims:
+            if key in self.pinned:
+                selector = self.pinned[key]
+                if selector is not None:
+                    selectors.append(selector)
+            else:
+                pending.append(self.claims[key])
+        candidates = self.nodes
+        if selectors:
+            candidates = [n for n in self.nodes if all(s.matches(n) for s in selectors)]
+        if not pending:
+            return candidates[0].name if candidates else ""
+        placement = state.find_node(pending, candidates, self.policy, explain=False)
+        if placement.node is None:
+            return ""
+        for claim, allocation in zip(pending, placement.allocations, strict=True):
+            state.assume(claim, allocation)
+            self.pinned[allocation.claim] = allocation.node_selector
+        return placement.node
+
+    def warm_up(self, step: Step) -> None:
+        """Place one pod without keeping the result: one-off costs (CEL grammar and selector
+        compilation, the device index) belong to process start, not to throughput."""
+        pending = [self.new_claims.get(_key(obj)) or parse_object(obj) for obj in step.new_claims]
+        if pending:
+            self.state.find_node(pending, self.nodes, self.policy, explain=False)
+
+    def run(self, steps: Sequence[Step], placements: list[tuple[str, str]]) -> tuple[int, int, float]:
+        placed = failed = 0
+        start = time.perf_counter()
+        for step in steps:
+            node = self.place(step)
+            if node:
+                placed += 1
+            else:
+                failed += 1
+            placements.append((step.pod, node))
+        return placed, failed, time.perf_counter() - start
+
+
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def run_dralloc(scenario: Scenario, policy: str = "first-fit") -> EngineResult:
+    replay = DrallocReplay(scenario, policy)
+    placements: list[tuple[str, str]] = []
+    if scenario.init_steps:
+        replay.warm_up(scenario.init_steps[0])
+    _, _, init_seconds = replay.run(scenario.init_steps, placements)
+    if scenario.measure_steps:
+        replay.warm_up(scenario.measure_steps[0])
+    gc.collect()
+    pods, failed, seconds = replay.run(scenario.measure_steps, placements)
+    return EngineResult(
+        engine="dralloc",
+        workload=scenario.workload.name,
+        pods=pods,
+        unschedulable=failed,
+        seconds=seconds,
+        pods_per_second=pods / seconds if seconds > 0 else 0.0,
+        digest=placement_digest(placements),
+        init_seconds=init_seconds,
+    )
+
+
+# --- upstream -------------------------------------------------------------------------------
+
+
+def upstream_binary(build: bool = True) -> Path:
+    """Path of the Go program, building it into the cache if allowed."""
+    override = os.environ.get("DRALLOC_UPSTREAM_BENCH")
+    if override:
+        return Path(override)
+    args = [str(UPSTREAM_BUILD)] + ([] if build else ["--check"])
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=1800, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise UpstreamUnavailable(f"bench/upstream/build: {error}") from error
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        reason = (proc.stderr or proc.stdout).strip().splitlines()
+        raise UpstreamUnavailable(reason[-1] if reason else f"bench/upstream/build exited {proc.returncode}")
+    return Path(lines[-1])
+
+
+def run_upstream(scenario: Scenario, binary: Path) -> EngineResult:
+    with tempfile.TemporaryDirectory(prefix="dralloc-bench-") as tmp:
+        path = write_scenario(scenario, Path(tmp) / "scenario.json")
+        proc = subprocess.run(
+            [str(binary), "-scenario", str(path)], capture_output=True, text=True, timeout=3600, check=False
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(f"upstream-bench failed on {scenario.workload.name}: {proc.stderr.strip()}")
+    data = json.loads(proc.stdout)
+    measure = data["measure"]
+    return EngineResult(
+        engine="upstream",
+        workload=scenario.workload.name,
+        pods=int(measure["pods"]),
+        unschedulable=int(measure["unschedulable"]),
+        seconds=float(measure["seconds"]),
+        pods_per_second=float(measure["podsPerSecond"]),
+        digest=str(data["digest"]),
+        init_seconds=float(data["init"]["seconds"]),
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """dralloc and upstream on one workload."""
+
+    workload: str
+    file: str
+    nodes: int
+    devices: int
+    dralloc: EngineResult
+    upstream: EngineResult | None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.upstream is None or self.upstream.pods_per_second <= 0:
+            return None
+        return self.dralloc.pods_per_second / self.upstream.pods_per_second
+
+    @property
+    def same_placements(self) -> bool | None:
+        return None if self.upstream is None else self.dralloc.digest == self.upstream.digest
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "file": self.file,
+            "nodes": self.nodes,
+            "devices": self.devices,
+            "dralloc": self.dralloc.to_json(),
+            "upstream": self.upstream.to_json() if self.upstream else None,
+            "ratio": self.ratio,
+            "samePlacements": self.same_placements,
+        }
+
+
+def compare(scenario: Scenario, file: str, binary: Path | None, policy: str = "first-fit") -> Comparison:
+    upstream = run_upstream(scenario, binary) if binary is not None else None
+    dralloc = run_dralloc(scenario, policy)
+    w = scenario.workload
+    return Comparison(w.name, file, w.nodes, w.devices, dralloc, upstream)

@@ -1,0 +1,149 @@
+"""Device selectors: compile once (cached), evaluate per device.
+
+``compile_selector`` checks what upstream checks when a selector is
+compiled: syntax, undeclared names and functions, that the result can be a
+bool, and (unless disabled) that the worst-case estimated cost is within
+the 1,000,000 limit. ``CompiledSelector.evaluate`` runs the generated Python
+against a ``DeviceView`` with a runtime cost budget and turns results and
+errors into upstream's messages.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from . import analysis
+from .codegen import Environment
+from .device import DeviceView
+from .errors import (
+    NO_SUCH_KEY_HINT,
+    CELCompileError,
+    CELCostError,
+    CELError,
+    CELEvalError,
+)
+from .program import DEFAULT_COST_LIMIT, Program, compile_program
+from .values import type_name
+
+#: Upstream's CELSelectorExpressionMaxLength.
+MAX_EXPRESSION_LENGTH = 10 * 1024
+#: Upstream's CELSelectorExpressionMaxCost (estimated and runtime limit).
+MAX_COST = 1_000_000
+_CACHE_SIZE = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSelector:
+    """A compiled device selector. Thread-safe and reusable."""
+
+    expression: str
+    #: Worst-case cost over all possible devices (upstream's ``MaxCost``).
+    estimated_cost: int
+    list_attributes: bool
+    program: Program
+
+    def evaluate(self, device: DeviceView, cost_limit: int = MAX_COST) -> bool:
+        """True if ``device`` matches; CELEvalError / CELCostError on failure."""
+        if device.list_attribute is not None and not self.list_attributes:
+            raise CELEvalError(f"attribute {device.list_attribute}: unsupported attribute value")
+        if device.invalid_attribute is not None:
+            raise CELEvalError(device.invalid_attribute)
+        try:
+            result: Any = self.program.function(device, cost_limit)
+        except CELCostError:
+            raise
+        except CELEvalError as exc:
+            message = str(exc)
+            if "no such key:" in message:
+                raise CELEvalError(f"{message}. {NO_SUCH_KEY_HINT}") from None
+            raise
+        except CELError:
+            raise
+        except RecursionError:
+            raise CELEvalError("expression too deeply nested") from None
+        except (ArithmeticError, ValueError, TypeError, KeyError, IndexError) as exc:
+            raise CELEvalError(f"no such overload: {exc}") from None
+        if result is True or result is False:
+            return result
+        raise CELEvalError(f"CEL result of type {type_name(result)} could not be converted to bool")
+
+
+_cache: OrderedDict[tuple[str, bool, bool, bool], CompiledSelector] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def compile_selector(
+    expression: str,
+    *,
+    list_attributes: bool = False,
+    consumable_capacity: bool = True,
+    check_cost: bool = True,
+) -> CompiledSelector:
+    """Compile a device selector; cached by expression and options.
+
+    ``list_attributes`` enables the DRAListTypeAttributes behaviour (list
+    values, ``includes``). ``consumable_capacity`` exposes
+    ``device.allowMultipleAllocations``. ``check_cost`` rejects expressions
+    whose estimated cost exceeds the limit (upstream does this when a selector
+    is created or changed; stored selectors are only bound by the runtime limit).
+    Raises CELCompileError; failures are not cached.
+    """
+    key = (expression, list_attributes, consumable_capacity, check_cost)
+    with _cache_lock:
+        cached = _cache.get(key)
+        if cached is not None:
+            _cache.move_to_end(key)
+            return cached
+    selector = _compile(expression, list_attributes, consumable_capacity, check_cost)
+    with _cache_lock:
+        _cache[key] = selector
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return selector
+
+
+def cache_size() -> int:
+    return len(_cache)
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _compile(
+    expression: str, list_attributes: bool, consumable_capacity: bool, check_cost: bool
+) -> CompiledSelector:
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise CELCompileError(
+            f"expression too long: {len(expression)} characters, at most {MAX_EXPRESSION_LENGTH}"
+        )
+    env = Environment(
+        variables=frozenset({"device"}),
+        checked=True,
+        device_var="device",
+        list_attributes=list_attributes,
+        consumable_capacity=consumable_capacity,
+    )
+    try:
+        program = compile_program(expression, env)
+    except CELCompileError as exc:
+        message = str(exc)
+        if not message.startswith("compilation failed"):
+            message = "compilation failed: " + message
+        raise CELCompileError(message) from None
+    result = analysis.result_type(program.tree)
+    if result not in ("bool", "dyn"):
+        raise CELCompileError(f"must evaluate to bool or the unknown type, not {result}")
+    cost = analysis.estimated_cost(program.tree)
+    if check_cost and cost > MAX_COST:
+        raise CELCompileError(
+            f"too complex, exceeds cost limit (estimated cost {cost}, limit {MAX_COST})"
+        )
+    return CompiledSelector(expression, cost, list_attributes, program)
+
+
+__all__ = ["DEFAULT_COST_LIMIT", "CompiledSelector", "compile_selector"]

@@ -1,0 +1,486 @@
+"""Upstream's DRA CEL package cases (k8s.io/dynamic-resource-allocation/cel), by name.
+
+Each case gives a selector, a device and the expected outcome: a match
+result, a runtime error or a compile error. Cases that upstream runs with
+and without the DRAListTypeAttributes gate run twice here as well.
+Upstream's "NewExpressions" environment maps to ``check_cost=True`` with the
+feature options as given; "StoredExpressions" makes every field and function
+available, which callers get by enabling the options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from operators.cel import (
+    CELCompileError,
+    CELCostError,
+    CELEvalError,
+    DeviceView,
+    Quantity,
+    Semver,
+    compile_selector,
+)
+
+D = "dra.example.com"
+ATTR = f'device.attributes["{D}"]'
+CAP = f'device.capacity["{D}"]'
+BOMB = (
+    "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(x, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(y, "
+    "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(z, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(z2, "
+    "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(z3, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(z4, "
+    "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(z5, int('1'.find('[0-9]*')) < 100)))))))"
+)
+
+
+@dataclass(frozen=True)
+class DRACase:
+    expression: str
+    driver: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    capacity: dict[str, Any] = field(default_factory=dict)
+    allow_multiple_allocations: bool | None = None
+    #: None runs the case with the list gate both off and on.
+    list_attributes: bool | None = None
+    new_expressions: bool = False
+    consumable_capacity: bool = True
+    compile_error: str = ""
+    match_error: str = ""
+    match: bool = False
+
+
+def _semver(text: str) -> Semver:
+    return Semver.parse(text)
+
+
+_LONG_48 = [f"value-{i}" for i in range(48)]
+_LONG_49 = [f"value-{i}" for i in range(49)]
+_EXPENSIVE_ATTRIBUTES = {f"{D}/" + "x" * (32 - len(f"-{i}")) + f"-{i}": "abc" for i in range(32)}
+
+
+def _includes(kind: str, value: str, attr: Any, match: bool) -> DRACase:
+    return DRACase(
+        f"{ATTR}.name.includes({value})",
+        driver=D,
+        attributes={"name": attr},
+        list_attributes=True,
+        new_expressions=True,
+        match=match,
+    )
+
+
+CASES: dict[str, DRACase] = {
+    "true": DRACase("true", match=True),
+    "false": DRACase("false", match=False),
+    "syntax-error": DRACase("?!", compile_error="Syntax error"),
+    "type-error": DRACase("1", compile_error="must evaluate to bool or the unknown type, not int"),
+    "runtime-error-lookup-identifier": DRACase(
+        'device.attributes["no-such-domain"].noSuchAttr.isGreaterThan(quantity("0"))',
+        match_error="no such key: noSuchAttr",
+    ),
+    "runtime-error-lookup-map": DRACase(
+        'device.attributes["no-such-domain"]["noSuchAttr"].isGreaterThan(quantity("0"))',
+        match_error="no such key: noSuchAttr",
+    ),
+    "domain-check-negative": DRACase('"no-such-domain" in device.attributes', match=False),
+    "domain-check-positive": DRACase(
+        f'"{D}" in device.attributes', attributes={f"{D}/something": True}, match=True
+    ),
+    "empty-driver-name": DRACase('device.driver == ""', match=True),
+    "real-driver-name": DRACase(f'device.driver == "{D}"', driver=D, match=True),
+    "driver-name-qualifier": DRACase(
+        f"{ATTR}.name", driver=D, attributes={"name": True}, match=True
+    ),
+    "driver-name-qualifier-map-lookup": DRACase(
+        f'{ATTR}["name"]', driver=D, attributes={"name": True}, match=True
+    ),
+    "bind": DRACase(
+        f"cel.bind(dra, {ATTR}, dra.name)", driver=D, attributes={"name": True}, match=True
+    ),
+    "qualified-attribute-name": DRACase(
+        'device.attributes["other.example.com"].name',
+        driver=D,
+        attributes={"other.example.com/name": True},
+        match=True,
+    ),
+    "bool": DRACase(f"{ATTR}.name", driver=D, attributes={"name": True}, match=True),
+    "int": DRACase(f"{ATTR}.name > 0", driver=D, attributes={"name": 1}, match=True),
+    "string": DRACase(f'{ATTR}.name == "fish"', driver=D, attributes={"name": "fish"}, match=True),
+    "macro-exists-on-int": DRACase(
+        f"{ATTR}.name.exists(x, x > 0)",
+        driver=D,
+        attributes={"name": 1},
+        list_attributes=True,
+        new_expressions=True,
+        match_error="got 'types.Int', expected iterable type",
+    ),
+    "macro-exists-on-bool": DRACase(
+        f"{ATTR}.name.exists(x, x == true)",
+        driver=D,
+        attributes={"name": True},
+        list_attributes=True,
+        new_expressions=True,
+        match_error="got 'types.Bool', expected iterable type",
+    ),
+    "macro-exists-on-string": DRACase(
+        f'{ATTR}.name.exists(x, x == "fish")',
+        driver=D,
+        attributes={"name": "fish"},
+        list_attributes=True,
+        new_expressions=True,
+        match_error="got 'types.String', expected iterable type",
+    ),
+    "attribute-access-causes-match-error": DRACase(
+        f"{ATTR}.names",
+        driver=D,
+        attributes={"names": ["fish", "bird"]},
+        list_attributes=False,
+        match_error="attribute names: unsupported attribute value",
+    ),
+    "list-result-type-causes-match-error": DRACase(
+        f"{ATTR}.names",
+        driver=D,
+        attributes={"names": ["fish", "bird"]},
+        list_attributes=True,
+        match_error="CEL result of type list could not be converted to bool",
+    ),
+    "list-of-bool": DRACase(
+        f"{ATTR}.names.size() == 2",
+        driver=D,
+        attributes={"names": [True, False]},
+        list_attributes=True,
+        new_expressions=True,
+        match=True,
+    ),
+    "list-of-int": DRACase(
+        f"{ATTR}.names.size() == 2",
+        driver=D,
+        attributes={"names": [1, 2]},
+        list_attributes=True,
+        new_expressions=True,
+        match=True,
+    ),
+    "list-of-string": DRACase(
+        f"{ATTR}.names.size() == 2",
+        driver=D,
+        attributes={"names": ["fish", "bird"]},
+        list_attributes=True,
+        new_expressions=True,
+        match=True,
+    ),
+    "list-of-semver": DRACase(
+        f"{ATTR}.names.size() == 2",
+        driver=D,
+        attributes={"names": [_semver("1.0.0"), _semver("2.0.0")]},
+        list_attributes=True,
+        new_expressions=True,
+        match=True,
+    ),
+    "macro-on-list-of-int": DRACase(
+        f"{ATTR}.names.exists(x, x > 0)",
+        driver=D,
+        attributes={"names": [1, 2]},
+        list_attributes=True,
+        new_expressions=True,
+        match=True,
+    ),
+    "macro-on-list-of-string": DRACase(
+        f'{ATTR}.names.all(x, x != "")',
+        driver=D,
+        attributes={"names": ["fish", "bird"]},
+        list_attributes=True,
+        new_expressions=True,
+        match=True,
+    ),
+    "macro-on-list-of-semver": DRACase(
+        f'{ATTR}.names.all(x, x.isGreaterThan(semver("0.0.1")))',
+        driver=D,
+        attributes={"names": [_semver("1.0.0"), _semver("2.0.0")]},
+        list_attributes=True,
+        new_expressions=True,
+        match=True,
+    ),
+    "includes-function-undeclared-error": DRACase(
+        f'{ATTR}.name.includes("fish")',
+        driver=D,
+        list_attributes=False,
+        new_expressions=True,
+        consumable_capacity=False,
+        compile_error="undeclared reference to 'includes'",
+    ),
+    "includes-function-on-bool-scalar-positive": _includes("bool", "true", True, True),
+    "includes-function-on-bool-scalar-negative": _includes("bool", "true", False, False),
+    "includes-function-on-bool-list-positive": _includes("bool", "true", [True, False], True),
+    "includes-function-on-bool-list-negative": _includes("bool", "false", [True, True], False),
+    "includes-function-on-int-scalar-positive": _includes("int", "1", 1, True),
+    "includes-function-on-int-scalar-negative": _includes("int", "1", 2, False),
+    "includes-function-on-int-list-positive": _includes("int", "1", [1, 2], True),
+    "includes-function-on-int-list-negative": _includes("int", "3", [1, 2], False),
+    "includes-function-on-string-scalar-positive": _includes("string", '"fish"', "fish", True),
+    "includes-function-on-string-scalar-negative": _includes("string", '"bird"', "fish", False),
+    "includes-function-on-string-list-positive": _includes(
+        "string", '"fish"', ["fish", "bird"], True
+    ),
+    "includes-function-on-string-list-negative": _includes(
+        "string", '"cat"', ["fish", "bird"], False
+    ),
+    "includes-function-on-semver-scalar-positive": _includes(
+        "semver", 'semver("1.0.0")', _semver("1.0.0"), True
+    ),
+    "includes-function-on-semver-scalar-negative": _includes(
+        "semver", 'semver("2.0.0")', _semver("1.0.0"), False
+    ),
+    "includes-function-on-semver-list-positive": _includes(
+        "semver", 'semver("1.0.0")', [_semver("1.0.0"), _semver("2.0.0")], True
+    ),
+    "includes-function-on-semver-list-negative": _includes(
+        "semver", 'semver("3.0.0")', [_semver("1.0.0"), _semver("2.0.0")], False
+    ),
+    "includes-function-on-very-long-list-positive": _includes(
+        "string", '"value-48"', _LONG_48, False
+    ),
+    "includes-function-on-very-long-list-negative": _includes(
+        "string", '"value-49"', _LONG_49, False
+    ),
+    "in-operator-on-list": DRACase(
+        f"1 in {ATTR}.names",
+        driver=D,
+        attributes={"names": [1, 2, 3]},
+        list_attributes=True,
+        new_expressions=True,
+        match=True,
+    ),
+    "version": DRACase(
+        f'{ATTR}.name.isGreaterThan(semver("0.0.1"))',
+        driver=D,
+        attributes={"name": _semver("1.0.0")},
+        match=True,
+    ),
+    "version_v": DRACase(
+        f'{ATTR}.name.isGreaterThan(semver("v0.0.1", true)) && isSemver("v1.0.0", true)',
+        driver=D,
+        attributes={"name": _semver("1.0.0")},
+        match=True,
+    ),
+    "macro-exists-on-version": DRACase(
+        f'{ATTR}.name.exists(x, x.isGreaterThan(semver("0.0.1")))',
+        driver=D,
+        attributes={"name": _semver("1.0.0")},
+        list_attributes=True,
+        new_expressions=True,
+        match_error="got 'cel.Semver', expected iterable type",
+    ),
+    "quantity": DRACase(
+        f'{CAP}.name.isGreaterThan(quantity("1Ki"))',
+        driver=D,
+        capacity={"name": Quantity("1Mi")},
+        match=True,
+    ),
+    "check-positive": DRACase(
+        f'"name" in {CAP} && {CAP}.name.isGreaterThan(quantity("1Ki"))',
+        driver=D,
+        capacity={"name": Quantity("1Mi")},
+        match=True,
+    ),
+    "check-negative": DRACase(
+        f'!("name" in {CAP}) || {CAP}.name.isGreaterThan(quantity("1Ki"))', match=True
+    ),
+    "all": DRACase(
+        " &&\n".join(
+            [
+                f'{CAP}.quantity.isGreaterThan(quantity("1Ki"))',
+                f"{ATTR}.bool",
+                f"{ATTR}.int > 0",
+                f'{ATTR}.string == "fish"',
+                f'{ATTR}.version.isGreaterThan(semver("0.0.1"))',
+                f'{CAP}["quantity"].isGreaterThan(quantity("1Ki"))',
+                f'{ATTR}["bool"]',
+                f'{ATTR}["int"] > 0',
+                f'{ATTR}["string"] == "fish"',
+                f'{ATTR}["version"].isGreaterThan(semver("0.0.1"))',
+            ]
+        ),
+        driver=D,
+        attributes={"bool": True, "int": 1, "string": "fish", "version": _semver("1.0.0")},
+        capacity={"quantity": Quantity("1Mi")},
+        match=True,
+    ),
+    "many": DRACase(
+        f"{ATTR}.a && {ATTR}.b && {ATTR}.c",
+        driver=D,
+        attributes={"a": True, "b": True, "c": True},
+        match=True,
+    ),
+    "check_attribute_domains": DRACase(
+        f'device.attributes.exists_one(x, x == "{D}")',
+        driver=D,
+        attributes={"services": "some_example_value"},
+        match=True,
+    ),
+    "check_attribute_ids": DRACase(
+        f'{ATTR}.exists_one(x, x == "services")',
+        driver=D,
+        attributes={"services": "some_example_value"},
+        match=True,
+    ),
+    "split_attribute": DRACase(
+        f'{ATTR}.services.split("example").size() >= 2',
+        driver=D,
+        attributes={"services": "some_example_value"},
+        match=True,
+    ),
+    "regexp_attribute": DRACase(
+        f'{ATTR}.services.matches("[^a]?sym")',
+        driver=D,
+        attributes={"services": "asymetric"},
+        match=True,
+    ),
+    "check_capacity_domains": DRACase(
+        f'device.capacity.exists_one(x, x == "{D}")',
+        driver=D,
+        capacity={"memory": Quantity("1Mi")},
+        match=True,
+    ),
+    "check_capacity_ids": DRACase(
+        f'{CAP}.exists_one(x, x == "memory")',
+        driver=D,
+        capacity={"memory": Quantity("1Mi")},
+        match=True,
+    ),
+    "expensive": DRACase(
+        BOMB,
+        driver=D,
+        attributes=_EXPENSIVE_ATTRIBUTES,
+        match_error="actual cost limit exceeded",
+    ),
+    "allow_multiple_allocations": DRACase(
+        "device.allowMultipleAllocations == true",
+        driver=D,
+        allow_multiple_allocations=True,
+        match=True,
+    ),
+    "allow_multiple_allocations_default": DRACase(
+        "device.allowMultipleAllocations == false",
+        driver=D,
+        allow_multiple_allocations=None,
+        match=True,
+    ),
+    "allow_multiple_allocations_false": DRACase(
+        "device.allowMultipleAllocations == false",
+        driver=D,
+        allow_multiple_allocations=False,
+        match=True,
+    ),
+    "allow_multiple_allocations_new": DRACase(
+        "device.allowMultipleAllocations == false",
+        driver=D,
+        allow_multiple_allocations=False,
+        new_expressions=True,
+        match=True,
+    ),
+    "allow_multiple_allocations_enabled": DRACase(
+        "device.allowMultipleAllocations == false",
+        driver=D,
+        allow_multiple_allocations=False,
+        new_expressions=True,
+        match=True,
+    ),
+    "allow_multiple_allocations_disabled": DRACase(
+        "device.allowMultipleAllocations == false",
+        driver=D,
+        new_expressions=True,
+        consumable_capacity=False,
+        compile_error="undefined field 'allowMultipleAllocations'",
+    ),
+}
+
+
+def _runs() -> list[Any]:
+    params = []
+    for name, case in CASES.items():
+        gates = [False, True] if case.list_attributes is None else [case.list_attributes]
+        for gate in gates:
+            params.append(
+                pytest.param(case, gate, id=f"{name}-list-type-attributes-{str(gate).lower()}")
+            )
+    return params
+
+
+@pytest.mark.parametrize(("case", "list_attributes"), _runs())
+def test_dra_cel_case(case: DRACase, list_attributes: bool) -> None:
+    # Stored expressions are not checked against the estimated cost (the
+    # "expensive" case must reach the runtime limit, as upstream's does).
+    check_cost = case.new_expressions
+    if case.compile_error:
+        with pytest.raises(CELCompileError, match=case.compile_error):
+            compile_selector(
+                case.expression,
+                list_attributes=list_attributes,
+                consumable_capacity=case.consumable_capacity,
+                check_cost=check_cost,
+            )
+        return
+    selector = compile_selector(
+        case.expression,
+        list_attributes=list_attributes,
+        consumable_capacity=case.consumable_capacity,
+        check_cost=check_cost,
+    )
+    device = DeviceView.build(
+        case.driver, case.attributes, case.capacity, case.allow_multiple_allocations
+    )
+    if case.match_error:
+        expected = CELCostError if "cost limit" in case.match_error else CELEvalError
+        with pytest.raises(expected) as raised:
+            selector.evaluate(device)
+        assert case.match_error in str(raised.value)
+        return
+    assert selector.evaluate(device) is case.match
+
+
+def test_expensive_is_rejected_by_the_estimate_for_new_expressions() -> None:
+    with pytest.raises(CELCompileError, match="too complex, exceeds cost limit"):
+        compile_selector(BOMB, check_cost=True)
+
+
+def test_expensive_stops_quickly() -> None:
+    import time
+
+    selector = compile_selector(BOMB, check_cost=False)
+    device = DeviceView.build(D, _EXPENSIVE_ATTRIBUTES, {}, False)
+    start = time.perf_counter()
+    with pytest.raises(CELCostError, match="operation cancelled: actual cost limit exceeded"):
+        selector.evaluate(device)
+    assert time.perf_counter() - start < 1.0
+
+
+_FEATURE_SETS = {
+    "no-features": (False, False),
+    "consumable-capacity": (True, False),
+    "list-type-attributes": (False, True),
+    "all-features": (True, True),
+}
+
+
+@pytest.mark.parametrize("env", ["stored-expressions", "new-expressions"])
+@pytest.mark.parametrize("features", list(_FEATURE_SETS))
+def test_environment_matrix(env: str, features: str) -> None:
+    """New expressions see only what the gates enable; stored ones see everything."""
+    consumable, lists = _FEATURE_SETS[features]
+    if env == "stored-expressions":
+        consumable = lists = True
+    device = DeviceView.build(D, {"name": 2}, {}, True)
+    multi = "device.allowMultipleAllocations"
+    includes = f"{ATTR}.name.includes(2)"
+    for expression, available in ((multi, consumable), (includes, lists)):
+        if available:
+            selector = compile_selector(
+                expression, list_attributes=lists, consumable_capacity=consumable
+            )
+            assert selector.evaluate(device) is True
+        else:
+            with pytest.raises(CELCompileError):
+                compile_selector(expression, list_attributes=lists, consumable_capacity=consumable)

@@ -1,0 +1,266 @@
+"""Shared pieces of the operator e2e tests: CRDs, the operator as a subprocess, and a small
+isolated "cluster slice" per test (own kwok nodes, own driver, own DeviceClass), so tests on
+one control plane never compete for each other's devices.
+
+The operator runs as a subprocess (``python -m operators``) because some tests must SIGKILL
+it or run two replicas; every test module starts its own, with a unique Lease name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .kube_helpers import REPO_ROOT, Testbed, unique_name, wait_for
+
+CRDS_DIR = REPO_ROOT / "crds"
+GROUP = "resource.dralloc.dev"
+CLAIMS_ANNOTATION = f"{GROUP}/claims"
+DEVICES_ANNOTATION = f"{GROUP}/devices"
+GATE = f"{GROUP}/allocation"
+
+
+def install_crds(testbed: Testbed) -> None:
+    """Apply crds/ (or the directory in $DRALLOC_E2E_CRDS, for debugging a CRD change)."""
+    override = os.environ.get("DRALLOC_E2E_CRDS")
+    files = sorted(Path(override).glob("*.yaml") if override else CRDS_DIR.glob("*.yaml"))
+    crd_files = [f for f in files if f.name != "kustomization.yaml"]
+    if not crd_files:
+        pytest.skip("crds/ has no CustomResourceDefinitions yet (make crds)")
+    for path in crd_files:
+        testbed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    testbed.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", *[
+            f"crd/{p.stem.split('_', 1)[1]}.{GROUP}" for p in crd_files
+        ]
+    )  # fmt: skip
+
+
+@dataclass
+class OperatorProcess:
+    """``python -m operators`` against the testbed; logs go to a file for failure reports."""
+
+    testbed: Testbed
+    log_path: Path
+    lease: str
+    webhook: bool = True
+    extra: list[str] = field(default_factory=list)
+    identity: str = ""
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        args = [
+            sys.executable, "-m", "operators",
+            f"--kubeconfig={self.testbed.kubeconfig}",
+            "--metrics-port=0", "--probe-port=0",
+            f"--lease-name={self.lease}", "--lease-namespace=default",
+            "--lease-duration=4", "--renew-deadline=3", "--retry-period=0.5",
+            "--requeue-max-delay=2",
+            "--log-format=console", "--log-level=INFO",
+        ]  # fmt: skip
+        if self.identity:
+            args.append(f"--identity={self.identity}")
+        if self.webhook:
+            args += [
+                "--webhook-addr=127.0.0.1",
+                "--webhook-port=0",
+                f"--webhook-managed={self.lease}.dralloc.test",
+            ]
+        else:
+            args.append("--no-webhook")
+        args += self.extra
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            args, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.testbed.env()
+        )
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_until(self, text: str, timeout: float = 60.0, after: int = 0) -> None:
+        def seen() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise AssertionError(f"operator exited early:\n{self.log()[-3000:]}")
+            return text in self.log()[after:]
+
+        wait_for(f"operator log line {text!r}", seen, timeout=timeout, interval=0.2)
+
+    def wait_ready(self) -> None:
+        self.wait_until("controllers starting")
+        if self.webhook:
+            self.wait_until("Reconfiguring the mutating webhook")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def operator(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    install_crds(testbed)
+    lease = unique_name("dralloc-e2e")
+    proc = OperatorProcess(testbed, tmp_path_factory.mktemp("operator") / "operator.log", lease)
+    proc.start()
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+        if os.environ.get("DRALLOC_E2E_SHOW_LOGS"):
+            print(proc.log())
+
+
+@dataclass
+class Pool:
+    """Nodes labelled for one test, each with ``devices`` devices of one test-only driver."""
+
+    testbed: Testbed
+    driver: str
+    device_class: str
+    label: str
+    nodes: list[str]
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        return {"e2e-pool": self.label}
+
+
+def make_pool(testbed: Testbed, nodes: int, devices: int, *, prefix: str = "e2e") -> Pool:
+    label = unique_name(prefix)
+    driver = f"{label}.example.com"
+    names = testbed.create_nodes(nodes, {"e2e-pool": label}, prefix=label)
+    device_class = label
+    testbed.apply(
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+        *[slice_manifest(driver, node, devices) for node in names],
+    )
+    return Pool(testbed, driver, device_class, label, names)
+
+
+def slice_manifest(driver: str, node: str, devices: int) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver.split('.')[0]}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": f"dev-{i}"} for i in range(devices)],
+        },
+    }
+
+
+def template(namespace: str, name: str, pool: Pool, **request: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "dev", "exactly": {"deviceClassName": pool.device_class, **request}}
+                    ]
+                }
+            }
+        },
+    }
+
+
+def claim(namespace: str, name: str, pool: Pool, **request: Any) -> dict[str, Any]:
+    body = template(namespace, name, pool, **request)
+    return {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body["spec"]["spec"],
+    }
+
+
+def pod(
+    namespace: str, name: str, pool: Pool, claims: list[dict[str, str]], **spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {CLAIMS_ANNOTATION: json.dumps(claims)},
+        },
+        "spec": {
+            "containers": [{"name": "c", "image": "registry.invalid/fake"}],
+            "nodeSelector": pool.node_selector,
+            **spec,
+        },
+    }
+
+
+def get(testbed: Testbed, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    args = [kind, name] + ([f"--namespace={namespace}"] if namespace else [])
+    return testbed.get(*args)
+
+
+def claims_in(testbed: Testbed, namespace: str) -> list[dict[str, Any]]:
+    found = testbed.get(f"resourceclaims.{GROUP}", f"--namespace={namespace}")
+    return list((found or {}).get("items") or [])
+
+
+def bound_node(testbed: Testbed, namespace: str, name: str) -> str:
+    obj = get(testbed, "pod", name, namespace)
+    return str(((obj or {}).get("spec") or {}).get("nodeName") or "")
+
+
+def wait_bound(testbed: Testbed, namespace: str, name: str, timeout: float = 60.0) -> str:
+    return str(
+        wait_for(
+            f"pod {namespace}/{name} bound",
+            lambda: bound_node(testbed, namespace, name),
+            timeout=timeout,
+        )
+    )
+
+
+def events(testbed: Testbed, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    found = testbed.get(
+        "events",
+        f"--namespace={namespace}",
+        f"--field-selector=involvedObject.name={name},reason={reason}",
+    )
+    return list((found or {}).get("items") or [])
+
+
+def allocated_devices(testbed: Testbed, namespace: str) -> list[tuple[str, str, str]]:
+    out = []
+    for item in claims_in(testbed, namespace):
+        allocation = (item.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            out.append((result["driver"], result["pool"], result["device"]))
+    return out
+
+
+def sleep_a_little(seconds: float = 1.0) -> None:
+    time.sleep(seconds)

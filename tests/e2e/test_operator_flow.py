@@ -1,0 +1,155 @@
+"""The operator end to end: webhook, claim controller, allocator loop, kube-scheduler."""
+
+from __future__ import annotations
+
+import json
+
+from .kube_helpers import Testbed, wait_for
+from .operator_fixtures import (
+    DEVICES_ANNOTATION,
+    GATE,
+    GROUP,
+    OperatorProcess,
+    allocated_devices,
+    claim,
+    claims_in,
+    events,
+    get,
+    make_pool,
+    operator,
+    pod,
+    template,
+    wait_bound,
+)
+
+__all__ = ["operator"]  # the module-scoped fixture, re-exported for pytest
+
+
+def test_template_claim_allocated_bound_and_cleaned_up(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = make_pool(testbed, nodes=2, devices=1)
+    testbed.apply(template(namespace, "one", pool))
+    testbed.apply(pod(namespace, "first", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}]))
+
+    node = wait_bound(testbed, namespace, "first")
+    obj = get(testbed, "pod", "first", namespace)
+    assert obj is not None
+    # the webhook gated it, the allocator ungated it and pinned it to the node it chose
+    assert GATE not in [g["name"] for g in obj["spec"].get("schedulingGates") or []]
+    devices = json.loads(obj["metadata"]["annotations"][DEVICES_ANNOTATION])
+    assert devices[0]["name"] == "dev"
+    assert devices[0]["devices"][0]["pool"] == node
+    statuses = json.loads(obj["metadata"]["annotations"][f"{GROUP}/claim-statuses"])
+    claims = claims_in(testbed, namespace)
+    assert [c["metadata"]["name"] for c in claims] == [statuses[0]["resourceClaimName"]]
+    generated = claims[0]
+    assert generated["metadata"]["name"].startswith("first-dev-")
+    assert generated["metadata"]["annotations"][f"{GROUP}/pod-claim-name"] == "dev"
+    owner = generated["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"], owner["blockOwnerDeletion"]) == (
+        "Pod", "first", True, True,
+    )  # fmt: skip
+    assert generated["status"]["reservedFor"][0]["uid"] == obj["metadata"]["uid"]
+
+    # Fill the other node, then free the first one: its device must be handed out again.
+    testbed.apply(pod(namespace, "second", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}]))
+    other = wait_bound(testbed, namespace, "second")
+    assert other != node
+    testbed.apply(pod(namespace, "third", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}]))
+    testbed.kubectl("delete", "pod", "first", f"--namespace={namespace}", "--wait=false")
+    wait_for(
+        "the first pod's claim to be deleted",
+        lambda: generated["metadata"]["name"]
+        not in [c["metadata"]["name"] for c in claims_in(testbed, namespace)],
+        timeout=60,
+    )
+    assert wait_bound(testbed, namespace, "third") == node
+    devices_now = allocated_devices(testbed, namespace)
+    assert len(devices_now) == len(set(devices_now)) == 2
+
+
+def test_shared_claim_used_by_three_pods(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = make_pool(testbed, nodes=2, devices=1)
+    testbed.apply(claim(namespace, "shared", pool))
+    for name in ("a", "b", "c"):
+        testbed.apply(pod(namespace, name, pool, [{"name": "dev", "resourceClaimName": "shared"}]))
+    nodes = {wait_bound(testbed, namespace, name) for name in ("a", "b", "c")}
+    assert len(nodes) == 1  # all pinned to where the shared claim's device is
+    shared = get(testbed, f"resourceclaims.{GROUP}", "shared", namespace)
+    assert shared is not None
+    reserved = sorted(entry["name"] for entry in shared["status"]["reservedFor"])
+    assert reserved == ["a", "b", "c"]
+    assert shared["status"]["allocation"]["devices"]["results"][0]["pool"] == nodes.pop()
+
+
+def test_two_pods_racing_for_the_last_device(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = make_pool(testbed, nodes=1, devices=1)
+    testbed.apply(template(namespace, "one", pool))
+    entry = [{"name": "dev", "resourceClaimTemplateName": "one"}]
+    testbed.apply(pod(namespace, "r1", pool, entry), pod(namespace, "r2", pool, entry))
+
+    def outcome() -> tuple[str, str] | None:
+        bound = [n for n in ("r1", "r2") if (get(testbed, "pod", n, namespace) or {}).get("spec", {}).get("nodeName")]
+        failed = [n for n in ("r1", "r2") if events(testbed, namespace, n, "FailedAllocation")]
+        if len(bound) == 1 and len(failed) == 1 and bound != failed:
+            return bound[0], failed[0]
+        return None
+
+    winner, loser = wait_for("one pod bound, one explained", outcome, timeout=60)
+    message = events(testbed, namespace, loser, "FailedAllocation")[0]["message"]
+    assert message.startswith("0/") and "nodes are available" in message, message
+    loser_pod = get(testbed, "pod", loser, namespace)
+    assert loser_pod is not None
+    conditions = {c["type"]: c for c in loser_pod["status"].get("conditions") or []}
+    condition = conditions[f"{GROUP}/DevicesAllocated"]
+    assert (condition["status"], condition["message"]) == ("False", message)
+    assert GATE in [g["name"] for g in loser_pod["spec"]["schedulingGates"]]
+    assert len(allocated_devices(testbed, namespace)) == 1
+
+
+def test_unsatisfiable_claim_is_explained(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = make_pool(testbed, nodes=2, devices=1)
+    testbed.apply(template(namespace, "three", pool, allocationMode="ExactCount", count=3))
+    testbed.apply(pod(namespace, "greedy", pool, [{"name": "dev", "resourceClaimTemplateName": "three"}]))
+    found = wait_for(
+        "FailedAllocation event", lambda: events(testbed, namespace, "greedy", "FailedAllocation")
+    )
+    message = found[0]["message"]
+    # every node of the cluster is counted; ours fail on devices, the rest on the selector
+    assert "2 cannot allocate all claims" in message, message
+    assert "node(s) didn't match Pod's node affinity/selector" in message, message
+    claim_name = claims_in(testbed, namespace)[0]["metadata"]["name"]
+    assert events(testbed, namespace, claim_name, "FailedAllocation")
+
+
+def test_admin_access_needs_the_namespace_label(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = make_pool(testbed, nodes=1, devices=1)
+    testbed.apply(template(namespace, "admin", pool, adminAccess=True))
+    entry = [{"name": "dev", "resourceClaimTemplateName": "admin"}]
+    testbed.apply(pod(namespace, "refused", pool, entry))
+    found = wait_for(
+        "FailedResourceClaimCreation event",
+        lambda: events(testbed, namespace, "refused", "FailedResourceClaimCreation"),
+    )
+    assert "resource.dralloc.dev/admin-access" in found[0]["message"], found[0]["message"]
+    assert found[0]["type"] == "Warning"
+    assert claims_in(testbed, namespace) == []
+
+    testbed.kubectl("label", "namespace", namespace, f"{GROUP}/admin-access=true")
+    testbed.apply(pod(namespace, "allowed", pool, entry))
+    wait_bound(testbed, namespace, "allowed")
+    results = [
+        c["status"]["allocation"]["devices"]["results"][0]
+        for c in claims_in(testbed, namespace)
+        if (c.get("status") or {}).get("allocation")
+    ]
+    assert results and all(r.get("adminAccess") for r in results)

@@ -1,0 +1,121 @@
+"""Crash safety and leader election, with the operator as real processes.
+
+Pods here carry the scheduling gate themselves (the protocol allows the user to add it), so
+that the tests do not depend on which replica's webhook the API server calls.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .kube_helpers import Testbed, unique_name, wait_for
+from .operator_fixtures import (
+    GATE,
+    OperatorProcess,
+    Pool,
+    claims_in,
+    get,
+    install_crds,
+    make_pool,
+    pod,
+    template,
+)
+
+
+def gated_pod(namespace: str, name: str, pool: Pool) -> dict[str, Any]:
+    body = pod(namespace, name, pool, [{"name": "dev", "resourceClaimTemplateName": "one"}])
+    body["spec"]["schedulingGates"] = [{"name": GATE}]
+    return body
+
+
+def bound(testbed: Testbed, namespace: str, names: list[str]) -> list[str]:
+    return [
+        n for n in names if ((get(testbed, "pod", n, namespace) or {}).get("spec") or {}).get("nodeName")
+    ]
+
+
+def assert_consistent(testbed: Testbed, namespace: str, pods: list[str]) -> None:
+    """Every pod has exactly one allocated claim reserved for it; no device twice."""
+    devices = []
+    owners = []
+    for claim in claims_in(testbed, namespace):
+        status = claim.get("status") or {}
+        allocation = status.get("allocation")
+        if allocation is None:
+            continue
+        devices += [(r["driver"], r["pool"], r["device"]) for r in allocation["devices"]["results"]]
+        owners += [entry["name"] for entry in status.get("reservedFor") or []]
+    assert len(devices) == len(set(devices)), f"a device was handed out twice: {devices}"
+    assert sorted(owners) == sorted(pods)
+
+
+@pytest.fixture
+def operators(testbed: Testbed, tmp_path: Path) -> Iterator[list[OperatorProcess]]:
+    install_crds(testbed)
+    started: list[OperatorProcess] = []
+    yield started
+    for proc in started:
+        proc.stop(signal.SIGKILL)
+
+
+def new_replica(
+    testbed: Testbed, tmp_path: Path, lease: str, identity: str, started: list[OperatorProcess]
+) -> OperatorProcess:
+    proc = OperatorProcess(
+        testbed, tmp_path / f"{identity}.log", lease, webhook=False, identity=identity
+    ).start()
+    started.append(proc)
+    return proc
+
+
+def test_killed_mid_allocation_restart_finishes_without_double_allocation(
+    testbed: Testbed, namespace: str, operators: list[OperatorProcess], tmp_path: Path
+) -> None:
+    pool = make_pool(testbed, nodes=5, devices=2)
+    testbed.apply(template(namespace, "one", pool))
+    lease = unique_name("dralloc-kill")
+    first = new_replica(testbed, tmp_path, lease, "first", operators)
+    first.wait_ready()
+    names = [f"p{i}" for i in range(10)]
+    testbed.apply(*[gated_pod(namespace, n, pool) for n in names])
+    first.wait_until("pod allocated", timeout=60)
+    first.stop(signal.SIGKILL)
+    assert len(bound(testbed, namespace, names)) < len(names) or pytest.skip(
+        "the first replica finished everything before it was killed"
+    )
+
+    second = new_replica(testbed, tmp_path, lease, "second", operators)
+    second.wait_ready()
+    wait_for("all pods bound", lambda: bound(testbed, namespace, names) == names, timeout=90)
+    assert_consistent(testbed, namespace, names)
+
+
+def test_only_the_leader_acts_and_the_standby_takes_over(
+    testbed: Testbed, namespace: str, operators: list[OperatorProcess], tmp_path: Path
+) -> None:
+    pool = make_pool(testbed, nodes=2, devices=2)
+    testbed.apply(template(namespace, "one", pool))
+    lease = unique_name("dralloc-ha")
+    a = new_replica(testbed, tmp_path, lease, "replica-a", operators)
+    a.wait_ready()
+    b = new_replica(testbed, tmp_path, lease, "replica-b", operators)
+    b.wait_until("waiting for leadership")
+    b.wait_until("cache synced")
+
+    testbed.apply(gated_pod(namespace, "before", pool))
+    wait_for("the first pod bound", lambda: bound(testbed, namespace, ["before"]))
+    assert "pod allocated" in a.log()
+    assert "controllers starting" not in b.log() and "pod allocated" not in b.log()
+
+    mark = len(b.log())
+    a.stop(signal.SIGKILL)
+    b.wait_until("became leader", timeout=30, after=mark)
+    testbed.apply(gated_pod(namespace, "after", pool))
+    wait_for("the second pod bound", lambda: bound(testbed, namespace, ["after"]), timeout=60)
+    assert "pod allocated" in b.log()[mark:]
+    assert_consistent(testbed, namespace, ["before", "after"])

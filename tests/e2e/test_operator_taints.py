@@ -1,0 +1,100 @@
+"""Device taints: NoExecute DeviceTaintRules evict pods, tolerationSeconds delays it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .kube_helpers import Testbed, unique_name, wait_for
+from .operator_fixtures import (
+    GROUP,
+    OperatorProcess,
+    Pool,
+    events,
+    get,
+    make_pool,
+    operator,
+    pod,
+    template,
+    wait_bound,
+)
+
+__all__ = ["operator"]
+
+TAINT_KEY = "example.com/broken"
+
+
+def taint_rule(pool: Pool, effect: str = "NoExecute") -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": unique_name("rule")},
+        "spec": {
+            "deviceSelector": {"driver": pool.driver},
+            "taint": {"key": TAINT_KEY, "value": "true", "effect": effect},
+        },
+    }
+
+
+def exists(testbed: Testbed, namespace: str, name: str, uid: str | None = None) -> bool:
+    obj = get(testbed, "pod", name, namespace)
+    return obj is not None and (uid is None or obj["metadata"]["uid"] == uid)
+
+
+def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = make_pool(testbed, nodes=1, devices=1)
+    testbed.apply(template(namespace, "one", pool))
+    entry = [{"name": "dev", "resourceClaimTemplateName": "one"}]
+    testbed.apply(pod(namespace, "victim", pool, entry))
+    wait_bound(testbed, namespace, "victim")
+    old = get(testbed, "pod", "victim", namespace)
+    assert old is not None
+    old_uid = old["metadata"]["uid"]
+
+    rule = taint_rule(pool)
+    testbed.apply(rule)
+    wait_for("the pod to be evicted", lambda: not exists(testbed, namespace, "victim", old_uid))
+    marks = [e for e in events(testbed, namespace, "victim", "DeviceTaintManagerEviction")]
+    assert any(e["message"] == "Marking for deletion" for e in marks), marks
+
+    # A new pod of the same name: the tainted device cannot be allocated to it, and the
+    # eviction that was meant for the old pod must not touch it.
+    testbed.apply(pod(namespace, "victim", pool, entry))
+    wait_for("the new pod to exist", lambda: exists(testbed, namespace, "victim"))
+    new_uid = get(testbed, "pod", "victim", namespace)["metadata"]["uid"]  # type: ignore[index]
+    assert new_uid != old_uid
+    time.sleep(3)
+    assert exists(testbed, namespace, "victim", new_uid)
+
+    def rule_condition() -> dict[str, Any] | None:
+        obj = get(testbed, f"devicetaintrules.{GROUP}", rule["metadata"]["name"])
+        for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
+            if condition["type"] == "EvictionInProgress" and condition["reason"] == "Completed":
+                return dict(condition)
+        return None
+
+    condition = wait_for("the rule's EvictionInProgress condition", rule_condition, timeout=40)
+    assert condition["status"] == "False"
+    assert condition["message"] == "1 pod evicted since starting the controller."
+    testbed.kubectl("delete", f"devicetaintrules.{GROUP}", rule["metadata"]["name"])
+
+
+def test_toleration_seconds_delays_eviction(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = make_pool(testbed, nodes=1, devices=1)
+    toleration = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 6}
+    testbed.apply(template(namespace, "tolerant", pool, tolerations=[toleration]))
+    testbed.apply(pod(namespace, "patient", pool, [{"name": "dev", "resourceClaimTemplateName": "tolerant"}]))
+    wait_bound(testbed, namespace, "patient")
+
+    rule = taint_rule(pool)
+    testbed.apply(rule)
+    tainted_at = time.monotonic()
+    time.sleep(3)
+    assert exists(testbed, namespace, "patient"), "evicted before tolerationSeconds ran out"
+    wait_for("the pod to be evicted", lambda: not exists(testbed, namespace, "patient"), timeout=30)
+    assert time.monotonic() - tainted_at >= 5.0
+    testbed.kubectl("delete", f"devicetaintrules.{GROUP}", rule["metadata"]["name"])

@@ -1,0 +1,264 @@
+"""AllocatorState: incremental updates, assume/release, find_node, explanations, budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from operators.allocator import (
+    AllocationError,
+    AllocatorState,
+    Features,
+    NodeInfo,
+    SearchBudgetExceeded,
+)
+
+DRIVER = "gpu.example.com"
+
+
+def gpu_slice(
+    node: str, count: int, model: str = "a100", generation: int = 0, taint: bool = False
+) -> dict[str, Any]:
+    devices = []
+    for i in range(count):
+        device: dict[str, Any] = {
+            "name": f"gpu-{i}",
+            "attributes": {"model": {"string": model}, "index": {"int": i}},
+        }
+        if taint:
+            device["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
+        devices.append(device)
+    return {
+        "metadata": {"name": f"{node}-gpus", "resourceVersion": str(generation)},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def gpu_class(name: str = "a100", model: str = "a100") -> dict[str, Any]:
+    expr = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "{model}"'
+    return {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": expr}}]}}
+
+
+def gpu_claim(name: str, count: int = 1, cls: str = "a100", **extra: Any) -> dict[str, Any]:
+    exactly = {"deviceClassName": cls, "count": count, **extra}
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+def cluster(nodes: int = 3, per_node: int = 4) -> AllocatorState:
+    state = AllocatorState()
+    for n in range(nodes):
+        state.upsert_slice(gpu_slice(f"node-{n}", per_node))
+    state.upsert_class(gpu_class())
+    return state
+
+
+NODES = [f"node-{n}" for n in range(3)]
+
+
+def test_allocate_returns_devices_and_pins_the_node() -> None:
+    state = cluster()
+    results = state.allocate([gpu_claim("c", 2)], "node-1")
+    assert results is not None
+    (alloc,) = results
+    assert [d.device for d in alloc.devices] == ["gpu-0", "gpu-1"]
+    assert alloc.to_dict()["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
+        "node-1"
+    ]
+
+
+def test_assume_hides_devices_and_release_returns_them() -> None:
+    state = cluster(nodes=1, per_node=2)
+    first = state.allocate([gpu_claim("a", 2)], "node-0")
+    assert first is not None
+    state.assume(gpu_claim("a", 2), first[0])
+    assert state.allocate([gpu_claim("b")], "node-0") is None
+    state.release(gpu_claim("a", 2))
+    assert state.allocate([gpu_claim("b")], "node-0") is not None
+
+
+def test_confirmed_status_replaces_the_assumption() -> None:
+    state = cluster(nodes=1, per_node=2)
+    (alloc,) = state.allocate([gpu_claim("a")], "node-0") or []
+    state.assume(gpu_claim("a"), alloc)
+    confirmed = gpu_claim("a") | {"status": {"allocation": alloc.to_dict()}}
+    state.upsert_claim(confirmed)
+    assert not state.is_assumed(gpu_claim("a"))
+    assert state.allocated.in_use((DRIVER, "node-0", "gpu-0"))
+    state.remove_claim(confirmed)
+    assert not state.allocated.in_use((DRIVER, "node-0", "gpu-0"))
+
+
+def test_slice_update_and_removal_change_what_is_allocatable() -> None:
+    state = cluster(nodes=1, per_node=1)
+    assert state.allocate([gpu_claim("c", 2)], "node-0") is None
+    state.upsert_slice(gpu_slice("node-0", 2, generation=1))
+    assert state.allocate([gpu_claim("c", 2)], "node-0") is not None
+    state.remove_slice("node-0-gpus")
+    assert state.allocate([gpu_claim("c")], "node-0") is None
+
+
+def test_class_change_is_seen() -> None:
+    state = cluster(nodes=1)
+    state.upsert_class(gpu_class(model="h100"))
+    assert state.allocate([gpu_claim("c")], "node-0") is None
+    state.remove_class("a100")
+    with pytest.raises(AllocationError, match="could not retrieve device class a100"):
+        state.allocate([gpu_claim("c")], "node-0")
+
+
+def test_taint_rule_blocks_and_toleration_allows() -> None:
+    state = cluster(nodes=1)
+    rule = {
+        "metadata": {"name": "maintenance"},
+        "spec": {
+            "deviceSelector": {"pool": "node-0"},
+            "taint": {"key": "m", "effect": "NoExecute"},
+        },
+    }
+    state.upsert_taint_rule(rule)
+    assert state.allocate([gpu_claim("c")], "node-0") is None
+    tolerant = gpu_claim("c", tolerations=[{"key": "m", "operator": "Exists"}])
+    (alloc,) = state.allocate([tolerant], "node-0") or []
+    assert alloc.devices[0].tolerations == ({"key": "m", "operator": "Exists"},)
+    state.remove_taint_rule("maintenance")
+    assert state.allocate([gpu_claim("c")], "node-0") is not None
+
+
+def test_taint_rule_without_selector_matches_nothing() -> None:
+    state = cluster(nodes=1)
+    state.upsert_taint_rule(
+        {"metadata": {"name": "r"}, "spec": {"taint": {"key": "m", "effect": "NoSchedule"}}}
+    )
+    assert state.allocate([gpu_claim("c")], "node-0") is not None
+
+
+def test_find_node_binpack_spread_and_first_fit() -> None:
+    state = cluster()
+    (alloc,) = state.allocate([gpu_claim("a")], "node-1") or []
+    state.assume(gpu_claim("a"), alloc)
+    assert state.find_node([gpu_claim("b")], NODES).node == "node-1"  # fewest left
+    assert (
+        state.find_node([gpu_claim("b")], NODES, "spread").node == "node-0"
+    )  # most left, then name
+    assert state.find_node([gpu_claim("b")], ["node-2", "node-0"], "first-fit").node == "node-2"
+    with pytest.raises(ValueError, match="unknown placement policy"):
+        state.find_node([gpu_claim("b")], NODES, "random")
+
+
+def test_find_node_skips_nodes_the_index_rules_out() -> None:
+    state = cluster()
+    state.upsert_slice(gpu_slice("node-9", 8, model="h100"))
+    placement = state.find_node([gpu_claim("b", 4)], [*NODES, "node-9"])
+    assert placement.node == "node-0"
+    assert placement.nodes_searched == 1
+
+
+def test_find_node_tracks_allocations_incrementally() -> None:
+    state = cluster(nodes=2, per_node=2)
+    placed = []
+    for i in range(4):
+        placement = state.find_node([gpu_claim(f"c{i}")], ["node-0", "node-1"])
+        assert placement.node is not None
+        state.assume(gpu_claim(f"c{i}"), placement.allocations[0])
+        placed.append(placement.node)
+    assert placed == ["node-0", "node-0", "node-1", "node-1"]
+    assert state.find_node([gpu_claim("c5")], ["node-0", "node-1"]).node is None
+    state.release(gpu_claim("c1"))
+    assert state.find_node([gpu_claim("c5")], ["node-0", "node-1"]).node == "node-0"
+
+
+def test_explanation_lines_group_identical_nodes() -> None:
+    state = cluster()
+    state.upsert_slice(gpu_slice("node-7", 8))
+    for i in range(7):
+        state.assume(
+            gpu_claim(f"x{i}"),
+            {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": DRIVER, "pool": "node-7", "device": f"gpu-{i}"}
+                    ]
+                }
+            },
+        )
+    placement = state.find_node([gpu_claim("big", 5)], [*NODES, "node-7"])
+    assert placement.node is None and placement.explanation is not None
+    lines = placement.explanation.lines()
+    assert (
+        lines[0]
+        == '0/4 nodes: 3 not enough devices of class "a100" (need 5), 1 not enough free devices of class "a100" (need 5)'
+    )
+    assert 'node-7: request "gpu": 8 devices match class "a100", 1 free, 5 wanted' in lines
+
+
+def test_explanation_reports_untolerated_taints_and_missing_class() -> None:
+    state = AllocatorState()
+    state.upsert_slice(gpu_slice("node-0", 2, taint=True))
+    state.upsert_class(gpu_class())
+    explanation = state.explain([gpu_claim("c")], ["node-0"])
+    assert "untolerated taints" in explanation.aggregate_line()
+    assert state.explain([gpu_claim("c", cls="nope")], ["node-0"]).fatal_error is not None
+
+
+def test_explanation_mentions_constraints_when_devices_fit_alone() -> None:
+    state = cluster(nodes=1)
+    claim = gpu_claim("c", 2)
+    claim["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/index"}]
+    placement = state.find_node([claim], ["node-0"])
+    assert placement.node is None and placement.explanation is not None
+    assert "not together" in placement.explanation.aggregate_line()
+
+
+def test_search_budget_gives_a_clear_error() -> None:
+    state = AllocatorState(budget=50)
+    state.upsert_slice(gpu_slice("node-0", 12))
+    state.upsert_class(gpu_class())
+    claim = gpu_claim("c", 6)
+    # Two more devices with distinct models cannot exist (all are a100), but only the
+    # search finds out, after trying every combination for the first request.
+    claim["spec"]["devices"]["requests"].append(
+        {"name": "pair", "exactly": {"deviceClassName": "a100", "count": 2}}
+    )
+    claim["spec"]["devices"]["constraints"] = [
+        {"distinctAttribute": f"{DRIVER}/model", "requests": ["pair"]}
+    ]
+    with pytest.raises(SearchBudgetExceeded, match="search budget of 50 steps exceeded"):
+        state.allocate([claim], "node-0")
+    placement = state.find_node([claim], ["node-0"])
+    assert placement.explanation is not None
+    assert "search budget" in placement.explanation.lines()[1]
+
+
+def test_features_from_gates() -> None:
+    features = Features.from_gates({"DRAListTypeAttributes": True, "DRAAdminAccess": False})
+    assert features.list_type_attributes and not features.admin_access and features.prioritized_list
+    with pytest.raises(ValueError):
+        Features.from_gates({"NoSuchGate": True})
+
+
+def test_models_parse_the_same_as_dicts() -> None:
+    api = pytest.importorskip("operators.api")
+    slice_obj = gpu_slice("node-0", 2) | {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+    }
+    class_obj = gpu_class() | {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass"}
+    claim_obj = gpu_claim("c", 2) | {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim"}
+    from_dicts = cluster(nodes=0)
+    from_dicts.upsert_slice(slice_obj)
+    from_models = AllocatorState()
+    from_models.upsert_slice(api.parse_object(slice_obj))
+    from_models.upsert_class(api.parse_object(class_obj))
+    a = from_dicts.allocate([claim_obj], NodeInfo("node-0"))
+    b = from_models.allocate([api.parse_object(claim_obj)], NodeInfo("node-0"))
+    assert a is not None and b is not None
+    assert [x.to_dict() for x in a] == [x.to_dict() for x in b]

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import pytest
+
+from operators.cel import CELCompileError, evaluate
+from operators.cel.parser import parse
+
+
+def test_syntax_error_reports_line_and_column() -> None:
+    with pytest.raises(CELCompileError) as raised:
+        parse("a &&\n  + b")
+    message = str(raised.value)
+    assert "Syntax error" in message
+    assert "<input>:2:" in message
+
+
+@pytest.mark.parametrize(
+    ("source", "value"),
+    [
+        ("'\\x41\\101\\u0041\\U00000041'", "AAAA"),
+        ("b'\\xff\\000'", b"\xff\x00"),
+        ("r'\\n'", "\\n"),
+        ("'''multi\nline'''", "multi\nline"),
+        ("0x1F", 31),
+        ("1e3", 1000.0),
+        ("[1, 2,]", [1, 2]),
+        ("{'a': 1,}", {"a": 1}),
+        ("{'a.b': 1}.`a.b`", 1),
+    ],
+)
+def test_literals(source: str, value: object) -> None:
+    assert evaluate(source) == value
+
+
+@pytest.mark.parametrize("source", ["'\\q'", "'\\u12'", "99999999999999999999", "'unterminated"])
+def test_invalid_literals(source: str) -> None:
+    with pytest.raises(CELCompileError):
+        evaluate(source)
+
+
+def test_reserved_identifiers_are_rejected_but_allowed_as_fields() -> None:
+    with pytest.raises(CELCompileError, match="reserved identifier"):
+        evaluate("while")
+    assert evaluate("{'while': 1}.while") == 1
+
+
+def test_excessive_nesting_is_a_compile_error_not_a_crash() -> None:
+    with pytest.raises(CELCompileError, match="nests too deeply"):
+        evaluate("(" * 1000 + "1" + ")" * 1000)
+    nested = "true"
+    for depth in range(12):
+        nested = f"[1].all(v{depth}, {nested})"
+    with pytest.raises(CELCompileError, match="nests too deeply"):
+        evaluate(nested)

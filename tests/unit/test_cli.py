@@ -1,0 +1,95 @@
+"""The dralloc command line: exit codes, output formats and error messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from operators import __version__
+from operators.cli import EXIT_DOES_NOT_FIT, EXIT_OK, EXIT_USAGE, main
+
+FIXTURES = Path(__file__).resolve().parent / "toolkit" / "fixtures"
+INTREE = str(FIXTURES / "intree-cluster.yaml")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["version", "--short"]) == EXIT_OK
+    assert capsys.readouterr().out.strip() == __version__
+    assert main(["version"]) == EXIT_OK
+    assert "kopf" in capsys.readouterr().out
+
+
+def test_simulate_that_fits_exits_zero_with_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "-f", INTREE, "--add-pods", "1", "--template", "team-a/one-gpu"])
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert "PLACED" in out and "team-a/one-gpu-sim-0" in out
+    assert "result: fits" in out
+
+
+def test_simulate_that_does_not_fit_exits_one(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["simulate", "-f", INTREE, "-n", "team-a", "--add-pods", "3", "--template", "numa-pair"]
+    )
+    out = capsys.readouterr().out
+    assert code == EXIT_DOES_NOT_FIT
+    assert "PENDING" in out and "DOES NOT FIT" in out
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_simulate_machine_output(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["simulate", "-f", INTREE, "--taint-device", "gpu.example.com/node-a/gpu-0", "-o", fmt]
+    )
+    out = capsys.readouterr().out
+    data = json.loads(out) if fmt == "json" else yaml.safe_load(out)
+    assert code == EXIT_OK
+    assert data["evictions"][0]["pod"] == "team-a/trainer"
+    assert data["fits"] is True
+    assert {"placed", "pending", "scenario", "snapshot"} <= set(data)
+
+
+def test_explain_prints_a_row_per_node(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "pod/west-pair", "-n", "team-a", "-f", INTREE]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith("pod/team-a/west-pair: pending")
+    for node in ("node-a", "node-b", "node-c"):
+        assert node in out
+
+
+def test_explain_accepts_namespace_in_the_subject(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "resourceclaim/team-a/trainer-gpus", "-f", INTREE, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "allocated"
+
+
+def test_bad_snapshot_exits_two_naming_file_object_and_field(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["simulate", "-f", str(FIXTURES / "bad-field.yaml")])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert "bad-field.yaml (object #2): ResourceClaim team-a/broken" in err
+    assert "spec.devices.requests[0].name" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "-f", INTREE, "--add-pods", "1"], "exactly one of --template or --like-pod"),
+        (["simulate", "-f", INTREE, "--template", "x"], "go with --add-pods"),
+        (["simulate"], "-f PATH"),
+        (["simulate", "-f", INTREE, "--feature-gates", "NoSuchGate=true"], "NoSuchGate"),
+    ],
+)
+def test_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_feature_gates_reach_the_allocator(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "-f", INTREE, "--feature-gates", "DRAPrioritizedList=false"])
+    assert code == EXIT_OK
+    capsys.readouterr()

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from operators.toolkit.errors import ToolkitError
+from operators.toolkit.explain import explain, parse_subject
+from operators.toolkit.snapshot import build_snapshot
+from operators.toolkit.sources import read_objects
+
+from .conftest import INTREE, find, load_items
+
+
+def test_pending_pod_gets_one_verdict_per_node() -> None:
+    snapshot = build_snapshot(read_objects([INTREE]))
+    result = explain(snapshot, "pod/west-pair", "team-a")
+    assert result.status == "pending"
+    verdicts = {v.node: v for v in result.nodes}
+    assert set(verdicts) == {"node-a", "node-b", "node-c"}
+    assert verdicts["node-b"].fits
+    assert not verdicts["node-a"].fits
+    assert verdicts["node-a"].reasons == ("node selector zone=west does not match",)
+    assert "can take the claims now" in result.summary
+
+
+def test_unplaceable_pod_says_why_on_every_node(write_snapshot: Callable[..., Path]) -> None:
+    items = load_items()
+    template = find(items, "ResourceClaimTemplate", "numa-pair")
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    snapshot = build_snapshot(read_objects([write_snapshot(items)]))
+    result = explain(snapshot, "pod/west-pair", "team-a")
+    assert result.status == "pending"
+    assert not any(v.fits for v in result.nodes)
+    node_b = next(v for v in result.nodes if v.node == "node-b")
+    assert node_b.reasons, "the allocator must give a reason for node-b"
+    assert result.summary.startswith("0/3 nodes are available")
+
+
+def test_allocated_claim_and_its_pod() -> None:
+    snapshot = build_snapshot(read_objects([INTREE]))
+    claim = explain(snapshot, "resourceclaim/trainer-gpus", "team-a")
+    assert claim.status == "allocated"
+    assert "team-a/trainer" in claim.summary
+    assert [d.device for d in claim.devices] == [
+        f"gpu.example.com/node-a/gpu-{i}" for i in range(3)
+    ]
+    pod = explain(snapshot, "pod/trainer", "team-a")
+    assert pod.status == "allocated" and pod.node == "node-a"
+
+
+def test_subject_errors() -> None:
+    snapshot = build_snapshot(read_objects([INTREE]))
+    with pytest.raises(ToolkitError, match="Pod team-a/ghost is not in the snapshot"):
+        explain(snapshot, "pod/ghost", "team-a")
+    with pytest.raises(ToolkitError, match="pod/NAME or resourceclaim/NAME"):
+        parse_subject("deployment/x")
+    with pytest.raises(ToolkitError, match="expected pod/NAME"):
+        parse_subject("west-pair")

@@ -1,0 +1,118 @@
+"""Scenarios on the in-tree fixture (see fixtures/intree-cluster.yaml for the layout).
+
+node-a: 4 GPUs, gpu-0..2 held by team-a/trainer. node-b: 4 free GPUs (zone west).
+node-c: 4 free GPUs but a NoSchedule node taint. Each pair of GPUs shares a NUMA node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from operators.toolkit.errors import ToolkitError
+from operators.toolkit.simulate import AddPods, TaintDevice, simulate, work_size
+from operators.toolkit.snapshot import Snapshot, build_snapshot
+from operators.toolkit.sources import read_objects
+
+from .conftest import INTREE, find, load_items
+
+
+@pytest.fixture
+def snapshot() -> Snapshot:
+    return build_snapshot(read_objects([INTREE]))
+
+
+def test_settling_places_the_pending_pod_where_its_node_selector_allows(
+    snapshot: Snapshot,
+) -> None:
+    report = simulate(snapshot, [])
+    assert report.fits
+    (west,) = report.placed
+    assert (west.pod, west.origin, west.node) == ("team-a/west-pair", "pending", "node-b")
+    devices = sorted(d.device for d in west.devices)
+    assert len(devices) == 2
+    numa = {int(d.rsplit("-", 1)[1]) // 2 for d in devices}
+    assert len(numa) == 1, f"matchAttribute numa violated: {devices}"
+
+
+def test_adding_pairs_fills_free_numa_pairs_then_reports_why_not(snapshot: Snapshot) -> None:
+    report = simulate(snapshot, [AddPods(3, "team-a", template="numa-pair")])
+    added = [p for p in report.placed if p.origin == "added"]
+    pending = [p for p in report.pending if p.origin == "added"]
+    # node-a has one free GPU, node-b two after west-pair, node-c is tainted: one pair fits.
+    assert [p.node for p in added] == ["node-b"]
+    assert len(pending) == 2
+    assert not report.fits
+    reason = pending[0].reason
+    assert reason.startswith("0/3 nodes are available")
+    assert "untolerated node taint maintenance:NoSchedule" in reason
+
+
+def test_no_device_is_handed_out_twice(snapshot: Snapshot) -> None:
+    report = simulate(snapshot, [AddPods(10, "team-a", template="one-gpu")])
+    used = [d.device for p in report.placed for d in p.devices]
+    assert len(used) == len(set(used))
+    # 12 GPUs on schedulable nodes a and b minus trainer's 3 minus west-pair's 2.
+    assert len([p for p in report.placed if p.origin == "added"]) == 3
+    assert len(report.pending) == 7
+
+
+def test_noexecute_taint_evicts_users_and_places_their_replacement(snapshot: Snapshot) -> None:
+    report = simulate(snapshot, [TaintDevice("gpu.example.com/node-a/gpu-1")])
+    assert [(e.pod, e.claim) for e in report.evictions] == [
+        ("team-a/trainer", "team-a/trainer-gpus")
+    ]
+    replacement = next(p for p in report.placed if p.origin == "evicted")
+    assert replacement.node == "node-a"
+    assert "gpu.example.com/node-a/gpu-1" not in [d.device for d in replacement.devices]
+    assert report.fits
+
+
+def test_noschedule_taint_evicts_nobody_but_blocks_the_device(snapshot: Snapshot) -> None:
+    scenarios = [
+        TaintDevice("gpu.example.com/node-a/gpu-3", effect="NoSchedule"),
+        AddPods(1, "team-a", template="one-gpu"),
+    ]
+    report = simulate(snapshot, scenarios)
+    assert report.evictions == ()
+    added = next(p for p in report.placed if p.origin == "added")
+    assert added.node == "node-b"
+
+
+def test_like_pod_copies_claims_and_node_constraints(snapshot: Snapshot) -> None:
+    report = simulate(snapshot, [AddPods(2, "team-a", like_pod="west-pair")])
+    added = [p for p in report.placed if p.origin == "added"]
+    assert [p.node for p in added] == ["node-b"]  # zone west only: one more pair fits
+    assert [p.origin for p in report.pending] == ["added"]
+
+
+def test_tolerating_the_node_taint_opens_node_c(write_snapshot: Callable[..., Path]) -> None:
+    items = load_items()
+    pod = find(items, "Pod", "west-pair")
+    pod["spec"]["nodeSelector"] = {}
+    pod["spec"]["tolerations"] = [{"key": "maintenance", "operator": "Exists"}]
+    snapshot = build_snapshot(read_objects([write_snapshot(items)]))
+    report = simulate(snapshot, [AddPods(5, "team-a", like_pod="west-pair")])
+    nodes = {p.node for p in report.placed}
+    assert "node-c" in nodes
+
+
+def test_allocated_pods_are_not_moved(snapshot: Snapshot) -> None:
+    report = simulate(snapshot, [AddPods(1, "team-a", template="one-gpu")])
+    assert "team-a/trainer" not in [p.pod for p in report.placed]
+
+
+def test_bad_scenarios_are_explained(snapshot: Snapshot) -> None:
+    with pytest.raises(ToolkitError, match="ResourceClaimTemplate team-a/absent is not in"):
+        simulate(snapshot, [AddPods(1, "team-a", template="absent")])
+    with pytest.raises(ToolkitError, match="not published by any ResourceSlice"):
+        simulate(snapshot, [TaintDevice("gpu.example.com/node-a/gpu-9")])
+    with pytest.raises(ToolkitError, match="DRIVER/POOL/DEVICE"):
+        simulate(snapshot, [TaintDevice("gpu-9")])
+
+
+def test_work_size_counts_waiting_and_added_pods(snapshot: Snapshot) -> None:
+    # trainer and west-pair use claims; only scenario pods are added on top.
+    assert work_size(snapshot, [AddPods(4, "team-a", template="one-gpu")]) == 6
