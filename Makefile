@@ -35,6 +35,11 @@ unit: deps
 e2e: deps testbed
 	$(BIN)/pytest tests/e2e
 
+## demo: a local control plane, the operator and manifests/examples; prints the allocations.
+## Tear down with `scripts/demo down`.
+demo: deps
+	scripts/demo
+
 ## crds: regenerate crds/ from operators/api
 crds: deps
 	$(BIN)/python -m operators.api.crdgen crds/

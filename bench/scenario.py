@@ -22,6 +22,7 @@ Steps follow scheduler_perf:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 from collections.abc import Iterator, Mapping, Sequence
@@ -58,6 +59,7 @@ class Workload:
     tags: tuple[str, ...] = ()
     upstream: str = ""
     description: str = ""
+    key: str = ""  # the file name without .json
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
@@ -97,15 +99,20 @@ class Workload:
             return self
 
         def shrink(n: int) -> int:
-            return max(self.pods_per_claim, int(n * factor) // self.pods_per_claim * self.pods_per_claim) if n else 0
+            return (
+                max(
+                    self.pods_per_claim,
+                    int(n * factor) // self.pods_per_claim * self.pods_per_claim,
+                )
+                if n
+                else 0
+            )
 
-        return Workload(
-            **{
-                **self.__dict__,
-                "init_pods": shrink(self.init_pods),
-                "measure_pods": shrink(self.measure_pods),
-                "steady_pods": shrink(self.steady_pods),
-            }
+        return dataclasses.replace(
+            self,
+            init_pods=shrink(self.init_pods),
+            measure_pods=shrink(self.measure_pods),
+            steady_pods=shrink(self.steady_pods),
         )
 
 
@@ -114,7 +121,7 @@ def load(name_or_path: str | Path) -> Workload:
     path = Path(name_or_path)
     if not path.suffix:
         path = WORKLOAD_DIR / f"{name_or_path}.json"
-    return Workload.from_dict(json.loads(path.read_text()))
+    return dataclasses.replace(Workload.from_dict(json.loads(path.read_text())), key=path.stem)
 
 
 def load_all(tag: str | None = None) -> list[Workload]:
@@ -260,7 +267,8 @@ def expand(workload: Workload) -> Scenario:
     nodes = tuple(make_node(i) for i in range(workload.nodes))
     slices = tuple(make_slice(workload, i) for i in range(workload.nodes))
     classes = tuple(
-        {"apiVersion": API_VERSION, "kind": "DeviceClass", **copy.deepcopy(c)} for c in workload.classes
+        {"apiVersion": API_VERSION, "kind": "DeviceClass", **copy.deepcopy(c)}
+        for c in workload.classes
     )
     if workload.mode == "fill":
         shared: list[Obj] = []
@@ -269,7 +277,9 @@ def expand(workload: Workload) -> Scenario:
         return Scenario(workload, nodes, slices, classes, tuple(shared), (), init, measure)
     if workload.mode == "steady":
         pre = tuple(_preallocate(workload))
-        return Scenario(workload, nodes, slices, classes, (), pre, (), tuple(_steady_steps(workload)))
+        return Scenario(
+            workload, nodes, slices, classes, (), pre, (), tuple(_steady_steps(workload))
+        )
     raise ValueError(f"{workload.name}: unknown mode {workload.mode!r}")
 
 
@@ -281,12 +291,16 @@ def _fill_steps(workload: Workload, namespace: str, pods: int, shared: list[Obj]
             claim_name = f"test-claim-{i // workload.pods_per_claim}"
             if i % workload.pods_per_claim == 0:
                 shared.append(
-                    make_claim(namespace, claim_name, workload.claim_spec, f"{namespace}-{claim_name}")
+                    make_claim(
+                        namespace, claim_name, workload.claim_spec, f"{namespace}-{claim_name}"
+                    )
                 )
             yield Step(pod, (f"{namespace}/{claim_name}",))
         else:
             claim_name = f"test-dra-{i}-resource"
-            claim = make_claim(namespace, claim_name, workload.claim_spec, f"{namespace}-{claim_name}")
+            claim = make_claim(
+                namespace, claim_name, workload.claim_spec, f"{namespace}-{claim_name}"
+            )
             yield Step(pod, (f"{namespace}/{claim_name}",), new_claims=(claim,))
 
 

@@ -284,11 +284,28 @@ def _add_check_parser(commands: argparse._SubParsersAction) -> None:  # type: ig
 
 
 def _check(args: argparse.Namespace) -> int:
-    from operators.toolkit.check import DEFAULT_RULES, check_snapshot, render_report
+    from operators.toolkit.check import (
+        DEFAULT_RULES,
+        check_snapshot,
+        render_report,
+        tolerant_snapshot,
+    )
+    from operators.toolkit.errors import ToolkitError
+    from operators.toolkit.live import read_cluster
+    from operators.toolkit.sources import read_objects
 
-    snapshot = _load(args)
+    if bool(args.filename) == bool(args.live):
+        raise ToolkitError("give a snapshot with -f PATH (repeatable) or --live, not both")
+    if args.live:
+        objects = read_cluster(args.kubeconfig, args.context, args.api_group)
+    else:
+        objects = read_objects(args.filename)
+    snapshot, unreadable = tolerant_snapshot(objects)
     report = check_snapshot(
-        snapshot, args.rule or DEFAULT_RULES, pods_complete=True if args.live else None
+        snapshot,
+        args.rule or DEFAULT_RULES,
+        pods_complete=True if args.live else None,
+        unreadable=unreadable,
     )
     print(render_report(report, args.output))
     return EXIT_OK if report.ok else EXIT_DOES_NOT_FIT

@@ -72,6 +72,19 @@ class MatchAttribute:
         if self.scope.applies(request, parent):
             self.stack.pop()
 
+    def rejects(self, device: CompiledDevice) -> bool:
+        """Cheap early "no" once a reference value is fixed (scalar mode only).
+
+        The caller has checked the scope. Refusing here is the same outcome as
+        refusing in ``add``, only earlier: it spares the counter and capacity
+        checks for devices that cannot match anyway.
+        """
+        if self.lists or not self.stack:
+            return False
+        attr = device.lookup_attribute(self.attribute)
+        ref: AttributeValue = self.stack[0]
+        return attr is None or attr.kind != ref.kind or attr.is_list or attr.values != ref.values
+
     def describe(self) -> str:
         return f'matchAttribute "{self.attribute}"'
 

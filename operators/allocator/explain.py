@@ -252,9 +252,13 @@ class Explainer:
             request.full_name,
             cls.name,
             wanted,
+            in_class=counts["in_class"],
+            selected=counts["selected"],
+            free=counts["free"],
+            tolerated=counts["tolerated"],
+            fitting=counts["fitting"],
             has_selectors=bool(request.selectors),
             cel_error=error,
-            **counts,
         )
 
     def _stage(

@@ -64,6 +64,7 @@ class _Entry:
     shared_reach: dict[tuple[str, tuple[tuple[str, str], ...]], list[DeviceId]] = field(
         default_factory=dict
     )
+    shared_lists: dict[tuple[DeviceId, ...], list[DeviceId]] = field(default_factory=dict)
     by_free: dict[int, set[str]] = field(
         default_factory=dict
     )  # free count -> nodes (local devices only)
@@ -162,8 +163,14 @@ class DeviceIndex:
         self._names = (nodes, table)
         return table
 
-    def counts(self, signature: Signature, node: NodeInfo) -> tuple[int, int]:
-        """(matching devices, matching devices not exclusively allocated) for the node."""
+    def counts(
+        self, signature: Signature, node: NodeInfo, memo: dict[int, int] | None = None
+    ) -> tuple[int, int]:
+        """(matching devices, matching devices not exclusively allocated) for the node.
+
+        ``memo`` (one dict per find_node call) remembers free counts of shared
+        device lists, which nodes with the same labels have in common.
+        """
         entry = self.entry(signature)
         total = len(entry.local.get(node.name, ()))
         free = entry.free.get(node.name, 0)
@@ -171,17 +178,25 @@ class DeviceIndex:
             key = node.key
             reach = entry.shared_reach.get(key)
             if reach is None:
-                reach = []
+                found = []
                 for slice_, device in entry.shared:
                     try:
                         ok = slice_targets_node(slice_, node, self.state.features)
                     except AllocationError:
                         ok = True
                     if ok and (not slice_.per_device or device.reachable_from(node)):
-                        reach.append(device.id)
+                        found.append(device.id)
+                # Nodes that reach the same devices share one list (and one memo entry).
+                reach = entry.shared_lists.setdefault(tuple(found), found)
                 entry.shared_reach[key] = reach
             total += len(reach)
-            free += sum(1 for d in reach if not self.state.allocated.in_use(d))
+            shared_free = memo.get(id(reach)) if memo is not None else None
+            if shared_free is None:
+                in_use = self.state.allocated.in_use
+                shared_free = sum(1 for d in reach if not in_use(d))
+                if memo is not None:
+                    memo[id(reach)] = shared_free
+            free += shared_free
         return total, free
 
 
@@ -282,13 +297,14 @@ def find_node(
     if fast is not None:
         return _try_nodes(state, claims, nodes, fast, max_searches, explain)
     entries: dict[Signature, _Entry] = {}
+    memo: dict[int, int] = {}
 
     def counts(signature: Signature, node: NodeInfo) -> tuple[int, int]:
         entry = entries.get(signature)
         if entry is None:
             entry = entries[signature] = index.entry(signature)
         if entry.shared:
-            return index.counts(signature, node)
+            return index.counts(signature, node, memo)
         return len(entry.local.get(node.name, ())), entry.free.get(node.name, 0)
 
     scored: list[tuple[int, int, str, NodeInfo]] = []

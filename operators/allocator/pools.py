@@ -94,6 +94,15 @@ def gather_pools(
     for pool_id, group in grouped.items():
         generation, wanted = group[0].generation, group[0].slice_count
         elsewhere: list[CompiledSlice] = []
+        counts = {s.slice_count for s in group}
+        if len(counts) > 1:
+            # Beyond upstream (which trusts drivers here, kubernetes#141118): a pool
+            # whose slices disagree cannot be judged complete, and saying so beats
+            # silently treating it as incomplete or complete depending on slice order.
+            listed = ", ".join(str(c) for c in sorted(counts))
+            reason = f"slices of generation {generation} disagree on resourceSliceCount ({listed})"
+            plain.append(Pool(id=pool_id, invalid=True, invalid_reason=reason))
+            continue
         if len(group) != wanted:
             # Look at slices for other nodes: the pool may be complete after all,
             # or a newer generation elsewhere makes this one obsolete.

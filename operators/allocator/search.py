@@ -28,7 +28,7 @@ from operators.allocator.compiled import (
     Selector,
     Taint,
 )
-from operators.allocator.constraints import Constraint, build_constraint
+from operators.allocator.constraints import Constraint, MatchAttribute, build_constraint
 from operators.allocator.errors import (
     AllocationError,
     InvalidPoolsError,
@@ -241,11 +241,10 @@ class Search:
             raise SearchBudgetExceeded(self.node.name, inputs.budget)
         if inputs.deadline is not None and time.monotonic() > inputs.deadline:
             raise SearchAborted("context deadline exceeded")
-        if self.steps & 63 == 0:
-            if inputs.cancelled is not None:
-                cause = inputs.cancelled()
-                if cause:
-                    raise SearchAborted(cause)
+        if self.steps & 63 == 0 and inputs.cancelled is not None:
+            cause = inputs.cancelled()
+            if cause:
+                raise SearchAborted(cause)
 
     def _one(
         self, ci: int, ri: int, si: int, di: int, in_sub: bool, sp: int, ss: int, sd: int
@@ -296,6 +295,13 @@ class Search:
         consumable = self.inputs.features.consumable_capacity
         allocated = self.inputs.allocated
         pools = self.pools
+        early = [
+            c
+            for c in self.constraints[ci]
+            if isinstance(c, MatchAttribute)
+            and c.stack
+            and c.scope.applies(request.name, request.parent)
+        ]
         for p in range(sp, len(pools)):
             pool = pools[p]
             if pool.incomplete or pool.invalid:
@@ -312,6 +318,8 @@ class Search:
                         if users and ci in users:
                             continue
                     elif users or did in allocated.exclusive:
+                        continue
+                    if early and any(c.rejects(device) for c in early):
                         continue
                     if not self._selectable(key, rd, device):
                         continue
@@ -597,15 +605,14 @@ class Search:
             for config in rd.cls.configs:
                 entries.append(("FromClass", [rd.request.full_name], config))
             by_class[rd.cls.name] = (start, len(entries))
-        for config in claim.configs:
-            if not config.requests:
-                entries.append(("FromClaim", None, config.config))
+        for claim_config in claim.configs:
+            scope = claim_config.requests
+            if not scope:
+                entries.append(("FromClaim", None, claim_config.config))
                 continue
             for ri, request in enumerate(claim.requests):
-                if request.name in config.requests or (
-                    request.first_available and chosen_names[ri] in config.requests
-                ):
-                    entries.append(("FromClaim", list(config.requests), config.config))
+                if request.name in scope or (request.first_available and chosen_names[ri] in scope):
+                    entries.append(("FromClaim", list(scope), claim_config.config))
                     break
         results = []
         for source, requests, config in entries:

@@ -85,7 +85,9 @@ class SelectorEvaluator:
                 {name: entry.text for name, entry in device.capacity.items()},
                 device.allow_multiple if self._features.consumable_capacity else False,
             )
-        except cel.CELError as err:
+        except (cel.CELError, ValueError) as err:
+            # ValueError: a version attribute that is not semver; upstream reports
+            # it when a selector runs on the device, not when the slice is read.
             view = SelectorRuntimeError(str(err))
         device.view_cache.append(view)
         return view

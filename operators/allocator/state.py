@@ -43,6 +43,14 @@ ClaimLike = Any  # a ResourceClaim model, its dict, or a CompiledClaim
 NodeLike = Any  # NodeInfo, a Node dict/model, or a node name
 
 
+def _node_infos(nodes: Iterable[NodeLike]) -> Sequence[NodeInfo]:
+    """NodeInfo list. A list whose first item is a NodeInfo is taken as a list of
+    NodeInfo and used as is: find_node runs per pod over every node (hot path)."""
+    if isinstance(nodes, (list, tuple)) and nodes and isinstance(nodes[0], NodeInfo):
+        return nodes
+    return [NodeInfo.from_object(n) for n in nodes]
+
+
 def claim_key(claim: ClaimLike) -> str:
     """ "namespace/name" of a claim in any accepted form."""
     if isinstance(claim, CompiledClaim):
@@ -367,7 +375,7 @@ class AllocatorState:
         """
         if self._index is None:
             self._index = DeviceIndex(self)
-        infos = [NodeInfo.from_object(n) for n in nodes]
+        infos = _node_infos(nodes)
         return find_node(
             self,
             self._index,

@@ -78,7 +78,7 @@ def parse_object(obj: Mapping[str, Any]) -> APIObject:
     """
     what = _describe_object(obj)
     api_version = obj.get("apiVersion")
-    if api_version not in API_VERSIONS:
+    if not isinstance(api_version, str) or api_version not in API_VERSIONS:
         raise InvalidObjectError(
             what,
             [
@@ -87,7 +87,8 @@ def parse_object(obj: Mapping[str, Any]) -> APIObject:
                 )
             ],
         )
-    model = KINDS.get(obj.get("kind"))  # type: ignore[arg-type]
+    kind = obj.get("kind")
+    model = KINDS.get(kind) if isinstance(kind, str) else None
     if model is None:
         raise InvalidObjectError(
             what, [FieldError("kind", f"must be one of {sorted(KINDS)}, not {obj.get('kind')!r}")]

@@ -55,6 +55,8 @@ _BINARY_SUFFIX: Final = {exp: suffix for suffix, exp in _BINARY_EXP.items()} | {
 # hostile "1e999999999" cannot make us build a gigantic integer.
 _MAX_EXPONENT: Final = 60
 _MAX_NANO: Final = (2**63 - 1) * NANO
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
 
 _CACHE_LIMIT: Final = 4096
 _cache: dict[str, Quantity] = {}
@@ -69,20 +71,35 @@ def _ceil_div_away(numerator: int, denominator: int) -> int:
 
 
 class Quantity:
-    """An exact Kubernetes quantity: `nano` is the value in units of 10**-9."""
+    """An exact Kubernetes quantity: `nanos` is the value in units of 10**-9.
 
-    __slots__ = ("_text", "format", "nano")
+    `Quantity("1.5Gi")` parses, `Quantity(3)` is three whole units, `Quantity.from_nanos`
+    builds from the internal representation. Immutable by convention, hashable, ordered.
+    """
 
-    nano: int
+    __slots__ = ("_text", "format", "nanos")
+
+    nanos: int
     format: QuantityFormat
     _text: str | None
 
-    def __init__(
-        self, nano: int, fmt: QuantityFormat = QuantityFormat.DECIMAL_SI, text: str | None = None
-    ) -> None:
-        self.nano = nano
-        self.format = fmt
-        self._text = text
+    def __init__(self, value: str | int | Quantity = 0) -> None:
+        if isinstance(value, str):
+            parsed = Quantity.parse(value)
+            self.nanos, self.format, self._text = parsed.nanos, parsed.format, parsed._text
+        elif isinstance(value, Quantity):
+            self.nanos, self.format, self._text = value.nanos, value.format, value._text
+        elif isinstance(value, int) and not isinstance(value, bool):
+            self.nanos, self.format, self._text = value * NANO, QuantityFormat.DECIMAL_SI, None
+        else:
+            raise TypeError(f"cannot make a Quantity from {type(value).__name__}")
+
+    @classmethod
+    def from_nanos(cls, nanos: int, fmt: QuantityFormat = QuantityFormat.DECIMAL_SI) -> Quantity:
+        """A quantity of `nanos` units of 10**-9, printed in the notation `fmt`."""
+        quantity = cls.__new__(cls)
+        quantity.nanos, quantity.format, quantity._text = nanos, fmt, None
+        return quantity
 
     # -- construction -------------------------------------------------------------------
 
@@ -135,11 +152,11 @@ class Quantity:
         nano = min(nano, _MAX_NANO)
         if sign == "-":
             nano = -nano
-        return cls(nano, fmt)
+        return cls.from_nanos(nano, fmt)
 
     @classmethod
     def from_int(cls, value: int, fmt: QuantityFormat = QuantityFormat.DECIMAL_SI) -> Quantity:
-        return cls(value * NANO, fmt)
+        return cls.from_nanos(value * NANO, fmt)
 
     @classmethod
     def coerce(cls, value: Any) -> Quantity:
@@ -151,7 +168,7 @@ class Quantity:
         if isinstance(value, bool):
             raise QuantityParseError(f"quantity must be a string or a number, not {value!r}")
         if isinstance(value, int):
-            return cls(value * NANO)
+            return cls.from_nanos(value * NANO)
         if isinstance(value, float):
             return cls.parse(repr(value))
         raise QuantityParseError(
@@ -162,79 +179,88 @@ class Quantity:
 
     @property
     def fraction(self) -> Fraction:
-        return Fraction(self.nano, NANO)
+        return Fraction(self.nanos, NANO)
 
     def value(self) -> int:
         """Whole units, rounded up (as Kubernetes' Quantity.Value())."""
-        return -((-self.nano) // NANO)
+        return -((-self.nanos) // NANO)
 
     def milli_value(self) -> int:
         """Milli-units, rounded up (as Kubernetes' Quantity.MilliValue())."""
-        return -((-self.nano) // 10**6)
+        return -((-self.nanos) // 10**6)
 
     def is_integer(self) -> bool:
-        return self.nano % NANO == 0
+        """A whole number that fits int64 (CEL's quantity isInteger())."""
+        return self.nanos % NANO == 0 and _INT64_MIN <= self.nanos // NANO <= _INT64_MAX
 
+    @property
     def sign(self) -> int:
-        return (self.nano > 0) - (self.nano < 0)
+        return (self.nanos > 0) - (self.nanos < 0)
+
+    def is_zero(self) -> bool:
+        return self.nanos == 0
+
+    def cmp(self, other: Quantity) -> int:
+        """-1, 0 or 1, as Kubernetes' Quantity.Cmp."""
+        return (self.nanos > other.nanos) - (self.nanos < other.nanos)
 
     def as_float(self) -> float:
-        return self.nano / NANO
+        return self.nanos / NANO
 
     # -- arithmetic ---------------------------------------------------------------------
 
     def __add__(self, other: Quantity) -> Quantity:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return Quantity(self.nano + other.nano, self.format)
+        return Quantity.from_nanos(self.nanos + other.nanos, self.format)
 
     def __sub__(self, other: Quantity) -> Quantity:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return Quantity(self.nano - other.nano, self.format)
+        return Quantity.from_nanos(self.nanos - other.nanos, self.format)
 
     def __mul__(self, factor: int) -> Quantity:
         if not isinstance(factor, int) or isinstance(factor, bool):
             return NotImplemented
-        return Quantity(self.nano * factor, self.format)
+        return Quantity.from_nanos(self.nanos * factor, self.format)
 
     __rmul__ = __mul__
 
     def __neg__(self) -> Quantity:
-        return Quantity(-self.nano, self.format)
+        return Quantity.from_nanos(-self.nanos, self.format)
 
     def __bool__(self) -> bool:
-        return self.nano != 0
+        return self.nanos != 0
 
     # -- comparison ---------------------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Quantity):
-            return self.nano == other.nano
+            return self.nanos == other.nanos
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(self.nano)
+        return hash(self.nanos)
 
     def __lt__(self, other: Quantity) -> bool:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return self.nano < other.nano
+        return self.nanos < other.nanos
 
     def __le__(self, other: Quantity) -> bool:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return self.nano <= other.nano
+        return self.nanos <= other.nanos
 
     def __gt__(self, other: Quantity) -> bool:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return self.nano > other.nano
+        return self.nanos > other.nanos
 
     def __ge__(self, other: Quantity) -> bool:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return self.nano >= other.nano
+        return self.nanos >= other.nanos
 
     # -- printing -----------------------------------------------------------------------
 
@@ -250,7 +276,7 @@ class Quantity:
 
     def _canonical(self) -> str:
         """The string Kubernetes prints for this value (Quantity.String())."""
-        nano = self.nano
+        nano = self.nanos
         if nano == 0:
             return "0"
         fmt = self.format

@@ -458,7 +458,26 @@ class ResourceClaimStatus(KubeModel):
         if self.reserved_for and self.allocation is None:
             raise field_error("reservedFor", "must be empty while the claim is not allocated")
         check_unique((r.uid for r in self.reserved_for), "reservedFor", "uid")
+        if self.devices:
+            self._check_device_statuses()
         return self
+
+    def _check_device_statuses(self) -> None:
+        allocated = (
+            {(r.driver, r.pool, r.device, r.share_id) for r in self.allocation.devices.results}
+            if self.allocation is not None
+            else set()
+        )
+        seen: set[tuple[str, str, str, str | None]] = set()
+        for i, status in enumerate(self.devices):
+            key = (status.driver, status.pool, status.device, status.share_id)
+            if key in seen:
+                raise field_error(f"devices[{i}]", "duplicate entry for this device and shareID")
+            seen.add(key)
+            if key not in allocated:
+                raise field_error(
+                    f"devices[{i}]", "must refer to a device (and shareID) in status.allocation"
+                )
 
 
 class ResourceClaim(KubeModel):
@@ -494,5 +513,5 @@ class ResourceClaimTemplate(KubeModel):
     """ResourceClaimTemplate."""
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     """Standard object metadata."""
-    spec: ResourceClaimTemplateSpec
-    """The claim to generate."""
+    spec: ResourceClaimTemplateSpec = Field(json_schema_extra=IMMUTABLE)
+    """The claim to generate. Immutable."""

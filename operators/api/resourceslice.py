@@ -45,16 +45,9 @@ AttributeValue = int | bool | str | Semver | tuple[int, ...] | tuple[bool, ...] 
 class DeviceAttribute(KubeModel):
     """One attribute value: exactly one of the fields is set."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            (
-                "[has(self.int), has(self.bool), has(self.string), has(self.version),"
-                " has(self.ints), has(self.bools), has(self.strings), has(self.versions)]"
-                ".filter(x, x).size() == 1",
-                "exactly one of int, bool, string, version, ints, bools, strings or versions must be set",
-            )
-        )
-    )
+    # Exactly one property, checked natively by the API server (nulls are pruned before
+    # validation); a CEL rule here would run once per attribute of every device.
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
 
     int_value: StrictInt | None = None
     """An integer."""
@@ -323,12 +316,16 @@ def _check_device(device: Device, per_device_nodes: bool) -> bool:
             if len(name) > _LONGEST_UNQUALIFIED:
                 _check_domain_length(name, key_path("attributes", name))
             fields_set = attribute.__pydantic_fields_set__
-            if len(fields_set) == 1 and not fields_set.isdisjoint(_SCALAR_ATTRIBUTE_FIELDS):
+            if (
+                len(fields_set) == 1
+                and not fields_set.isdisjoint(_SCALAR_ATTRIBUTE_FIELDS)
+                and getattr(attribute, next(iter(fields_set))) is not None  # explicit null
+            ):
                 values += 1  # the common case: one scalar value
                 continue
-            count = _check_attribute_slow(attribute, key_path("attributes", name))
+            count, is_list = _check_attribute_slow(attribute, key_path("attributes", name))
             values += count
-            advanced = True
+            advanced = advanced or is_list
         max_values = limits.RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE
         if values > max_values:
             raise field_error(
@@ -352,12 +349,8 @@ def _check_device(device: Device, per_device_nodes: bool) -> bool:
     return advanced
 
 
-def _check_attribute_slow(attribute: DeviceAttribute, path: str) -> int:
-    """Exactly one value set (explicit nulls allowed); returns how many values it holds.
-
-    Scalars count as plain attributes; any list (even valid) makes the device "advanced",
-    which the caller records because it only reaches here for non-scalar or odd input.
-    """
+def _check_attribute_slow(attribute: DeviceAttribute, path: str) -> tuple[int, bool]:
+    """Exactly one value set (explicit nulls allowed): (values it holds, whether a list)."""
     scalars = (
         (attribute.int_value is not None)
         + (attribute.bool_value is not None)
@@ -373,10 +366,10 @@ def _check_attribute_slow(attribute: DeviceAttribute, path: str) -> int:
             "must be set",
         )
     if scalars:
-        return 1
+        return 1, False
     if not present[0]:
         raise field_error(path, "a list value must not be empty")
-    return len(present[0])
+    return len(present[0]), True
 
 
 def _check_domain_length(name: str, path: str) -> None:
@@ -416,16 +409,16 @@ def _check_request_policy(capacity: Quantity, policy: CapacityRequestPolicy, pat
         if default < rng.min or (rng.max is not None and default > rng.max):
             raise field_error(f"{path}.default", "must be within validRange")
         if rng.step is not None:
-            step = rng.step.nano
+            step = rng.step.nanos
             if step <= 0:
                 raise field_error(f"{path}.validRange.step", "must be greater than zero")
             if (rng.min + rng.step) > capacity:
                 raise field_error(
                     f"{path}.validRange.step", "min + step must not exceed the capacity value"
                 )
-            if (default.nano - rng.min.nano) % step:
+            if (default.nanos - rng.min.nanos) % step:
                 raise field_error(f"{path}.default", "must be min plus a multiple of step")
-            if rng.max is not None and (rng.max.nano - rng.min.nano) % step:
+            if rng.max is not None and (rng.max.nanos - rng.min.nanos) % step:
                 raise field_error(f"{path}.validRange.max", "must be min plus a multiple of step")
 
 

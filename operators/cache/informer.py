@@ -136,6 +136,12 @@ class Informer(Generic[T]):
     def __len__(self) -> int:
         return len(self._objects)
 
+    def __iter__(self) -> Iterator[Key]:
+        return iter(list(self._objects))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._objects
+
     def by_index(self, index: str, value: Hashable) -> list[T]:
         keys = self._indexes[index].get(value, ())
         return [self._objects[key] for key in sorted(keys)]

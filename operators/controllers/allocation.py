@@ -30,7 +30,6 @@ import kopf
 import structlog
 
 from operators import metrics
-from operators.allocator.errors import AllocationError, NodeAllocationError
 from operators.allocator.features import GATE_TO_FIELD, Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
 from operators.allocator.results import ClaimAllocation
@@ -60,13 +59,13 @@ from operators.kube import (
     Conflict,
     NotFound,
 )
-from operators.settings import NodePolicy
 
 log = structlog.get_logger(__name__)
 
 CONDITION_TYPE = "resource.dralloc.dev/DevicesAllocated"
 REASON_FAILED = "FailedAllocation"
 REASON_ALLOCATED = "Allocated"
+MAX_DETAIL_LINES = 5  # per-node-group lines in the Event after the summary
 WAKE_DELAY = 0.1  # coalesces a burst of cluster changes into one retry of waiting pods
 
 
@@ -75,7 +74,12 @@ class NotReady(Exception):
 
 
 class Unallocatable(Exception):
-    """No node fits now; the message is what the user sees."""
+    """No node fits now: a one-line summary (condition) and per-node-group details (Event)."""
+
+    def __init__(self, summary: str, details: list[str] | None = None) -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.details = details or []
 
 
 def allocator_features(gates: Any) -> Features:
@@ -204,7 +208,7 @@ class AllocationController:
         except Unallocatable as reason:
             metrics.ALLOCATIONS.labels(result="unallocatable").inc()
             self.waiting.add(key)
-            await self._explain(pod, str(reason))
+            await self._explain(pod, reason)
             self.queue.retry(key)  # safety net; cluster changes wake it sooner
             return
         except (Conflict, NotFound) as error:
@@ -327,38 +331,16 @@ class AllocationController:
             if not candidates:
                 raise Unallocatable(placement.summarize(len(all_nodes), rejections))
             return candidates[0].name, []
-        best: tuple[tuple[int, str], str, list[ClaimAllocation]] | None = None
-        policy = self.settings.node_policy
-        for node in candidates:
-            info = NodeInfo(node.name, node.labels)
-            try:
-                results = self.state.allocate(pending, info)
-            except NodeAllocationError as error:
-                rejections.append(str(error))
-                continue
-            except AllocationError as error:
-                raise Unallocatable(str(error)) from error
-            if results is None:
-                rejections.append("cannot allocate all claims")
-                continue
-            if policy is NodePolicy.FIRST_FIT:
-                return node.name, results
-            free_after = self._free_devices(info) - sum(len(r.devices) for r in results)
-            score = free_after if policy is NodePolicy.BINPACK else -free_after
-            if best is None or (score, node.name) < best[0]:
-                best = ((score, node.name), node.name, results)
-        if best is None:
-            raise Unallocatable(placement.summarize(len(all_nodes), rejections))
-        return best[1], best[2]
-
-    def _free_devices(self, node: NodeInfo) -> int:
-        """Devices reachable from the node not exclusively allocated (binpack/spread score)."""
-        exclusive = self.state.allocated.exclusive
-        free = 0
-        for pool in self.state.pools_for(node):
-            for slice_ in pool.slices:
-                free += sum(1 for device in slice_.devices if device.id not in exclusive)
-        return free
+        infos = [NodeInfo(node.name, node.labels) for node in candidates]
+        found = self.state.find_node(pending, infos, str(self.settings.node_policy))
+        if found.node is not None:
+            return found.node, list(found.allocations)
+        explanation = found.explanation
+        if explanation is not None and explanation.fatal_error:
+            raise Unallocatable(f"0/{len(all_nodes)} nodes: {explanation.fatal_error}")
+        reasons = [*rejections, *(r.summary for r in explanation.reasons if explanation)]
+        details = explanation.lines()[1:] if explanation is not None else []
+        raise Unallocatable(placement.summarize(len(all_nodes), reasons), details)
 
     def _write_landed(self, claim: ResourceClaim) -> bool:
         current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))
@@ -460,13 +442,15 @@ class AllocationController:
                     resource_version=updated["metadata"]["resourceVersion"],
                 )
 
-    async def _explain(self, pod: Pod, message: str) -> None:
+    async def _explain(self, pod: Pod, reason: Unallocatable) -> None:
         """Tell the user why, where they look: a pod condition, Events on pod and claims."""
+        message = reason.summary
         current = _condition(pod)
         if current is not None and current.get("message") == message:
             return  # unchanged: no write, no new Event
         log.info("pod not allocatable", pod=pod.ref, reason=message)
-        await self.runtime.events.post(pod.involved(), REASON_FAILED, message, warning=True)
+        detailed = "\n".join([message, *reason.details[:MAX_DETAIL_LINES]])
+        await self.runtime.events.post(pod.involved(), REASON_FAILED, detailed, warning=True)
         for entry in pod.claims:
             name = pod.claim_name(entry)
             claim = self.claims.get(Key(pod.namespace, name)) if name else None

@@ -3,8 +3,8 @@
 kube-scheduler will only bind a pod where its node selector, required node affinity and
 taint tolerations allow, so the allocator must choose its node among the same candidates;
 otherwise it would pin the pod to a node the scheduler refuses. Reasons for rejected nodes
-are counted and rendered the way the scheduler renders them (``0/5 nodes are available:
-3 ..., 2 ...``), so users read one familiar message.
+are counted and rendered like the scheduler's and the allocator's explanations
+(``0/5 nodes: 3 ..., 2 ...``), so users read one familiar message.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
 from operators.cache.core import Node, Pod
 
-REASON_UNSCHEDULABLE = "node(s) were unschedulable"
-REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
-REASON_CLAIM_ELSEWHERE = "resourceclaim not available on the node"
+REASON_UNSCHEDULABLE = "node unschedulable"
+REASON_AFFINITY = "node affinity mismatch"
+REASON_CLAIM_ELSEWHERE = "allocated claim not available on the node"
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
@@ -49,7 +49,7 @@ def untolerated_taint(
 def taint_reason(taint: Mapping[str, Any]) -> str:
     value = taint.get("value")
     shown = f"{taint.get('key')}: {value}" if value else str(taint.get("key"))
-    return f"node(s) had untolerated taint {{{shown}}}"
+    return f"untolerated node taint {{{shown}}}"
 
 
 def pod_affinity(pod: Pod) -> NodeSelector | None:
@@ -87,14 +87,14 @@ def node_rejection(
 
 
 def summarize(total: int, reasons: Iterable[str]) -> str:
-    """``0/N nodes are available: 3 reason-a, 2 reason-b.`` (largest count first)."""
+    """``0/N nodes: 3 reason-a, 2 reason-b`` (largest count first, then by reason)."""
     counts = collections.Counter(reasons)
     if total == 0:
-        return "0/0 nodes are available: no nodes in the cluster."
+        return "0/0 nodes: no nodes in the cluster"
     parts = [
         f"{count} {reason}" for reason, count in sorted(counts.items(), key=lambda i: (-i[1], i[0]))
     ]
-    return f"0/{total} nodes are available: {', '.join(parts)}."
+    return f"0/{total} nodes: {', '.join(parts)}"
 
 
 def pin_affinity(required: Mapping[str, Any] | None, node_name: str) -> dict[str, Any]:

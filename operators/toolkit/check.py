@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from operators.api import Quantity, ResourceClaim, ResourceSlice
 from operators.api.annotations import FINALIZER, KUBERNETES_FINALIZER
 from operators.api.models import KUBERNETES_GROUP, Device
-from operators.toolkit.snapshot import Snapshot
+from operators.toolkit.errors import SnapshotError
+from operators.toolkit.snapshot import Snapshot, build_snapshot
+from operators.toolkit.sources import RawObject
 
 DEVICE_ALLOCATED_TWICE: Final = "device-allocated-twice"
 CAPACITY_EXCEEDED: Final = "capacity-exceeded"
@@ -86,6 +88,8 @@ class CheckReport:
     """Rule -> number of items it examined (claims, devices, pods, counters)."""
     skipped: Mapping[str, str] = field(default_factory=dict)
     """Rule -> why it was not checked."""
+    unreadable: tuple[str, ...] = ()
+    """Objects left out because they do not parse (see ``tolerant_snapshot``)."""
 
     @property
     def ok(self) -> bool:
@@ -109,11 +113,35 @@ class _Use:
 # -- entry point -------------------------------------------------------------------------------
 
 
+def tolerant_snapshot(objects: Sequence[RawObject]) -> tuple[Snapshot, tuple[str, ...]]:
+    """A snapshot of the objects that parse, and why the others were left out.
+
+    A cluster under test holds bad input on purpose (a pod with a malformed claims
+    annotation); checking the rest must still be possible. Only the objects that fail on
+    their own are dropped, each with its error.
+    """
+    try:
+        return build_snapshot(objects), ()
+    except SnapshotError:
+        pass
+    good: list[RawObject] = []
+    problems: list[str] = []
+    for raw in objects:
+        try:
+            build_snapshot([raw])
+        except SnapshotError as exc:
+            problems.append(str(exc))
+            continue
+        good.append(raw)
+    return build_snapshot(good), tuple(problems)
+
+
 def check_snapshot(
     snapshot: Snapshot,
     rules: Iterable[str] = DEFAULT_RULES,
     *,
     pods_complete: bool | None = None,
+    unreadable: Sequence[str] = (),
 ) -> CheckReport:
     """Check the given rules on a snapshot.
 
@@ -140,7 +168,21 @@ def check_snapshot(
         found, count = _RULES[rule](snapshot, devices, uses)
         violations.extend(found)
         checked[rule] = count
-    return CheckReport(tuple(violations), checked, skipped)
+    return CheckReport(tuple(violations), checked, skipped, tuple(unreadable))
+
+
+def check_cluster(
+    kubeconfig: str | None = None,
+    rules: Iterable[str] = DEFAULT_RULES,
+    *,
+    context: str | None = None,
+    group: str | None = None,
+) -> CheckReport:
+    """Check a live cluster, read with list calls only (no watch, no write)."""
+    from operators.toolkit.live import read_cluster
+
+    snapshot, unreadable = tolerant_snapshot(read_cluster(kubeconfig, context, group))
+    return check_snapshot(snapshot, rules, pods_complete=True, unreadable=unreadable)
 
 
 # -- device index ------------------------------------------------------------------------------
@@ -475,6 +517,7 @@ def render_report(report: CheckReport, output: Literal["table", "json", "yaml"] 
             ],
             "checked": dict(report.checked),
             "skipped": dict(report.skipped),
+            "unreadable": list(report.unreadable),
         }
         if output == "json":
             return json.dumps(data, indent=2)
@@ -484,6 +527,8 @@ def render_report(report: CheckReport, output: Literal["table", "json", "yaml"] 
     lines = [str(v) for v in report.violations]
     for rule, reason in report.skipped.items():
         lines.append(f"skipped {rule}: {reason}")
+    for problem in report.unreadable:
+        lines.append(f"left out (does not parse): {problem}")
     examined = ", ".join(f"{rule} {count}" for rule, count in report.checked.items())
     verdict = f"{len(report.violations)} violation(s)" if report.violations else "no violations"
     lines.append(f"{verdict} (examined: {examined or 'nothing'})")

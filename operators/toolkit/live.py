@@ -9,7 +9,6 @@ dralloc's CRDs if installed, otherwise in-tree ``resource.k8s.io/v1``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 from operators.toolkit.errors import ToolkitError
@@ -40,19 +39,10 @@ def read_cluster(
 
 
 async def _read(kubeconfig: str | None, context: str | None, group: str | None) -> list[Any]:
-    from kubernetes_asyncio import config
-    from kubernetes_asyncio.client import ApiClient
+    from operators.kube import KubeClient
 
-    client = ApiClient()
-    try:
-        try:
-            await config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=client.configuration
-            )
-        except config.ConfigException:
-            if kubeconfig or context:
-                raise
-            config.load_incluster_config(client_configuration=client.configuration)
+    client = KubeClient(await _connection(kubeconfig, context), user_agent="dralloc-toolkit")
+    async with client:
         chosen = group or await _pick_group(client)
         documents: list[Any] = []
         for kind, plural in DRA_PLURALS.items():
@@ -62,8 +52,25 @@ async def _read(kubeconfig: str | None, context: str | None, group: str | None) 
         for kind, plural in CORE_PLURALS.items():
             documents.append(await _list(client, f"/api/v1/{plural}", "v1", kind))
         return documents
-    finally:
-        await client.close()
+
+
+async def _connection(kubeconfig: str | None, context: str | None) -> Any:
+    """The kubeconfig (``$KUBECONFIG``, ~/.kube/config) with an optional context, else in-cluster."""
+    import os
+
+    from kubernetes_asyncio import client, config
+
+    from operators.kube import Connection
+
+    configuration = client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    if path is None and not context and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        await config.load_kube_config(
+            config_file=path, context=context, client_configuration=configuration
+        )
+    return Connection.from_configuration(configuration)
 
 
 async def _pick_group(client: Any) -> str:
@@ -79,28 +86,33 @@ async def _pick_group(client: Any) -> str:
 
 
 async def _list(client: Any, path: str, api_version: str, kind: str) -> dict[str, Any]:
-    listing = await _get(client, path)
-    items: Sequence[Any] = (listing or {}).get("items") or []
+    items: list[Any] = []
+    params = {"limit": "500"}
+    while True:
+        page = await _get(client, path, params)
+        items.extend((page or {}).get("items") or [])
+        token = ((page or {}).get("metadata") or {}).get("continue")
+        if not token:
+            break
+        params = {"limit": "500", "continue": token}
     for item in items:
         # List items come without apiVersion and kind; put them back for the parser.
         item.setdefault("apiVersion", api_version)
         item.setdefault("kind", kind)
-    return {"apiVersion": "v1", "kind": "List", "items": list(items)}
+    return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-async def _get(client: Any, path: str) -> dict[str, Any] | None:
-    from kubernetes_asyncio.client.exceptions import ApiException
+async def _get(
+    client: Any, path: str, params: dict[str, str] | None = None
+) -> dict[str, Any] | None:
+    from operators.kube import ApiError, NotFound
 
     try:
-        result = await client.call_api(
-            path,
-            "GET",
-            response_type="object",
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-        )
-    except ApiException as exc:
-        if exc.status == 404 and path.startswith("/apis/resource."):
-            return None  # DeviceTaintRule is optional in-tree
-        raise ToolkitError(f"GET {path}: {exc.status} {exc.reason}") from exc
-    return result if isinstance(result, dict) else None
+        result: dict[str, Any] = await client.request("GET", path, params=params)
+    except NotFound:
+        if path.startswith("/apis/resource."):
+            return None  # e.g. no DeviceTaintRule kind in this cluster
+        raise ToolkitError(f"GET {path}: not found") from None
+    except ApiError as exc:
+        raise ToolkitError(f"GET {path}: {exc}") from exc
+    return result

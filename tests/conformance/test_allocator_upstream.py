@@ -14,8 +14,7 @@ device results in any order, share IDs replaced by a fixed value.
 from __future__ import annotations
 
 import itertools
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1432,7 +1431,10 @@ def _cases_prioritized_list() -> None:
         allocated=[(DRIVER_A, POOL1, DEV2)],
         expect=[local(res("req-0/subReq-1", DRIVER_A, POOL1, DEV1))],
     )
-    gen = lambda g: cel(f'device.attributes["{DRIVER_A}"].generation == "{g}"')
+
+    def gen(g: str) -> dict[str, Any]:
+        return cel(f'device.attributes["{DRIVER_A}"].generation == "{g}"')
+
     pl_gen = claim(
         CLAIM0,
         first_available(REQ0, sub_all(SUB0, CLASS_A, gen("v6")), sub_all(SUB1, CLASS_A, gen("v5"))),
@@ -1667,7 +1669,10 @@ def _cases_partitionable() -> None:
         ],
         expect=[local(res(REQ0, DRIVER_A, POOL1, DEV2), res(REQ1, DRIVER_A, POOL1, DEV3))],
     )
-    cm = lambda c, m: (CS1, {"cpus": c, "memory": m})
+
+    def cm(c: str, m: str) -> tuple[str, Mapping[str, str]]:
+        return (CS1, {"cpus": c, "memory": m})
+
     case(
         "partitionable-devices-multiple-pools",
         features=pd,
@@ -3008,8 +3013,8 @@ def _cases_distinct_lists() -> None:
         claims=[
             claim(
                 CLAIM0,
-                request(REQ0, CLASS_A, **cap),
-                request(REQ1, CLASS_A, **cap),
+                request(REQ0, CLASS_A, 1, **cap),
+                request(REQ1, CLASS_A, 1, **cap),
                 constraints=[distinct(STRING_ATTR)],
             )
         ],
@@ -3034,8 +3039,8 @@ def _cases_distinct_lists() -> None:
         claims=[
             claim(
                 CLAIM0,
-                request(REQ0, CLASS_A, **cap2),
-                request(REQ1, CLASS_A, **cap2),
+                request(REQ0, CLASS_A, 1, **cap2),
+                request(REQ1, CLASS_A, 1, **cap2),
                 constraints=[distinct(STRING_ATTR)],
             )
         ],
@@ -3460,7 +3465,10 @@ def _cases_pools_and_effort() -> None:
         expect=None,
         steps=16,
     )
-    typed = lambda t: cel(f'device.attributes["{DRIVER_A}"].type == "{t}"')
+
+    def typed(t: str) -> dict[str, Any]:
+        return cel(f'device.attributes["{DRIVER_A}"].type == "{t}"')
+
     xyy = rslice(
         SLICE1,
         NODE1,
@@ -3594,108 +3602,6 @@ _cases_distinct_lists()
 _cases_pools_and_effort()
 
 
-# --- stand-in for operators.cel while it is being written ------------------------
-# Used only when operators.cel lacks compile_selector/DeviceView. It knows just the
-# expression shapes of the table above (by pattern), so scenarios can run; it is
-# not a CEL implementation and is dropped automatically once the real one exists.
-
-_SHIM_PATTERNS = [
-    (re.compile(r'^device\.driver == "(?P<v>[^"]*)"$'), "driver"),
-    (re.compile(r"^device\.allowMultipleAllocations == (?P<v>true|false)$"), "multi"),
-    (
-        re.compile(r'^device\.attributes\["(?P<d>[^"]+)"\]\.(?P<a>\w+) == "(?P<v>[^"]*)"$'),
-        "attr_eq",
-    ),
-    (re.compile(r'^device\.attributes\["(?P<d>[^"]+)"\]\.(?P<a>\w+)$'), "attr_true"),
-    (
-        re.compile(
-            r'^device\.capacity\["(?P<d>[^"]+)"\](?:\.(?P<a>\w+)|\["(?P<b>[^"]+)"\])'
-            r'\.compareTo\(quantity\("(?P<v>[^"]+)"\)\) >= 0$'
-        ),
-        "cap_ge",
-    ),
-]
-
-
-class _ShimError(Exception):
-    pass
-
-
-@dataclass
-class _ShimView:
-    driver: str
-    attributes: Mapping[str, Any]
-    capacity: Mapping[str, Any]
-    multi: bool | None
-
-    @classmethod
-    def build(
-        cls,
-        driver: str,
-        attributes: Mapping[str, Any],
-        capacity: Mapping[str, Any],
-        multi: bool | None,
-    ) -> _ShimView:
-        for name, value in attributes.items():
-            if not any(v not in (None, []) for v in value.values()):
-                raise _ShimError(f"attribute {name}: unsupported attribute value")
-        return cls(driver, attributes, capacity, multi)
-
-    def lookup(self, table: Mapping[str, Any], domain: str, name: str) -> Any:
-        for key in (f"{domain}/{name}",) + ((name,) if domain == self.driver else ()):
-            if key in table:
-                return table[key]
-        raise _ShimError(f"no such key: {name}")
-
-
-@dataclass
-class _ShimProgram:
-    clauses: list[tuple[str, Any]]
-
-    def evaluate(self, view: _ShimView) -> bool:
-        for kind, m in self.clauses:
-            if kind == "driver" and view.driver != m["v"]:
-                return False
-            if kind == "multi" and bool(view.multi) != (m["v"] == "true"):
-                return False
-            if kind in ("attr_eq", "attr_true"):
-                value = view.lookup(view.attributes, m["d"], m["a"])
-                scalar = next(iter(value.values()))
-                if (kind == "attr_eq" and scalar != m["v"]) or (
-                    kind == "attr_true" and scalar is not True
-                ):
-                    return False
-            if kind == "cap_ge":
-                entry = view.lookup(view.capacity, m["d"], m["a"] or m["b"])
-                if parse_quantity(entry["value"]) < parse_quantity(m["v"]):
-                    return False
-        return True
-
-
-def _shim_compile(expression: str) -> _ShimProgram:
-    clauses = []
-    for part in expression.split(" && "):
-        for pattern, kind in _SHIM_PATTERNS:
-            m = pattern.match(part.strip())
-            if m:
-                clauses.append((kind, m))
-                break
-        else:
-            raise _ShimError(f"ERROR: <input>:1:1: undeclared reference to '{part}'")
-    return _ShimProgram(clauses)
-
-
-@pytest.fixture(autouse=True)
-def _cel_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
-    from operators import cel
-
-    if _cel_ready():
-        return
-    monkeypatch.setattr(cel, "compile_selector", _shim_compile, raising=False)
-    monkeypatch.setattr(cel, "DeviceView", _ShimView, raising=False)
-    monkeypatch.setattr(cel, "CELError", _ShimError, raising=False)
-
-
 # --- running -----------------------------------------------------------------------
 
 
@@ -3721,12 +3627,6 @@ def _normalise(results: list[dict[str, Any]] | None) -> list[dict[str, Any]] | N
         allocation["devices"] = devices
         out.append(allocation)
     return out
-
-
-def _cel_ready() -> bool:
-    from operators import cel
-
-    return hasattr(cel, "compile_selector") and hasattr(cel, "DeviceView")
 
 
 def run_case(tc: Case) -> tuple[list[dict[str, Any]] | None, int]:
@@ -3781,6 +3681,3 @@ def test_cancelled_search_reports_the_cause() -> None:
     assert state.allocate(claims, node(NODE1, REGION1)) is None  # "off": runs to the end
     with pytest.raises(SearchAborted, match="filter operation aborted: context deadline exceeded"):
         state.allocate(claims, node(NODE1, REGION1), deadline=0.0)
-
-
-_: Callable[..., Any] = run_case  # used by tests/unit/allocator helpers

@@ -113,7 +113,9 @@ class OperatorProcess:
 
 
 @pytest.fixture(scope="module")
-def operator(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+def operator(
+    testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
     install_crds(testbed)
     lease = unique_name("dralloc-e2e")
     proc = OperatorProcess(testbed, tmp_path_factory.mktemp("operator") / "operator.log", lease)
@@ -182,7 +184,10 @@ def template(namespace: str, name: str, pool: Pool, **request: Any) -> dict[str,
             "spec": {
                 "devices": {
                     "requests": [
-                        {"name": "dev", "exactly": {"deviceClassName": pool.device_class, **request}}
+                        {
+                            "name": "dev",
+                            "exactly": {"deviceClassName": pool.device_class, **request},
+                        }
                     ]
                 }
             }
@@ -219,7 +224,9 @@ def pod(
     }
 
 
-def get(testbed: Testbed, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+def get(
+    testbed: Testbed, kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any] | None:
     args = [kind, name] + ([f"--namespace={namespace}"] if namespace else [])
     return testbed.get(*args)
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from .kube_helpers import REPO_ROOT, Testbed
+from .operator_fixtures import install_crds
 
 MANIFESTS = REPO_ROOT / "manifests"
 NAMESPACE = "dralloc-system"
@@ -57,6 +58,8 @@ ALLOWED = [
     ("get", "pods", "team-a"),
     # allocator: pod annotations, node affinity, lifting the gate
     ("patch", "pods", "team-a"),
+    # allocator and taint controller: pod conditions (DisruptionTarget before an eviction)
+    ("patch", "pods/status", "team-a"),
     # taint controller: evictions and rule status
     ("delete", "pods", "team-a"),
     ("patch", f"devicetaintrules.{GROUP}/status", ""),
@@ -79,10 +82,13 @@ DENIED = [
     ("get", "configmaps", NAMESPACE),
     ("create", "pods", "team-a"),
     ("update", "pods", "team-a"),
+    ("update", "pods/status", "team-a"),
+    ("create", "pods/eviction", "team-a"),
     ("patch", "nodes", ""),
     ("create", f"resourceslices.{GROUP}", ""),
     ("delete", f"deviceclasses.{GROUP}", ""),
     ("update", f"resourceclaimtemplates.{GROUP}", "team-a"),
+    ("update", f"resourceclaims.{GROUP}/status", "team-a"),
     ("create", "leases.coordination.k8s.io", "kube-system"),
     ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ""),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),
@@ -97,6 +103,7 @@ def render(testbed: Testbed, directory: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def rbac_applied(testbed: Testbed) -> None:
+    install_crds(testbed)  # can-i only resolves resources the server knows
     objects = [o for o in render(testbed, MANIFESTS) if o["kind"] in RBAC_KINDS]
     testbed.apply(*objects)
 
@@ -133,6 +140,9 @@ def test_cert_manager_overlay_renders(testbed: Testbed) -> None:
 
 def can_i(testbed: Testbed, verb: str, resource: str, namespace: str) -> bool:
     scope = ["-n", namespace] if namespace else ["--all-namespaces"]
+    resource, _, subresource = resource.partition("/")
+    if subresource:
+        scope.append(f"--subresource={subresource}")
     result = testbed.kubectl(
         "auth", "can-i", verb, resource, *scope, f"--as={SERVICE_ACCOUNT}", check=False
     )

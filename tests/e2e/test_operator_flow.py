@@ -30,7 +30,9 @@ def test_template_claim_allocated_bound_and_cleaned_up(
 ) -> None:
     pool = make_pool(testbed, nodes=2, devices=1)
     testbed.apply(template(namespace, "one", pool))
-    testbed.apply(pod(namespace, "first", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}]))
+    testbed.apply(
+        pod(namespace, "first", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}])
+    )
 
     node = wait_bound(testbed, namespace, "first")
     obj = get(testbed, "pod", "first", namespace)
@@ -53,15 +55,21 @@ def test_template_claim_allocated_bound_and_cleaned_up(
     assert generated["status"]["reservedFor"][0]["uid"] == obj["metadata"]["uid"]
 
     # Fill the other node, then free the first one: its device must be handed out again.
-    testbed.apply(pod(namespace, "second", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}]))
+    testbed.apply(
+        pod(namespace, "second", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}])
+    )
     other = wait_bound(testbed, namespace, "second")
     assert other != node
-    testbed.apply(pod(namespace, "third", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}]))
+    testbed.apply(
+        pod(namespace, "third", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}])
+    )
     testbed.kubectl("delete", "pod", "first", f"--namespace={namespace}", "--wait=false")
     wait_for(
         "the first pod's claim to be deleted",
-        lambda: generated["metadata"]["name"]
-        not in [c["metadata"]["name"] for c in claims_in(testbed, namespace)],
+        lambda: (
+            generated["metadata"]["name"]
+            not in [c["metadata"]["name"] for c in claims_in(testbed, namespace)]
+        ),
         timeout=60,
     )
     assert wait_bound(testbed, namespace, "third") == node
@@ -94,7 +102,11 @@ def test_two_pods_racing_for_the_last_device(
     testbed.apply(pod(namespace, "r1", pool, entry), pod(namespace, "r2", pool, entry))
 
     def outcome() -> tuple[str, str] | None:
-        bound = [n for n in ("r1", "r2") if (get(testbed, "pod", n, namespace) or {}).get("spec", {}).get("nodeName")]
+        bound = [
+            n
+            for n in ("r1", "r2")
+            if (get(testbed, "pod", n, namespace) or {}).get("spec", {}).get("nodeName")
+        ]
         failed = [n for n in ("r1", "r2") if events(testbed, namespace, n, "FailedAllocation")]
         if len(bound) == 1 and len(failed) == 1 and bound != failed:
             return bound[0], failed[0]
@@ -102,14 +114,17 @@ def test_two_pods_racing_for_the_last_device(
 
     winner, loser = wait_for("one pod bound, one explained", outcome, timeout=60)
     message = events(testbed, namespace, loser, "FailedAllocation")[0]["message"]
-    assert message.startswith("0/") and "nodes are available" in message, message
+    assert message.startswith("0/") and "no free device of class" in message, message
     loser_pod = get(testbed, "pod", loser, namespace)
     assert loser_pod is not None
     conditions = {c["type"]: c for c in loser_pod["status"].get("conditions") or []}
     condition = conditions[f"{GROUP}/DevicesAllocated"]
-    assert (condition["status"], condition["message"]) == ("False", message)
+    assert condition["status"] == "False"
+    assert message.startswith(condition["message"])  # the Event adds per-node details
     assert GATE in [g["name"] for g in loser_pod["spec"]["schedulingGates"]]
     assert len(allocated_devices(testbed, namespace)) == 1
+    winner_pod = get(testbed, "pod", winner, namespace)
+    assert winner_pod is not None and DEVICES_ANNOTATION in winner_pod["metadata"]["annotations"]
 
 
 def test_unsatisfiable_claim_is_explained(
@@ -117,14 +132,16 @@ def test_unsatisfiable_claim_is_explained(
 ) -> None:
     pool = make_pool(testbed, nodes=2, devices=1)
     testbed.apply(template(namespace, "three", pool, allocationMode="ExactCount", count=3))
-    testbed.apply(pod(namespace, "greedy", pool, [{"name": "dev", "resourceClaimTemplateName": "three"}]))
+    testbed.apply(
+        pod(namespace, "greedy", pool, [{"name": "dev", "resourceClaimTemplateName": "three"}])
+    )
     found = wait_for(
         "FailedAllocation event", lambda: events(testbed, namespace, "greedy", "FailedAllocation")
     )
     message = found[0]["message"]
     # every node of the cluster is counted; ours fail on devices, the rest on the selector
-    assert "2 cannot allocate all claims" in message, message
-    assert "node(s) didn't match Pod's node affinity/selector" in message, message
+    assert f'2 not enough devices of class "{pool.device_class}" (need 3)' in message, message
+    assert "node affinity mismatch" in message, message
     claim_name = claims_in(testbed, namespace)[0]["metadata"]["name"]
     assert events(testbed, namespace, claim_name, "FailedAllocation")
 

@@ -85,9 +85,16 @@ def test_toleration_seconds_delays_eviction(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
     pool = make_pool(testbed, nodes=1, devices=1)
-    toleration = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 6}
+    toleration = {
+        "key": TAINT_KEY,
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 6,
+    }
     testbed.apply(template(namespace, "tolerant", pool, tolerations=[toleration]))
-    testbed.apply(pod(namespace, "patient", pool, [{"name": "dev", "resourceClaimTemplateName": "tolerant"}]))
+    testbed.apply(
+        pod(namespace, "patient", pool, [{"name": "dev", "resourceClaimTemplateName": "tolerant"}])
+    )
     wait_bound(testbed, namespace, "patient")
 
     rule = taint_rule(pool)

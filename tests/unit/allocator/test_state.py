@@ -262,3 +262,33 @@ def test_models_parse_the_same_as_dicts() -> None:
     b = from_models.allocate([api.parse_object(claim_obj)], NodeInfo("node-0"))
     assert a is not None and b is not None
     assert [x.to_dict() for x in a] == [x.to_dict() for x in b]
+
+
+def test_a_malformed_version_attribute_fails_the_selector_not_the_allocator() -> None:
+    state = AllocatorState()
+    broken = gpu_slice("node-0", 1)
+    broken["spec"]["devices"][0]["attributes"]["driverVersion"] = {"version": "not-semver"}
+    state.upsert_slice(broken)
+    expr = f'device.attributes["{DRIVER}"].driverVersion.isGreaterThan(semver("1.0.0"))'
+    state.upsert_class(
+        {"metadata": {"name": "a100"}, "spec": {"selectors": [{"cel": {"expression": expr}}]}}
+    )
+    placement = state.find_node([gpu_claim("c")], [NodeInfo("node-0", {})])
+    assert placement.node is None
+    assert placement.explanation is not None
+    assert "not-semver" in "\n".join(placement.explanation.lines())
+
+
+def test_a_pool_whose_slices_disagree_on_the_slice_count_is_invalid() -> None:
+    state = AllocatorState()
+    first, second = gpu_slice("node-0", 1), gpu_slice("node-0", 1)
+    second["metadata"]["name"] = "node-0-more"
+    second["spec"]["devices"][0]["name"] = "gpu-9"
+    first["spec"]["pool"]["resourceSliceCount"] = 2
+    state.upsert_slice(first)
+    state.upsert_slice(second)
+    state.upsert_class(gpu_class())
+    placement = state.find_node([gpu_claim("c")], [NodeInfo("node-0", {})])
+    assert placement.node is None
+    assert placement.explanation is not None
+    assert "disagree on resourceSliceCount (1, 2)" in "\n".join(placement.explanation.lines())

@@ -720,6 +720,18 @@ CASES: list[tuple[str, Callable[[], Obj], Callable[[Obj], object], str]] = [
         "status.devices[0].networkData.hardwareAddress: must be at most 128 characters",
     ),
     (
+        "device-status-allocated",
+        samples.claim,
+        lambda o: o["status"]["devices"][0].__setitem__("device", "gpu-7"),
+        "status.devices[0]: must refer to a device (and shareID) in status.allocation",
+    ),
+    (
+        "device-status-unique",
+        samples.claim,
+        lambda o: o["status"]["devices"].append(dict(o["status"]["devices"][0])),
+        "status.devices[1]: duplicate entry for this device and shareID",
+    ),
+    (
         "condition-reason",
         samples.claim,
         lambda o: o["status"]["devices"][0]["conditions"][0].__setitem__("reason", "not camel"),
@@ -865,4 +877,10 @@ def test_request_policy_default_above_capacity_is_upstream_valid_without_values(
         "value": "1",
         "requestPolicy": {"default": "2"},
     }
+    parse_object(obj)
+
+
+def test_explicit_nulls_do_not_count_as_values_or_advanced_features() -> None:
+    obj = samples.slice_(devices=limits.RESOURCE_SLICE_MAX_DEVICES)
+    obj["spec"]["devices"][0]["attributes"]["index"] = {"int": 0, "string": None, "ints": None}
     parse_object(obj)

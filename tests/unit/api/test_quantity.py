@@ -38,14 +38,14 @@ from operators.api.quantity import NANO, Quantity, QuantityFormat, QuantityParse
 )
 def test_parse_value_and_canonical_form(text: str, nano: int, canonical: str) -> None:
     q = Quantity.parse(text)
-    assert q.nano == nano
+    assert q.nanos == nano
     assert str(q) == canonical
 
 
 def test_precision_finer_than_nano_rounds_away_from_zero() -> None:
-    assert Quantity.parse("0.1n").nano == 1
-    assert Quantity.parse("-0.1n").nano == -1
-    assert Quantity.parse("1.0000000001").nano == NANO + 1
+    assert Quantity.parse("0.1n").nanos == 1
+    assert Quantity.parse("-0.1n").nanos == -1
+    assert Quantity.parse("1.0000000001").nanos == NANO + 1
 
 
 def test_small_binary_values_print_in_decimal() -> None:
@@ -99,7 +99,7 @@ def test_value_helpers_round_up_like_kubernetes() -> None:
     assert Quantity.parse("1.5m").milli_value() == 2
     assert Quantity.parse("2").is_integer()
     assert not Quantity.parse("2.5").is_integer()
-    assert Quantity.parse("-3").sign() == -1
+    assert Quantity.parse("-3").sign == -1
 
 
 def test_coerce_accepts_json_numbers_but_not_booleans() -> None:
@@ -137,7 +137,27 @@ def test_canonical_form_parses_back_to_the_same_value(number: int, suffix: str) 
 
 @given(st.integers(min_value=-(10**12), max_value=10**12), st.integers(-(10**12), 10**12))
 def test_addition_matches_integer_arithmetic(a: int, b: int) -> None:
-    qa, qb = Quantity(a), Quantity(b)
-    assert (qa + qb).nano == a + b
-    assert (qa - qb).nano == a - b
+    qa, qb = Quantity.from_nanos(a), Quantity.from_nanos(b)
+    assert (qa + qb).nanos == a + b
+    assert (qa - qb).nanos == a - b
     assert (qa < qb) == (a < b)
+
+
+def test_constructor_takes_text_whole_units_or_a_quantity() -> None:
+    assert Quantity("1.5Gi") == Quantity.parse("1536Mi")
+    assert Quantity(3) == Quantity.parse("3")
+    assert Quantity(Quantity("2k")) == Quantity(2000)
+    assert Quantity() == Quantity(0) and Quantity().is_zero()
+    assert Quantity.from_nanos(1500) == Quantity("1500n")
+    with pytest.raises(TypeError):
+        Quantity(1.5)  # type: ignore[arg-type]
+    with pytest.raises(QuantityParseError):
+        Quantity("lots")
+
+
+def test_cmp_and_int64_bounds_of_is_integer() -> None:
+    assert Quantity("1").cmp(Quantity("2")) == -1
+    assert Quantity("2").cmp(Quantity("2000m")) == 0
+    assert Quantity("3").cmp(Quantity("2")) == 1
+    assert Quantity(2**63 - 1).is_integer()
+    assert not Quantity.from_nanos(2**63 * NANO).is_integer()

@@ -14,7 +14,7 @@ from operators import cli
 from operators.toolkit import check
 from operators.toolkit.errors import ObjectRef
 from operators.toolkit.snapshot import Snapshot, build_snapshot
-from operators.toolkit.sources import RawObject
+from operators.toolkit.sources import RawObject, objects_from_documents
 
 API = "resource.dralloc.dev/v1"
 DRIVER = "gpu.example.com"
@@ -380,3 +380,15 @@ def test_cli_check_exit_status(
     assert cli.main(["check", "-f", str(bad)]) == 1
     assert check.DEVICE_ALLOCATED_TWICE in capsys.readouterr().out
     assert cli.main(["check", "-f", str(bad), "--rule", "allocated-without-finalizer"]) == 0
+
+
+def test_tolerant_snapshot_leaves_out_only_what_does_not_parse() -> None:
+    broken = pod("typo", [{"name": "gpu"}])  # neither resourceClaimName nor template
+    objects = [*healthy(), broken]
+    snapshot, unreadable = check.tolerant_snapshot(objects_from_documents("test", objects))
+    assert "team/typo" not in snapshot.pods and "team/p0" in snapshot.pods
+    [problem] = unreadable
+    assert "Pod team/typo" in problem and "resourceClaimName" in problem
+    report = check.check_snapshot(snapshot, unreadable=unreadable)
+    assert report.ok and report.unreadable == unreadable
+    assert "left out (does not parse)" in check.render_report(report)

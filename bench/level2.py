@@ -1,0 +1,546 @@
+"""Level 2: end to end on the testbed, dralloc's operator against in-tree DRA.
+
+Same API server build, same kwok nodes, same slices, classes and claim template (only the API
+group differs: ``resource.dralloc.dev/v1`` for dralloc, ``resource.k8s.io/v1`` for in-tree), and
+pods created the way scheduler_perf creates them. For each system a fresh control plane is
+started (``testbed/up``, with ``--dra`` for in-tree), so neither inherits the other's objects.
+
+* dralloc pods carry the ``resource.dralloc.dev/claims`` annotation and the scheduling gate
+  (what the webhook would add; the operator runs without it so the webhook's TLS setup is not
+  measured); in-tree pods use ``spec.resourceClaims``.
+* Throughput is pods bound (``spec.nodeName`` set) per second, seen through a watch: fill
+  workloads from the first measured pod's creation to the last binding; steady workloads keep
+  10 pods in flight, delete each pod once bound, and count bindings over a fixed duration.
+* API writes per pod come from the API server's ``apiserver_request_total`` (every mutating
+  verb) over the measured window, minus the harness's own writes and Lease renewals.
+* For dralloc the operator's RSS is read from ``/proc`` after the run, and its informer
+  startup time from its "shared cache synced" log line after a restart on the full cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from bench.scenario import Scenario, Workload, expand, load_all
+from operators.kube import PODS, KubeClient, Resource
+
+REPO = Path(__file__).resolve().parent.parent
+TESTBED = REPO / "testbed"
+K8S_GROUP = ("resource.k8s.io", "v1")
+DRALLOC_GROUP = ("resource.dralloc.dev", "v1")
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+CONCURRENCY = 16
+STEADY_SECONDS = 20.0
+FILL_TIMEOUT_S = 900.0
+MUTATING = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
+CLAIMS_ANNOTATION = "resource.dralloc.dev/claims"
+GATE = "resource.dralloc.dev/allocation"
+
+
+class Level2Unavailable(RuntimeError):
+    """The testbed is not built or does not start; the message says why."""
+
+
+def kinds(group: tuple[str, str]) -> dict[str, Resource]:
+    g, v = group
+    return {
+        "ResourceSlice": Resource(g, v, "resourceslices", "ResourceSlice", False),
+        "DeviceClass": Resource(g, v, "deviceclasses", "DeviceClass", False),
+        "ResourceClaim": Resource(g, v, "resourceclaims", "ResourceClaim", True),
+        "ResourceClaimTemplate": Resource(
+            g, v, "resourceclaimtemplates", "ResourceClaimTemplate", True
+        ),
+    }
+
+
+@dataclass
+class Level2Result:
+    workload: str
+    system: str  # "dralloc" | "in-tree"
+    pods: int = 0
+    seconds: float = 0.0
+    pods_per_second: float = 0.0
+    writes_per_pod: float | None = None
+    writes: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "system": self.system,
+            "pods": self.pods,
+            "seconds": self.seconds,
+            "podsPerSecond": self.pods_per_second,
+            "writesPerPod": self.writes_per_pod,
+            "writes": self.writes,
+            "note": self.note,
+        }
+
+
+# --- the control plane and the operator -----------------------------------------------------
+
+
+def testbed_bin() -> Path:
+    proc = subprocess.run(
+        [str(TESTBED / "build"), "--check"], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise Level2Unavailable(
+            (proc.stdout or proc.stderr).strip() or "testbed/build --check failed"
+        )
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class Testbed:
+    state_dir: Path
+    kubeconfig: Path
+    bin: Path
+
+    @classmethod
+    def up(cls, dra: bool, bin_dir: Path) -> Testbed:
+        state = Path(tempfile.mkdtemp(prefix="dralloc-bench-testbed-"))
+        args = [
+            str(TESTBED / "up"),
+            f"--dir={state}",
+            f"--bin={bin_dir}",
+            f"--owner-pid={os.getpid()}",
+        ]
+        if dra:
+            args.append("--dra")
+        proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
+        if proc.returncode != 0:
+            raise Level2Unavailable(f"testbed/up failed: {proc.stderr.strip()[-500:]}")
+        return cls(state, Path(proc.stdout.strip().splitlines()[-1]), bin_dir)
+
+    def down(self) -> None:
+        subprocess.run(
+            [str(TESTBED / "down"), str(self.state_dir), "--purge"],
+            capture_output=True,
+            check=False,
+        )
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        proc = subprocess.run(
+            [str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args[:3])}: {proc.stderr.strip()[-500:]}")
+        return proc.stdout
+
+    def create_nodes(self, count: int) -> None:
+        proc = subprocess.run(
+            [
+                str(TESTBED / "nodes"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--bin={self.bin}",
+                "--prefix=scheduler-perf-dra",
+                "--label=node-with-dra=true",
+                str(count),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"testbed/nodes: {proc.stderr.strip()[-500:]}")
+
+    def write_counts(self) -> dict[str, int]:
+        """apiserver_request_total summed per "VERB group/resource[/subresource]", writes only."""
+        counts: dict[str, int] = {}
+        pattern = re.compile(r'(\w+)="([^"]*)"')
+        for line in self.kubectl("get", "--raw", "/metrics").splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels_text, _, value = line.rpartition("} ")
+            labels = dict(pattern.findall(labels_text))
+            verb = labels.get("verb", "")
+            if verb not in MUTATING:
+                continue
+            resource = labels.get("resource", "")
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            if labels.get("group"):
+                resource = f"{labels['group']}/{resource}"
+            key = f"{verb} {resource}"
+            counts[key] = counts.get(key, 0) + int(float(value))
+        return counts
+
+
+@dataclass
+class Operator:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def start(cls, testbed: Testbed) -> Operator:
+        log_path = testbed.state_dir / "operator.log"
+        args = [
+            sys.executable, "-m", "operators",
+            f"--kubeconfig={testbed.kubeconfig}",
+            "--metrics-port=0", "--probe-port=0", "--no-webhook",
+            "--lease-name=dralloc-bench", "--lease-namespace=default",
+            "--log-format=json", "--log-level=INFO",
+        ]  # fmt: skip
+        with log_path.open("ab") as log:
+            env = {**os.environ, "KUBECONFIG": str(testbed.kubeconfig)}
+            process = subprocess.Popen(
+                args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+        operator = cls(process, log_path)
+        operator.wait_for("controllers starting", timeout=120)
+        return operator
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_for(self, text: str, timeout: float, after: int = 0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"operator exited:\n{self.log()[-2000:]}")
+            for line in self.log()[after:].splitlines():
+                if text in line:
+                    return line
+            time.sleep(0.2)
+        raise RuntimeError(
+            f"operator did not log {text!r} within {timeout}s:\n{self.log()[-2000:]}"
+        )
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+# --- objects ---------------------------------------------------------------------------------
+
+
+def _fresh(obj: dict[str, Any], group: tuple[str, str]) -> dict[str, Any]:
+    """The object as a client would create it: no uid or resourceVersion, the system's group."""
+    meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "namespace", "labels")}
+    out = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    out["metadata"] = meta
+    out["apiVersion"] = f"{group[0]}/{group[1]}"
+    return out
+
+
+def pod_manifest(namespace: str, name: str, system: str) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1"}]},
+    }
+    entry = {"name": "resource", "resourceClaimTemplateName": "test-claim-template"}
+    if system == "in-tree":
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "resource"}]}
+        pod["spec"]["resourceClaims"] = [entry]
+    else:
+        pod["metadata"]["annotations"] = {CLAIMS_ANNOTATION: json.dumps([entry])}
+        pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    return pod
+
+
+async def _bounded(tasks: Iterable[Any], limit: int = CONCURRENCY) -> None:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(coro: Any) -> None:
+        async with semaphore:
+            await coro
+
+    await asyncio.gather(*(one(t) for t in tasks))
+
+
+class Harness:
+    """Populates one control plane with a scenario and measures pods bound per second."""
+
+    def __init__(self, client: KubeClient, scenario: Scenario, system: str) -> None:
+        self.client = client
+        self.scenario = scenario
+        self.system = system
+        self.group = K8S_GROUP if system == "in-tree" else DRALLOC_GROUP
+        self.kinds = kinds(self.group)
+        self.bound_at: dict[str, float] = {}
+        self.harness_writes = 0
+
+    async def populate(self) -> None:
+        for ns in ("init", "test"):
+            await self.client.create(
+                NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            )
+        await _bounded(
+            self.client.create(self.kinds["DeviceClass"], _fresh(obj, self.group))
+            for obj in self.scenario.classes
+        )
+        await _bounded(
+            self.client.create(self.kinds["ResourceSlice"], _fresh(obj, self.group))
+            for obj in self.scenario.slices
+        )
+        spec = self.scenario.workload.claim_spec
+        for ns in ("init", "test"):
+            template = {
+                "apiVersion": f"{self.group[0]}/{self.group[1]}",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "test-claim-template", "namespace": ns},
+                "spec": {"spec": spec},
+            }
+            await self.client.create(self.kinds["ResourceClaimTemplate"], template, namespace=ns)
+        await _bounded(self._preallocate(obj) for obj in self.scenario.preallocated)
+
+    async def _preallocate(self, obj: dict[str, Any]) -> None:
+        """scheduler_perf's allocResourceClaims: create the claim, then write its allocation."""
+        created = await self.client.create(
+            self.kinds["ResourceClaim"], _fresh(obj, self.group), namespace="init"
+        )
+        created["status"] = {"allocation": obj["status"]["allocation"]}
+        await self.client.replace_status(self.kinds["ResourceClaim"], created)
+
+    async def create_pod(self, namespace: str, name: str) -> None:
+        await self.client.create(
+            PODS, pod_manifest(namespace, name, self.system), namespace=namespace
+        )
+        self.harness_writes += 1
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.request(
+                "DELETE",
+                PODS.path(namespace, name),
+                body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+            )
+            self.harness_writes += 1
+
+    async def watch_bindings(self, namespace: str, on_bound: Any = None) -> None:
+        _, version = await self.client.list(PODS, namespace, limit=1)
+        while True:
+            async for event in self.client.watch(
+                PODS, version, namespace=namespace, timeout_seconds=600
+            ):
+                obj = event.object
+                version = (obj.get("metadata") or {}).get("resourceVersion", version)
+                name = (obj.get("metadata") or {}).get("name", "")
+                bound = event.type in ("ADDED", "MODIFIED") and (obj.get("spec") or {}).get(
+                    "nodeName"
+                )
+                if bound and name not in self.bound_at:
+                    self.bound_at[name] = time.monotonic()
+                    if on_bound is not None:
+                        on_bound(name)
+
+    async def fill(self, namespace: str, count: int) -> tuple[int, float]:
+        """Create ``count`` pods at once; wait until all are bound. (pods bound, seconds)."""
+        self.bound_at.clear()
+        done = asyncio.Event()
+
+        def check(_: str) -> None:
+            if len(self.bound_at) >= count:
+                done.set()
+
+        watcher = asyncio.create_task(self.watch_bindings(namespace, check))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        await _bounded(self.create_pod(namespace, f"test-dra-{i}") for i in range(count))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), FILL_TIMEOUT_S)
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher
+        if not self.bound_at:
+            return 0, time.monotonic() - started
+        return len(self.bound_at), max(self.bound_at.values()) - started
+
+    async def steady(self, seconds: float, in_flight: int = 10) -> tuple[int, float]:
+        """Keep ``in_flight`` pods; delete each once bound and create the next."""
+        self.bound_at.clear()
+        counter = iter(range(10**9))
+        pending: set[asyncio.Task[None]] = set()
+        deadline = 0.0
+
+        def replace(name: str) -> None:
+            task = asyncio.create_task(self._replace(name, next(counter), deadline))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+        watcher = asyncio.create_task(self.watch_bindings("test", replace))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        deadline = started + seconds
+        await _bounded(
+            self.create_pod("test", f"test-dra-{next(counter)}") for _ in range(in_flight)
+        )
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        bound = sum(1 for t in self.bound_at.values() if t <= deadline)
+        watcher.cancel()
+        for task in list(pending):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher
+        return bound, seconds
+
+    async def _replace(self, name: str, index: int, deadline: float) -> None:
+        await self.delete_pod("test", name)
+        if time.monotonic() < deadline:
+            await self.create_pod("test", f"test-dra-{index}")
+
+
+async def measure(testbed: Testbed, scenario: Scenario, system: str) -> Level2Result:
+    workload = scenario.workload
+    client = await KubeClient.connect(str(testbed.kubeconfig), user_agent="dralloc-bench")
+    try:
+        harness = Harness(client, scenario, system)
+        await harness.populate()
+        if workload.mode == "fill" and workload.init_pods:
+            placed, _ = await harness.fill("init", workload.init_pods)
+            if placed < workload.init_pods:
+                return Level2Result(
+                    workload.name,
+                    system,
+                    note=f"only {placed}/{workload.init_pods} init pods bound",
+                )
+        before = await asyncio.to_thread(testbed.write_counts)
+        harness.harness_writes = 0
+        if workload.mode == "fill":
+            pods, seconds = await harness.fill("test", workload.measure_pods)
+            note = (
+                ""
+                if pods == workload.measure_pods
+                else f"{workload.measure_pods - pods} pods not bound"
+            )
+        else:
+            pods, seconds = await harness.steady(STEADY_SECONDS, workload.in_flight)
+            note = f"steady state, {STEADY_SECONDS:.0f}s"
+        after = await asyncio.to_thread(testbed.write_counts)
+    finally:
+        await client.close()
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    delta = {k: v for k, v in sorted(delta.items()) if v > 0}
+    leases = sum(v for k, v in delta.items() if "coordination.k8s.io/leases" in k)
+    control_plane = sum(delta.values()) - leases - harness.harness_writes
+    return Level2Result(
+        workload=workload.name,
+        system=system,
+        pods=pods,
+        seconds=seconds,
+        pods_per_second=pods / seconds if seconds > 0 else 0.0,
+        writes_per_pod=control_plane / pods if pods else None,
+        writes=delta,
+        note=note,
+    )
+
+
+def install_crds(testbed: Testbed) -> None:
+    files = sorted(p for p in (REPO / "crds").glob("*.yaml") if p.name != "kustomization.yaml")
+    if not files:
+        raise Level2Unavailable("crds/ holds no CustomResourceDefinitions (make crds)")
+    for path in files:
+        testbed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    testbed.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+
+def run_one(
+    bin_dir: Path, workload: Workload, system: str, log: TextIO
+) -> tuple[Level2Result, dict[str, Any]]:
+    """One workload on one system, on a fresh control plane. Returns the result and footprint."""
+    scenario = expand(workload)
+    testbed = Testbed.up(dra=system == "in-tree", bin_dir=bin_dir)
+    operator: Operator | None = None
+    footprint: dict[str, Any] = {}
+    try:
+        testbed.create_nodes(workload.nodes)
+        if system == "dralloc":
+            install_crds(testbed)
+            operator = Operator.start(testbed)
+        result = asyncio.run(measure(testbed, scenario, system))
+        if operator is not None:
+            footprint = operator_footprint(operator, testbed, workload)
+        return result, footprint
+    finally:
+        if operator is not None:
+            operator.stop()
+        testbed.down()
+
+
+def operator_footprint(operator: Operator, testbed: Testbed, workload: Workload) -> dict[str, Any]:
+    """RSS after the run, then informer startup time after a restart on the same cluster."""
+    pods = testbed.kubectl("get", "pods", "-A", "--no-headers").count("\n")
+    rss = operator.rss_mib()
+    operator.stop()
+    restarted = Operator.start(testbed)
+    try:
+        line = restarted.wait_for("shared cache synced", timeout=120)
+        seconds = json.loads(line).get("seconds")
+    finally:
+        restarted.stop()
+    return {
+        "workload": workload.name,
+        "nodes": workload.nodes,
+        "devices": workload.devices,
+        "podsInCluster": pods,
+        "operatorRssMiB": round(rss, 1),
+        "informerSyncSeconds": seconds,
+    }
+
+
+def level2_workloads(only: Sequence[str]) -> list[Workload]:
+    chosen = [w for w in load_all("level2") if not only or w.key in only or w.name in only]
+    return sorted(chosen, key=lambda w: w.nodes * w.devices_per_node)
+
+
+def run_into(results: dict[str, Any], log: TextIO, only: Sequence[str] = ()) -> None:
+    try:
+        bin_dir = testbed_bin()
+    except Level2Unavailable as error:
+        results.setdefault("skipped", {})["level 2"] = str(error)
+        return
+    rows: list[dict[str, Any]] = []
+    for workload in level2_workloads(only):
+        for system in ("in-tree", "dralloc"):
+            print(f"level 2: {workload.name} on {system}", file=log, flush=True)
+            started = time.monotonic()
+            try:
+                result, footprint = run_one(bin_dir, workload, system, log)
+            except Exception as error:  # one failing system must not lose the others' numbers
+                result, footprint = (
+                    Level2Result(workload.name, system, note=f"failed: {error}"[:300]),
+                    {},
+                )
+            rows.append(result.to_json())
+            if footprint and workload.key == "template_5000pods_500nodes":
+                results["footprint"] = footprint
+            print(
+                f"  {result.pods} pods, {result.pods_per_second:.1f} pods/s, writes/pod "
+                f"{result.writes_per_pod}, {result.note} ({time.monotonic() - started:.0f}s)",
+                file=log,
+                flush=True,
+            )
+    results["level2"] = rows

@@ -1,0 +1,260 @@
+"""Write a benchmark run to ``bench/results/``: JSON, a markdown table and PNG plots.
+
+Why ratios first: the machine is shared and small, so absolute pods/s move from run to run;
+the ratio between two engines measured in the same run on the same objects is what holds.
+The machine description goes with every result so numbers are never read without it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers come from: CPU, cores, memory, interpreter and toolchain versions."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return {
+        "cpu": cpu or platform.processor(),
+        "cores": os.cpu_count(),
+        "memoryGiB": mem_gib,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "go": _command(["go", "version"]),
+        "commit": _command(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent
+        ),
+        "loadAverage": _load(),
+    }
+
+
+def _command(args: Sequence[str], cwd: Path | None = None) -> str:
+    try:
+        proc = subprocess.run(
+            args, capture_output=True, text=True, timeout=10, check=False, cwd=cwd
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def geometric_mean(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def level1_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| workload | nodes | devices | dralloc pods/s | upstream pods/s | ratio | same placements "
+        "| dralloc binpack pods/s |",
+        "|---|---:|---:|---:|---:|---:|:---:|---:|",
+    ]
+    for row in rows:
+        upstream = row.get("upstream") or {}
+        same = row.get("samePlacements")
+        lines.append(
+            f"| {row['workload']} | {row['nodes']} | {row['devices']} "
+            f"| {_fmt(row['dralloc']['pods_per_second'])} | {_fmt(upstream.get('pods_per_second'))} "
+            f"| {_ratio(row.get('ratio'))} | {'-' if same is None else ('yes' if same else 'NO')} "
+            f"| {_fmt((row.get('drallocBinpack') or {}).get('pods_per_second'))} |"
+        )
+    return lines
+
+
+def level2_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| workload | system | pods bound | seconds | pods/s | API writes/pod | note |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['workload']} | {row['system']} | {row.get('pods', 0)} | {_fmt(row.get('seconds'), 1)} "
+            f"| {_fmt(row.get('podsPerSecond'), 1)} | {_fmt(row.get('writesPerPod'), 2)} | {row.get('note', '')} |"
+        )
+    return lines
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    out = ["# dralloc benchmark results", ""]
+    m = results.get("machine", {})
+    out.append(
+        f"Run {results.get('started', '')} ({'quick' if results.get('quick') else 'full'}) on "
+        f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('memoryGiB', '?')} GiB; "
+        f"Python {m.get('python', '?')}, {m.get('go', '?')}; load average at start "
+        f"{m.get('loadAverage', [])}; commit {m.get('commit') or '?'}. The machine is shared: read ratios, "
+        "not absolute rates."
+    )
+    out.append("")
+    level1 = results.get("level1") or []
+    if level1:
+        summary = results.get("level1Summary", {})
+        out += [
+            "## Level 1: allocation engine (same objects, same first-fit job)",
+            "",
+            f"Geometric mean of the ratios (dralloc / upstream): **{_ratio(summary.get('geomean'))}**; "
+            f"lowest {_ratio(summary.get('min'))} ({summary.get('minWorkload', '-')}). "
+            "Targets: >= 1.0x on every workload, >= 3x geometric mean.",
+            "",
+            *level1_table(level1),
+            "",
+        ]
+    scale = results.get("scale") or []
+    if scale:
+        out += [
+            "## Scale: allocations/s by cluster size (steady state, half the devices in use)",
+            "",
+        ]
+        out += level1_table(scale)
+        out.append("")
+    level2 = results.get("level2") or []
+    if level2:
+        out += ["## Level 2: end to end on the testbed", "", *level2_table(level2), ""]
+    skipped = results.get("skipped") or {}
+    for part, reason in skipped.items():
+        out.append(f"- {part} skipped: {reason}")
+    footprint = results.get("footprint")
+    if footprint:
+        out += ["", "## Operator footprint", ""]
+        for key, value in footprint.items():
+            out.append(f"- {key}: {value}")
+    profile = results.get("profile")
+    if profile:
+        out += [
+            "",
+            "## Where dralloc's time goes (cProfile, slowest ratio)",
+            "",
+            "```",
+            profile.rstrip(),
+            "```",
+        ]
+    out.append("")
+    return "\n".join(out)
+
+
+def plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """Bar chart of pods/s per workload (both engines) and a ratio chart; [] without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    rows = [r for r in (results.get("level1") or []) if r.get("upstream")]
+    if rows:
+        names = [
+            r["workload"].split("/", 1)[-1] + "\n" + r["workload"].split("/", 1)[0][:28]
+            for r in rows
+        ]
+        dralloc = [r["dralloc"]["pods_per_second"] for r in rows]
+        upstream = [r["upstream"]["pods_per_second"] for r in rows]
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 9))
+        xs = range(len(rows))
+        ax1.bar([x - 0.2 for x in xs], dralloc, width=0.4, label="dralloc (Python)")
+        ax1.bar([x + 0.2 for x in xs], upstream, width=0.4, label="upstream (Go)")
+        ax1.set_yscale("log")
+        ax1.set_ylabel("pods/s (log)")
+        ax1.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=7)
+        ax1.legend()
+        ax1.set_title("Level 1: allocation engine throughput")
+        ratios = [r["ratio"] or 0 for r in rows]
+        ax2.bar(list(xs), ratios, color=["tab:green" if v >= 1 else "tab:red" for v in ratios])
+        ax2.axhline(1.0, color="black", linewidth=0.8)
+        ax2.axhline(3.0, color="gray", linewidth=0.8, linestyle="--")
+        ax2.set_ylabel("dralloc / upstream")
+        ax2.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=7)
+        fig.tight_layout()
+        path = out_dir / "level1.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    scale = [r for r in (results.get("scale") or []) if r.get("upstream")]
+    if scale:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        nodes = [r["nodes"] for r in scale]
+        ax.plot(
+            nodes, [r["dralloc"]["pods_per_second"] for r in scale], marker="o", label="dralloc"
+        )
+        ax.plot(
+            nodes, [r["upstream"]["pods_per_second"] for r in scale], marker="o", label="upstream"
+        )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes (10 devices each, half in use)")
+        ax.set_ylabel("allocations/s")
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / "scale.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def summarize_level1(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Geometric mean and minimum of the ratios, leaving out smoke-sized workloads."""
+    rated = [(r["workload"], r["ratio"]) for r in rows if r.get("ratio") and not r.get("smoke")]
+    if not rated:
+        return {}
+    low = min(rated, key=lambda item: item[1])
+    return {
+        "geomean": geometric_mean(v for _, v in rated),
+        "min": low[1],
+        "minWorkload": low[0],
+        "count": len(rated),
+    }
+
+
+def write(results: dict[str, Any], out_dir: Path = RESULTS_DIR) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = "quick" if results.get("quick") else "latest"
+    json_path = out_dir / f"{stem}.json"
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    md_path = out_dir / f"{stem}.md"
+    md_path.write_text(markdown(results))
+    written = [json_path, md_path]
+    if not results.get("quick"):
+        written += plots(results, out_dir)
+    return written

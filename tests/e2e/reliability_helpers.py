@@ -1,0 +1,146 @@
+"""Helpers of the reliability suites (bad input, security, faults): invariants of the live
+testbed through ``operators.toolkit.check``, and control-plane faults.
+
+The invariant check reads the cluster with ``kubectl get -o json`` (list calls only) and runs
+the same checker as ``dralloc check``, so a test failure prints the same violations a user
+would see.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import time
+from collections.abc import Collection
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from operators.toolkit.check import DEFAULT_RULES, CheckReport, check_snapshot, tolerant_snapshot
+from operators.toolkit.sources import objects_from_documents
+
+from .kube_helpers import TESTBED_DIR, Testbed, wait_for
+
+GROUP = "resource.dralloc.dev"
+DRA_KINDS = ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
+
+
+def cluster_check(
+    testbed: Testbed,
+    namespaces: Collection[str] | None = None,
+    rules: tuple[str, ...] = DEFAULT_RULES,
+) -> CheckReport:
+    """The invariant checker on the testbed as it is now.
+
+    ``namespaces`` limits claims and pods to those namespaces (cluster-scoped objects are
+    always read): tests share one control plane, and another test's leftovers are not this
+    test's violations.
+    """
+    kinds = ",".join([*(f"{k}.{GROUP}" for k in DRA_KINDS), "pods", "nodes", "namespaces"])
+    listing = testbed.get(kinds, "--all-namespaces")
+    assert listing is not None
+    items = [
+        item
+        for item in listing.get("items") or []
+        if namespaces is None
+        or item.get("kind") == "Namespace"
+        or (item.get("metadata") or {}).get("namespace") in (*namespaces, None)
+    ]
+    documents = [{"apiVersion": "v1", "kind": "List", "items": items}]
+    snapshot, unreadable = tolerant_snapshot(objects_from_documents("testbed", documents))
+    return check_snapshot(snapshot, rules, pods_complete=True, unreadable=unreadable)
+
+
+def assert_invariants(
+    testbed: Testbed,
+    namespaces: Collection[str] | None = None,
+    rules: tuple[str, ...] = DEFAULT_RULES,
+) -> CheckReport:
+    report = cluster_check(testbed, namespaces, rules)
+    assert report.ok, "invariants broken:\n" + "\n".join(str(v) for v in report.violations)
+    return report
+
+
+def pod_condition(pod: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == type_:
+            return dict(condition)
+    return None
+
+
+def event_messages(testbed: Testbed, namespace: str, name: str) -> list[str]:
+    found = testbed.get(
+        "events", f"--namespace={namespace}", f"--field-selector=involvedObject.name={name}"
+    )
+    return [str(e.get("message") or "") for e in (found or {}).get("items") or []]
+
+
+# -- control-plane faults ----------------------------------------------------------------------
+
+
+def _control_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("testbed_control", TESTBED_DIR / "control.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def restart_apiserver(testbed: Testbed, down_for: float = 2.0) -> float:
+    """Stop kube-apiserver, wait, start it again with the same command; returns the outage.
+
+    The new process is recorded in the testbed's state.json, so ``testbed/down`` and the
+    owner watchdog stop it like the original. Skips for a reused testbed (not ours).
+    """
+    if testbed.state_dir is None:
+        pytest.skip(
+            "API server restart needs a testbed started by this run (DRALLOC_KUBECONFIG set)"
+        )
+    control = _control_module()
+    state = control.State.load(testbed.state_dir)
+    current = [
+        c
+        for c in state.components
+        if c.name == "kube-apiserver" and control.process_start_time(c.pid) == c.start_time
+    ]
+    assert current, "no running kube-apiserver recorded in state.json"
+    component = current[-1]
+    proc = Path(f"/proc/{component.pid}")
+    argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+    env = dict(
+        item.decode().split("=", 1)
+        for item in (proc / "environ").read_bytes().split(b"\0")
+        if b"=" in item
+    )
+    started = time.monotonic()
+    os.killpg(component.pid, signal.SIGTERM)
+    wait_for(
+        "kube-apiserver to exit",
+        lambda: control.process_start_time(component.pid) != component.start_time,
+        timeout=30,
+        interval=0.1,
+    )
+    time.sleep(down_for)
+    control.start(state, "kube-apiserver", argv, env)
+    wait_for(
+        "kube-apiserver ready again",
+        lambda: testbed.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
+        timeout=60,
+        interval=0.5,
+    )
+    return time.monotonic() - started
+
+
+def json_patch(
+    testbed: Testbed, kind: str, name: str, namespace: str, patch: Any, *extra: str
+) -> bool:
+    """A merge patch; False when it was refused (conflict, gone) rather than raising."""
+    result = testbed.kubectl(
+        "patch", kind, name, f"--namespace={namespace}", "--type=merge", "-p", json.dumps(patch), *extra,
+        check=False,
+    )  # fmt: skip
+    return result.returncode == 0

@@ -1,0 +1,168 @@
+"""Each example of manifests/examples, applied to the testbed with the operator running.
+
+The examples are written for two kwok nodes named kwok-node-0 and kwok-node-1 and the fake
+driver gpu.example.com (8 GPUs per node); this module creates those nodes, applies the
+examples as a user would (`kubectl apply -k`), and checks what each one promises. It
+deletes what it created at the end, so a reused testbed stays clean.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .kube_helpers import REPO_ROOT, Testbed, wait_for
+from .operator_fixtures import DEVICES_ANNOTATION, OperatorProcess, operator  # noqa: F401
+
+EXAMPLES = REPO_ROOT / "manifests" / "examples"
+NS = "dralloc-examples"
+MONITORING = "dralloc-monitoring"
+GROUP = "resource.dralloc.dev"
+WAIT_S = 90.0
+
+
+@pytest.fixture(scope="module")
+def examples(testbed: Testbed, operator: OperatorProcess) -> Iterator[Testbed]:  # noqa: F811
+    testbed.create_nodes(2, {}, prefix="kwok-node")
+    testbed.kubectl("apply", "-k", str(EXAMPLES))
+    try:
+        yield testbed
+    finally:
+        testbed.kubectl(
+            "delete",
+            "-k",
+            str(EXAMPLES / "device-taint" / "rule"),
+            "--ignore-not-found",
+            check=False,
+        )
+        testbed.kubectl("delete", "namespace", NS, MONITORING, "--wait=false", check=False)
+        testbed.kubectl(
+            "delete",
+            "-k",
+            str(EXAMPLES / "driver"),
+            "--ignore-not-found",
+            "--wait=false",
+            check=False,
+        )
+
+
+def pod_devices(testbed: Testbed, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The devices annotation of a pod once it is bound, as a flat list of devices."""
+
+    def allocated() -> list[dict[str, Any]] | None:
+        pod = testbed.get("pod", name, "-n", namespace)
+        if pod is None or not pod["spec"].get("nodeName"):
+            return None
+        raw = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
+        if not raw:
+            return None
+        return [
+            {**d, "claim": c["resourceClaimName"]} for c in json.loads(raw) for d in c["devices"]
+        ]
+
+    devices: list[dict[str, Any]] = wait_for(
+        f"pod {namespace}/{name} allocated and bound", allocated, timeout=WAIT_S
+    )
+    return devices
+
+
+def node_of(testbed: Testbed, namespace: str, name: str) -> str:
+    pod = testbed.get("pod", name, "-n", namespace)
+    assert pod is not None
+    return str(pod["spec"]["nodeName"])
+
+
+def attributes(testbed: Testbed, pool: str, device: str) -> dict[str, Any]:
+    listing = testbed.get(f"resourceslices.{GROUP}")
+    assert listing is not None
+    for item in listing["items"]:
+        if item["spec"]["pool"]["name"] == pool and item["spec"]["driver"] == "gpu.example.com":
+            for entry in item["spec"]["devices"]:
+                if entry["name"] == device:
+                    return {k: next(iter(v.values())) for k, v in entry["attributes"].items()}
+    raise AssertionError(f"device {pool}/{device} not published")
+
+
+def claim(testbed: Testbed, namespace: str, name: str) -> dict[str, Any]:
+    found = testbed.get(f"resourceclaims.{GROUP}", name, "-n", namespace)
+    assert found is not None, f"claim {namespace}/{name} missing"
+    return found
+
+
+def test_one_gpu(examples: Testbed) -> None:
+    devices = pod_devices(examples, NS, "one-gpu")
+    assert len(devices) == 1
+    (device,) = devices
+    assert device["pool"] == node_of(examples, NS, "one-gpu")
+    status = claim(examples, NS, device["claim"])["status"]
+    assert [r["name"] for r in status["reservedFor"]] == ["one-gpu"]
+
+
+def test_numa_pair_shares_a_numa_node(examples: Testbed) -> None:
+    devices = pod_devices(examples, NS, "numa-pair")
+    assert len(devices) == 2
+    numa = {attributes(examples, d["pool"], d["device"])["numa"] for d in devices}
+    assert len(numa) == 1, devices
+
+
+def test_shared_claim_serves_every_pod_on_one_node(examples: Testbed) -> None:
+    per_pod = [pod_devices(examples, NS, f"shared-gpu-{i}") for i in range(3)]
+    assert all(devices == per_pod[0] for devices in per_pod)
+    assert len({node_of(examples, NS, f"shared-gpu-{i}") for i in range(3)}) == 1
+    reserved = claim(examples, NS, "shared-gpu")["status"]["reservedFor"]
+    assert sorted(r["name"] for r in reserved) == ["shared-gpu-0", "shared-gpu-1", "shared-gpu-2"]
+
+
+def test_prioritized_list_takes_one_alternative_whole(examples: Testbed) -> None:
+    devices = pod_devices(examples, NS, "prioritized-list")
+    requests = {d["request"] for d in devices}
+    assert len(requests) == 1
+    (taken,) = requests
+    if taken == "gpu/large":
+        assert len(devices) == 1
+        assert attributes(examples, devices[0]["pool"], devices[0]["device"])["model"].startswith(
+            "H100"
+        )
+    else:
+        assert taken == "gpu/two-small"
+        assert len(devices) == 2
+        roots = {attributes(examples, d["pool"], d["device"])["pcieRoot"] for d in devices}
+        assert len(roots) == 1, devices
+
+
+def test_admin_access_sees_every_gpu_of_its_node(examples: Testbed) -> None:
+    devices = pod_devices(examples, MONITORING, "gpu-monitor")
+    assert node_of(examples, MONITORING, "gpu-monitor") == "kwok-node-0"
+    assert sorted(d["device"] for d in devices) == [f"gpu-{i}" for i in range(8)]
+    assert all(d.get("adminAccess") for d in devices)
+
+
+def test_no_device_is_allocated_twice_outside_admin_access(examples: Testbed) -> None:
+    for name in ("one-gpu", "numa-pair", "prioritized-list", "shared-gpu-0", "pinned-gpu"):
+        pod_devices(examples, NS, name)
+    listing = examples.get(f"resourceclaims.{GROUP}", "-A")
+    assert listing is not None
+    seen: dict[tuple[str, str], str] = {}
+    for item in listing["items"]:
+        allocation = (item.get("status") or {}).get("allocation")
+        for result in (allocation or {}).get("devices", {}).get("results", []):
+            if result.get("adminAccess") or result["driver"] != "gpu.example.com":
+                continue
+            key = (result["pool"], result["device"])
+            owner = f"{item['metadata']['namespace']}/{item['metadata']['name']}"
+            assert key not in seen, f"{key} allocated to {seen.get(key)} and {owner}"
+            seen[key] = owner
+
+
+def test_noexecute_device_taint_evicts_the_pinned_pod(examples: Testbed) -> None:
+    devices = pod_devices(examples, NS, "pinned-gpu")
+    assert [(d["pool"], d["device"]) for d in devices] == [("kwok-node-0", "gpu-7")]
+    examples.kubectl("apply", "-k", str(EXAMPLES / "device-taint" / "rule"))
+    wait_for(
+        "pod pinned-gpu evicted by the NoExecute DeviceTaintRule",
+        lambda: examples.get("pod", "pinned-gpu", "-n", NS) is None,
+        timeout=WAIT_S,
+    )

@@ -1,0 +1,77 @@
+"""Smoke test of the benchmark harness (benchmarks are not tests; this only checks they run).
+
+Tiny workloads only: the definitions expand into valid objects, dralloc's replay places every
+pod, the Go harness (when its build is cached) makes the same placements, and the report
+renders. Speed is never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench import level1, report
+from bench.scenario import expand, load, load_all
+
+
+def test_every_workload_definition_loads() -> None:
+    workloads = load_all()
+    keys = {w.key for w in workloads}
+    assert {"template_5000pods_500nodes", "steady_full_500nodes", "claim_2000pods_100nodes"} <= keys
+    for workload in workloads:
+        assert workload.mode in ("fill", "steady"), workload.key
+        assert workload.measured_pods > 0, workload.key
+
+
+def test_steady_preallocation_never_reuses_a_device() -> None:
+    scenario = expand(load("steady_full_100nodes").scaled(0.05))
+    devices = Counter(
+        (r["pool"], r["device"])
+        for claim in scenario.preallocated
+        for r in claim["status"]["allocation"]["devices"]["results"]
+    )
+    assert len(devices) == 990
+    assert max(devices.values()) == 1
+
+
+def test_dralloc_replay_places_every_pod() -> None:
+    result = level1.run_dralloc(expand(load("template_fast")))
+    assert (result.pods, result.unschedulable) == (10, 0)
+    # Full cluster: only 10 devices free, 10 pods in flight: works only if deleted pods' claims
+    # are released before the next pod is placed.
+    steady = level1.run_dralloc(expand(load("steady_full_100nodes").scaled(0.03)))
+    assert (steady.pods, steady.unschedulable) == (30, 0)
+
+
+def test_shared_claims_pin_later_pods_to_the_first_pods_node() -> None:
+    scenario = expand(load("claim_2000pods_100nodes").scaled(0.01))
+    replay = level1.DrallocReplay(scenario)
+    nodes = [replay.place(step) for step in scenario.init_steps[:5]]
+    assert nodes[0] and len(set(nodes)) == 1
+
+
+def test_upstream_harness_makes_the_same_placements() -> None:
+    try:
+        binary = level1.upstream_binary(build=False)
+    except level1.UpstreamUnavailable as error:
+        pytest.skip(f"the Go harness is not built (bench/upstream/build): {error}")
+    scenario = expand(load("steady_half_100nodes").scaled(0.05))
+    comparison = level1.compare(scenario, "steady_half_100nodes", binary)
+    assert comparison.upstream is not None
+    assert comparison.upstream.pods == comparison.dralloc.pods == 50
+    assert comparison.same_placements
+
+
+def test_report_renders_a_table_and_json(tmp_path: Path) -> None:
+    comparison = level1.compare(expand(load("template_fast")), "template_fast", None)
+    rows = [comparison.to_json()]
+    results = {"quick": True, "machine": report.machine(), "level1": rows, "skipped": {"x": "why"}}
+    written = report.write(results, tmp_path)
+    markdown = (tmp_path / "quick.md").read_text()
+    assert "SchedulingWithResourceClaimTemplate/fast" in markdown
+    assert "x skipped: why" in markdown
+    assert json.loads((tmp_path / "quick.json").read_text())["level1"][0]["dralloc"]["pods"] == 10
+    assert len(written) == 2

@@ -1,0 +1,93 @@
+"""Leader election: the pure decision and a full round against a fake Lease API."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from operators.kube import Conflict, NotFound
+from operators.leader import LeaderElector, LeaseRecord, Observation, decide
+
+
+def record(holder: str, duration: float = 10.0) -> LeaseRecord:
+    return LeaseRecord(holder, duration, "t0", "t1", 0)
+
+
+def test_decide() -> None:
+    assert decide("me", Observation(), now=0.0)
+    held = Observation()
+    held.see(record("other"), now=100.0)
+    assert not decide("me", held, now=105.0)  # renewed 5 s ago, lease is 10 s
+    assert decide("me", held, now=110.0)  # not renewed for the whole lease duration
+    mine = Observation()
+    mine.see(record("me"), now=100.0)
+    assert decide("me", mine, now=100.5)
+    released = Observation()
+    released.see(record(""), now=100.0)
+    assert decide("me", released, now=100.0)
+
+
+def test_observation_only_changes_on_new_record() -> None:
+    seen = Observation()
+    seen.see(record("other"), now=1.0)
+    seen.see(record("other"), now=9.0)  # same record again: the clock keeps running
+    assert seen.changed_at == 1.0
+
+
+class FakeLeases:
+    """One Lease with resourceVersion checks, as the API server does."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+
+    async def get(self, resource: Any, name: str, namespace: str) -> dict[str, Any]:
+        if self.lease is None:
+            raise NotFound(404, "NotFound", name)
+        return copy.deepcopy(self.lease)
+
+    async def create(self, resource: Any, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+        if self.lease is not None:
+            raise Conflict(409, "AlreadyExists", "")
+        return self._store(body)
+
+    async def replace(self, resource: Any, body: dict[str, Any]) -> dict[str, Any]:
+        assert self.lease is not None
+        if body["metadata"]["resourceVersion"] != self.lease["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", "stale")
+        return self._store(body)
+
+    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        self.lease = copy.deepcopy(body)
+        self.lease["metadata"]["resourceVersion"] = str(self.version)
+        return copy.deepcopy(self.lease)
+
+
+async def test_two_candidates_one_leader_then_takeover() -> None:
+    api = FakeLeases()
+    clock = [0.0]
+
+    def elector(identity: str) -> LeaderElector:
+        return LeaderElector(
+            api,  # type: ignore[arg-type]
+            name="l", namespace="ns", identity=identity,
+            lease_duration=10, renew_deadline=5, retry_period=1,
+            clock=lambda: clock[0],
+        )  # fmt: skip
+
+    a, b = elector("a"), elector("b")
+    assert await a.try_acquire_or_renew()
+    assert not await b.try_acquire_or_renew()
+    clock[0] = 5.0
+    assert await a.try_acquire_or_renew()  # renewal
+    assert not await b.try_acquire_or_renew()
+    clock[0] = 14.0  # b saw the renewal at 5.0; 9 s < 10 s
+    assert not await b.try_acquire_or_renew()
+    clock[0] = 15.5
+    assert await b.try_acquire_or_renew()
+    assert api.lease is not None
+    assert api.lease["spec"]["holderIdentity"] == "b"
+    assert api.lease["spec"]["leaseTransitions"] == 1
+    clock[0] = 16.0
+    assert not await a.try_acquire_or_renew()  # the old leader sees b now

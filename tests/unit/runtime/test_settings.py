@@ -1,0 +1,58 @@
+"""Settings: flags over environment over defaults, and refusal of bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from operators.settings import FeatureGates, NodePolicy, Settings, SettingsError
+
+
+def test_defaults() -> None:
+    settings = Settings.from_sources({}, {})
+    assert settings.node_policy is NodePolicy.BINPACK
+    assert settings.max_evictions_per_minute == 0
+    assert settings.feature_gates["DRAAdminAccess"] is True
+    assert settings.feature_gates["DRAListTypeAttributes"] is False
+
+
+def test_flag_beats_environment() -> None:
+    env = {"DRALLOC_NODE_POLICY": "spread", "DRALLOC_LEASE_NAME": "from-env"}
+    settings = Settings.from_argv(["--node-policy=first-fit", "--no-webhook"], env)
+    assert settings.node_policy is NodePolicy.FIRST_FIT
+    assert settings.lease_name == "from-env"
+    assert settings.webhook is False
+
+
+def test_environment_types() -> None:
+    env = {
+        "DRALLOC_MAX_EVICTIONS_PER_MINUTE": "12",
+        "DRALLOC_RETRY_PERIOD": "0.5",
+        "DRALLOC_TAINTS_CONTROLLER": "off",
+        "DRALLOC_FEATURE_GATES": "DRAAdminAccess=false",
+    }
+    settings = Settings.from_sources({}, env)
+    assert settings.max_evictions_per_minute == 12
+    assert settings.retry_period == 0.5
+    assert settings.taints_controller is False
+    assert settings.feature_gates["DRAAdminAccess"] is False
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DRALLOC_NODE_POLICY": "random"},
+        {"DRALLOC_FEATURE_GATES": "DRANoSuchGate=true"},
+        {"DRALLOC_FEATURE_GATES": "DRAAdminAccess=maybe"},
+        {"DRALLOC_MAX_EVICTIONS_PER_MINUTE": "-1"},
+        {"DRALLOC_LEASE_DURATION": "5", "DRALLOC_RENEW_DEADLINE": "10"},
+        {"DRALLOC_METRICS_PORT": "eighty"},
+    ],
+)
+def test_bad_values_are_refused(env: dict[str, str]) -> None:
+    with pytest.raises(SettingsError):
+        Settings.from_sources({}, env)
+
+
+def test_gates_render_round_trip() -> None:
+    gates = FeatureGates.parse("DRADeviceTaints=false")
+    assert FeatureGates.parse(gates.render()) == gates

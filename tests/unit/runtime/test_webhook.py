@@ -1,0 +1,36 @@
+"""The webhook's decision and its self-signed certificate."""
+
+from __future__ import annotations
+
+import ssl
+import tempfile
+from pathlib import Path
+
+from operators.webhooks import build_self_signed_certificate, gate_patch
+
+CLAIMS = {"resource.dralloc.dev/claims": '[{"name":"a","resourceClaimName":"c"}]'}
+
+
+def test_gate_added_only_to_pods_with_claims() -> None:
+    assert gate_patch({"metadata": {}, "spec": {}}) is None
+    assert gate_patch({"metadata": {"annotations": CLAIMS}, "spec": {}}) == [
+        {"name": "resource.dralloc.dev/allocation"}
+    ]
+    other = {"metadata": {"annotations": CLAIMS}, "spec": {"schedulingGates": [{"name": "x"}]}}
+    assert gate_patch(other) == [{"name": "x"}, {"name": "resource.dralloc.dev/allocation"}]
+    already = {"metadata": {"annotations": CLAIMS}, "spec": {"schedulingGates": gate_patch(other)}}
+    assert gate_patch(already) is None
+
+
+def test_certificate_loads_and_names_hosts() -> None:
+    cert, key = build_self_signed_certificate(["localhost", "127.0.0.1", "0.0.0.0"])
+    with tempfile.TemporaryDirectory() as tmp:
+        cert_path, key_path = Path(tmp, "c.pem"), Path(tmp, "k.pem")
+        cert_path.write_bytes(cert)
+        key_path.write_bytes(key)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert_path, key_path)  # raises if they do not match
+        decoded = ssl._ssl._test_decode_cert(str(cert_path))  # type: ignore[attr-defined]
+    names = {value for _, value in decoded["subjectAltName"]}
+    assert {"localhost", "127.0.0.1"} <= names
+    assert "0.0.0.0" not in names
