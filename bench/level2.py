@@ -341,7 +341,7 @@ class Harness:
             self.harness_writes += 1
 
     async def watch_bindings(self, namespace: str, on_bound: Any = None) -> None:
-        _, version = await self.client.list(PODS, namespace, limit=1)
+        _, version = await self.client.list(PODS, namespace)
         while True:
             async for event in self.client.watch(
                 PODS, version, namespace=namespace, timeout_seconds=600

@@ -49,7 +49,9 @@ def wait_reason(testbed: Testbed, namespace: str, name: str, *needles: str) -> s
         text = reason_of(testbed, namespace, name)
         return text if any(n in text for n in needles) else ""
 
-    return str(wait_for(f"reason {needles} on pod {name}", seen, timeout=REASON_TIMEOUT_S))
+    reason = str(wait_for(f"reason {needles} on pod {name}", seen, timeout=REASON_TIMEOUT_S))
+    print(f"\n[bad input] pod {name}: {reason}")  # the figures of the suite (pytest -s / -rP)
+    return reason
 
 
 def device_class(name: str, expression: str) -> dict[str, Any]:
@@ -176,6 +178,7 @@ def test_malformed_claims_annotation_is_reported(
 def _apply_refused(testbed: Testbed, manifest: dict[str, Any]) -> str:
     result = testbed.kubectl("create", "-f", "-", input=json.dumps(manifest), check=False)
     assert result.returncode != 0, "the API server accepted an invalid slice"
+    print(f"\n[bad input] refused: {result.stderr.strip()[:400]}")
     return result.stderr
 
 
