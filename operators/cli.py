@@ -141,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ToolkitError as exc:
         print(f"dralloc {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `dralloc ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return EXIT_OK
 
 
 def _run(operator_args: list[str]) -> int:

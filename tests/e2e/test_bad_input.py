@@ -63,7 +63,9 @@ def device_class(name: str, expression: str) -> dict[str, Any]:
     }
 
 
-def template_for_class(namespace: str, name: str, class_name: str, **request: Any) -> dict[str, Any]:
+def template_for_class(
+    namespace: str, name: str, class_name: str, **request: Any
+) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/v1",
         "kind": "ResourceClaimTemplate",
@@ -106,7 +108,7 @@ def test_invalid_cel_selector_in_a_class_fails_only_its_claims(
     testbed.apply(template_for_class(namespace, "broken", broken))
     testbed.apply(pod(namespace, "victim", pool, uses("broken")))
     reason = wait_reason(testbed, namespace, "victim", "Syntax error", "compilation failed")
-    assert broken in reason or "selector" in reason, reason
+    assert f"class {broken}: selector #0: CEL compile error" in reason, reason
     assert_unharmed(testbed, operator, namespace, pool, "victim")
 
 
@@ -130,15 +132,13 @@ def test_cost_bomb_is_stopped_within_bounded_time(
     pool = make_pool(testbed, nodes=1, devices=2)
     items = "[" + ", ".join(str(i) for i in range(60)) + "]"
     bomb = f"{items}.all(a, {items}.all(b, {items}.all(c, {items}.all(d, a + b + c + d >= 0))))"
-    testbed.apply(
-        template(namespace, "bomb", pool, selectors=[{"cel": {"expression": bomb}}])
-    )
+    testbed.apply(template(namespace, "bomb", pool, selectors=[{"cel": {"expression": bomb}}]))
     started = time.monotonic()
     testbed.apply(pod(namespace, "victim", pool, uses("bomb")))
     reason = wait_reason(testbed, namespace, "victim", "cost limit")
     elapsed = time.monotonic() - started
     assert elapsed < 30, f"the cost-limit reason took {elapsed:.1f}s"
-    assert "cost limit" in reason
+    assert "actual cost limit exceeded" in reason, reason
     assert_unharmed(testbed, operator, namespace, pool, "victim")
 
 
@@ -150,7 +150,7 @@ def test_missing_class_is_reported(
     testbed.apply(template_for_class(namespace, "absent", absent))
     testbed.apply(pod(namespace, "victim", pool, uses("absent")))
     reason = wait_reason(testbed, namespace, "victim", absent)
-    assert "not found" in reason or "does not exist" in reason or "no" in reason, reason
+    assert f'deviceclass "{absent}" not found' in reason, reason
     assert_unharmed(testbed, operator, namespace, pool, "victim")
 
 
@@ -235,7 +235,7 @@ def test_duplicate_device_names_across_slices_of_a_pool_are_reported(
     bad, good = _split_pool(testbed, namespace, counts=(2, 2), duplicate=True)
     testbed.apply(pod(namespace, "victim", bad, uses("split")))
     reason = wait_reason(testbed, namespace, "victim", "duplicate device name", "invalid")
-    assert "dev-0" in reason or "invalid resource pool" in reason, reason
+    assert "invalid resource pools" in reason and "duplicate device name dev-0" in reason, reason
     assert_unharmed(testbed, operator, namespace, good, "victim")
 
 
@@ -244,6 +244,6 @@ def test_slices_disagreeing_on_resource_slice_count_are_reported(
 ) -> None:
     bad, good = _split_pool(testbed, namespace, counts=(2, 3), duplicate=False)
     testbed.apply(pod(namespace, "victim", bad, uses("split")))
-    reason = wait_reason(testbed, namespace, "victim", "0/")
-    assert reason, reason
+    reason = wait_reason(testbed, namespace, "victim", "resourceSliceCount", "incomplete")
+    assert "invalid resource pools" in reason and "(2, 3)" in reason, reason
     assert_unharmed(testbed, operator, namespace, good, "victim")

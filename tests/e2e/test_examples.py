@@ -9,6 +9,8 @@ deletes what it created at the end, so a reused testbed stays clean.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,3 +168,26 @@ def test_noexecute_device_taint_evicts_the_pinned_pod(examples: Testbed) -> None
         lambda: examples.get("pod", "pinned-gpu", "-n", NS) is None,
         timeout=WAIT_S,
     )
+
+
+def test_toolkit_reads_the_live_cluster(examples: Testbed) -> None:
+    """`dralloc explain/simulate --live` see what the operator did (list calls only)."""
+    pod_devices(examples, NS, "numa-pair")
+    base = [sys.executable, "-m", "operators.cli"]
+    explained = subprocess.run(
+        [*base, "explain", "pod/numa-pair", "-n", NS, "--live", "-o", "json"],
+        capture_output=True, text=True, timeout=120, check=False, env=examples.env(),
+    )  # fmt: skip
+    assert explained.returncode == 0, explained.stderr
+    result = json.loads(explained.stdout)
+    assert result["status"] == "allocated"
+    assert result["node"] == node_of(examples, NS, "numa-pair")
+    # 16 GPUs in all: 17 more single-GPU pods cannot fit, whatever is allocated now.
+    simulated = subprocess.run(
+        [*base, "simulate", "--live", "--add-pods", "17", "--template", f"{NS}/one-gpu", "-o", "json"],
+        capture_output=True, text=True, timeout=120, check=False, env=examples.env(),
+    )  # fmt: skip
+    assert simulated.returncode == 1, simulated.stderr
+    report = json.loads(simulated.stdout)
+    assert report["fits"] is False
+    assert any(p["origin"] == "added" for p in report["pending"])

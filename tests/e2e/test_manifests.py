@@ -9,6 +9,8 @@ nothing near Secrets.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +168,81 @@ def test_service_account_may_not_do_more(
     assert not can_i(testbed, verb, resource, namespace), (
         f"{verb} {resource} {namespace or '(all)'}"
     )
+
+
+CERT_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:dralloc-webhook-cert"
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "name", "expected"),
+    [
+        ("create", "secrets", "", True),
+        ("get", "secrets", "dralloc-webhook-tls", True),
+        ("update", "secrets", "dralloc-webhook-tls", True),
+        ("get", "secrets", "someone-elses", False),
+        ("list", "secrets", "", False),
+        ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "dralloc", True),
+        ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "other", False),
+        ("list", "pods", "", False),
+    ],
+)
+def test_certificate_job_account_is_confined(
+    testbed: Testbed, rbac_applied: None, verb: str, resource: str, name: str, expected: bool
+) -> None:
+    target = f"{resource}/{name}" if name else resource
+    result = testbed.kubectl(
+        "auth", "can-i", verb, target, "-n", NAMESPACE, f"--as={CERT_ACCOUNT}", check=False
+    )
+    assert result.stdout.strip() == ("yes" if expected else "no"), (verb, target, result.stderr)
+
+
+def test_webhook_cert_command_creates_the_secret_and_the_ca_bundle(
+    testbed: Testbed, namespace: str
+) -> None:
+    """`dralloc webhook-cert` (the Job's command) against the real API server."""
+    configuration = f"{namespace}.dralloc.test"
+    testbed.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": configuration},
+            "webhooks": [
+                {
+                    "name": f"noop.{configuration}",
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Ignore",
+                    "clientConfig": {
+                        "service": {"name": "dralloc-webhook", "namespace": namespace}
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": ["example.invalid"],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["nothing"],
+                        }
+                    ],
+                }
+            ],
+        }
+    )
+    args = [
+        sys.executable, "-m", "operators.cli", "webhook-cert", f"--namespace={namespace}",
+        f"--webhook-configuration={configuration}", f"--kubeconfig={testbed.kubeconfig}",
+    ]  # fmt: skip
+    try:
+        first = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+        assert first.returncode == 0, first.stderr
+        assert "created" in first.stdout and "updated in 1 webhook" in first.stdout
+        secret = testbed.get("secret", "dralloc-webhook-tls", "-n", namespace)
+        webhook = testbed.get("mutatingwebhookconfiguration", configuration)
+        assert secret is not None and webhook is not None
+        assert secret["type"] == "kubernetes.io/tls"
+        ca_bundle = webhook["webhooks"][0]["clientConfig"]["caBundle"]
+        assert ca_bundle == secret["data"]["ca.crt"]
+        second = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+        assert second.returncode == 0, second.stderr
+        assert "kept" in second.stdout and "updated in 0 webhook" in second.stdout
+    finally:
+        testbed.kubectl("delete", "mutatingwebhookconfiguration", configuration, check=False)

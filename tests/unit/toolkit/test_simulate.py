@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from operators.toolkit.errors import ToolkitError
-from operators.toolkit.simulate import AddPods, TaintDevice, simulate, work_size
+from operators.toolkit.simulate import AddPods, Scenario, TaintDevice, simulate, work_size
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import read_objects
 
@@ -71,7 +71,7 @@ def test_noexecute_taint_evicts_users_and_places_their_replacement(snapshot: Sna
 
 
 def test_noschedule_taint_evicts_nobody_but_blocks_the_device(snapshot: Snapshot) -> None:
-    scenarios = [
+    scenarios: list[Scenario] = [
         TaintDevice("gpu.example.com/node-a/gpu-3", effect="NoSchedule"),
         AddPods(1, "team-a", template="one-gpu"),
     ]

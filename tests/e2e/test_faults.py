@@ -1,0 +1,330 @@
+"""Injected faults on a pod/node run: after each, invariants hold and nothing is lost.
+
+Each test runs a workload (gated pods, one device each, every pod satisfiable) while one
+kind of fault is injected, then waits for the cluster to settle and checks:
+
+- every pod is bound, and the invariant checker (operators/toolkit/check.py, with the
+  opt-in ``bound-pod-claim-not-reserved`` rule) finds no violation: no device twice, every
+  reservation points at a live pod, every allocated claim carries the finalizer, every
+  bound pod's claim is allocated and reserved for it;
+- nothing is lost: one claim per pod, and third-party writes made during the run survive.
+
+Faults: the operator SIGKILLed at random points; two replicas racing for the Lease (the
+leader killed mid-run); the API server restarted mid-run (its watches then expire: 410 and
+relist, counted from the operator log); a claim changed by someone else while it is being
+allocated; a pool's generation bumped while pods are being allocated.
+
+Sizes: the CI run is short (50 pods on 10 nodes, 4 kills). ``DRALLOC_FAULTS=long`` runs the
+full version (500 pods on 100 nodes, 20 kills and more of every other fault); expect about
+15-30 minutes. Every run stops itself: each wait has a deadline and the module a timeout.
+Figures are printed as ``[faults] ...`` lines (``pytest -s`` or ``-rP``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from operators.toolkit.check import ALL_RULES
+
+from .kube_helpers import Testbed, unique_name, wait_for
+from .operator_fixtures import (
+    GATE,
+    GROUP,
+    OperatorProcess,
+    Pool,
+    claims_in,
+    install_crds,
+    make_pool,
+    pod,
+    slice_manifest,
+    template,
+)
+from .reliability_helpers import assert_invariants, json_patch, restart_apiserver
+
+
+@dataclass(frozen=True)
+class Size:
+    nodes: int
+    devices: int
+    pods: int
+    kills: int
+    settle_s: float
+
+
+LONG: Final = os.environ.get("DRALLOC_FAULTS", "short") == "long"
+SIZE: Final = (
+    Size(nodes=100, devices=6, pods=500, kills=20, settle_s=900)
+    if LONG
+    else Size(nodes=10, devices=6, pods=50, kills=4, settle_s=240)
+)
+
+pytestmark = pytest.mark.timeout(3600 if LONG else 900)
+
+
+# -- the workload -------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One workload in its own namespace and pool, with the operator replicas it started."""
+
+    testbed: Testbed
+    namespace: str
+    pool: Pool
+    tmp_path: Path
+    lease: str = field(default_factory=lambda: unique_name("dralloc-faults"))
+    replicas: list[OperatorProcess] = field(default_factory=list)
+    pods: list[str] = field(default_factory=list)
+    faults: int = 0
+
+    def start_replica(self, identity: str = "") -> OperatorProcess:
+        identity = identity or f"replica-{len(self.replicas)}"
+        proc = OperatorProcess(
+            self.testbed,
+            self.tmp_path / f"{identity}.log",
+            self.lease,
+            webhook=False,  # pods carry the gate themselves: no webhook to lose when killed
+            identity=identity,
+            extra=["--log-format=json"],
+        ).start()
+        self.replicas.append(proc)
+        return proc
+
+    def add_pods(self, count: int) -> None:
+        names = [f"p{len(self.pods) + i}" for i in range(count)]
+        bodies = []
+        for name in names:
+            body = pod(
+                self.namespace,
+                name,
+                self.pool,
+                [{"name": "dev", "resourceClaimTemplateName": "one"}],
+            )
+            body["spec"]["schedulingGates"] = [{"name": GATE}]
+            bodies.append(body)
+        for start in range(0, len(bodies), 50):
+            self.testbed.apply(*bodies[start : start + 50])
+        self.pods += names
+
+    def bound(self) -> int:
+        listing = self.testbed.get("pods", f"--namespace={self.namespace}")
+        items = (listing or {}).get("items") or []
+        return sum(1 for item in items if (item.get("spec") or {}).get("nodeName"))
+
+    def log(self) -> str:
+        return "".join(p.log() for p in self.replicas)
+
+    def settle_and_verify(self, scenario: str, started: float) -> None:
+        def all_bound() -> bool:
+            return self.bound() == len(self.pods)
+
+        try:
+            wait_for(
+                f"all {len(self.pods)} pods bound", all_bound, timeout=SIZE.settle_s, interval=2
+            )
+        finally:
+            bound = self.bound()
+        report = assert_invariants(self.testbed, [self.namespace], ALL_RULES)
+        claims = claims_in(self.testbed, self.namespace)
+        assert len(claims) == len(self.pods), f"{len(claims)} claims for {len(self.pods)} pods"
+        relists = self.log().count("watch expired, relisting")
+        print(
+            f"\n[faults] {scenario}: faults injected {self.faults}, pods {len(self.pods)}, "
+            f"bound {bound}, violations {len(report.violations)}, "
+            f"watch relists {relists}, {time.monotonic() - started:.0f}s"
+        )
+
+
+@pytest.fixture
+def run(testbed: Testbed, namespace: str, tmp_path: Path) -> Iterator[Run]:
+    install_crds(testbed)
+    pool = make_pool(testbed, nodes=SIZE.nodes, devices=SIZE.devices, prefix="faults")
+    testbed.apply(template(namespace, "one", pool))
+    state = Run(testbed, namespace, pool, tmp_path)
+    yield state
+    for proc in state.replicas:
+        proc.stop(signal.SIGKILL)
+    if os.environ.get("DRALLOC_E2E_SHOW_LOGS"):
+        print(state.log()[-20000:])
+
+
+def wait_acting(proc: OperatorProcess, mark: int = 0, timeout: float = 60) -> None:
+    """Until this replica holds the Lease and its controllers run."""
+    proc.wait_until("controllers starting", timeout=timeout, after=mark)
+
+
+def background(
+    action: Callable[[threading.Event], None],
+) -> tuple[threading.Thread, threading.Event]:
+    stop = threading.Event()
+    thread = threading.Thread(target=action, args=(stop,), daemon=True)
+    thread.start()
+    return thread, stop
+
+
+# -- the faults ---------------------------------------------------------------------------
+
+
+def test_operator_sigkilled_at_random_points(run: Run) -> None:
+    started = time.monotonic()
+    rng = random.Random(os.environ.get("DRALLOC_FAULTS_SEED", "8"))
+    batch = max(1, SIZE.pods // SIZE.kills)
+    current = run.start_replica()
+    wait_acting(current)
+    for kill in range(SIZE.kills):
+        run.add_pods(min(batch, SIZE.pods - len(run.pods)) or 1)
+        time.sleep(rng.uniform(0.2, 2.5))  # somewhere in the middle of allocating the batch
+        current.stop(signal.SIGKILL)
+        run.faults += 1
+        current = run.start_replica(f"after-kill-{kill}")
+        wait_acting(current)  # waits out the dead replica's Lease (4 s)
+    if len(run.pods) < SIZE.pods:
+        run.add_pods(SIZE.pods - len(run.pods))
+    run.settle_and_verify("operator SIGKILLed", started)
+
+
+def test_two_replicas_racing_and_the_leader_killed(run: Run) -> None:
+    started = time.monotonic()
+    first, second = run.start_replica("racer-a"), run.start_replica("racer-b")
+
+    def leader() -> OperatorProcess | None:
+        acting = [p for p in (first, second) if "controllers starting" in p.log()]
+        return acting[0] if len(acting) == 1 else None
+
+    chosen = wait_for("one of two racing replicas to lead", leader, timeout=60)
+    standby = second if chosen is first else first
+    assert "controllers starting" not in standby.log(), "both replicas act"
+    run.add_pods(SIZE.pods // 2)
+    time.sleep(1.0)
+    chosen.stop(signal.SIGKILL)
+    run.faults += 1
+    run.add_pods(SIZE.pods - len(run.pods))
+    wait_acting(standby, timeout=60)
+    for round_ in range(SIZE.kills // 4):  # the long run keeps swapping leaders
+        replacement = run.start_replica(f"racer-{round_}")
+        time.sleep(random.uniform(0.5, 2.0))
+        standby.stop(signal.SIGKILL)
+        run.faults += 1
+        wait_acting(replacement)
+        standby = replacement
+    run.settle_and_verify("two replicas racing", started)
+
+
+def test_api_server_restarted_mid_run(run: Run) -> None:
+    started = time.monotonic()
+    proc = run.start_replica()
+    wait_acting(proc)
+    restarts = 3 if LONG else 1
+    for _ in range(restarts):
+        run.add_pods(SIZE.pods // (restarts + 1))
+        time.sleep(0.5)
+        outage = restart_apiserver(run.testbed)
+        run.faults += 1
+        print(f"\n[faults] API server down and back in {outage:.1f}s")
+    run.add_pods(SIZE.pods - len(run.pods))
+    run.settle_and_verify("API server restarted", started)
+    assert proc.process is not None and proc.process.poll() is None, "the operator died"
+    assert "watch expired, relisting" in proc.log() or "list/watch failed" in proc.log()
+
+
+def test_claims_changed_by_someone_else_mid_allocation(run: Run) -> None:
+    started = time.monotonic()
+    proc = run.start_replica()
+    wait_acting(proc)
+    reported: dict[str, dict[str, Any]] = {}
+    meddles = {"labels": 0, "status": 0}
+    rng = random.Random(81)
+
+    def meddle(stop: threading.Event) -> None:
+        while not stop.is_set():
+            for claim in claims_in(run.testbed, run.namespace):
+                if stop.is_set() or rng.random() > 0.3:
+                    continue
+                name = claim["metadata"]["name"]
+                allocation = (claim.get("status") or {}).get("allocation")
+                if allocation is None:
+                    # Bumps the resourceVersion under the allocator's feet: its write conflicts.
+                    patch = {
+                        "metadata": {"labels": {"e2e.dralloc.dev/meddled": str(time.time_ns())}}
+                    }
+                    if json_patch(
+                        run.testbed, f"resourceclaims.{GROUP}", name, run.namespace, patch
+                    ):
+                        meddles["labels"] += 1
+                elif name not in reported:
+                    # What a driver does once a claim is allocated: report device status.
+                    result = allocation["devices"]["results"][0]
+                    entry = {
+                        "driver": result["driver"],
+                        "pool": result["pool"],
+                        "device": result["device"],
+                        "data": {"e2e": name},
+                    }
+                    patch = {"status": {"devices": [entry]}}
+                    if json_patch(
+                        run.testbed, f"resourceclaims.{GROUP}", name, run.namespace, patch,
+                        "--subresource=status",
+                    ):  # fmt: skip
+                        reported[name] = entry
+                        meddles["status"] += 1
+
+    thread, stop = background(meddle)
+    try:
+        for _ in range(5):
+            run.add_pods(SIZE.pods // 5)
+            time.sleep(1.0)
+        wait_for(
+            "all pods bound",
+            lambda: run.bound() == len(run.pods),
+            timeout=SIZE.settle_s,
+            interval=2,
+        )
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    run.faults = meddles["labels"] + meddles["status"]
+    print(f"\n[faults] third-party writes: {meddles}")
+    run.settle_and_verify("claims changed by someone else", started)
+    assert meddles["labels"] > 0, "no claim was changed while unallocated; the fault did not happen"
+    by_name = {c["metadata"]["name"]: c for c in claims_in(run.testbed, run.namespace)}
+    for name, entry in reported.items():
+        devices = (by_name[name].get("status") or {}).get("devices") or []
+        assert entry in devices, f"the driver status written on {name} was lost"
+
+
+def test_pool_generation_bumped_mid_allocation(run: Run) -> None:
+    started = time.monotonic()
+    proc = run.start_replica()
+    wait_acting(proc)
+    generations = dict.fromkeys(run.pool.nodes, 1)
+    rng = random.Random(82)
+
+    def bump(stop: threading.Event) -> None:
+        while not stop.is_set():
+            node = rng.choice(run.pool.nodes)
+            generations[node] += 1
+            manifest = slice_manifest(run.pool.driver, node, SIZE.devices)
+            manifest["spec"]["pool"]["generation"] = generations[node]
+            run.testbed.apply(manifest)
+            run.faults += 1
+            stop.wait(0.3)
+
+    thread, stop = background(bump)
+    try:
+        for _ in range(5):
+            run.add_pods(SIZE.pods // 5)
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    run.settle_and_verify("pool generation bumped", started)
