@@ -7,8 +7,12 @@ BIN := $(VENV)/bin
 .PHONY: test deps testbed lint unit e2e crds demo bench clean
 
 ## test: install everything the tests need (Python deps, testbed binaries), lint, then run every test
-test: deps testbed lint
-	$(BIN)/pytest
+## (lint failures do not hide test results: both run, either one fails the target)
+test: deps testbed
+	@lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
+	$(BIN)/pytest; tests=$$?; \
+	if [ $$lint -ne 0 ]; then echo "lint failed (see above)"; fi; \
+	if [ $$tests -ne 0 ] || [ $$lint -ne 0 ]; then exit 1; fi
 
 ## deps: the project's virtualenv with the package and its dev tools
 deps: $(VENV)/.installed

@@ -467,8 +467,73 @@ def install_crds(testbed: Testbed) -> None:
     testbed.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 
 
+def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the operator (collapsed stacks), when py-spy is installed."""
+    pyspy = Path(sys.executable).parent / "py-spy"
+    if not pyspy.exists():
+        return None
+    args = [
+        str(pyspy),
+        "record",
+        "--pid",
+        str(pid),
+        "--format",
+        "raw",
+        "--rate",
+        "50",
+        "-o",
+        str(out),
+    ]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    if profiler is None:
+        return
+    profiler.send_signal(signal.SIGINT)
+    try:
+        profiler.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+        profiler.wait(timeout=10)
+
+
+def summarize_stacks(path: Path, top: int = 15) -> str:
+    """Share of samples per function: own time (leaf frame) and with callees (inclusive)."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    if not path.exists():
+        return ""
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[-1] if " (" in f else f
+            for f in stack.split(";")
+        ]
+        frames = [re.sub(r":\d+\)$", ")", f) for f in frames]
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + count
+    if not total:
+        return ""
+    root = str(REPO) + "/"
+    lines = [f"{total} samples; own time (leaf frames):"]
+    for frame, count in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {100 * count / total:5.1f}%  {frame.replace(root, '')}")
+    lines.append("with callees (dralloc code only):")
+    ours = [(f, c) for f, c in inclusive.items() if "/operators/" in f]
+    for frame, count in sorted(ours, key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {100 * count / total:5.1f}%  {frame.replace(root, '')}")
+    return "\n".join(lines)
+
+
 def run_one(
-    bin_dir: Path, workload: Workload, system: str, log: TextIO
+    bin_dir: Path, workload: Workload, system: str, log: TextIO, profile: bool = False
 ) -> tuple[Level2Result, dict[str, Any]]:
     """One workload on one system, on a fresh control plane. Returns the result and footprint."""
     scenario = expand(workload)
@@ -477,12 +542,22 @@ def run_one(
     footprint: dict[str, Any] = {}
     try:
         testbed.create_nodes(workload.nodes)
+        profiler = None
         if system == "dralloc":
             install_crds(testbed)
             operator = Operator.start(testbed)
-        result = asyncio.run(measure(testbed, scenario, system))
+            if profile:
+                profiler = start_profiler(
+                    operator.process.pid, testbed.state_dir / "operator.stacks"
+                )
+        try:
+            result = asyncio.run(measure(testbed, scenario, system))
+        finally:
+            stop_profiler(profiler)
+        if profiler is not None:
+            footprint["operatorProfile"] = summarize_stacks(testbed.state_dir / "operator.stacks")
         if operator is not None:
-            footprint = operator_footprint(operator, testbed, workload)
+            footprint.update(operator_footprint(operator, testbed, workload))
         return result, footprint
     finally:
         if operator is not None:
@@ -528,13 +603,16 @@ def run_into(results: dict[str, Any], log: TextIO, only: Sequence[str] = ()) -> 
             print(f"level 2: {workload.name} on {system}", file=log, flush=True)
             started = time.monotonic()
             try:
-                result, footprint = run_one(bin_dir, workload, system, log)
+                profile = system == "dralloc" and workload.key == "template_2000pods_100nodes"
+                result, footprint = run_one(bin_dir, workload, system, log, profile)
             except Exception as error:  # one failing system must not lose the others' numbers
                 result, footprint = (
                     Level2Result(workload.name, system, note=f"failed: {error}"[:300]),
                     {},
                 )
             rows.append(result.to_json())
+            if "operatorProfile" in footprint:
+                results["operatorProfile"] = footprint.pop("operatorProfile")
             if footprint and workload.key == "template_5000pods_500nodes":
                 results["footprint"] = footprint
             print(

@@ -158,6 +158,16 @@ def markdown(results: Mapping[str, Any]) -> str:
         out += ["", "## Operator footprint", ""]
         for key, value in footprint.items():
             out.append(f"- {key}: {value}")
+    operator_profile = results.get("operatorProfile")
+    if operator_profile:
+        out += [
+            "",
+            "## Where the operator's time goes (py-spy, level 2)",
+            "",
+            "```",
+            operator_profile.rstrip(),
+            "```",
+        ]
     profile = results.get("profile")
     if profile:
         out += [

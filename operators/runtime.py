@@ -70,10 +70,12 @@ async def stop_runtime(memo: kopf.Memo, **_: Any) -> None:
         await runtime.close()
 
 
-@kopf.on.probe(id="dralloc")
+@kopf.on.probe(id="dralloc.cache")
 def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     runtime: Runtime | None = memo.get(MEMO_KEY)
-    return runtime.health() if runtime is not None else {"starting": True}
+    if runtime is None:
+        return {"starting": True}
+    return {"synced": runtime.cache.synced, "leader": runtime.leading.is_set()}
 
 
 async def operate(settings: Settings, stop_flag: asyncio.Event | None = None) -> None:

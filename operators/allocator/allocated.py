@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from operators.allocator.compiled import DeviceId
-from operators.allocator.quantities import Number
+from operators.allocator.quantities import Nanos
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +20,7 @@ class UsedDevice:
 
     device: DeviceId
     share_id: str | None = None
-    consumed: Mapping[str, Number] | None = None  # fully qualified capacity names
+    consumed: Mapping[str, Nanos] | None = None  # fully qualified capacity names
     admin_access: bool = False
 
 
@@ -30,7 +30,7 @@ class AllocatedDevices:
 
     exclusive: dict[DeviceId, int] = field(default_factory=dict)
     shares: dict[DeviceId, set[str]] = field(default_factory=dict)
-    capacity: dict[DeviceId, dict[str, Number]] = field(default_factory=dict)
+    capacity: dict[DeviceId, dict[str, Nanos]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, used: Iterable[UsedDevice]) -> AllocatedDevices:
@@ -72,7 +72,7 @@ class AllocatedDevices:
         """Exclusively allocated."""
         return device in self.exclusive
 
-    def capacity_in_use(self, device: DeviceId) -> Mapping[str, Number] | None:
+    def capacity_in_use(self, device: DeviceId) -> Mapping[str, Nanos] | None:
         return self.capacity.get(device)
 
     def is_allocated(self, device: DeviceId) -> bool:

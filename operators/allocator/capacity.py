@@ -12,9 +12,10 @@ from collections.abc import Mapping
 
 from operators.allocator.compiled import CapacityEntry, CompiledDevice, RequestPolicy
 from operators.allocator.errors import AllocationError
-from operators.allocator.quantities import Number
+from operators.allocator.quantities import Nanos
+from operators.api.quantity import Quantity
 
-Consumption = dict[str, Number]  # fully qualified capacity name -> amount
+Consumption = dict[str, Nanos]  # fully qualified capacity name -> amount
 
 
 def qualified(name: str, driver: str) -> str:
@@ -39,14 +40,14 @@ def device_capacity(device: CompiledDevice) -> dict[str, tuple[str, CapacityEntr
 
 
 def resolve_requests(
-    requests: Mapping[str, Number] | None, device: CompiledDevice
-) -> dict[str, Number] | None:
+    requests: Mapping[str, Nanos] | None, device: CompiledDevice
+) -> dict[str, Nanos] | None:
     """Requested amounts keyed by the device's qualified names, or None if the
     device lacks a requested capacity (it is then unsuitable)."""
     if not requests:
         return {}
     driver = device.id[0]
-    out: dict[str, Number] = {}
+    out: dict[str, Nanos] = {}
     for name, amount in requests.items():
         if name in device.capacity:
             key = qualified(name, driver)
@@ -68,7 +69,7 @@ def resolve_requests(
     return out
 
 
-def consumed_amount(requested: Number | None, entry: CapacityEntry) -> Number:
+def consumed_amount(requested: Nanos | None, entry: CapacityEntry) -> Nanos:
     """Amount a request consumes from one capacity after policy rounding."""
     policy = entry.policy
     if requested is None:
@@ -92,7 +93,7 @@ def consumed_amount(requested: Number | None, entry: CapacityEntry) -> Number:
     return requested
 
 
-def violates_policy(amount: Number, policy: RequestPolicy | None) -> bool:
+def violates_policy(amount: Nanos, policy: RequestPolicy | None) -> bool:
     if policy is None:
         return False
     if policy.default is not None and amount == policy.default:
@@ -108,9 +109,7 @@ def violates_policy(amount: Number, policy: RequestPolicy | None) -> bool:
     return False
 
 
-def consumption(
-    requests: Mapping[str, Number] | None, device: CompiledDevice
-) -> Consumption | None:
+def consumption(requests: Mapping[str, Nanos] | None, device: CompiledDevice) -> Consumption | None:
     """What a request would consume on every capacity of the device.
 
     None if the device cannot serve the request at all (unknown capacity name
@@ -131,10 +130,10 @@ def consumption(
 
 
 def fits(
-    requests: Mapping[str, Number] | None,
+    requests: Mapping[str, Nanos] | None,
     device: CompiledDevice,
-    in_use: Mapping[str, Number] | None,
-    allocating: Mapping[str, Number] | None,
+    in_use: Mapping[str, Nanos] | None,
+    allocating: Mapping[str, Nanos] | None,
 ) -> bool:
     """Whether the request fits next to what is allocated and being allocated."""
     wanted = consumption(requests, device)
@@ -148,6 +147,12 @@ def fits(
     return True
 
 
-def status_names(device: CompiledDevice) -> dict[str, str]:
-    """Fully qualified name -> spelling used in results (as the device published it)."""
-    return {key: published for key, (published, _) in device_capacity(device).items()}
+def published_amounts(amounts: Mapping[str, Nanos], device: CompiledDevice) -> dict[str, Quantity]:
+    """Amounts keyed by fully qualified names, as results show them: under the name the
+    device published, in the notation of that capacity's value."""
+    capacity = device_capacity(device)
+    out: dict[str, Quantity] = {}
+    for key, amount in amounts.items():
+        published, entry = capacity[key]
+        out[published] = Quantity.from_nanos(amount, entry.quantity.format)
+    return out

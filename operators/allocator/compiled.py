@@ -2,7 +2,7 @@
 
 Objects arrive as pydantic models or plain dicts (``resource.k8s.io/v1`` or
 ``resource.dralloc.dev/v1`` shape; both serialise to the same JSON). They are
-compiled once per object change: quantities become exact numbers, node
+compiled once per object change: quantities become exact nano-units, node
 selection is parsed, attributes are normalised. The search never touches the
 API objects again.
 """
@@ -14,24 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from operators.allocator.nodes import NodeInfo, NodeSelector
-from operators.allocator.quantities import Number, parse_quantity
+from operators.allocator.objects import as_dict
+from operators.allocator.quantities import Nanos, to_nanos
+from operators.api.quantity import Quantity
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device)
 PoolId = tuple[str, str]  # (driver, pool)
 
 _SCALAR_KINDS = ("int", "bool", "string", "version")
 _LIST_KINDS = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
-
-
-def as_dict(obj: Any) -> Mapping[str, Any]:
-    """JSON view (camelCase keys) of a dict or a pydantic model."""
-    if isinstance(obj, Mapping):
-        return obj
-    dump = getattr(obj, "model_dump", None)
-    if dump is None:
-        raise TypeError(f"cannot read {type(obj).__name__} as a Kubernetes object")
-    data: Mapping[str, Any] = dump(mode="json", by_alias=True, exclude_none=True)
-    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,22 +51,24 @@ class AttributeValue:
 
 @dataclass(frozen=True, slots=True)
 class RequestPolicy:
-    """Capacity request policy (consumable capacity), as exact numbers."""
+    """Capacity request policy (consumable capacity), in nano-units."""
 
-    default: Number | None = None
-    valid_values: tuple[Number, ...] | None = None
-    range_min: Number | None = None
-    range_max: Number | None = None
-    range_step: Number | None = None
+    default: Nanos | None = None
+    valid_values: tuple[Nanos, ...] | None = None
+    range_min: Nanos | None = None
+    range_max: Nanos | None = None
+    range_step: Nanos | None = None
     has_range: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class CapacityEntry:
-    value: Number
+    quantity: Quantity  # as published: what CEL sees, and the notation results use
     policy: RequestPolicy | None
-    binary: bool  # written with a binary suffix; results keep that style
-    text: str  # the quantity as published (for CEL)
+
+    @property
+    def value(self) -> Nanos:
+        return self.quantity.nanos
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +104,7 @@ class CompiledDevice:
     slice_name: str
     attributes: Mapping[str, AttributeValue]
     capacity: Mapping[str, CapacityEntry]
-    consumes_counters: tuple[tuple[str, Mapping[str, Number]], ...]
+    consumes_counters: tuple[tuple[str, Mapping[str, Nanos]], ...]
     taints: tuple[Taint, ...]
     binding_conditions: tuple[str, ...] | None
     binding_failure_conditions: tuple[str, ...] | None
@@ -165,7 +158,7 @@ class CompiledSlice:
     all_nodes: bool
     per_device: bool
     devices: tuple[CompiledDevice, ...]
-    shared_counters: tuple[tuple[str, Mapping[str, Number]], ...]
+    shared_counters: tuple[tuple[str, Mapping[str, Nanos]], ...]
     resource_version: str = ""
     uid: str = ""
 
@@ -210,7 +203,7 @@ class CompiledRequest:
     admin_access: bool | None
     tolerations: tuple[Toleration, ...]
     tolerations_raw: tuple[Mapping[str, Any], ...]
-    capacity_requests: Mapping[str, Number] | None  # None: no capacity field
+    capacity_requests: Mapping[str, Nanos] | None  # None: no capacity field
 
     @property
     def full_name(self) -> str:
@@ -276,8 +269,8 @@ class CompiledTaintRule:
 # --- compilation -------------------------------------------------------------
 
 
-def _number_map(data: Mapping[str, Any] | None) -> dict[str, Number]:
-    return {str(k): parse_quantity(_counter_value(v)) for k, v in (data or {}).items()}
+def _nanos_map(data: Mapping[str, Any] | None) -> dict[str, Nanos]:
+    return {str(k): to_nanos(_counter_value(v)) for k, v in (data or {}).items()}
 
 
 def _counter_value(value: Any) -> Any:
@@ -291,11 +284,11 @@ def _parse_policy(data: Mapping[str, Any] | None) -> RequestPolicy | None:
     valid = data.get("validValues")
     rng = data.get("validRange")
     return RequestPolicy(
-        default=parse_quantity(default) if default is not None else None,
-        valid_values=tuple(parse_quantity(v) for v in valid) if valid is not None else None,
-        range_min=parse_quantity(rng["min"]) if rng and rng.get("min") is not None else None,
-        range_max=parse_quantity(rng["max"]) if rng and rng.get("max") is not None else None,
-        range_step=parse_quantity(rng["step"]) if rng and rng.get("step") is not None else None,
+        default=to_nanos(default) if default is not None else None,
+        valid_values=tuple(to_nanos(v) for v in valid) if valid is not None else None,
+        range_min=to_nanos(rng["min"]) if rng and rng.get("min") is not None else None,
+        range_max=to_nanos(rng["max"]) if rng and rng.get("max") is not None else None,
+        range_step=to_nanos(rng["step"]) if rng and rng.get("step") is not None else None,
         has_range=rng is not None,
     )
 
@@ -336,11 +329,8 @@ def compile_device(
     name = str(data["name"])
     capacity = {
         str(key): CapacityEntry(
-            value=parse_quantity(entry.get("value")),
+            quantity=Quantity.coerce(entry.get("value")),
             policy=_parse_policy(entry.get("requestPolicy")),
-            binary=isinstance(entry.get("value"), str)
-            and entry["value"][-2:] in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"),
-            text=str(entry.get("value")),
         )
         for key, entry in (data.get("capacity") or {}).items()
     }
@@ -356,7 +346,7 @@ def compile_device(
         },
         capacity=capacity,
         consumes_counters=tuple(
-            (str(c["counterSet"]), _number_map(c.get("counters")))
+            (str(c["counterSet"]), _nanos_map(c.get("counters")))
             for c in data.get("consumesCounters") or ()
         ),
         taints=tuple(_parse_taint(t) for t in data.get("taints") or ()),
@@ -404,7 +394,7 @@ def compile_slice(obj: Any) -> CompiledSlice:
             for d in spec.get("devices") or ()
         ),
         shared_counters=tuple(
-            (str(cs["name"]), _number_map(cs.get("counters")))
+            (str(cs["name"]), _nanos_map(cs.get("counters")))
             for cs in spec.get("sharedCounters") or ()
         ),
         resource_version=str(meta.get("resourceVersion") or ""),
@@ -439,7 +429,7 @@ def _compile_request(data: Mapping[str, Any], parent: str | None, name: str) -> 
     capacity = data.get("capacity")
     requests = None
     if capacity is not None:
-        requests = {str(k): parse_quantity(v) for k, v in (capacity.get("requests") or {}).items()}
+        requests = {str(k): to_nanos(v) for k, v in (capacity.get("requests") or {}).items()}
     mode = str(data.get("allocationMode") or "ExactCount")
     count = data.get("count")
     if count is None:

@@ -10,7 +10,7 @@ not just the last device of each request as upstream's code does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from operators.allocator.compiled import AttributeValue, CompiledConstraint, CompiledDevice
 
@@ -34,43 +34,66 @@ class _Scope:
 
 
 @dataclass(slots=True)
-class MatchAttribute:
-    """All devices in scope share one value (or, with list attributes, one common element)."""
+class _AttributeConstraint:
+    """One constraint on an attribute of the devices that the requests in scope get.
+
+    ``stack`` holds what each device in scope added, so backtracking pops it again.
+    Subclasses say, in ``_entry``, whether a device's attribute is acceptable next to
+    those already taken and what it adds to the stack.
+    """
 
     scope: _Scope
     attribute: str
     lists: bool
     stack: list[Any] = field(default_factory=list)
 
+    kind: ClassVar[str]  # the API field, for messages
+
     def add(self, request: str, parent: str | None, device: CompiledDevice) -> bool:
         if not self.scope.applies(request, parent):
             return True
         attr = device.lookup_attribute(self.attribute)
-        if attr is None:
+        entry = None if attr is None else self._entry(attr)
+        if entry is None:
             return False
-        if self.lists:
-            current = _as_set(attr)
-            if current is None:
-                return False
-            if self.stack:
-                kind, values = self.stack[-1]
-                if kind != current[0] or not (values & current[1]):
-                    return False
-                current = (kind, values & current[1])
-            self.stack.append(current)
-            return True
-        if self.stack:
-            ref: AttributeValue = self.stack[0]
-            if not attr.kind or attr.is_list or ref.is_list or attr.kind != ref.kind:
-                return False
-            if attr.values != ref.values:
-                return False
-        self.stack.append(attr)
+        self.stack.append(entry)
         return True
 
     def remove(self, request: str, parent: str | None, device: CompiledDevice) -> None:
         if self.scope.applies(request, parent):
             self.stack.pop()
+
+    def describe(self) -> str:
+        return f'{self.kind} "{self.attribute}"'
+
+    def _entry(self, attr: AttributeValue) -> Any | None:
+        """What the device adds to the stack, or None if it breaks the constraint."""
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class MatchAttribute(_AttributeConstraint):
+    """All devices in scope share one value (or, with list attributes, one common element)."""
+
+    kind: ClassVar[str] = "matchAttribute"
+
+    def _entry(self, attr: AttributeValue) -> Any | None:
+        if self.lists:
+            # The stack top is what all devices so far have in common.
+            current = _as_set(attr)
+            if current is None or not self.stack:
+                return current
+            kind, values = self.stack[-1]
+            if kind != current[0] or not (values & current[1]):
+                return None
+            return (kind, values & current[1])
+        if self.stack:
+            ref: AttributeValue = self.stack[0]
+            if not attr.kind or attr.is_list or ref.is_list or attr.kind != ref.kind:
+                return None
+            if attr.values != ref.values:
+                return None
+        return attr
 
     def rejects(self, device: CompiledDevice) -> bool:
         """Cheap early "no" once a reference value is fixed (scalar mode only).
@@ -85,48 +108,29 @@ class MatchAttribute:
         ref: AttributeValue = self.stack[0]
         return attr is None or attr.kind != ref.kind or attr.is_list or attr.values != ref.values
 
-    def describe(self) -> str:
-        return f'matchAttribute "{self.attribute}"'
-
 
 @dataclass(slots=True)
-class DistinctAttribute:
+class DistinctAttribute(_AttributeConstraint):
     """Devices in scope have pairwise different values (disjoint sets for lists)."""
 
-    scope: _Scope
-    attribute: str
-    lists: bool
-    stack: list[AttributeValue] = field(default_factory=list)
+    kind: ClassVar[str] = "distinctAttribute"
 
-    def add(self, request: str, parent: str | None, device: CompiledDevice) -> bool:
-        if not self.scope.applies(request, parent):
-            return True
-        attr = device.lookup_attribute(self.attribute)
-        if attr is None:
-            return False
+    def _entry(self, attr: AttributeValue) -> Any | None:
         if self.lists:
             mine = _as_set(attr)
             if mine is None:
-                return False
+                return None
             for other in self.stack:
                 theirs = _as_set(other)
                 if theirs is not None and theirs[0] == mine[0] and theirs[1] & mine[1]:
-                    return False
+                    return None
         else:
             for other in self.stack:
                 if not attr.kind or attr.is_list:
-                    return False
+                    return None
                 if not other.is_list and other.kind == attr.kind and other.values == attr.values:
-                    return False
-        self.stack.append(attr)
-        return True
-
-    def remove(self, request: str, parent: str | None, device: CompiledDevice) -> None:
-        if self.scope.applies(request, parent):
-            self.stack.pop()
-
-    def describe(self) -> str:
-        return f'distinctAttribute "{self.attribute}"'
+                    return None
+        return attr
 
 
 Constraint = MatchAttribute | DistinctAttribute

@@ -27,7 +27,7 @@ from operators.allocator.compiled import (
 from operators.allocator.features import Features
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.pools import Pool
-from operators.allocator.quantities import Number
+from operators.allocator.quantities import Nanos
 from operators.allocator.selectors import (
     SelectorCompileError,
     SelectorEvaluator,
@@ -267,7 +267,7 @@ class Explainer:
         cls: CompiledClass,
         request: CompiledRequest,
         node: NodeInfo,
-        available: Mapping[str, Mapping[str, Number]],
+        available: Mapping[str, Mapping[str, Nanos]],
     ) -> tuple[str | None, str | None]:
         """The first stage the device fails (None if it passes all), and a CEL error."""
         if device.binding_conditions and not self.features.device_binding_conditions:
@@ -304,7 +304,7 @@ class Explainer:
                     return "fitting", None
         return None, None
 
-    def _available_counters(self, pool: Pool) -> dict[str, dict[str, Number]]:
+    def _available_counters(self, pool: Pool) -> dict[str, dict[str, Nanos]]:
         available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
         if not available:
             return available

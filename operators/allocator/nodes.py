@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from operators.allocator.objects import as_dict
+
 NODE_NAME_FIELD = "metadata.name"
 _OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
 
@@ -33,7 +35,7 @@ class NodeInfo:
             return node
         if isinstance(node, str):
             return cls(name=node)
-        data = node if isinstance(node, Mapping) else _dump(node)
+        data = as_dict(node)
         meta = data.get("metadata") or {}
         return cls(name=meta.get("name", ""), labels=dict(meta.get("labels") or {}))
 
@@ -41,14 +43,6 @@ class NodeInfo:
     def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
         """Hashable identity for caches that depend on name and labels."""
         return (self.name, tuple(sorted(self.labels.items())))
-
-
-def _dump(obj: Any) -> Mapping[str, Any]:
-    dump = getattr(obj, "model_dump", None)
-    if dump is None:
-        raise TypeError(f"cannot read {type(obj).__name__} as a Kubernetes object")
-    result: Mapping[str, Any] = dump(mode="json", by_alias=True, exclude_none=True)
-    return result
 
 
 @dataclass(frozen=True, slots=True)

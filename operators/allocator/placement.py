@@ -35,7 +35,7 @@ from operators.allocator.pools import slice_targets_node
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.selectors import SelectorCompileError, SelectorRuntimeError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: state imports this module (a real cycle)
     from operators.allocator.state import AllocatorState
 
 POLICIES = ("binpack", "spread", "first-fit")

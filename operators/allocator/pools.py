@@ -17,7 +17,7 @@ from operators.allocator.compiled import CompiledSlice, PoolId
 from operators.allocator.errors import AllocationError
 from operators.allocator.features import Features
 from operators.allocator.nodes import NodeInfo
-from operators.allocator.quantities import Number
+from operators.allocator.quantities import Nanos
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +28,7 @@ class Pool:
     invalid_reason: str = ""
     slices: tuple[CompiledSlice, ...] = ()  # device slices that target the node
     slices_elsewhere: tuple[CompiledSlice, ...] = ()  # device slices of the pool that do not
-    counter_sets: Mapping[str, Mapping[str, Number]] = field(default_factory=dict)
+    counter_sets: Mapping[str, Mapping[str, Nanos]] = field(default_factory=dict)
     has_binding_conditions: bool = False
 
     @property
@@ -142,7 +142,7 @@ def _build_pool(
     has_conditions = any(d.binding_conditions is not None for s in device_slices for d in s.devices)
     if not features.partitionable_devices:
         return Pool(id=pool_id, slices=tuple(device_slices), has_binding_conditions=has_conditions)
-    counter_sets: dict[str, Mapping[str, Number]] = {}
+    counter_sets: dict[str, Mapping[str, Nanos]] = {}
     for slice_ in counter_slices:
         for set_name, counters in slice_.shared_counters:
             if set_name in counter_sets:
@@ -169,7 +169,7 @@ def _build_pool(
 
 
 def _counter_reference_problem(
-    slice_: CompiledSlice, counter_sets: Mapping[str, Mapping[str, Number]]
+    slice_: CompiledSlice, counter_sets: Mapping[str, Mapping[str, Nanos]]
 ) -> str:
     for device in slice_.devices:
         for set_name, counters in device.consumes_counters:

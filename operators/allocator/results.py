@@ -12,7 +12,8 @@ from typing import Any
 
 from operators.allocator.allocated import UsedDevice
 from operators.allocator.nodes import NodeSelector
-from operators.allocator.quantities import Number, format_quantity
+from operators.allocator.quantities import Nanos
+from operators.api.quantity import Quantity
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +29,11 @@ class DeviceResult:
     binding_conditions: tuple[str, ...] | None = None
     binding_failure_conditions: tuple[str, ...] | None = None
     share_id: str | None = None
-    # Published capacity name -> amount, for multi-allocatable devices only.
-    consumed_capacity: Mapping[str, Number] | None = None
+    # Published capacity name -> amount (in the capacity's notation), for
+    # multi-allocatable devices only.
+    consumed_capacity: Mapping[str, Quantity] | None = None
     # Same amounts keyed by fully qualified names (for accounting).
-    consumed_qualified: Mapping[str, Number] | None = None
-    binary_capacity: frozenset[str] = frozenset()
+    consumed_qualified: Mapping[str, Nanos] | None = None
 
     @property
     def device_id(self) -> tuple[str, str, str]:
@@ -65,8 +66,7 @@ class DeviceResult:
             out["shareID"] = self.share_id
         if self.consumed_capacity:
             out["consumedCapacity"] = {
-                name: format_quantity(amount, name in self.binary_capacity)
-                for name, amount in self.consumed_capacity.items()
+                name: str(amount) for name, amount in self.consumed_capacity.items()
             }
         return out
 

@@ -38,7 +38,7 @@ from operators.allocator.errors import (
 from operators.allocator.features import Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError, merge_terms
 from operators.allocator.pools import Pool
-from operators.allocator.quantities import Number
+from operators.allocator.quantities import Nanos
 from operators.allocator.results import ClaimAllocation, ConfigResult, DeviceResult
 from operators.allocator.selectors import (
     SelectorCompileError,
@@ -80,7 +80,7 @@ class _Picked:
     request: CompiledRequest
     device: CompiledDevice
     share_id: str | None
-    consumed: dict[str, Number] | None
+    consumed: dict[str, Nanos] | None
 
 
 @dataclass(slots=True)
@@ -96,9 +96,9 @@ class Search:
     constraints: list[list[Constraint]] = field(default_factory=list)
     picked: list[list[_Picked]] = field(default_factory=list)
     allocating: dict[DeviceId, set[int]] = field(default_factory=dict)
-    allocating_capacity: dict[DeviceId, dict[str, Number]] = field(default_factory=dict)
-    consumed_counters: dict[PoolId, dict[str, dict[str, Number]]] = field(default_factory=dict)
-    available_counters: dict[PoolId, dict[str, dict[str, Number]]] = field(default_factory=dict)
+    allocating_capacity: dict[DeviceId, dict[str, Nanos]] = field(default_factory=dict)
+    consumed_counters: dict[PoolId, dict[str, dict[str, Nanos]]] = field(default_factory=dict)
+    available_counters: dict[PoolId, dict[str, dict[str, Nanos]]] = field(default_factory=dict)
     match_cache: dict[tuple[DeviceId, tuple[int, int, int]], bool] = field(default_factory=dict)
 
     # --- entry point ---------------------------------------------------------
@@ -394,7 +394,7 @@ class Search:
                 return True
         return False
 
-    def _available(self, pool: Pool) -> dict[str, dict[str, Number]]:
+    def _available(self, pool: Pool) -> dict[str, dict[str, Nanos]]:
         available = self.available_counters.get(pool.id)
         if available is None:
             available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
@@ -510,7 +510,7 @@ class Search:
         parent: str | None,
         shared: bool,
         reserved: bool,
-        consumed: dict[str, Number] | None,
+        consumed: dict[str, Nanos] | None,
         existed: bool,
         picked: bool,
     ) -> None:
@@ -542,11 +542,8 @@ class Search:
         for item in self.picked[ci]:
             request, device = item.request, item.device
             consumed_published = None
-            binary: frozenset[str] = frozenset()
             if item.consumed:
-                names = cap.status_names(device)
-                consumed_published = {names[k]: v for k, v in item.consumed.items()}
-                binary = frozenset(p for p, e in device.capacity.items() if e.binary)
+                consumed_published = cap.published_amounts(item.consumed, device)
             devices.append(
                 DeviceResult(
                     request=request.full_name,
@@ -566,7 +563,6 @@ class Search:
                     share_id=item.share_id,
                     consumed_capacity=consumed_published,
                     consumed_qualified=item.consumed,
-                    binary_capacity=binary,
                 )
             )
         try:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from operators import cel
 from operators.allocator.compiled import AttributeValue, CompiledDevice
 from operators.allocator.features import Features
+from operators.api.semver import Semver
 
 
 class SelectorCompileError(Exception):
@@ -24,12 +26,10 @@ class SelectorRuntimeError(Exception):
 
 def _plain_value(attr: AttributeValue) -> Any:
     """An attribute as operators.cel wants it: bool, int, str, Semver or a tuple."""
-    from operators import cel
-
     if not attr.kind:
         return None  # no usable value: CEL reports "unsupported attribute value"
     if attr.kind == "version":
-        values: tuple[Any, ...] = tuple(cel.Semver.parse(v, normalize=False) for v in attr.values)
+        values: tuple[Any, ...] = tuple(Semver.parse(v) for v in attr.values)
     else:
         values = attr.values
     return values if attr.is_list else values[0]
@@ -46,8 +46,6 @@ class SelectorEvaluator:
     def _program(self, expression: str) -> Any:
         program = self._programs.get(expression)
         if program is None:
-            from operators import cel
-
             try:
                 # Stored selectors: upstream checks the estimated cost only when an
                 # expression is created or changed, so it is not checked here.
@@ -76,13 +74,11 @@ class SelectorEvaluator:
         """The CEL view of a device, built once per compiled device."""
         if device.view_cache:
             return device.view_cache[0]
-        from operators import cel
-
         try:
             view: Any = cel.DeviceView.build(
                 device.id[0],
                 {name: _plain_value(attr) for name, attr in device.attributes.items()},
-                {name: entry.text for name, entry in device.capacity.items()},
+                {name: entry.quantity for name, entry in device.capacity.items()},
                 device.allow_multiple if self._features.consumable_capacity else False,
             )
         except (cel.CELError, ValueError) as err:
@@ -101,8 +97,6 @@ class SelectorEvaluator:
             if isinstance(view, SelectorRuntimeError):
                 cached = view
             else:
-                from operators import cel
-
                 self.evaluations += 1
                 try:
                     cached = bool(program.evaluate(view))

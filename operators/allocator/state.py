@@ -22,7 +22,6 @@ from operators.allocator.compiled import (
     DeviceId,
     PoolId,
     Taint,
-    as_dict,
     compile_claim,
     compile_class,
     compile_slice,
@@ -32,9 +31,10 @@ from operators.allocator.errors import AllocationError
 from operators.allocator.explain import Explainer, Explanation
 from operators.allocator.features import Features
 from operators.allocator.nodes import NodeInfo
+from operators.allocator.objects import as_dict
 from operators.allocator.placement import DeviceIndex, Placement, find_node, reasons_for
 from operators.allocator.pools import Pool, gather_pools
-from operators.allocator.quantities import parse_quantity
+from operators.allocator.quantities import to_nanos
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.search import DEFAULT_BUDGET, Search, SearchInputs
 from operators.allocator.selectors import SelectorEvaluator
@@ -75,7 +75,7 @@ def usage_from_status(claim: ClaimLike) -> tuple[UsedDevice, ...]:
                 device=(driver, str(result.get("pool", "")), str(result.get("device", ""))),
                 share_id=result.get("shareID"),
                 consumed=(
-                    {qualified(k, driver): parse_quantity(v) for k, v in consumed.items()}
+                    {qualified(k, driver): to_nanos(v) for k, v in consumed.items()}
                     if consumed
                     else None
                 ),

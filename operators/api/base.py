@@ -91,6 +91,12 @@ SemverString = Annotated[
     str, _constrained(limits.SEMVER_PATTERN, limits.DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH)
 ]
 ShareID = Annotated[str, _constrained(limits.UUID_PATTERN, limits.SHARE_ID_LENGTH)]
+BindingConditions = Annotated[
+    tuple[ConditionType, ...], Field(max_length=limits.BINDING_CONDITIONS_MAX_SIZE)
+]
+BindingFailureConditions = Annotated[
+    tuple[ConditionType, ...], Field(max_length=limits.BINDING_FAILURE_CONDITIONS_MAX_SIZE)
+]
 
 
 def cel_rules(*rules: tuple[str, str]) -> dict[str, Any]:

@@ -158,6 +158,14 @@ class DeviceToleration(KubeModel):
         return self.operator or "Equal"
 
 
+DeviceSelectors = Annotated[
+    tuple[DeviceSelector, ...], Field(max_length=limits.DEVICE_SELECTORS_MAX_SIZE)
+]
+DeviceTolerations = Annotated[
+    tuple[DeviceToleration, ...], Field(max_length=limits.DEVICE_TOLERATIONS_MAX_LENGTH)
+]
+
+
 class CapacityRequirements(KubeModel):
     """How much of each consumable capacity a request needs."""
 

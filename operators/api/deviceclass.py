@@ -11,7 +11,7 @@ from operators.api.base import KubeModel
 from operators.api.common import (
     API_VERSION,
     DeviceClassConfiguration,
-    DeviceSelector,
+    DeviceSelectors,
     empty_tuple,
 )
 from operators.api.meta import ObjectMeta
@@ -20,9 +20,7 @@ from operators.api.meta import ObjectMeta
 class DeviceClassSpec(KubeModel):
     """Selectors and configuration shared by every request that names the class."""
 
-    selectors: Annotated[
-        tuple[DeviceSelector, ...], Field(max_length=limits.DEVICE_SELECTORS_MAX_SIZE)
-    ] = empty_tuple()
+    selectors: DeviceSelectors = empty_tuple()
     """Criteria every device of the class must meet."""
     config: Annotated[
         tuple[DeviceClassConfiguration, ...], Field(max_length=limits.DEVICE_CONFIG_MAX_SIZE)

@@ -1,10 +1,16 @@
 """Kubernetes resource quantities ("80Gi", "100m", "1e3") with exact arithmetic.
 
-Capacities, counters and capacity requests are compared and summed by the allocator, so
-they must be exact: a quantity is kept as an integer number of nano-units (the finest
-precision Kubernetes keeps; finer input is rounded away from zero, as upstream does) plus
-the notation it was written in, which only matters for printing. Equality, ordering and
+One type serves the API models (pydantic field), CEL's quantity library and the
+allocator. Capacities, counters and capacity requests are compared and summed, so they
+must be exact: a quantity is kept as an integer number of nano-units (the finest precision
+Kubernetes keeps; finer input is rounded away from zero, as upstream does) plus the
+notation it was written in, which only matters for printing. Equality, ordering and
 hashing look at the value alone, so "1Gi" == "1024Mi" and "1k" == "1000".
+
+`str()` is Kubernetes' canonical form (`Quantity.String()`: "1.5Gi" prints "1536Mi",
+"1000" prints "1k"), which is also what the API serialises. CEL has no conversion of a
+quantity to a string upstream (its `ConvertToType` only knows the quantity and type
+types), so the text as written is not kept.
 
 Parsing is memoised per string: slices repeat the same few capacity strings thousands of
 times, and a dictionary hit is far cheaper than the grammar.
@@ -12,16 +18,16 @@ times, and a dictionary hit is far cheaper than the grammar.
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
-from fractions import Fraction
 from typing import Any, Final
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-__all__ = ["Quantity", "QuantityFormat", "QuantityParseError", "parse_quantity"]
+__all__ = ["NANO", "QUANTITY_PATTERN", "Quantity", "QuantityFormat", "QuantityParseError"]
 
 
 class QuantityParseError(ValueError):
@@ -41,8 +47,8 @@ NANO: Final = 10**9
 # Grammar (Kubernetes resource.Quantity): sign, digits with an optional fraction, then one
 # suffix: a binary SI suffix, a decimal SI suffix, or an exponent "e<int>"/"E<int>".
 _QUANTITY_RE: Final = re.compile(
-    r"^([+-]?)([0-9]*)(?:\.([0-9]*))?"
-    r"(?:(Ki|Mi|Gi|Ti|Pi|Ei)|([eE][+-]?[0-9]+)|(n|u|m|k|M|G|T|P|E)?)$"
+    r"([+-]?)([0-9]*)(?:\.([0-9]*))?"
+    r"(?:(Ki|Mi|Gi|Ti|Pi|Ei)|([eE][+-]?[0-9]+)|(n|u|m|k|M|G|T|P|E)?)\Z"  # \Z: not before a newline
 )
 
 _BINARY_EXP: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
@@ -50,11 +56,12 @@ _DECIMAL_EXP: Final = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 1
 _DECIMAL_SUFFIX: Final = {exp: suffix for suffix, exp in _DECIMAL_EXP.items()} | {0: ""}
 _BINARY_SUFFIX: Final = {exp: suffix for suffix, exp in _BINARY_EXP.items()} | {0: ""}
 
-# Kubernetes quantities must fit the 64-bit integer range once scaled to whole units;
-# anything beyond is capped there. Exponents beyond this are refused outright so that a
-# hostile "1e999999999" cannot make us build a gigantic integer.
-_MAX_EXPONENT: Final = 60
-_MAX_NANO: Final = (2**63 - 1) * NANO
+# Upstream caps binary-SI quantities at the 64-bit integer range of whole units (decimal
+# ones are kept as written). Exponents beyond this are refused outright so that a hostile
+# "1e999999999" cannot make us build a gigantic integer; upstream accepts them, but no
+# device publishes such a capacity.
+_MAX_EXPONENT: Final = 400
+_MAX_BINARY_NANO: Final = (2**63 - 1) * NANO
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 
@@ -85,7 +92,9 @@ class Quantity:
 
     def __init__(self, value: str | int | Quantity = 0) -> None:
         if isinstance(value, str):
-            parsed = Quantity.parse(value)
+            parsed = _cache.get(value)
+            if parsed is None:
+                parsed = Quantity.parse(value)
             self.nanos, self.format, self._text = parsed.nanos, parsed.format, parsed._text
         elif isinstance(value, Quantity):
             self.nanos, self.format, self._text = value.nanos, value.format, value._text
@@ -126,7 +135,10 @@ class Quantity:
         fraction = fraction or ""
         if not whole and not fraction:
             raise QuantityParseError(f"quantity {text!r} has no digits")
-        mantissa = int(whole + fraction or "0")
+        try:
+            mantissa = int(whole + fraction)
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            raise QuantityParseError(f"quantity {text!r} has too many digits") from None
         scale = -len(fraction)  # value = mantissa * 10**scale * multiplier
         if binary is not None:
             fmt = QuantityFormat.BINARY_SI
@@ -149,14 +161,13 @@ class Quantity:
         else:
             denominator *= 10**-power10
         nano = _ceil_div_away(numerator, denominator)
-        nano = min(nano, _MAX_NANO)
+        if fmt is QuantityFormat.BINARY_SI:
+            nano = min(nano, _MAX_BINARY_NANO)
+            if 0 < nano < NANO:
+                fmt = QuantityFormat.DECIMAL_SI  # as upstream: a fraction of one is decimal
         if sign == "-":
             nano = -nano
         return cls.from_nanos(nano, fmt)
-
-    @classmethod
-    def from_int(cls, value: int, fmt: QuantityFormat = QuantityFormat.DECIMAL_SI) -> Quantity:
-        return cls.from_nanos(value * NANO, fmt)
 
     @classmethod
     def coerce(cls, value: Any) -> Quantity:
@@ -176,10 +187,6 @@ class Quantity:
         )
 
     # -- reading ------------------------------------------------------------------------
-
-    @property
-    def fraction(self) -> Fraction:
-        return Fraction(self.nanos, NANO)
 
     def value(self) -> int:
         """Whole units, rounded up (as Kubernetes' Quantity.Value())."""
@@ -205,7 +212,11 @@ class Quantity:
         return (self.nanos > other.nanos) - (self.nanos < other.nanos)
 
     def as_float(self) -> float:
-        return self.nanos / NANO
+        """The nearest float; ±inf beyond the float range (CEL's asApproximateFloat)."""
+        try:
+            return self.nanos / NANO
+        except OverflowError:
+            return math.inf if self.nanos > 0 else -math.inf
 
     # -- arithmetic ---------------------------------------------------------------------
 
@@ -288,16 +299,15 @@ class Quantity:
                 mantissa //= 1024
                 exp2 += 10
             return f"{mantissa}{_BINARY_SUFFIX[exp2]}"
+        # Exponents come in multiples of three; SI suffixes end at E (10**18).
+        exp_limit = 10**9 if fmt is QuantityFormat.DECIMAL_EXPONENT else 18
         mantissa, exp10 = nano, -9
-        while exp10 < 18 and mantissa % 1000 == 0:
+        while exp10 < exp_limit and mantissa % 1000 == 0:
             mantissa //= 1000
             exp10 += 3
         if fmt is QuantityFormat.DECIMAL_EXPONENT:
             return f"{mantissa}e{exp10}" if exp10 else str(mantissa)
         return f"{mantissa}{_DECIMAL_SUFFIX[exp10]}"
-
-    def canonical(self) -> str:
-        return str(self)
 
     # -- pydantic integration -----------------------------------------------------------
 
@@ -334,8 +344,3 @@ def _validate_quantity(value: Any) -> Quantity:
         return Quantity.coerce(value)
     except QuantityParseError as exc:
         raise ValueError(str(exc)) from None
-
-
-def parse_quantity(text: str) -> Quantity:
-    """Module-level shorthand for Quantity.parse."""
-    return Quantity.parse(text)

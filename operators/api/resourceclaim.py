@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
 from operators.api import limits
 from operators.api.base import (
     IMMUTABLE,
-    ConditionType,
+    BindingConditions,
+    BindingFailureConditions,
     DNSLabel,
     DNSSubdomain,
     DriverName,
@@ -30,8 +31,8 @@ from operators.api.common import (
     CapacityRequirements,
     ConfigSource,
     DeviceClaimConfiguration,
-    DeviceSelector,
-    DeviceToleration,
+    DeviceSelectors,
+    DeviceTolerations,
     OpaqueDeviceConfiguration,
     check_unique,
     empty_map,
@@ -43,16 +44,13 @@ from operators.api.meta import Condition, NodeSelector, ObjectMeta
 from operators.api.quantity import Quantity
 
 
-def _check_count(mode: str | None, count: int | None) -> None:
-    if mode == "All":
-        if count:
-            raise field_error("count", "must not be set when allocationMode is All")
-    elif count is not None and count <= 0:
-        raise field_error("count", "must be greater than zero")
+class _CountedRequest(KubeModel):
+    """What exact requests and firstAvailable alternatives share: allocationMode and count.
 
-
-class ExactDeviceRequest(KubeModel):
-    """A request for devices of one class."""
+    No fields of its own (each subclass declares them, so the CRD keeps upstream's field
+    order and each its own descriptions); it holds the count rules, as CRD CEL rules and
+    as the matching Python check, and the defaults.
+    """
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
@@ -67,28 +65,17 @@ class ExactDeviceRequest(KubeModel):
         )
     )
 
-    device_class_name: DNSSubdomain
-    """The DeviceClass the devices must belong to."""
-    selectors: Annotated[
-        tuple[DeviceSelector, ...], Field(max_length=limits.DEVICE_SELECTORS_MAX_SIZE)
-    ] = empty_tuple()
-    """Further criteria, on top of the class's."""
-    allocation_mode: AllocationMode | None = None
-    """ExactCount (the default): count devices; All: every matching device of a pool."""
-    count: Annotated[int, Field(ge=0)] | None = None
-    """Number of devices with ExactCount (default 1)."""
-    admin_access: bool | None = None
-    """Grants access to devices that are in use, for monitoring or maintenance; the namespace needs the admin-access label."""
-    tolerations: Annotated[
-        tuple[DeviceToleration, ...], Field(max_length=limits.DEVICE_TOLERATIONS_MAX_LENGTH)
-    ] = empty_tuple()
-    """Taints this request tolerates."""
-    capacity: CapacityRequirements | None = None
-    """Consumable capacity needed from each device."""
+    if TYPE_CHECKING:
+        allocation_mode: AllocationMode | None
+        count: int | None
 
     @model_validator(mode="after")
-    def _check(self) -> ExactDeviceRequest:
-        _check_count(self.allocation_mode, self.count)
+    def _check_count(self) -> Self:
+        if self.allocation_mode == "All":
+            if self.count:
+                raise field_error("count", "must not be set when allocationMode is All")
+        elif self.count is not None and self.count <= 0:
+            raise field_error("count", "must be greater than zero")
         return self
 
     @property
@@ -103,55 +90,42 @@ class ExactDeviceRequest(KubeModel):
         return self.count if self.count is not None else 1
 
 
-class DeviceSubRequest(KubeModel):
-    """One alternative of a firstAvailable request."""
+class ExactDeviceRequest(_CountedRequest):
+    """A request for devices of one class."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            (
-                "!(has(self.allocationMode) && self.allocationMode == 'All') || !has(self.count) || self.count == 0",
-                "count must not be set when allocationMode is All",
-            ),
-            (
-                "(has(self.allocationMode) && self.allocationMode == 'All') || !has(self.count) || self.count > 0",
-                "count must be greater than zero",
-            ),
-        )
-    )
+    device_class_name: DNSSubdomain
+    """The DeviceClass the devices must belong to."""
+    selectors: DeviceSelectors = empty_tuple()
+    """Further criteria, on top of the class's."""
+    allocation_mode: AllocationMode | None = None
+    """ExactCount (the default): count devices; All: every matching device of a pool."""
+    count: Annotated[int, Field(ge=0)] | None = None
+    """Number of devices with ExactCount (default 1)."""
+    admin_access: bool | None = None
+    """Grants access to devices that are in use, for monitoring or maintenance; the namespace needs the admin-access label."""
+    tolerations: DeviceTolerations = empty_tuple()
+    """Taints this request tolerates."""
+    capacity: CapacityRequirements | None = None
+    """Consumable capacity needed from each device."""
+
+
+class DeviceSubRequest(_CountedRequest):
+    """One alternative of a firstAvailable request."""
 
     name: DNSLabel
     """Name of the alternative; results refer to it as <request>/<subrequest>."""
     device_class_name: DNSSubdomain
     """The DeviceClass the devices must belong to."""
-    selectors: Annotated[
-        tuple[DeviceSelector, ...], Field(max_length=limits.DEVICE_SELECTORS_MAX_SIZE)
-    ] = empty_tuple()
+    selectors: DeviceSelectors = empty_tuple()
     """Further criteria, on top of the class's."""
     allocation_mode: AllocationMode | None = None
     """ExactCount (the default) or All."""
     count: Annotated[int, Field(ge=0)] | None = None
     """Number of devices with ExactCount (default 1)."""
-    tolerations: Annotated[
-        tuple[DeviceToleration, ...], Field(max_length=limits.DEVICE_TOLERATIONS_MAX_LENGTH)
-    ] = empty_tuple()
+    tolerations: DeviceTolerations = empty_tuple()
     """Taints this alternative tolerates."""
     capacity: CapacityRequirements | None = None
     """Consumable capacity needed from each device."""
-
-    @model_validator(mode="after")
-    def _check(self) -> DeviceSubRequest:
-        _check_count(self.allocation_mode, self.count)
-        return self
-
-    @property
-    def effective_allocation_mode(self) -> AllocationMode:
-        return self.allocation_mode or "ExactCount"
-
-    @property
-    def effective_count(self) -> int:
-        if self.allocation_mode == "All":
-            return 0
-        return self.count if self.count is not None else 1
 
 
 class DeviceRequest(KubeModel):
@@ -283,17 +257,11 @@ class DeviceRequestAllocationResult(KubeModel):
     """Name of the device in its pool."""
     admin_access: bool | None = None
     """True if allocated with admin access."""
-    tolerations: Annotated[
-        tuple[DeviceToleration, ...], Field(max_length=limits.DEVICE_TOLERATIONS_MAX_LENGTH)
-    ] = empty_tuple()
+    tolerations: DeviceTolerations = empty_tuple()
     """The request's tolerations at allocation time."""
-    binding_conditions: Annotated[
-        tuple[ConditionType, ...], Field(max_length=limits.BINDING_CONDITIONS_MAX_SIZE)
-    ] = empty_tuple()
+    binding_conditions: BindingConditions = empty_tuple()
     """Copied from the device: conditions that must be True before the pod is bound."""
-    binding_failure_conditions: Annotated[
-        tuple[ConditionType, ...], Field(max_length=limits.BINDING_FAILURE_CONDITIONS_MAX_SIZE)
-    ] = empty_tuple()
+    binding_failure_conditions: BindingFailureConditions = empty_tuple()
     """Copied from the device: conditions that, when True, make binding fail."""
     share_id: ShareID | None = None
     """Identifies this share of a device that allows multiple allocations (lowercase UUID)."""

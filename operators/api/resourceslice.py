@@ -15,7 +15,8 @@ from pydantic_core import PydanticCustomError
 from operators.api import limits
 from operators.api.base import (
     IMMUTABLE,
-    ConditionType,
+    BindingConditions,
+    BindingFailureConditions,
     DNSLabel,
     DNSSubdomain,
     DriverName,
@@ -240,13 +241,9 @@ class Device(KubeModel):
     """Taints of the device."""
     binds_to_node: bool | None = None
     """If true, the allocation is restricted to the node chosen for the pod."""
-    binding_conditions: Annotated[
-        tuple[ConditionType, ...], Field(max_length=limits.BINDING_CONDITIONS_MAX_SIZE)
-    ] = empty_tuple()
+    binding_conditions: BindingConditions = empty_tuple()
     """Device status conditions that must be True before the pod is bound."""
-    binding_failure_conditions: Annotated[
-        tuple[ConditionType, ...], Field(max_length=limits.BINDING_FAILURE_CONDITIONS_MAX_SIZE)
-    ] = empty_tuple()
+    binding_failure_conditions: BindingFailureConditions = empty_tuple()
     """Device status conditions that, when True, make binding fail."""
     allow_multiple_allocations: bool | None = None
     """If true, the device can be allocated to several requests at once, sharing its capacity."""

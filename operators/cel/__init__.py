@@ -34,9 +34,10 @@ Device selectors
     (strings and ints are parsed).
 
 Values
-    ``Quantity``: exact Kubernetes quantity (integer nano-units), parse with
-    ``Quantity("80Gi")``; comparable, hashable, ``+``/``-``.
-    ``Semver``: ``Semver.parse("1.2.3", normalize=False)``.
+    ``Quantity`` and ``Semver`` are ``operators.api``'s types, re-exported here:
+    one quantity (integer nano-units, ``Quantity("80Gi")``, comparable,
+    hashable, ``+``/``-``) and one version type (``Semver.parse("1.2.3",
+    normalize=False)``) for the API models, CEL and the allocator alike.
     ``UInt``: CEL uint (an ``int`` subclass).
 
 Generic CEL
@@ -65,12 +66,13 @@ Language coverage
     full static type checker (types are checked at run time).
 """
 
+from operators.api.quantity import Quantity
+from operators.api.semver import Semver
+
 from .device import DeviceView
 from .errors import CELCompileError, CELCostError, CELError, CELEvalError
 from .program import evaluate
-from .quantity import Quantity
 from .selector import CompiledSelector, compile_selector
-from .semver import Semver
 from .values import CelType, Optional, UInt
 
 __all__ = [

@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .quantity import Quantity
-from .semver import Semver
+from operators.api.quantity import Quantity
+from operators.api.semver import Semver
+
+from .errors import CELEvalError
 
 
 class IdMap(dict[str, Any]):
@@ -117,8 +119,6 @@ class DeviceView:
     def cel_field(self, name: str) -> Any:
         attr = _CEL_FIELDS.get(name)
         if attr is None:
-            from .errors import CELEvalError
-
             raise CELEvalError(f"no such key: {name}")
         return getattr(self, attr)
 

@@ -18,19 +18,21 @@ import unicodedata
 import zoneinfo
 from collections.abc import Callable
 from decimal import Decimal
-from functools import lru_cache
+from functools import cmp_to_key, lru_cache
 from typing import Any
 
+from operators.api.quantity import NANO, Quantity
+from operators.api.semver import Semver
+
 from .errors import CELEvalError
-from .quantity import Quantity
 from .runtime import (
+    add,
     equals,
     fail,
     less,
     no_overload,
     unwrap_key,
 )
-from .semver import Semver
 from .values import (
     INT64_MAX,
     INT64_MIN,
@@ -745,8 +747,6 @@ def _is_sorted(items: Any) -> bool:
 
 @member("sum")
 def _sum(items: Any) -> Any:
-    from .runtime import add
-
     items = _require_list("sum", items)
     if not items:
         return 0
@@ -756,28 +756,26 @@ def _sum(items: Any) -> Any:
     return total
 
 
-@member("min")
-def _min(items: Any) -> Any:
-    items = _require_list("min", items)
+def _extreme(name: str, items: Any, before: Callable[[Any, Any], bool]) -> Any:
+    """The first item that no later item comes `before` (CEL's lists min and max)."""
+    items = _require_list(name, items)
     if not items:
-        fail("min called on empty list")
+        fail(f"{name} called on empty list")
     best = items[0]
     for item in items[1:]:
-        if less(item, best):
+        if before(item, best):
             best = item
     return best
+
+
+@member("min")
+def _min(items: Any) -> Any:
+    return _extreme("min", items, less)
 
 
 @member("max")
 def _max(items: Any) -> Any:
-    items = _require_list("max", items)
-    if not items:
-        fail("max called on empty list")
-    best = items[0]
-    for item in items[1:]:
-        if less(best, item):
-            best = item
-    return best
+    return _extreme("max", items, lambda a, b: less(b, a))
 
 
 @member("slice")
@@ -822,14 +820,12 @@ def _distinct(items: Any) -> list[Any]:
 
 @member("sort")
 def _sort(items: Any) -> list[Any]:
-    import functools
-
     items = _require_list("sort", items)
 
     def cmp(a: Any, b: Any) -> int:
         return -1 if less(a, b) else (1 if less(b, a) else 0)
 
-    return sorted(items, key=functools.cmp_to_key(cmp))
+    return sorted(items, key=cmp_to_key(cmp))
 
 
 @member("first")
@@ -959,7 +955,7 @@ def _quantity_operand(fn: str, q: Any, other: Any) -> int:
     if type(other) is Quantity:
         return int(other.nanos)
     if type(other) is int:
-        return other * 10**9
+        return other * NANO
     no_overload(fn, q, other)
 
 
@@ -979,7 +975,7 @@ def _q_as_integer(q: Any) -> int:
         no_overload("asInteger", q)
     if not q.is_integer():
         fail("cannot convert value to integer")
-    return int(q.nanos // 10**9)
+    return int(q.nanos // NANO)
 
 
 @member("isInteger")

@@ -76,6 +76,14 @@ RESERVED_WORDS = frozenset(
 _parser: Lark | None = None
 _parser_lock = threading.Lock()
 
+# Deeper parse trees are refused before they are folded. Without a fixed limit the outcome
+# would depend on Python's recursion limit, which other libraries change (celpy raises it
+# to 2500 on import). Each level of parentheses costs about ten tree levels and each call
+# eleven, so this allows some 150 nested parentheses or 135 nested calls (cel-go stops at a
+# parser recursion depth of 250), and everything below it folds and compiles within
+# Python's default recursion limit.
+MAX_TREE_DEPTH = 1500
+
 
 def _keyword(token: Token) -> Token:
     if token.value in ("true", "false"):
@@ -132,7 +140,20 @@ def parse(source: str) -> ast.Node:
         raise _syntax_error(source, exc.line or 1, exc.column or 1, "unexpected input") from None
     except LarkError as exc:
         raise _syntax_error(source, 1, 1, str(exc).splitlines()[0]) from None
+    if _deeper_than(tree, MAX_TREE_DEPTH):
+        raise CELCompileError("compilation failed: expression nests too deeply")
     return _Folder(source).fold(tree)
+
+
+def _deeper_than(tree: Tree, limit: int) -> bool:
+    """Whether the tree has more than `limit` levels (walked without recursion)."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
+    return False
 
 
 # --- literals -------------------------------------------------------------

@@ -20,7 +20,7 @@ from . import (
     netlib,  # noqa: F401  (importing it registers the IP/CIDR functions)
 )
 from .codegen import Environment, generate
-from .errors import CELCompileError, CELError, CELEvalError
+from .errors import CELCompileError, CELEvalError
 from .parser import parse
 from .runtime import to_cel, to_python
 
@@ -41,14 +41,21 @@ class Program:
     def run(self, variables: Any, cost_limit: int = DEFAULT_COST_LIMIT) -> Any:
         try:
             return self.function(variables, cost_limit)
-        except CELError:
-            raise
-        except RecursionError:
-            raise CELEvalError("expression too deeply nested") from None
-        except (ArithmeticError, ValueError, TypeError, KeyError, IndexError) as exc:
-            # A library function met a value it does not expect: report it as a
-            # CEL error rather than crash the caller.
-            raise CELEvalError(f"no such overload: {exc}") from None
+        except RUNTIME_FAILURES as exc:
+            raise as_eval_error(exc) from None
+
+
+#: Python errors a compiled program can raise besides CELError: too deep a value, or a
+#: library function meeting a value it does not expect. Callers report them as CEL
+#: errors rather than crash.
+RUNTIME_FAILURES = (RecursionError, ArithmeticError, ValueError, TypeError, KeyError, IndexError)
+
+
+def as_eval_error(exc: BaseException) -> CELEvalError:
+    """The CELEvalError that stands for one of RUNTIME_FAILURES."""
+    if isinstance(exc, RecursionError):
+        return CELEvalError("expression too deeply nested")
+    return CELEvalError(f"no such overload: {exc}")
 
 
 def compile_program(expression: str, env: Environment) -> Program:

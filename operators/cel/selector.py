@@ -21,11 +21,15 @@ from .device import DeviceView
 from .errors import (
     NO_SUCH_KEY_HINT,
     CELCompileError,
-    CELCostError,
-    CELError,
     CELEvalError,
 )
-from .program import DEFAULT_COST_LIMIT, Program, compile_program
+from .program import (
+    DEFAULT_COST_LIMIT,
+    RUNTIME_FAILURES,
+    Program,
+    as_eval_error,
+    compile_program,
+)
 from .values import type_name
 
 #: Upstream's CELSelectorExpressionMaxLength.
@@ -53,19 +57,13 @@ class CompiledSelector:
             raise CELEvalError(device.invalid_attribute)
         try:
             result: Any = self.program.function(device, cost_limit)
-        except CELCostError:
-            raise
         except CELEvalError as exc:
             message = str(exc)
             if "no such key:" in message:
                 raise CELEvalError(f"{message}. {NO_SUCH_KEY_HINT}") from None
             raise
-        except CELError:
-            raise
-        except RecursionError:
-            raise CELEvalError("expression too deeply nested") from None
-        except (ArithmeticError, ValueError, TypeError, KeyError, IndexError) as exc:
-            raise CELEvalError(f"no such overload: {exc}") from None
+        except RUNTIME_FAILURES as exc:
+            raise as_eval_error(exc) from None
         if result is True or result is False:
             return result
         raise CELEvalError(f"CEL result of type {type_name(result)} could not be converted to bool")

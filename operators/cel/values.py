@@ -14,9 +14,10 @@ import datetime as _dt
 import re
 from typing import Any
 
+from operators.api.quantity import Quantity
+from operators.api.semver import Semver
+
 from .errors import CELEvalError
-from .quantity import Quantity
-from .semver import Semver
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

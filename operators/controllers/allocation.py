@@ -15,12 +15,14 @@ sync reads as "already allocated, pin the pod there" and so finishes the job; if
 away instead, the claim controller trims the reservation and deallocates. A conflict requeues.
 
 Devices are counted as used from the moment they are chosen (the allocator state's assume
-cache), so the loop never hands a device out twice while the watch catches up. The loop is a
-single worker: allocation decisions are serial and deterministic.
+cache), so the loop never hands a device out twice while the watch catches up. Decisions are
+made by a single worker, serially and deterministically; the writes of several pods then
+overlap (a claim being written blocks other pods that use it until its writes are done).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import time
@@ -47,7 +49,7 @@ from operators.cache.core import (
 )
 from operators.cache.informer import Change, Key, version_number
 from operators.controllers import claimrules, placement
-from operators.controllers.base import Runtime, runtime_from
+from operators.controllers.base import Runtime, controller_health, runtime_from
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
     DEVICE_CLASSES,
@@ -59,18 +61,30 @@ from operators.kube import (
     Conflict,
     NotFound,
 )
+from operators.settings import FeatureGates
 
 log = structlog.get_logger(__name__)
 
 CONDITION_TYPE = "resource.dralloc.dev/DevicesAllocated"
 REASON_FAILED = "FailedAllocation"
 REASON_ALLOCATED = "Allocated"
+BUSY_DELAY = 0.05
+EXPLAIN_PERIOD = 10.0  # seconds between explanations of one waiting pod
+MAX_CONCURRENT_WRITES = 16  # pods whose writes are in flight at once
 MAX_DETAIL_LINES = 5  # per-node-group lines in the Event after the summary
 WAKE_DELAY = 0.1  # coalesces a burst of cluster changes into one retry of waiting pods
 
 
 class NotReady(Exception):
     """The pod cannot be considered yet (its claims are not all there); no message."""
+
+
+class StillWaiting(Exception):
+    """No node fits, as when last explained; the explanation is not recomputed yet."""
+
+
+class ClaimBusy(Exception):
+    """A claim of the pod is being written for another pod; look again in a moment."""
 
 
 class Unallocatable(Exception):
@@ -82,8 +96,11 @@ class Unallocatable(Exception):
         self.details = details or []
 
 
-def allocator_features(gates: Any) -> Features:
-    return Features.from_gates({name: gates[name] for name in GATE_TO_FIELD})
+def allocator_features(gates: FeatureGates) -> Features:
+    """The allocator's flags from the operator's gates (gates it does not know keep defaults)."""
+    return Features.from_gates(
+        {name: gates.enabled[name] for name in GATE_TO_FIELD if name in gates.enabled}
+    )
 
 
 class AllocationController:
@@ -105,6 +122,13 @@ class AllocationController:
         # Pods we patched, by the resourceVersion the API returned: older cached versions
         # of them are stale, and acting on one would only produce a conflict.
         self.written: dict[Key, int] = {}
+        # Decisions are serial; the writes of up to MAX_CONCURRENT_WRITES pods overlap.
+        self.in_flight: set[Key] = set()
+        self.resync: set[Key] = set()
+        self.claims_in_flight: set[Key] = set()
+        self.explained_at: dict[Key, float] = {}
+        self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
+        self._writers: asyncio.TaskGroup | None = None
         self.allocated_pods = 0
         self.pods.add_index("allocation-claims", _claim_keys)
         self.pods.add_handler(self._on_pod)
@@ -166,6 +190,7 @@ class AllocationController:
         if pod is None:
             self.waiting.discard(change.key)
             self.written.pop(change.key, None)
+            self.explained_at.pop(change.key, None)
             return
         written = self.written.get(change.key)
         if written is not None and version_number(pod.resource_version) >= written:
@@ -184,7 +209,9 @@ class AllocationController:
         for key, pod in self.pods.items():
             if _wants_allocation(pod):
                 self.queue.add(key)
-        await run_workers(self.queue, self.sync, workers=1, name=self.name)
+        async with asyncio.TaskGroup() as writers:
+            self._writers = writers
+            await run_workers(self.queue, self.sync, workers=1, name=self.name)
 
     def health(self) -> dict[str, Any]:
         return {
@@ -194,6 +221,7 @@ class AllocationController:
         }
 
     async def sync(self, key: Key) -> None:
+        """Decide for one pod (serially), then hand its writes to a background task."""
         pod = self.pods.get(key)
         if pod is None or not _wants_allocation(pod):
             self.queue.forget(key)
@@ -201,39 +229,84 @@ class AllocationController:
             return
         if key in self.written:
             return  # our own write is on its way through the watch; its event requeues
+        if key in self.in_flight:
+            self.resync.add(key)
+            return
         try:
-            await self.allocate(pod)
+            entries = self._resolve_claims(pod)
+            started = time.perf_counter()
+            node, results = self._choose(pod, entries)
+            metrics.ALLOCATION_SECONDS.observe(time.perf_counter() - started)
         except NotReady:
             return  # an event about the missing claim will requeue it
+        except ClaimBusy:
+            self.queue.add_after(key, BUSY_DELAY)
+            return
+        except StillWaiting:
+            self.waiting.add(key)
+            self.queue.retry(key)
+            return
         except Unallocatable as reason:
             metrics.ALLOCATIONS.labels(result="unallocatable").inc()
             self.waiting.add(key)
-            await self._explain(pod, reason)
+            with contextlib.suppress(Conflict, NotFound):
+                await self._explain(pod, reason)
             self.queue.retry(key)  # safety net; cluster changes wake it sooner
             return
+        # The devices count as used from now on, even before the API answers.
+        for (_, claim), chosen in zip(_pending(entries), results, strict=True):
+            self.state.assume(claim, chosen)
+        claim_keys = {Key(pod.namespace, claim.metadata.name or "") for _, claim in entries}
+        self.claims_in_flight |= claim_keys
+        await self.slots.acquire()
+        self.in_flight.add(key)
+        assert self._writers is not None
+        self._writers.create_task(self._commit(key, pod, node, entries, results, claim_keys))
+
+    async def _commit(
+        self,
+        key: Key,
+        pod: Pod,
+        node: str,
+        entries: list[tuple[PodClaim, ResourceClaim]],
+        results: list[ClaimAllocation],
+        claim_keys: set[Key],
+    ) -> None:
+        try:
+            await self._write_all(pod, node, entries, results)
         except (Conflict, NotFound) as error:
             metrics.ALLOCATIONS.labels(result="conflict").inc()
             log.info("stale write; requeued", pod=pod.ref, error=error.reason)
             self.queue.retry(key)
-            return
-        metrics.ALLOCATIONS.labels(result="allocated").inc()
-        self.allocated_pods += 1
-        self.waiting.discard(key)
-        self.queue.forget(key)
+        except Exception:
+            log.exception("allocation writes failed; requeued", pod=pod.ref)
+            self.queue.retry(key)
+        else:
+            metrics.ALLOCATIONS.labels(result="allocated").inc()
+            self.allocated_pods += 1
+            self.waiting.discard(key)
+            self.queue.forget(key)
+        finally:
+            self.in_flight.discard(key)
+            self.claims_in_flight -= claim_keys
+            self.slots.release()
+            if key in self.resync:
+                self.resync.discard(key)
+                self.queue.add(key)
 
-    async def allocate(self, pod: Pod) -> None:
-        entries = self._resolve_claims(pod)
-        started = time.perf_counter()
-        node, results = self._choose(pod, entries)
-        metrics.ALLOCATION_SECONDS.observe(time.perf_counter() - started)
+    async def _write_all(
+        self,
+        pod: Pod,
+        node: str,
+        entries: list[tuple[PodClaim, ResourceClaim]],
+        results: list[ClaimAllocation],
+    ) -> None:
+        """The writes, in order; an error releases what was assumed but not written."""
         allocations: dict[str, AllocationResult] = {}
         new = {
             claim.metadata.name: result
             for (_, claim), result in zip(_pending(entries), results, strict=True)
         }
-        # The devices count as used from now on, even before the API answers.
-        for (_, claim), chosen in zip(_pending(entries), results, strict=True):
-            self.state.assume(claim, chosen)
         try:
             for entry, claim in entries:
                 allocation = claim.status.allocation if claim.status else None
@@ -245,7 +318,7 @@ class AllocationController:
                 assert allocation is not None
                 allocations[entry.name] = allocation
         except BaseException:
-            for (_, claim), _result in zip(_pending(entries), results, strict=True):
+            for _, claim in _pending(entries):
                 if not self._write_landed(claim):
                     self.state.release(claim)
             raise
@@ -265,6 +338,8 @@ class AllocationController:
             name = pod.claim_name(entry)
             if not name:
                 raise NotReady()
+            if Key(pod.namespace, name) in self.claims_in_flight:
+                raise ClaimBusy()
             claim = self.claims.get(Key(pod.namespace, name))
             if claim is None:
                 raise NotReady()
@@ -332,14 +407,26 @@ class AllocationController:
                 raise Unallocatable(placement.summarize(len(all_nodes), rejections))
             return candidates[0].name, []
         infos = [NodeInfo(node.name, node.labels) for node in candidates]
-        found = self.state.find_node(pending, infos, str(self.settings.node_policy))
+        key = Key(pod.namespace, pod.name)
+        # Explaining looks at every node; for a pod that keeps waiting, do it now and then.
+        explain = time.monotonic() - self.explained_at.get(key, -EXPLAIN_PERIOD) >= EXPLAIN_PERIOD
+        found = self.state.find_node(
+            pending, infos, str(self.settings.node_policy), explain=explain
+        )
         if found.node is not None:
+            self.explained_at.pop(key, None)
             return found.node, list(found.allocations)
+        if not explain:
+            raise StillWaiting()
+        self.explained_at[key] = time.monotonic()
         explanation = found.explanation
         if explanation is not None and explanation.fatal_error:
             raise Unallocatable(f"0/{len(all_nodes)} nodes: {explanation.fatal_error}")
-        reasons = [*rejections, *(r.summary for r in explanation.reasons if explanation)]
-        details = explanation.lines()[1:] if explanation is not None else []
+        reasons = list(rejections)
+        details: list[str] = []
+        if explanation is not None:
+            reasons += [r.summary for r in explanation.reasons]
+            details = explanation.lines()[1:]
         raise Unallocatable(placement.summarize(len(all_nodes), reasons), details)
 
     def _write_landed(self, claim: ResourceClaim) -> bool:
@@ -542,6 +629,11 @@ def _claim_keys(pod: Pod) -> list[tuple[str, str]]:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@kopf.on.probe(id="dralloc.allocation")
+def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    return controller_health(memo, AllocationController.name)
 
 
 @kopf.on.startup(id="dralloc.allocation")

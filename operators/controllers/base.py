@@ -167,6 +167,15 @@ async def runtime_from(memo: Any) -> Runtime:
     return runtime
 
 
+def controller_health(memo: Any, name: str) -> dict[str, Any]:
+    """One controller's probe result ({"enabled": False} when it does not run here)."""
+    runtime: Runtime | None = memo.get(MEMO_KEY)
+    for controller in runtime.controllers if runtime is not None else ():
+        if controller.name == name:
+            return {"enabled": True, "leader": runtime.leading.is_set(), **controller.health()}  # type: ignore[union-attr]
+    return {"enabled": False}
+
+
 async def retry_forever(
     what: str, action: Callable[[], Awaitable[None]], delay: float = 1.0
 ) -> None:

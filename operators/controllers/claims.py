@@ -29,7 +29,7 @@ from operators.cache.core import (
 )
 from operators.cache.informer import Change, Key
 from operators.controllers import claimrules
-from operators.controllers.base import Runtime, runtime_from
+from operators.controllers.base import Runtime, controller_health, runtime_from
 from operators.controllers.claimrules import PodState
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
@@ -55,7 +55,7 @@ class ClaimError(Exception):
 class ClaimController:
     name = "claims"
 
-    def __init__(self, runtime: Runtime, *, workers: int = 4) -> None:
+    def __init__(self, runtime: Runtime, *, workers: int = 8) -> None:
         self.runtime = runtime
         self.client = runtime.client
         cache = runtime.cache
@@ -367,6 +367,11 @@ def _pod_template_keys(pod: Pod) -> list[tuple[str, str]]:
 def _owner_uid_keys(claim: ResourceClaim) -> list[str]:
     owner = claimrules.owner_pod_uid(claim)
     return [owner] if owner else []
+
+
+@kopf.on.probe(id="dralloc.claims")
+def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    return controller_health(memo, ClaimController.name)
 
 
 @kopf.on.startup(id="dralloc.claims")

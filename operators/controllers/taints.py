@@ -27,7 +27,7 @@ from operators.api.models import DeviceTaintRule, ResourceClaim
 from operators.cache.core import Pod
 from operators.cache.informer import Change, Key
 from operators.controllers import taintrules
-from operators.controllers.base import Runtime, retry_forever, runtime_from
+from operators.controllers.base import Runtime, controller_health, retry_forever, runtime_from
 from operators.controllers.taintrules import ClaimEviction, DeviceId, EffectiveTaint
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
@@ -341,6 +341,11 @@ def _pod_claim_keys(pod: Pod) -> list[tuple[str, str]]:
         if name:
             keys.append((pod.namespace, name))
     return keys
+
+
+@kopf.on.probe(id="dralloc.taints")
+def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    return controller_health(memo, TaintController.name)
 
 
 @kopf.on.startup(id="dralloc.taints")

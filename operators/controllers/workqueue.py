@@ -141,6 +141,9 @@ async def run_workers(
                 log.exception("sync failed", controller=name, key=str(key), retry_in=delay)
             finally:
                 queue.done(key)
+            # A ready key is returned without suspending; yield so that nothing else
+            # (watches, lease renewal) starves behind a long queue.
+            await asyncio.sleep(0)
 
     async with asyncio.TaskGroup() as group:
         for index in range(workers):

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from operators.allocator import AllocationError, Features, NodeInfo, UsedDevice
-from operators.allocator.quantities import parse_quantity
+from operators.allocator import AllocationError, Features, NodeInfo, SearchAborted, UsedDevice
+from operators.allocator.quantities import to_nanos
 from operators.allocator.state import AllocatorState
 
 # --- builders (named after upstream's helpers) ---------------------------------
@@ -3620,7 +3620,7 @@ def _normalise(results: list[dict[str, Any]] | None) -> list[dict[str, Any]] | N
                 item["shareID"] = SHARE
             if "consumedCapacity" in item:
                 item["consumedCapacity"] = {
-                    k: parse_quantity(v) for k, v in item["consumedCapacity"].items()
+                    k: to_nanos(v) for k, v in item["consumedCapacity"].items()
                 }
             items.append(item)
         devices["results"] = sorted(items, key=repr)
@@ -3638,7 +3638,7 @@ def run_case(tc: Case) -> tuple[list[dict[str, Any]] | None, int]:
     for device in tc.allocated:
         state.allocated.add(UsedDevice(device))
     for i, (device, consumed) in enumerate(tc.allocated_capacity.items()):
-        amounts = {f"{device[0]}/{k}": parse_quantity(v) for k, v in consumed.items()}
+        amounts = {f"{device[0]}/{k}": to_nanos(v) for k, v in consumed.items()}
         state.allocated.add(UsedDevice(device, share_id=f"share-{i}", consumed=amounts))
     search = state.search(tc.claims, tc.node)
     results = search.run()
@@ -3670,8 +3670,6 @@ def test_scenario_names_are_unique() -> None:
 
 def test_cancelled_search_reports_the_cause() -> None:
     """Upstream's "interrupt" test: a cancelled search says why it stopped."""
-    from operators.allocator.errors import SearchAborted
-
     state = AllocatorState(Features.none())
     state.upsert_slice(
         rslice(SLICE1, NODE1, POOL1, DRIVER_A, *(dev(f"device-{i}") for i in range(1, 6)))

@@ -10,6 +10,7 @@ available, which callers get by enabling the options.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -447,8 +448,6 @@ def test_expensive_is_rejected_by_the_estimate_for_new_expressions() -> None:
 
 
 def test_expensive_stops_quickly() -> None:
-    import time
-
     selector = compile_selector(BOMB, check_cost=False)
     device = DeviceView.build(D, _EXPENSIVE_ATTRIBUTES, {}, False)
     start = time.perf_counter()

@@ -64,7 +64,7 @@ class OperatorProcess:
             f"--kubeconfig={self.testbed.kubeconfig}",
             "--metrics-port=0", "--probe-port=0",
             f"--lease-name={self.lease}", "--lease-namespace=default",
-            "--lease-duration=4", "--renew-deadline=3", "--retry-period=0.5",
+            "--lease-duration=8", "--renew-deadline=6", "--retry-period=1",
             "--requeue-max-delay=2",
             "--log-format=console", "--log-level=INFO",
         ]  # fmt: skip

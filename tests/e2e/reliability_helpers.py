@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Collection
 from pathlib import Path
@@ -86,6 +87,7 @@ def _control_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("testbed_control", TESTBED_DIR / "control.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being built
     spec.loader.exec_module(module)
     return module
 
@@ -116,14 +118,17 @@ def restart_apiserver(testbed: Testbed, down_for: float = 2.0) -> float:
         for item in (proc / "environ").read_bytes().split(b"\0")
         if b"=" in item
     )
+
+    def gone() -> bool:
+        return bool(control.process_start_time(component.pid) != component.start_time)
+
     started = time.monotonic()
     os.killpg(component.pid, signal.SIGTERM)
-    wait_for(
-        "kube-apiserver to exit",
-        lambda: control.process_start_time(component.pid) != component.start_time,
-        timeout=30,
-        interval=0.1,
-    )
+    try:  # the grace `testbed/down` gives too; open watches can hold it up for longer
+        wait_for("kube-apiserver to exit", gone, timeout=10, interval=0.1)
+    except AssertionError:
+        os.killpg(component.pid, signal.SIGKILL)
+        wait_for("kube-apiserver to be killed", gone, timeout=10, interval=0.1)
     time.sleep(down_for)
     control.start(state, "kube-apiserver", argv, env)
     wait_for(

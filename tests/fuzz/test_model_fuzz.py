@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from operators.api import KINDS, InvalidObjectError, Quantity, QuantityParseError, parse_object
@@ -200,6 +200,7 @@ def test_random_quantity_text_parses_or_raises_quantity_error(text: str) -> None
 )
 def test_quantity_suffixes_scale_exactly(number: int, suffix: tuple[str, int]) -> None:
     text, factor = suffix
+    assume(abs(number * factor) < 2**63)  # beyond int64, upstream caps binary-SI values only
     assert Quantity.parse(f"{number}{text}") == Quantity.parse(str(number * factor))
 
 

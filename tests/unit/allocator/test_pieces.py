@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import pytest
 
-from operators.allocator.capacity import consumed_amount, consumption, violates_policy
+from operators.allocator.capacity import (
+    consumed_amount,
+    consumption,
+    published_amounts,
+    violates_policy,
+)
 from operators.allocator.compiled import (
     CapacityEntry,
     CompiledDevice,
@@ -15,33 +18,32 @@ from operators.allocator.compiled import (
 )
 from operators.allocator.constraints import DistinctAttribute, MatchAttribute, _Scope
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError, merge_terms
-from operators.allocator.quantities import QuantityError, format_quantity, parse_quantity
+from operators.allocator.quantities import to_nanos
+from operators.api.quantity import NANO, Quantity, QuantityParseError
 
 
 @pytest.mark.parametrize(
-    ("text", "value"),
+    ("value", "nanos"),
     [
-        ("1Gi", 1024**3),
-        ("1.5", Fraction(3, 2)),
-        ("100m", Fraction(1, 10)),
-        ("2k", 2000),
-        ("1e3", 1000),
-        ("-4", -4),
+        ("1Gi", 1024**3 * NANO),
+        ("1.5", 1_500_000_000),
+        ("100m", 100_000_000),
+        ("1e3", 1000 * NANO),
+        ("-4", -4 * NANO),
+        (7, 7 * NANO),
+        (0.25, 250_000_000),
+        (Quantity("2k"), 2000 * NANO),
     ],
 )
-def test_parse_quantity(text: str, value: object) -> None:
-    assert parse_quantity(text) == value
+def test_amounts_are_exact_nano_units(value: object, nanos: int) -> None:
+    assert to_nanos(value) == nanos
 
 
-def test_parse_quantity_rejects_garbage() -> None:
-    with pytest.raises(QuantityError):
-        parse_quantity("ten")
-
-
-def test_format_quantity_round_trips() -> None:
-    for value, binary in ((4 * 1024**3, True), (2000, False), (Fraction(1, 10), False), (7, False)):
-        assert parse_quantity(format_quantity(value, binary)) == value
-    assert format_quantity(80 * 1024**3, binary=True) == "80Gi"
+def test_amounts_reject_garbage() -> None:
+    with pytest.raises(QuantityParseError):
+        to_nanos("ten")
+    with pytest.raises(QuantityParseError):
+        to_nanos(None)
 
 
 def test_node_selector_semantics() -> None:
@@ -92,28 +94,39 @@ def test_merge_terms_deduplicates_and_rejects_multi_term() -> None:
 
 def test_capacity_policy_rounding() -> None:
     ranged = CapacityEntry(
-        10,
+        Quantity("10"),
         RequestPolicy(default=2, range_min=2, range_max=4, range_step=2, has_range=True),
-        False,
-        "10",
     )
     assert consumed_amount(None, ranged) == 2
     assert consumed_amount(1, ranged) == 2
     assert consumed_amount(3, ranged) == 4
     assert violates_policy(6, ranged.policy)
-    values = CapacityEntry(3, RequestPolicy(default=1, valid_values=(1, 3)), False, "3")
+    values = CapacityEntry(Quantity("3"), RequestPolicy(default=1, valid_values=(1, 3)))
     assert consumed_amount(2, values) == 3
     assert consumed_amount(5, values) == 5 and violates_policy(5, values.policy)
-    plain = CapacityEntry(8, None, False, "8")
-    assert consumed_amount(None, plain) == 8
+    plain = CapacityEntry(Quantity("8"), None)
+    assert consumed_amount(None, plain) == 8 * NANO
+
+
+def test_fractional_range_steps_stay_exact() -> None:
+    entry = CapacityEntry(
+        Quantity("4"),
+        RequestPolicy(range_min=to_nanos("100m"), range_step=to_nanos("250m"), has_range=True),
+    )
+    assert consumed_amount(to_nanos("0.4"), entry) == to_nanos("600m")
+    assert not violates_policy(to_nanos("600m"), entry.policy)
+    assert violates_policy(to_nanos("0.5"), entry.policy)
 
 
 def test_consumption_resolves_capacity_names_with_the_driver_domain() -> None:
     device = compile_device(
         "drv", "pool", "s", {"name": "d", "capacity": {"memory": {"value": "4Gi"}}}
     )
-    assert consumption({"drv/memory": 1024**3}, device) == {"drv/memory": 1024**3}
+    gib = to_nanos("1Gi")
+    assert consumption({"drv/memory": gib}, device) == {"drv/memory": gib}
     assert consumption({"other.example/memory": 1}, device) is None
+    assert published_amounts({"drv/memory": gib}, device) == {"memory": Quantity("1Gi")}
+    assert str(published_amounts({"drv/memory": gib}, device)["memory"]) == "1Gi"
 
 
 def test_match_and_distinct_constraints_undo_cleanly() -> None:

@@ -23,6 +23,9 @@ from operators.api.quantity import NANO, Quantity, QuantityFormat, QuantityParse
         ("1000", 1000 * NANO, "1k"),
         ("1500", 1500 * NANO, "1500"),
         ("1e3", 1000 * NANO, "1e3"),
+        ("1E3", 1000 * NANO, "1e3"),
+        ("2.", 2 * NANO, "2"),
+        ("-2k", -2000 * NANO, "-2k"),
         ("5E-3", 5_000_000, "5e-3"),
         ("12e2", 1200 * NANO, "1200"),
         ("1E", 10**18 * NANO, "1E"),
@@ -55,7 +58,8 @@ def test_small_binary_values_print_in_decimal() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "abc", "1.2.3", "1Gii", ".", "e3", "1e", "1 Gi", " 1", "1K", "--1", "1ki"]
+    "text",
+    ["", "abc", "1.2.3", "1Gii", ".", "e3", "1e", "1 Gi", " 1", "1\n", "1K", "--1", "1ki", "1Gb"],
 )
 def test_rejects_malformed(text: str) -> None:
     with pytest.raises(QuantityParseError):
@@ -65,6 +69,25 @@ def test_rejects_malformed(text: str) -> None:
 def test_refuses_huge_exponent_without_building_it() -> None:
     with pytest.raises(QuantityParseError, match="exponent"):
         Quantity.parse("1e999999999")
+
+
+def test_only_binary_quantities_are_capped_at_int64_like_upstream() -> None:
+    assert Quantity.parse("9Ei") * 2 > Quantity.parse("16Ei")  # arithmetic is not capped
+    assert Quantity.parse("16Ei").nanos == (2**63 - 1) * NANO
+    assert Quantity.parse("-16Ei").nanos == -(2**63 - 1) * NANO
+    assert Quantity.parse("100E").nanos == 100 * 10**18 * NANO
+    assert not Quantity.parse("100E").is_integer()  # beyond int64: CEL's asInteger fails
+
+
+def test_fraction_of_one_in_binary_notation_is_decimal() -> None:
+    assert Quantity.parse("0.5Ki").format is QuantityFormat.BINARY_SI  # 512
+    assert Quantity.parse("0.0001Ki").format is QuantityFormat.DECIMAL_SI  # 0.1024
+
+
+def test_approximate_float_saturates_instead_of_overflowing() -> None:
+    assert Quantity.parse("250m").as_float() == 0.25
+    assert Quantity.parse("1e400").as_float() == float("inf")
+    assert Quantity.parse("-1e400").as_float() == float("-inf")
 
 
 def test_equality_ordering_hashing_use_the_value() -> None:

@@ -75,3 +75,17 @@ def test_report_renders_a_table_and_json(tmp_path: Path) -> None:
     assert "x skipped: why" in markdown
     assert json.loads((tmp_path / "quick.json").read_text())["level1"][0]["dralloc"]["pods"] == 10
     assert len(written) == 2
+
+
+def test_operator_profile_summary_attributes_samples_to_functions(tmp_path: Path) -> None:
+    from bench.level2 import summarize_stacks
+
+    stacks = tmp_path / "stacks.txt"
+    stacks.write_text(
+        "main (/r/operators/run.py:10);search (/r/operators/allocator/search.py:20) 30\n"
+        "main (/r/operators/run.py:11);loads (/usr/lib/json/decoder.py:5) 10\n"
+    )
+    summary = summarize_stacks(stacks)
+    assert "40 samples" in summary
+    assert "75.0%  search (/r/operators/allocator/search.py)" in summary
+    assert "100.0%  main (/r/operators/run.py)" in summary

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from operators.cel import CELCompileError, evaluate
@@ -52,3 +54,15 @@ def test_excessive_nesting_is_a_compile_error_not_a_crash() -> None:
         nested = f"[1].all(v{depth}, {nested})"
     with pytest.raises(CELCompileError, match="nests too deeply"):
         evaluate(nested)
+
+
+@pytest.mark.parametrize("recursion_limit", [1000, 5000])
+def test_nesting_limit_does_not_depend_on_the_recursion_limit(recursion_limit: int) -> None:
+    saved = sys.getrecursionlimit()
+    sys.setrecursionlimit(recursion_limit)
+    try:
+        with pytest.raises(CELCompileError, match="nests too deeply"):
+            evaluate("(" * 300 + "1" + ")" * 300)
+        assert evaluate("(" * 100 + "1" + ")" * 100) == 1
+    finally:
+        sys.setrecursionlimit(saved)

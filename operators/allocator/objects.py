@@ -1,0 +1,22 @@
+"""Kubernetes objects as the allocator reads them: JSON mappings with camelCase keys.
+
+Callers pass plain dicts (from the API server or tests) or pydantic models
+(``operators.api``); both are read through this one view, so the compilers never care
+which they got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def as_dict(obj: Any) -> Mapping[str, Any]:
+    """JSON view (camelCase keys, unset fields left out) of a dict or a pydantic model."""
+    if isinstance(obj, Mapping):
+        return obj
+    dump = getattr(obj, "model_dump", None)
+    if dump is None:
+        raise TypeError(f"cannot read {type(obj).__name__} as a Kubernetes object")
+    data: Mapping[str, Any] = dump(mode="json", by_alias=True, exclude_none=True)
+    return data
