@@ -1,0 +1,93 @@
+"""The API seam: paths, error classes, and preconditions as sent on the wire."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from operators.kube import (
+    PODS,
+    RESOURCE_CLAIMS,
+    ApiError,
+    Conflict,
+    Connection,
+    Gone,
+    KubeClient,
+    NotFound,
+)
+
+
+def test_paths() -> None:
+    assert PODS.path("ns", "p") == "/api/v1/namespaces/ns/pods/p"
+    assert (
+        RESOURCE_CLAIMS.path("ns") == "/apis/resource.dralloc.dev/v1/namespaces/ns/resourceclaims"
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "cls"),
+    [
+        (404, {"reason": "NotFound"}, NotFound),
+        (409, {"reason": "Conflict"}, Conflict),
+        (410, {"reason": "Expired"}, Gone),
+        (422, {"message": "the server rejected our request: test operation failed"}, Conflict),
+        (422, {"message": "spec.devices: Invalid value"}, ApiError),
+    ],
+)
+def test_error_classes(status: int, body: dict[str, str], cls: type[ApiError]) -> None:
+    error = ApiError.from_status(status, body)
+    assert type(error) is cls
+
+
+async def test_writes_carry_preconditions() -> None:
+    seen: list[tuple[str, str, str, Any]] = []
+
+    async def record(request: web.Request) -> web.StreamResponse:
+        body = await request.text()
+        seen.append(
+            (request.method, request.path, request.content_type, json.loads(body) if body else None)
+        )
+        if request.method == "GET" and request.query.get("watch"):
+            response = web.StreamResponse()
+            await response.prepare(request)
+            for event in ({"type": "ADDED", "object": {"metadata": {"name": "a"}}},
+                          {"type": "ERROR", "object": {"code": 410, "reason": "Expired"}}):  # fmt: skip
+                await response.write((json.dumps(event) + "\n").encode())
+            return response
+        return web.json_response({"metadata": {"resourceVersion": "2"}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = KubeClient(Connection(f"http://127.0.0.1:{port}", False, {}))
+    try:
+        await client.merge_patch(
+            PODS, "p", {"metadata": {"labels": {"a": "b"}}}, namespace="ns", resource_version="7"
+        )
+        await client.json_patch(RESOURCE_CLAIMS, "c", [{"op": "remove", "path": "/x"}], namespace="ns",
+                                resource_version="8", subresource="status")  # fmt: skip
+        await client.delete(PODS, "p", namespace="ns", uid="u1")
+        events = []
+        with pytest.raises(Gone):
+            async for event in client.watch(PODS, "5"):
+                events.append(event)
+    finally:
+        await client.close()
+        await runner.cleanup()
+    merge, jsonpatch, delete, _watch = seen
+    assert merge[2] == "application/merge-patch+json"
+    assert merge[3]["metadata"] == {"labels": {"a": "b"}, "resourceVersion": "7"}
+    assert (jsonpatch[1], jsonpatch[2]) == (
+        "/apis/resource.dralloc.dev/v1/namespaces/ns/resourceclaims/c/status",
+        "application/json-patch+json",
+    )
+    assert jsonpatch[3][0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "8"}
+    assert delete[3]["preconditions"] == {"uid": "u1"}
+    assert [e.type for e in events] == ["ADDED"]
