@@ -526,7 +526,7 @@ def summarize_stacks(path: Path, top: int = 15) -> str:
     for frame, count in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
         lines.append(f"  {100 * count / total:5.1f}%  {frame.replace(root, '')}")
     lines.append("with callees (dralloc code only):")
-    ours = [(f, c) for f, c in inclusive.items() if "/operators/" in f]
+    ours = [(f, c) for f, c in inclusive.items() if "operators/" in f and "site-packages" not in f]
     for frame, count in sorted(ours, key=lambda kv: -kv[1])[:top]:
         lines.append(f"  {100 * count / total:5.1f}%  {frame.replace(root, '')}")
     return "\n".join(lines)
