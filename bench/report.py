@@ -194,10 +194,7 @@ def plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     written = []
     rows = [r for r in (results.get("level1") or []) if r.get("upstream")]
     if rows:
-        names = [
-            r["workload"].split("/", 1)[-1] + "\n" + r["workload"].split("/", 1)[0][:28]
-            for r in rows
-        ]
+        names = [r.get("file") or r["workload"] for r in rows]
         dralloc = [r["dralloc"]["pods_per_second"] for r in rows]
         upstream = [r["upstream"]["pods_per_second"] for r in rows]
         fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 9))
@@ -240,6 +237,31 @@ def plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
+    level2 = results.get("level2") or []
+    names = list(dict.fromkeys(r["workload"] for r in level2))
+    if names:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for offset, system in ((-0.2, "in-tree"), (0.2, "dralloc")):
+            rates = {
+                r["workload"]: r.get("podsPerSecond") or 0 for r in level2 if r["system"] == system
+            }
+            ax.bar(
+                [i + offset for i in range(len(names))],
+                [rates.get(n, 0) for n in names],
+                width=0.4,
+                label=system,
+            )
+        ax.set_xticks(
+            list(range(len(names))), [n.split("/", 1)[-1] for n in names], rotation=30, ha="right"
+        )
+        ax.set_ylabel("pods bound/s")
+        ax.set_title("Level 2: end to end on the testbed")
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / "level2.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
     return written
 
 
@@ -257,9 +279,10 @@ def summarize_level1(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def write(results: dict[str, Any], out_dir: Path = RESULTS_DIR) -> list[Path]:
+def write(results: dict[str, Any], out_dir: Path = RESULTS_DIR, stem: str = "") -> list[Path]:
+    """``latest.*`` for a full run, ``quick.*`` for --quick, ``level<N>.*`` for one level only."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = "quick" if results.get("quick") else "latest"
+    stem = stem or ("quick" if results.get("quick") else "latest")
     json_path = out_dir / f"{stem}.json"
     json_path.write_text(json.dumps(results, indent=2) + "\n")
     md_path = out_dir / f"{stem}.md"

@@ -154,7 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import level2
 
         level2.run_into(results, log=log, only=args.only)
-    written = report.write(results, args.out)
+    stem = "" if args.level == "all" and not args.only else f"level{args.level}"
+    if args.only:
+        stem = "only"
+    written = report.write(results, args.out, stem)
     summary = results.get("level1Summary") or {}
     if summary:
         print(

@@ -1,28 +1,74 @@
 """Read a snapshot from a live cluster, read-only.
 
-Only GET (list) requests are sent; nothing is watched or written. The result goes through
-the same path as snapshot files (``objects_from_documents``), so file and live snapshots
-behave identically. Which DRA API group to read is chosen by what the server offers:
-dralloc's CRDs if installed, otherwise in-tree ``resource.k8s.io/v1``.
+Only GET requests are sent (discovery of ``/apis``, then paginated lists); nothing is
+watched or written, so the command is safe on a production cluster and needs only
+``list`` RBAC. Requests go through ``operators.kube.KubeClient`` (raw JSON, no
+kubernetes_asyncio models: those reject partial objects and are slow on large slices).
+The result goes through the same path as snapshot files (``objects_from_documents``), so
+file and live snapshots behave identically. Which DRA API group to read is chosen by what
+the server offers: dralloc's CRDs if installed, otherwise in-tree ``resource.k8s.io/v1``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from operators.kube import ApiError, NotFound, Resource
 from operators.toolkit.errors import ToolkitError
 from operators.toolkit.sources import RawObject, objects_from_documents
 
-DRA_PLURALS = {
-    "DeviceClass": "deviceclasses",
-    "ResourceSlice": "resourceslices",
-    "ResourceClaim": "resourceclaims",
-    "ResourceClaimTemplate": "resourceclaimtemplates",
-    "DeviceTaintRule": "devicetaintrules",
+DRA_KINDS = {
+    "DeviceClass": ("deviceclasses", False),
+    "ResourceSlice": ("resourceslices", False),
+    "ResourceClaim": ("resourceclaims", True),
+    "ResourceClaimTemplate": ("resourceclaimtemplates", True),
+    "DeviceTaintRule": ("devicetaintrules", False),
 }
-CORE_PLURALS = {"Pod": "pods", "Node": "nodes", "Namespace": "namespaces"}
+CORE_KINDS = {"Pod": ("pods", True), "Node": ("nodes", False), "Namespace": ("namespaces", False)}
 GROUPS = ("resource.dralloc.dev", "resource.k8s.io")
+DRA_VERSION = "v1"
+PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class ListCall:
+    """One list request of a live read."""
+
+    resource: Resource
+    optional: bool
+    """A 404 means "this cluster has no such kind" (e.g. DeviceTaintRule is not in the
+    in-tree v1 API) and yields an empty list instead of an error."""
+
+
+class ReadOnlyClient(Protocol):
+    """The part of ``KubeClient`` a live read uses: GETs only."""
+
+    async def request(
+        self, method: str, path: str, *, params: Mapping[str, str] | None = None
+    ) -> dict[str, Any]: ...
+
+    async def list(
+        self, resource: Resource, namespace: str | None = None, *, limit: int = ...
+    ) -> tuple[list[dict[str, Any]], str]: ...
+
+
+def list_calls(group: str) -> tuple[ListCall, ...]:
+    """Every list request a live read of ``group`` sends, in order."""
+    if group not in GROUPS:
+        raise ToolkitError(f"unknown DRA API group {group!r}; expected one of {GROUPS}")
+    calls = [
+        ListCall(Resource(group, DRA_VERSION, plural, kind, namespaced), optional=True)
+        for kind, (plural, namespaced) in DRA_KINDS.items()
+    ]
+    calls += [
+        ListCall(Resource("", "v1", plural, kind, namespaced), optional=False)
+        for kind, (plural, namespaced) in CORE_KINDS.items()
+    ]
+    return tuple(calls)
 
 
 def read_cluster(
@@ -38,26 +84,50 @@ def read_cluster(
     return objects_from_documents("cluster", documents)
 
 
+async def read_documents(client: ReadOnlyClient, group: str | None = None) -> list[Any]:
+    """One ``List`` document per kind, items complete with apiVersion and kind."""
+    chosen = await pick_group(client, group)
+    documents: list[Any] = []
+    for call in list_calls(chosen):
+        items = await _list(client, call)
+        documents.append({"apiVersion": "v1", "kind": "List", "items": items})
+    return documents
+
+
+async def pick_group(client: ReadOnlyClient, wanted: str | None = None) -> str:
+    """The DRA group to read: ``wanted`` if the server offers it in v1, else the first of
+    GROUPS it offers. Asking discovery first turns "nothing installed" into a clear error
+    instead of an empty snapshot."""
+    found = await _get(client, "/apis")
+    offered = {
+        group.get("name")
+        for group in found.get("groups") or []
+        if any(v.get("version") == DRA_VERSION for v in group.get("versions") or [])
+    }
+    if wanted is not None:
+        if wanted not in offered:
+            raise ToolkitError(f"the cluster does not serve {wanted}/{DRA_VERSION}")
+        return wanted
+    for group in GROUPS:
+        if group in offered:
+            return group
+    raise ToolkitError(
+        f"the cluster serves neither resource.dralloc.dev/{DRA_VERSION} nor "
+        f"resource.k8s.io/{DRA_VERSION}: install the CRDs (kubectl apply -k crds/) "
+        "or enable in-tree DRA"
+    )
+
+
 async def _read(kubeconfig: str | None, context: str | None, group: str | None) -> list[Any]:
     from operators.kube import KubeClient
 
     client = KubeClient(await _connection(kubeconfig, context), user_agent="dralloc-toolkit")
     async with client:
-        chosen = group or await _pick_group(client)
-        documents: list[Any] = []
-        for kind, plural in DRA_PLURALS.items():
-            documents.append(
-                await _list(client, f"/apis/{chosen}/v1/{plural}", f"{chosen}/v1", kind)
-            )
-        for kind, plural in CORE_PLURALS.items():
-            documents.append(await _list(client, f"/api/v1/{plural}", "v1", kind))
-        return documents
+        return await read_documents(client, group)
 
 
 async def _connection(kubeconfig: str | None, context: str | None) -> Any:
     """The kubeconfig (``$KUBECONFIG``, ~/.kube/config) with an optional context, else in-cluster."""
-    import os
-
     from kubernetes_asyncio import client, config
 
     from operators.kube import Connection
@@ -73,46 +143,21 @@ async def _connection(kubeconfig: str | None, context: str | None) -> Any:
     return Connection.from_configuration(configuration)
 
 
-async def _pick_group(client: Any) -> str:
-    found = await _get(client, "/apis")
-    offered = {g.get("name") for g in (found or {}).get("groups", [])}
-    for group in GROUPS:
-        if group in offered:
-            return group
-    raise ToolkitError(
-        "the cluster serves neither resource.dralloc.dev nor resource.k8s.io: "
-        "install the CRDs (kubectl apply -k crds/) or enable in-tree DRA"
-    )
-
-
-async def _list(client: Any, path: str, api_version: str, kind: str) -> dict[str, Any]:
-    items: list[Any] = []
-    params = {"limit": "500"}
-    while True:
-        page = await _get(client, path, params)
-        items.extend((page or {}).get("items") or [])
-        token = ((page or {}).get("metadata") or {}).get("continue")
-        if not token:
-            break
-        params = {"limit": "500", "continue": token}
-    for item in items:
-        # List items come without apiVersion and kind; put them back for the parser.
-        item.setdefault("apiVersion", api_version)
-        item.setdefault("kind", kind)
-    return {"apiVersion": "v1", "kind": "List", "items": items}
-
-
-async def _get(
-    client: Any, path: str, params: dict[str, str] | None = None
-) -> dict[str, Any] | None:
-    from operators.kube import ApiError, NotFound
-
+async def _list(client: ReadOnlyClient, call: ListCall) -> list[dict[str, Any]]:
+    path = call.resource.path()
     try:
-        result: dict[str, Any] = await client.request("GET", path, params=params)
+        items, _ = await client.list(call.resource, limit=PAGE_SIZE)
     except NotFound:
-        if path.startswith("/apis/resource."):
-            return None  # e.g. no DeviceTaintRule kind in this cluster
+        if call.optional:
+            return []
         raise ToolkitError(f"GET {path}: not found") from None
     except ApiError as exc:
         raise ToolkitError(f"GET {path}: {exc}") from exc
-    return result
+    return items
+
+
+async def _get(client: ReadOnlyClient, path: str) -> dict[str, Any]:
+    try:
+        return await client.request("GET", path)
+    except ApiError as exc:
+        raise ToolkitError(f"GET {path}: {exc}") from exc

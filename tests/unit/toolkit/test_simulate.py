@@ -116,3 +116,19 @@ def test_bad_scenarios_are_explained(snapshot: Snapshot) -> None:
 def test_work_size_counts_waiting_and_added_pods(snapshot: Snapshot) -> None:
     # trainer and west-pair use claims; only scenario pods are added on top.
     assert work_size(snapshot, [AddPods(4, "team-a", template="one-gpu")]) == 6
+
+
+def test_a_stuck_pod_of_the_snapshot_does_not_fail_a_scenario_that_fits(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    items = load_items()
+    pod = find(items, "Pod", "west-pair")
+    pod["spec"]["nodeSelector"] = {"zone": "nowhere"}  # no node has it: stays pending
+    snapshot = build_snapshot(read_objects([write_snapshot(items)]))
+    settled = simulate(snapshot, [])
+    assert [p.pod for p in settled.pending] == ["team-a/west-pair"]
+    assert not settled.fits
+    report = simulate(snapshot, [AddPods(1, "team-a", template="one-gpu")])
+    assert [p.origin for p in report.pending] == ["pending"]
+    assert [p.origin for p in report.placed] == ["added"]
+    assert report.fits

@@ -1,0 +1,259 @@
+"""``dralloc explain|simulate|check --live`` against the real control plane.
+
+The other e2e suites read the cluster with kubectl and feed the toolkit files, so the toolkit's
+own live read (its HTTP client, kubeconfig handling, group discovery, paging) was never run
+against an API server. Here the CLI runs as a user runs it: a subprocess with a kubeconfig.
+
+No operator runs: the objects an operator would act on are created directly (a pool of kwok
+nodes with ResourceSlices of a test-only driver, a DeviceClass, claim templates, gated pods),
+and the violation for ``check`` is written into claim statuses with kubectl, as a buggy
+allocator would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from operators.api.annotations import FINALIZER
+
+from .kube_helpers import REPO_ROOT, Testbed
+from .operator_fixtures import (
+    CLAIMS_ANNOTATION,
+    GATE,
+    GROUP,
+    Pool,
+    claim,
+    install_crds,
+    make_pool,
+    slice_manifest,
+    template,
+)
+from .reliability_helpers import cluster_check
+
+NODES = 2
+DEVICES_PER_NODE = 2
+CLI_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def pool(testbed: Testbed) -> Iterator[Pool]:
+    install_crds(testbed)
+    made = make_pool(testbed, NODES, DEVICES_PER_NODE, prefix="live")
+    try:
+        yield made
+    finally:
+        slices = [slice_manifest(made.driver, n, 0)["metadata"]["name"] for n in made.nodes]
+        testbed.kubectl(
+            "delete", f"resourceslices.{GROUP}", *slices, "--ignore-not-found", check=False
+        )
+        testbed.kubectl(
+            "delete", f"deviceclasses.{GROUP}", made.device_class, "--ignore-not-found", check=False
+        )
+        testbed.kubectl("delete", "nodes", *made.nodes, "--ignore-not-found", check=False)
+
+
+def dralloc(testbed: Testbed, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it; the kubeconfig comes from $KUBECONFIG (testbed.env())."""
+    return subprocess.run(
+        [sys.executable, "-m", "operators.cli", *args],
+        cwd=REPO_ROOT,
+        env=testbed.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=CLI_TIMEOUT_S,
+    )
+
+
+def parsed(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(result.stdout)
+    except json.JSONDecodeError as exc:
+        raise AssertionError(
+            f"not JSON (exit {result.returncode}): {result.stdout!r} {result.stderr!r}"
+        ) from exc
+    return data
+
+
+def gated_pod(namespace: str, name: str, pool: Pool, template_name: str) -> dict[str, Any]:
+    """A pod as the webhook leaves it: claims annotation, allocation gate, pool nodes only."""
+    entries = [{"name": "dev", "resourceClaimTemplateName": template_name}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {CLAIMS_ANNOTATION: json.dumps(entries)},
+        },
+        "spec": {
+            "schedulingGates": [{"name": GATE}],
+            "nodeSelector": pool.node_selector,
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+
+
+def test_explain_live_gives_the_reason_on_every_node(
+    testbed: Testbed, pool: Pool, namespace: str
+) -> None:
+    wanted = DEVICES_PER_NODE + 1  # more than any node has
+    testbed.apply(
+        template(namespace, "too-many", pool, allocationMode="ExactCount", count=wanted),
+        gated_pod(namespace, "stuck", pool, "too-many"),
+    )
+
+    result = dralloc(testbed, "explain", "pod/stuck", "-n", namespace, "--live", "-o", "json")
+
+    assert result.returncode == 0, result.stderr
+    explanation = parsed(result)
+    assert explanation["subject"] == f"pod/{namespace}/stuck"
+    assert explanation["status"] == "pending"
+    assert explanation["node"] is None
+    verdicts = {v["node"]: v for v in explanation["nodes"]}
+    for node in pool.nodes:
+        assert node in verdicts, f"no verdict for pool node {node}: {sorted(verdicts)}"
+        verdict = verdicts[node]
+        assert not verdict["fits"]
+        reasons = " ".join(verdict["reasons"])
+        assert reasons, f"{node}: no reason given"
+        assert "dev" in reasons, f"{node}: the reason does not name the request: {reasons}"
+    others = [v for name, v in verdicts.items() if name not in pool.nodes]
+    assert all(not v["fits"] for v in others), "the pod's node selector was ignored"
+
+    table = dralloc(testbed, "explain", f"pod/{namespace}/stuck", "--live")
+    assert table.returncode == 0, table.stderr
+    assert f"pod/{namespace}/stuck: pending" in table.stdout
+    for node in pool.nodes:
+        line = next(line for line in table.stdout.splitlines() if line.startswith(node))
+        assert line.split()[1] == "no", line
+
+
+def test_simulate_live_places_what_fits_and_fails_when_it_does_not(
+    testbed: Testbed, pool: Pool, namespace: str
+) -> None:
+    capacity = NODES * DEVICES_PER_NODE
+    testbed.apply(template(namespace, "one", pool))
+    # A pod of the cluster that can never be placed does not make the scenario fail.
+    testbed.apply(
+        template(namespace, "too-many", pool, allocationMode="ExactCount", count=capacity),
+        gated_pod(namespace, "stuck", pool, "too-many"),
+    )
+
+    fits = dralloc(
+        testbed, "simulate", "--live", "-n", namespace,
+        "--add-pods", str(capacity), "--template", "one", "-o", "json", "--progress", "never",
+    )  # fmt: skip
+
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    report = parsed(fits)
+    assert report["fits"] is True
+    added = [p for p in report["placed"] if p["origin"] == "added"]
+    assert len(added) == capacity
+    assert sorted(p["node"] for p in added) == sorted(pool.nodes * DEVICES_PER_NODE)
+    devices = [d["device"] for p in added for d in p["devices"]]
+    assert len(devices) == len(set(devices)) == capacity, "a device was handed out twice"
+    assert all(d.startswith(f"{pool.driver}/") for d in devices)
+    mine = [p["pod"] for p in report["pending"] if p["pod"].startswith(f"{namespace}/")]
+    assert mine == [f"{namespace}/stuck"]
+
+    too_many = dralloc(
+        testbed, "simulate", "--live", "-n", namespace,
+        "--add-pods", str(capacity + 1), "--template", "one", "--progress", "never",
+    )  # fmt: skip
+
+    assert too_many.returncode == 1, too_many.stdout + too_many.stderr
+    assert "DOES NOT FIT" in too_many.stdout
+    assert f"{namespace}/one-sim-{capacity}" in too_many.stdout
+    pending = [line for line in too_many.stdout.splitlines() if "one-sim-" in line and "added" in line]
+    assert len(pending) == capacity + 1  # capacity placed rows + one pending row
+
+
+def _allocate(testbed: Testbed, namespace: str, name: str, pool: Pool, device: str) -> None:
+    """Write status.allocation as an allocator would (the status subresource)."""
+    node = pool.nodes[0]
+    allocation = {
+        "devices": {
+            "results": [{"request": "dev", "driver": pool.driver, "pool": node, "device": device}]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+    }
+    testbed.kubectl(
+        "patch", f"resourceclaims.{GROUP}", name, "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {"allocation": allocation}}),
+    )  # fmt: skip
+
+
+def test_check_live_is_clean_then_reports_a_device_allocated_twice(
+    testbed: Testbed, pool: Pool, namespace: str
+) -> None:
+    # The testbed is shared with other suites: what the independent kubectl-based checker
+    # finds is what `check --live` must report (on a fresh testbed that is nothing).
+    baseline = cluster_check(testbed)
+    clean = dralloc(testbed, "check", "--live", "-o", "json")
+    report = parsed(clean)
+    assert report["ok"] is baseline.ok
+    assert clean.returncode == (0 if baseline.ok else 1), clean.stdout + clean.stderr
+    expected = sorted(f"{v.rule}: {v.subject}" for v in baseline.violations)
+    assert sorted(f"{v['rule']}: {v['subject']}" for v in report["violations"]) == expected
+
+    names = ("first", "second")
+    for name in names:
+        body = claim(namespace, name, pool)
+        body["metadata"]["finalizers"] = [FINALIZER]  # as the allocator keeps them
+        testbed.apply(body)
+    try:
+        for name in names:
+            _allocate(testbed, namespace, name, pool, "dev-0")
+
+        broken = dralloc(testbed, "check", "--live", "-o", "json")
+
+        assert broken.returncode == 1, broken.stdout + broken.stderr
+        found = parsed(broken)
+        assert found["ok"] is False
+        twice = [v for v in found["violations"] if v["rule"] == "device-allocated-twice"]
+        mine = [v for v in twice if f"{pool.driver}/{pool.nodes[0]}/dev-0" in v["subject"]]
+        assert len(mine) == 1, twice
+        for name in names:
+            assert f"{namespace}/{name}" in mine[0]["message"]
+
+        table = dralloc(testbed, "check", "--live", "--rule", "device-allocated-twice")
+        assert table.returncode == 1
+        assert "device-allocated-twice" in table.stdout
+
+        # Deallocate the second claim (an allocation can only be cleared, not changed): the
+        # violation goes, and so does exit 1.
+        testbed.kubectl(
+            "patch", f"resourceclaims.{GROUP}", "second", "-n", namespace,
+            "--subresource=status", "--type=merge", "-p", '{"status":{"allocation":null}}',
+        )  # fmt: skip
+        fixed = dralloc(testbed, "check", "--live", "-o", "json")
+        assert not any(
+            pool.driver in v["subject"] for v in parsed(fixed)["violations"]
+        ), fixed.stdout
+        assert fixed.returncode == (0 if baseline.ok else 1), fixed.stdout + fixed.stderr
+    finally:
+        for name in names:
+            testbed.kubectl(
+                "patch", f"resourceclaims.{GROUP}", name, "-n", namespace, "--type=merge",
+                "-p", '{"metadata":{"finalizers":null}}', check=False,
+            )  # fmt: skip
+
+
+def test_live_read_with_a_group_the_cluster_lacks_is_a_clear_error(testbed: Testbed) -> None:
+    served = testbed.kubectl("api-versions").stdout.split()
+    if "resource.k8s.io/v1" in served:
+        pytest.skip("this testbed serves in-tree resource.k8s.io/v1")
+    result = dralloc(testbed, "check", "--live", "--api-group", "resource.k8s.io")
+    assert result.returncode == 2
+    assert "does not serve resource.k8s.io/v1" in result.stderr
