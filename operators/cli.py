@@ -1,9 +1,14 @@
-"""The ``dralloc`` command line: ``run`` (the operator), ``version``, ``simulate``, ``explain``.
+"""The ``dralloc`` command line: ``run`` (the operator), ``version``, ``simulate``, ``explain``,
+``check`` and ``webhook-cert``.
 
-``simulate`` and ``explain`` run the operator's allocator offline on a snapshot: YAML or JSON
-files (``kubectl get ... -o yaml`` output, either API group) or a live cluster, read-only.
-Exit status: 0 success (the scenario fits), 1 the scenario does not fit, 2 bad usage or a
-bad snapshot (the message names the file, the object and the field).
+``simulate`` and ``explain`` run the operator's allocator offline on a snapshot; ``check``
+verifies the DRA invariants (no device allocated twice, capacities and counters respected,
+reservations pointing at live pods, finalizers held) on one. A snapshot is YAML or JSON files
+(``kubectl get ... -o yaml`` output, either API group) or, with ``--live``, the current
+cluster, read with list calls only. ``webhook-cert`` manages the webhook's certificate.
+Exit status: 0 success (the scenario fits, no violation), 1 the scenario does not fit or an
+invariant is broken, 2 bad usage, a bad snapshot (the message names the file, the object
+and the field) or a cluster that cannot be read.
 """
 
 from __future__ import annotations

@@ -8,13 +8,16 @@ write carrying a precondition (``resourceVersion`` in a merge patch or a JSON-pa
 loaders of kubernetes_asyncio are reused only to find the server and credentials.
 
 Errors come back as :class:`ApiError` subclasses named after what the caller does next:
-:class:`Conflict` (requeue), :class:`NotFound`, :class:`Gone` (relist).
+:class:`Conflict` (requeue), :class:`NotFound`, :class:`Gone` (relist). :func:`failure_kind`
+sorts any exception a request can raise into the three answers a controller has for it: read
+again and retry now, back off and retry the same thing, or tell the user and wait for a fix.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import enum
 import json
 import os
 import ssl
@@ -106,6 +109,41 @@ class Conflict(ApiError):
 
 class Gone(ApiError):
     """410: the resourceVersion is too old to watch from; relist."""
+
+
+class FailureKind(enum.Enum):
+    """What a controller does about a failed request."""
+
+    STALE = "stale"
+    """A precondition failed or the object moved on (409, 404, 410): re-read, retry now."""
+    UNAVAILABLE = "unavailable"
+    """The server cannot answer now (429, 5xx, 401, connection lost, timeout): back off."""
+    REJECTED = "rejected"
+    """The request itself was refused (400, 403, 422, ...): say why; retrying soon is futile."""
+
+
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, TimeoutError, OSError)
+"""What a request raises when no answer came back (connection refused or reset, timeout)."""
+REQUEST_ERRORS: tuple[type[BaseException], ...] = (ApiError, *TRANSPORT_ERRORS)
+"""Everything a request raises that is no bug of ours."""
+
+
+def failure_kind(error: BaseException) -> FailureKind | None:
+    """How to react to an exception from a request; None if it is no request failure (a bug).
+
+    An unanswered write may still have been applied: callers that must know re-read first.
+    401 counts as unavailable because credentials rotate (a restarted API server, a renewed
+    token); 403 does not, because RBAC or an admission policy said no.
+    """
+    if isinstance(error, (Conflict, NotFound, Gone)):
+        return FailureKind.STALE
+    if isinstance(error, ApiError):
+        if error.status in (401, 429) or error.status >= 500:
+            return FailureKind.UNAVAILABLE
+        return FailureKind.REJECTED
+    if isinstance(error, TRANSPORT_ERRORS):
+        return FailureKind.UNAVAILABLE
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,45 +1,49 @@
-"""Which node can take a pod's claims: prefilter by index, then search.
+"""Which node can take a pod's claims: prefilter by index, rank, then search.
 
 Running the full search on every node (upstream's per-node Filter) is what
-makes big clusters slow. Here an index counts, per request signature (class
-plus request selectors) and per node, the devices that match and are not
-exclusively allocated. A node is searched only if every request could be
-met by those counts, and nodes are tried in policy order:
+makes big clusters slow. The device index (``index.py``) counts, per request
+signature and node, the matching devices that are not exclusively allocated.
+A node is a candidate only if every request could be met by those counts
+(for a firstAvailable request: at least one of its subrequests).
 
-- ``binpack`` (default): fewest matching free devices left after the pod;
-- ``spread``: most left;
-- ``first-fit``: the order the caller gave.
+Candidates are ranked, best first, by
 
-The counts are optimistic (they ignore taints, counters, capacity and
-constraints), so they never rule out a node that could work; the search
-has the last word. Ties break by node name, so placement is deterministic.
+1. the prioritized-list score (``ranking.py``, upstream's Score): nodes where
+   requests get earlier subrequests first;
+2. the policy: ``binpack`` (default, fewest matching free devices left after
+   the pod), ``spread`` (most left) or ``first-fit`` (the caller's order);
+3. the node name, so placement is deterministic.
+
+The counts give each candidate an optimistic score: no subrequest whose
+counts fall short can be what the search picks, so the search can only
+score the same or lower. Nodes are searched in optimistic order; the search
+stops as soon as no remaining node can beat the best allocation found. Without
+firstAvailable requests every score is 0 and the first node that fits wins.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from operators.allocator.compiled import (
-    CompiledClaim,
-    CompiledDevice,
-    CompiledRequest,
-    CompiledSlice,
-    DeviceId,
-)
+from operators.allocator.compiled import CompiledClaim, CompiledRequest
 from operators.allocator.errors import AllocationError, NodeAllocationError
 from operators.allocator.explain import Explanation, NodeReason
+from operators.allocator.index import DeviceIndex, Signature, signature_of
 from operators.allocator.nodes import NodeInfo
-from operators.allocator.pools import slice_targets_node
+from operators.allocator.ranking import allocation_score, subrequest_points
 from operators.allocator.results import ClaimAllocation
-from operators.allocator.selectors import SelectorCompileError, SelectorRuntimeError
 
 if TYPE_CHECKING:  # for annotations only: state imports this module (a real cycle)
     from operators.allocator.state import AllocatorState
 
 POLICIES = ("binpack", "spread", "first-fit")
-Signature = tuple[str, tuple[str | None, ...]]
+
+# (-optimistic score, policy value, node name): smaller is better
+RankKey = tuple[int, int, str]
+# (matching devices, of which not exclusively allocated, a multi-allocatable one among them)
+Lookup = Callable[[Signature, NodeInfo], tuple[int, int, bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,231 +57,136 @@ class Placement:
     nodes_prefiltered: int = 0  # candidates the index ruled out
 
 
-@dataclass(slots=True)
-class _Entry:
-    """Devices matching one signature, by node."""
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    """What one request (or subrequest) asks of a node's device counts."""
 
-    local: dict[str, list[DeviceId]] = field(default_factory=dict)
-    free: dict[str, int] = field(default_factory=dict)
-    node_of: dict[DeviceId, str] = field(default_factory=dict)
-    shared: list[tuple[CompiledSlice, CompiledDevice]] = field(default_factory=list)
-    shared_reach: dict[tuple[str, tuple[tuple[str, str], ...]], list[DeviceId]] = field(
-        default_factory=dict
+    signature: Signature
+    need: int  # devices; All mode needs at least one
+    admin: bool  # admin access may use allocated devices
+    exact: bool  # ExactCount (All takes whatever matches)
+
+    @property
+    def exclusive(self) -> bool:
+        """Takes devices that no other request of the pod can take."""
+        return self.exact and not self.admin
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The pod's requests as demands: plain ones, and alternatives per firstAvailable request."""
+
+    plain: tuple[_Demand, ...]
+    choices: tuple[tuple[_Demand, ...], ...]
+
+
+def _demand(request: CompiledRequest) -> _Demand:
+    exact = request.mode == "ExactCount"
+    return _Demand(
+        signature_of(request), request.count if exact else 1, bool(request.admin_access), exact
     )
-    shared_lists: dict[tuple[DeviceId, ...], list[DeviceId]] = field(default_factory=dict)
-    by_free: dict[int, set[str]] = field(
-        default_factory=dict
-    )  # free count -> nodes (local devices only)
-
-    def set_free(self, node: str, count: int) -> None:
-        old = self.free.get(node)
-        if old is not None:
-            bucket = self.by_free.get(old)
-            if bucket is not None:
-                bucket.discard(node)
-                if not bucket:
-                    del self.by_free[old]
-        self.free[node] = count
-        self.by_free.setdefault(count, set()).add(node)
 
 
-class DeviceIndex:
-    """Matching-device counts per signature and node, kept current incrementally."""
-
-    def __init__(self, state: AllocatorState) -> None:
-        self.state = state
-        self._entries: dict[Signature, _Entry] = {}
-        self._versions = (-1, -1)
-        self._names: tuple[Sequence[NodeInfo], dict[str, NodeInfo]] | None = None
-        state.add_listener(self._on_usage_change)
-
-    def _check_versions(self) -> None:
-        versions = (self.state.slices_version, self.state.classes_version)
-        if versions != self._versions:
-            self._entries.clear()
-            self._versions = versions
-
-    def _on_usage_change(self, before: Sequence[object], after: Sequence[object]) -> None:
-        touched = {getattr(u, "device", None) for u in (*before, *after)}
-        for entry in self._entries.values():
-            nodes = {entry.node_of[d] for d in touched if d in entry.node_of}
-            for node in nodes:
-                entry.set_free(
-                    node, sum(1 for d in entry.local[node] if not self.state.allocated.in_use(d))
-                )
-
-    def entry(self, signature: Signature) -> _Entry:
-        self._check_versions()
-        entry = self._entries.get(signature)
-        if entry is None:
-            entry = self._build(signature)
-            self._entries[signature] = entry
-        return entry
-
-    def _build(self, signature: Signature) -> _Entry:
-        class_name, expressions = signature
-        cls = self.state.get_class(class_name)
-        entry = _Entry()
-        if cls is None:
-            return entry
-        selectors = [s.expression for s in cls.selectors] + list(expressions)
-        features = self.state.features
-        for slice_ in self.state.slices.values():
-            if not features.partitionable_devices and (slice_.per_device or slice_.shared_counters):
-                continue
-            for device in slice_.devices:
-                if device.binding_conditions and not features.device_binding_conditions:
-                    continue
-                if not self._matches(selectors, device):
-                    continue
-                if slice_.node_name and not slice_.per_device:
-                    entry.local.setdefault(slice_.node_name, []).append(device.id)
-                    entry.node_of[device.id] = slice_.node_name
-                else:
-                    entry.shared.append((slice_, device))
-        allocated = self.state.allocated
-        for node, devices in entry.local.items():
-            entry.set_free(node, sum(1 for d in devices if not allocated.in_use(d)))
-        return entry
-
-    def _matches(self, selectors: Sequence[str | None], device: CompiledDevice) -> bool:
-        for expression in selectors:
-            if expression is None:
-                return True  # the search reports unsupported selectors
-            try:
-                if not self.state.evaluator.matches(expression, device):
-                    return False
-            except (SelectorCompileError, SelectorRuntimeError):
-                return True  # optimistic: the search reports the error
-        return True
-
-    def names(self, nodes: Sequence[NodeInfo]) -> dict[str, NodeInfo]:
-        """Name -> node for a candidate list (remembered for the same list object)."""
-        if (
-            self._names is not None
-            and self._names[0] is nodes
-            and len(self._names[1]) == len(nodes)
-        ):
-            return self._names[1]
-        table = {n.name: n for n in nodes}
-        self._names = (nodes, table)
-        return table
-
-    def counts(
-        self, signature: Signature, node: NodeInfo, memo: dict[int, int] | None = None
-    ) -> tuple[int, int]:
-        """(matching devices, matching devices not exclusively allocated) for the node.
-
-        ``memo`` (one dict per find_node call) remembers free counts of shared
-        device lists, which nodes with the same labels have in common.
-        """
-        entry = self.entry(signature)
-        total = len(entry.local.get(node.name, ()))
-        free = entry.free.get(node.name, 0)
-        if entry.shared:
-            key = node.key
-            reach = entry.shared_reach.get(key)
-            if reach is None:
-                found = []
-                for slice_, device in entry.shared:
-                    try:
-                        ok = slice_targets_node(slice_, node, self.state.features)
-                    except AllocationError:
-                        ok = True
-                    if ok and (not slice_.per_device or device.reachable_from(node)):
-                        found.append(device.id)
-                # Nodes that reach the same devices share one list (and one memo entry).
-                reach = entry.shared_lists.setdefault(tuple(found), found)
-                entry.shared_reach[key] = reach
-            total += len(reach)
-            shared_free = memo.get(id(reach)) if memo is not None else None
-            if shared_free is None:
-                in_use = self.state.allocated.in_use
-                shared_free = sum(1 for d in reach if not in_use(d))
-                if memo is not None:
-                    memo[id(reach)] = shared_free
-            free += shared_free
-        return total, free
-
-
-def _signature(request: CompiledRequest) -> Signature:
-    return (request.class_name, tuple(s.expression for s in request.selectors))
-
-
-def _node_fits(
-    counts: Callable[[Signature, NodeInfo], tuple[int, int]],
-    claims: Sequence[CompiledClaim],
-    node: NodeInfo,
-) -> int | None:
-    """Free matching devices left after the pod (for scoring), or None if the node cannot work."""
-    wanted: dict[Signature, int] = {}
-    left = 0
+def _plan(claims: Sequence[CompiledClaim]) -> _Plan:
+    plain: list[_Demand] = []
+    choices: list[tuple[_Demand, ...]] = []
     for claim in claims:
         for request in claim.requests:
-            options = request.first_available or ((request.exactly,) if request.exactly else ())
-            chosen = None
-            for option in options:
-                if option is None:
-                    continue
-                total, free = counts(_signature(option), node)
-                have = total if option.admin_access else free
-                need = option.count if option.mode == "ExactCount" else 1
-                if have >= need + wanted.get(_signature(option), 0):
-                    chosen = (option, need)
-                    break
-            if chosen is None:
-                return None
-            option, need = chosen
-            if option.mode == "ExactCount" and not option.admin_access:
-                wanted[_signature(option)] = wanted.get(_signature(option), 0) + need
-    for signature, need in wanted.items():
-        _, free = counts(signature, node)
-        left += free - need
-    return left
+            if request.first_available:
+                choices.append(tuple(_demand(sub) for sub in request.first_available))
+            elif request.exactly is not None:
+                plain.append(_demand(request.exactly))
+            else:
+                choices.append(())  # unsupported request: no node fits, the search says why
+    return _Plan(tuple(plain), tuple(choices))
 
 
-def _single_signature(claims: Sequence[CompiledClaim]) -> tuple[Signature, int] | None:
-    """(signature, devices wanted) when every request is a plain ExactCount of one signature."""
-    signature: Signature | None = None
-    need = 0
-    for claim in claims:
-        for request in claim.requests:
-            exact = request.exactly
-            if (
-                exact is None
-                or request.first_available
-                or exact.mode != "ExactCount"
-                or exact.admin_access
-            ):
-                return None
-            if signature is None:
-                signature = _signature(exact)
-            elif _signature(exact) != signature:
-                return None
-            need += exact.count
-    return (signature, need) if signature is not None else None
+def _rank_node(lookup: Lookup, plan: _Plan, node: NodeInfo) -> tuple[int, int] | None:
+    """(optimistic score, free matching devices left after the pod), or None if the node cannot work.
+
+    Exclusive demands on one signature add up (they need distinct devices),
+    unless the node has a multi-allocatable matching device, which several
+    requests may share. A subrequest is checked against the plain demands
+    only; alternatives of different requests are not summed, as the search
+    may pick other subrequests than the first that fits here.
+    """
+    wanted: dict[Signature, int] = {}  # summed exclusive demands (for the checks)
+    taken: dict[Signature, int] = {}  # exclusive devices of the optimistic choice (for "left")
+    free_of: dict[Signature, int] = {}
+    for demand in plan.plain:
+        total, free, shareable = lookup(demand.signature, node)
+        need = demand.need
+        if demand.exclusive:
+            free_of[demand.signature] = free
+            taken[demand.signature] = taken.get(demand.signature, 0) + need
+            if not shareable:
+                need += wanted.get(demand.signature, 0)
+                wanted[demand.signature] = need
+        if (total if demand.admin else free) < need:
+            return None
+    score = 0
+    for options in plan.choices:
+        for position, demand in enumerate(options):
+            total, free, shareable = lookup(demand.signature, node)
+            need = demand.need
+            if demand.exclusive and not shareable:
+                need += wanted.get(demand.signature, 0)
+            if (total if demand.admin else free) >= need:
+                score += subrequest_points(position)
+                if demand.exclusive:
+                    free_of[demand.signature] = free
+                    taken[demand.signature] = taken.get(demand.signature, 0) + demand.need
+                break
+        else:
+            return None
+    return score, sum(free_of[s] - n for s, n in taken.items())
 
 
 def _bucket_order(
-    index: DeviceIndex, claims: Sequence[CompiledClaim], nodes: Sequence[NodeInfo], policy: str
-) -> Iterator[NodeInfo] | None:
-    """Candidate order straight from the free-count buckets (the common case), or None."""
-    single = _single_signature(claims)
-    if single is None or policy == "first-fit":
+    index: DeviceIndex, plan: _Plan, nodes: Sequence[NodeInfo], policy: str
+) -> Iterator[tuple[RankKey, NodeInfo]] | None:
+    """Ranked candidates straight from the free-count buckets, or None when that cannot be done.
+
+    It can when the pod asks for exclusive node-local devices of one
+    signature (any number of plain requests), or has a single firstAvailable
+    request of exclusive subrequests: then a node's rank depends only on one
+    free count per alternative, and the buckets are already sorted by it.
+    """
+    if policy == "first-fit":
         return None
-    signature, need = single
-    entry = index.entry(signature)
-    if entry.shared:
+    if not plan.choices and plan.plain:
+        signatures = {d.signature for d in plan.plain}
+        if len(signatures) != 1 or not all(d.exclusive for d in plan.plain):
+            return None
+        options = [(next(iter(signatures)), sum(d.need for d in plan.plain), 0)]
+        if len(plan.plain) > 1 and index.entry(options[0][0]).shareable_nodes:
+            return None  # several requests may share one device: summing is wrong
+    elif not plan.plain and len(plan.choices) == 1 and plan.choices[0]:
+        if not all(d.exclusive for d in plan.choices[0]):
+            return None
+        options = [
+            (d.signature, d.need, subrequest_points(i)) for i, d in enumerate(plan.choices[0])
+        ]
+    else:
+        return None
+    entries = [index.entry(signature) for signature, _, _ in options]
+    if any(entry.shared for entry in entries):
         return None
     by_name = index.names(nodes)
-    counts = sorted((k for k in entry.by_free if k >= need), reverse=policy == "spread")
+    spread = policy == "spread"
 
-    def ordered() -> Iterator[NodeInfo]:
-        for k in counts:
-            for name in sorted(entry.by_free.get(k, ())):
-                node = by_name.get(name)
-                if node is not None:
-                    yield node
+    thresholds = [(entry.free, need) for (_, need, _), entry in zip(options, entries, strict=True)]
+
+    def ordered() -> Iterator[tuple[RankKey, NodeInfo]]:
+        for position, ((_, need, points), entry) in enumerate(zip(options, entries, strict=True)):
+            earlier = thresholds[:position]
+            for count in sorted((k for k in entry.by_free if k >= need), reverse=spread):
+                left = count - need
+                for name in sorted(entry.by_free.get(count, ())):
+                    node = by_name.get(name)
+                    if node is None or any(free.get(name, 0) >= n for free, n in earlier):
+                        continue  # not a candidate, or ranked already under a better subrequest
+                    yield (-points, -left if spread else left, name), node
 
     return ordered()
 
@@ -293,47 +202,53 @@ def find_node(
 ) -> Placement:
     if policy not in POLICIES:
         raise ValueError(f"unknown placement policy {policy!r}; use one of {', '.join(POLICIES)}")
-    fast = _bucket_order(index, claims, nodes, policy)
+    plan = _plan(claims)
+    fast = _bucket_order(index, plan, nodes, policy)
     if fast is not None:
         return _try_nodes(state, claims, nodes, fast, max_searches, explain)
-    entries: dict[Signature, _Entry] = {}
     memo: dict[int, int] = {}
 
-    def counts(signature: Signature, node: NodeInfo) -> tuple[int, int]:
-        entry = entries.get(signature)
-        if entry is None:
-            entry = entries[signature] = index.entry(signature)
+    def lookup(signature: Signature, node: NodeInfo) -> tuple[int, int, bool]:
+        entry = index.entry(signature)
         if entry.shared:
-            return index.counts(signature, node, memo)
-        return len(entry.local.get(node.name, ())), entry.free.get(node.name, 0)
-
-    scored: list[tuple[int, int, str, NodeInfo]] = []
-    for position, node in enumerate(nodes):
-        left = _node_fits(counts, claims, node)
-        if left is None:
-            continue
-        if policy == "binpack":
-            scored.append((left, 0, node.name, node))
-        elif policy == "spread":
-            scored.append((-left, 0, node.name, node))
+            total, free = index.counts(signature, node, memo)
         else:
-            scored.append((0, position, node.name, node))
-    scored.sort(key=lambda item: item[:3])
-    return _try_nodes(state, claims, nodes, [item[3] for item in scored], max_searches, explain)
+            total, free = len(entry.local.get(node.name, ())), entry.free.get(node.name, 0)
+        return total, free, entry.shareable(node.name)
+
+    ranked: list[tuple[RankKey, NodeInfo]] = []
+    for position, node in enumerate(nodes):
+        rank = _rank_node(lookup, plan, node)
+        if rank is None:
+            continue
+        score, left = rank
+        value = left if policy == "binpack" else -left if policy == "spread" else position
+        ranked.append(((-score, value, node.name), node))
+    ranked.sort(key=lambda item: item[0])
+    return _try_nodes(state, claims, nodes, ranked, max_searches, explain)
 
 
 def _try_nodes(
     state: AllocatorState,
     claims: Sequence[CompiledClaim],
     nodes: Sequence[NodeInfo],
-    ordered: Iterable[NodeInfo],
+    ranked: Iterable[tuple[RankKey, NodeInfo]],
     max_searches: int | None,
     explain: bool,
 ) -> Placement:
+    """Search candidates in optimistic rank order; keep the best actual rank.
+
+    A node's actual rank key is its optimistic one with the real score, never
+    better. Once the next candidate's optimistic key is no better than the
+    best actual key, no later node can win.
+    """
     errors: dict[str, str] = {}
     searched = 0
-    ruled_out = len(nodes) - len(ordered) if isinstance(ordered, Sized) else 0
-    for node in ordered:
+    ruled_out = len(nodes) - len(ranked) if isinstance(ranked, Sized) else 0
+    best: tuple[RankKey, NodeInfo, list[ClaimAllocation]] | None = None
+    for key, node in ranked:
+        if best is not None and key >= best[0]:
+            break
         if max_searches is not None and searched >= max_searches:
             break
         searched += 1
@@ -349,10 +264,19 @@ def _try_nodes(
                 nodes_searched=searched,
                 nodes_prefiltered=ruled_out,
             )
-        if results is not None:
+        if results is None:
+            continue
+        actual = (-allocation_score(claims, results), key[1], key[2])
+        if actual <= key:  # as good as promised: nothing after it can do better
             return Placement(
                 node.name, tuple(results), nodes_searched=searched, nodes_prefiltered=ruled_out
             )
+        if best is None or actual < best[0]:
+            best = (actual, node, results)
+    if best is not None:
+        return Placement(
+            best[1].name, tuple(best[2]), nodes_searched=searched, nodes_prefiltered=ruled_out
+        )
     explanation = state.explain(claims, nodes, errors) if explain else None
     return Placement(
         None, explanation=explanation, nodes_searched=searched, nodes_prefiltered=ruled_out

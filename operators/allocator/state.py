@@ -30,9 +30,10 @@ from operators.allocator.compiled import (
 from operators.allocator.errors import AllocationError
 from operators.allocator.explain import Explainer, Explanation
 from operators.allocator.features import Features
+from operators.allocator.index import DeviceIndex
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.objects import as_dict
-from operators.allocator.placement import DeviceIndex, Placement, find_node, reasons_for
+from operators.allocator.placement import Placement, find_node, reasons_for
 from operators.allocator.pools import Pool, gather_pools
 from operators.allocator.quantities import to_nanos
 from operators.allocator.results import ClaimAllocation

@@ -19,9 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import analysis, ast, functions, runtime
+from . import analysis, ast, costs, functions, runtime
 from .errors import CELCompileError, CELCostError, CELEvalError
 from .parser import RESERVED_WORDS
+from .regex import RegexSyntaxError, compile_regex
 from .values import TYPES, UInt
 
 #: Fields of the ``device`` variable and the DeviceView attribute holding each.
@@ -123,6 +124,22 @@ class _Codegen:
     def runtime_error(self, message: str) -> str:
         """An expression that raises an evaluation error when reached."""
         return f"{self.helper('fail', runtime.fail)}({message!r})"
+
+    def charged(self, name: str, cost: Callable[..., int], operands: list[str], call: str) -> str:
+        """``call`` (a format string over the operands) after charging its size-dependent cost.
+
+        The operands are evaluated once, in order, into temporaries; the cost is
+        added and checked before the operation runs, so an operation over the
+        budget never allocates its result.
+        """
+        temps = [self.tmp() for _ in operands]
+        assigned = ", ".join(f"({t} := {o})" for t, o in zip(temps, operands, strict=True))
+        charge = self.helper("cost_" + name, cost)
+        return (
+            # The charge is computed before _cost is read: operands may charge too.
+            f"({call.format(*temps)} if (_cost := {charge}({assigned}) + _cost) <= _limit "
+            "else _cost_exceeded())"
+        )
 
     # --- expressions ------------------------------------------------------
     def expr(self, node: ast.Node) -> str:
@@ -236,6 +253,9 @@ class _Codegen:
         right = self.expr(node.right)
         name, fn = self._BINARY[node.op]
         call = self.helper(name, fn)
+        sized = self._sized_binary(node)
+        if sized is not None:
+            return self.charged("op_" + name, sized, [left, right], call + "({}, {})")
         # Same-type fast path when one side is a string or int literal: skip the
         # helper call when the other side has that type too.
         if node.op in self._FAST_COMPARE:
@@ -251,6 +271,19 @@ class _Codegen:
                     slow = f"{call}({lit}, {t})" if swapped else f"{call}({t}, {lit})"
                     return f"({direct} if type({t} := {other}) is {kind} else {slow})"
         return f"{call}({left}, {right})"
+
+    def _sized_binary(self, node: ast.Binary) -> Callable[[Any, Any], int] | None:
+        """The size-dependent cost of a binary operator, None when it is bounded by a literal."""
+        left_const, right_const = _is_constant(node.left), _is_constant(node.right)
+        if node.op == "+":
+            if (left_const and right_const) or _is_scalar_literal(node.left, node.right):
+                return None
+            return costs.concat
+        if node.op == "in":
+            return None if right_const else costs.membership
+        if node.op in self._FAST_COMPARE:
+            return None if (left_const or right_const) else costs.compare
+        return None
 
     def _guarded(self, node: ast.Node, target: str) -> None:
         """Evaluate ``node`` into ``target``; an evaluation error is stored, not raised."""
@@ -526,9 +559,54 @@ class _Codegen:
                 return self.bind(fn(*(a.value for a in operands if isinstance(a, ast.Lit))))
             except CELEvalError:
                 pass
-        args = ", ".join(self.expr(a) for a in operands)
+        args = [self.expr(a) for a in operands]
+        if name in functions.REGEX_FUNCTIONS and len(operands) >= 2:
+            args[1] = self._constant_regex(node, operands[1], args[1])
         safe = "".join(c if c.isalnum() else "_" for c in name)
-        return f"{self.helper(('m_' if target is not None else 'f_') + safe, fn)}({args})"
+        function = self.helper(("m_" if target is not None else "f_") + safe, fn)
+        cost = costs.CALLS.get(name)
+        if cost is None or _charge_free(name, operands):
+            return f"{function}({', '.join(args)})"
+        placeholders = ", ".join("{}" for _ in args)
+        return self.charged(safe, cost, args, f"{function}({placeholders})")
+
+    def _constant_regex(self, node: ast.Call, pattern: ast.Node, code: str) -> str:
+        """A literal pattern is compiled now: a syntax error is a compile error, as in cel-go."""
+        if not (isinstance(pattern, ast.Lit) and type(pattern.value) is str):
+            return code
+        try:
+            return self.bind(compile_regex(pattern.value), "re")
+        except RegexSyntaxError as exc:
+            raise self.error(node, str(exc)) from None
+
+
+def _is_constant(node: ast.Node) -> bool:
+    """A literal, or a list or map literal made of literals: its size is fixed."""
+    if isinstance(node, ast.Lit):
+        return True
+    if isinstance(node, ast.ListLit):
+        return all(not optional and _is_constant(e) for e, optional in node.elements)
+    if isinstance(node, ast.MapLit):
+        return all(
+            not optional and _is_constant(k) and _is_constant(v) for k, v, optional in node.entries
+        )
+    return False
+
+
+def _is_scalar_literal(*nodes: ast.Node) -> bool:
+    """Whether any of the nodes is a number, bool or null literal (``+`` cannot grow then)."""
+    return any(
+        isinstance(n, ast.Lit) and not isinstance(n.value, (str, bytes)) for n in nodes
+    )
+
+
+def _charge_free(name: str, operands: list[ast.Node]) -> bool:
+    """Calls whose work is fixed by their literal operands need no size charge."""
+    if all(_is_constant(o) for o in operands):
+        return True
+    return (
+        name in costs.BOUNDED_BY_ARGUMENT and len(operands) >= 2 and _is_constant(operands[1])
+    )
 
 
 def _and_step(accumulated: Any, value: Any) -> Any:

@@ -18,13 +18,14 @@ import unicodedata
 import zoneinfo
 from collections.abc import Callable
 from decimal import Decimal
-from functools import cmp_to_key, lru_cache
+from functools import cmp_to_key
 from typing import Any
 
 from operators.api.quantity import NANO, Quantity
 from operators.api.semver import Semver
 
 from .errors import CELEvalError
+from .regex import Regex, RegexSyntaxError, compile_regex
 from .runtime import (
     add,
     equals,
@@ -115,20 +116,22 @@ def _ends_with(s: Any, suffix: Any) -> bool:
     return bool(s.endswith(suffix))
 
 
-@lru_cache(maxsize=512)
-def compile_regex(pattern: str) -> re.Pattern[str]:
-    # RE2 and Python agree on the syntax selectors use; translate RE2's
-    # named-group spelling and reject what Python cannot compile.
+def regex_of(fn: str, s: Any, pattern: Any) -> Regex:
+    """The compiled pattern (codegen passes constant patterns precompiled)."""
+    if type(pattern) is Regex:
+        if type(s) is str:
+            return pattern
+        no_overload(fn, s, pattern.pattern)
+    if type(s) is not str or type(pattern) is not str:
+        no_overload(fn, s, pattern)
     try:
-        return re.compile(pattern.replace("(?P<", "(?P<"))
-    except re.error as exc:
-        raise CELEvalError(f"invalid regular expression {pattern!r}: {exc}") from None
+        return compile_regex(pattern)
+    except RegexSyntaxError as exc:
+        raise CELEvalError(str(exc)) from None
 
 
 def _matches(s: Any, pattern: Any) -> bool:
-    if type(s) is not str or type(pattern) is not str:
-        no_overload("matches", s, pattern)
-    return compile_regex(pattern).search(s) is not None
+    return regex_of("matches", s, pattern).search(s)
 
 
 MEMBER["matches"] = _matches
@@ -137,20 +140,21 @@ GLOBAL["matches"] = _matches
 
 @member("find")
 def _find(s: Any, pattern: Any) -> str:
-    _str_pair("find", s, pattern)
-    m = compile_regex(pattern).search(s)
-    return m.group(0) if m else ""
+    return regex_of("find", s, pattern).find(s)
 
 
 @member("findAll")
 def _find_all(s: Any, pattern: Any, limit: Any = -1) -> list[str]:
-    _str_pair("findAll", s, pattern)
+    regex = regex_of("findAll", s, pattern)
     if not _is_int(limit):
         no_overload("findAll", s, pattern, limit)
     if limit == 0:
         return []
-    found = [m.group(0) for m in compile_regex(pattern).finditer(s)]
-    return found if limit < 0 else found[:limit]
+    return regex.find_all(s, int(limit))
+
+
+#: Functions whose second operand is a pattern; codegen compiles constant ones once.
+REGEX_FUNCTIONS = frozenset({"matches", "find", "findAll"})
 
 
 @member("charAt")
@@ -750,6 +754,11 @@ def _sum(items: Any) -> Any:
     items = _require_list("sum", items)
     if not items:
         return 0
+    for item in items:
+        # Numbers and durations only: adding strings or lists here would build
+        # quadratic intermediate results outside the cost model.
+        if type(item) not in (int, UInt, float, Duration):
+            no_overload("sum", items)
     total = items[0]
     for item in items[1:]:
         total = add(total, item)

@@ -12,7 +12,14 @@ writes in this order, each write conditional on the resourceVersion it read:
 
 A crash between writes leaves claims allocated *and reserved for this pod*, which the next
 sync reads as "already allocated, pin the pod there" and so finishes the job; if the pod went
-away instead, the claim controller trims the reservation and deallocates. A conflict requeues.
+away instead, the claim controller trims the reservation and deallocates. A conflict requeues
+at once, an unavailable API server with backoff, a refused write with an Event and a long
+delay. A claim write that got no answer may still have been applied: its devices stay
+counted as used until the watch or a live read tells which it was.
+
+Claims requesting adminAccess are allocated only with the DRAAdminAccess gate on and in a
+namespace labelled for it (upstream refuses other such claims at admission; claims from
+templates are already refused by the claim controller, this covers claims written directly).
 
 Devices are counted as used from the moment they are chosen (the allocator state's assume
 cache), so the loop never hands a device out twice while the watch catches up. Decisions are
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import time
 from typing import Any
@@ -43,23 +51,27 @@ from operators.cache.core import (
     DEVICES_ANNOTATION,
     FINALIZER,
     SCHEDULING_GATE,
+    Namespace,
     Node,
     Pod,
     PodClaim,
 )
 from operators.cache.informer import Change, Key, version_number
 from operators.controllers import claimrules, placement
-from operators.controllers.base import Runtime, controller_health, runtime_from
+from operators.controllers.base import Runtime, controller_health, retry_forever, runtime_from
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
+    NAMESPACES,
     NODES,
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Conflict,
+    FailureKind,
     NotFound,
+    failure_kind,
 )
 from operators.settings import FeatureGates
 
@@ -69,6 +81,7 @@ CONDITION_TYPE = "resource.dralloc.dev/DevicesAllocated"
 REASON_FAILED = "FailedAllocation"
 REASON_ALLOCATED = "Allocated"
 BUSY_DELAY = 0.05
+CONFIRM_PERIOD = 1.0  # seconds between live reads of claims whose write got no answer
 EXPLAIN_PERIOD = 10.0  # seconds between explanations of one waiting pod
 MAX_CONCURRENT_WRITES = 16  # pods whose writes are in flight at once
 MAX_DETAIL_LINES = 5  # per-node-group lines in the Event after the summary
@@ -77,6 +90,15 @@ WAKE_DELAY = 0.1  # coalesces a burst of cluster changes into one retry of waiti
 
 class NotReady(Exception):
     """The pod cannot be considered yet (its claims are not all there); no message."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UnansweredWrite:
+    """A claim whose allocation write got no answer; its devices stay assumed until known."""
+
+    claim: ResourceClaim
+    resource_version: str
+    """The precondition of the write: any later version of the claim settles the question."""
 
 
 class StillWaiting(Exception):
@@ -113,6 +135,7 @@ class AllocationController:
         cache = runtime.cache
         self.pods = cache[PODS]
         self.nodes = cache[NODES]
+        self.namespaces = cache[NAMESPACES]
         self.claims = cache.assumed(RESOURCE_CLAIMS)
         self.state = AllocatorState(allocator_features(self.settings.feature_gates))
         self.queue: WorkQueue[Key] = WorkQueue(
@@ -126,6 +149,7 @@ class AllocationController:
         self.in_flight: set[Key] = set()
         self.resync: set[Key] = set()
         self.claims_in_flight: set[Key] = set()
+        self.unanswered: dict[Key, UnansweredWrite] = {}
         self.explained_at: dict[Key, float] = {}
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
@@ -137,6 +161,7 @@ class AllocationController:
         cache[RESOURCE_SLICES].add_handler(self._on_slice)
         cache[DEVICE_CLASSES].add_handler(self._on_class)
         cache[DEVICE_TAINT_RULES].add_handler(self._on_rule)
+        self.namespaces.add_handler(self._on_namespace)
 
     # --- keeping the allocator state current, and queueing hints ---------------------------
 
@@ -170,6 +195,13 @@ class AllocationController:
         now = _is_allocated(change.new)
         if was and not now:
             self._wake()  # devices were freed
+        unanswered = self.unanswered.get(change.key)
+        if unanswered is not None and (
+            change.new is None
+            or version_number(change.new.metadata.resource_version or "")
+            > version_number(unanswered.resource_version)
+        ):
+            self._settle_unanswered(change.key, change.new)
         for key in self.pods.index_keys(
             "allocation-claims", (change.key.namespace, change.key.name)
         ):
@@ -184,6 +216,14 @@ class AllocationController:
             or old.unschedulable != new.unschedulable
         ):
             self._wake()
+
+    def _on_namespace(self, change: Change[Namespace]) -> None:
+        """The admin-access label may have been added (or removed) for the namespace's pods."""
+        if change.old is None or change.new is None or change.old.labels == change.new.labels:
+            return
+        for key, pod in self.pods.items():
+            if key.namespace == change.key.name and _wants_allocation(pod):
+                self.queue.add(key)
 
     def _on_pod(self, change: Change[Pod]) -> None:
         pod = change.new
@@ -211,12 +251,14 @@ class AllocationController:
                 self.queue.add(key)
         async with asyncio.TaskGroup() as writers:
             self._writers = writers
+            writers.create_task(retry_forever("confirm-writes", self._confirm_unanswered))
             await run_workers(self.queue, self.sync, workers=1, name=self.name)
 
     def health(self) -> dict[str, Any]:
         return {
             "queued": self.queue.pending(),
             "waiting": len(self.waiting),
+            "unanswered_writes": len(self.unanswered),
             "allocated_pods": self.allocated_pods,
         }
 
@@ -274,13 +316,17 @@ class AllocationController:
     ) -> None:
         try:
             await self._write_all(pod, node, entries, results)
-        except (Conflict, NotFound) as error:
-            metrics.ALLOCATIONS.labels(result="conflict").inc()
-            log.info("stale write; requeued", pod=pod.ref, error=error.reason)
-            self.queue.retry(key)
-        except Exception:
-            log.exception("allocation writes failed; requeued", pod=pod.ref)
-            self.queue.retry(key)
+        except Exception as error:
+            kind = failure_kind(error)
+            metrics.ALLOCATIONS.labels(result=_FAILURE_RESULT.get(kind, "error")).inc()
+            if kind is FailureKind.REJECTED:
+                await self.runtime.events.post(
+                    pod.involved(),
+                    REASON_FAILED,
+                    f"the API server refused the allocation on node {node}: {error}",
+                    warning=True,
+                )
+            self.queue.retry_after_failure(key, error, controller=self.name)
         else:
             metrics.ALLOCATIONS.labels(result="allocated").inc()
             self.allocated_pods += 1
@@ -317,8 +363,15 @@ class AllocationController:
                     await self._write_reservation(pod, claim)
                 assert allocation is not None
                 allocations[entry.name] = allocation
-        except BaseException:
+        except BaseException as error:
+            unanswered = isinstance(error, Exception) and (
+                failure_kind(error) is FailureKind.UNAVAILABLE
+            )
             for _, claim in _pending(entries):
+                key = _claim_key(claim)
+                if unanswered and key in self.unanswered:
+                    continue  # may have landed: keep its devices until we know
+                self.unanswered.pop(key, None)
                 if not self._write_landed(claim):
                     self.state.release(claim)
             raise
@@ -340,9 +393,18 @@ class AllocationController:
                 raise NotReady()
             if Key(pod.namespace, name) in self.claims_in_flight:
                 raise ClaimBusy()
+            if Key(pod.namespace, name) in self.unanswered:
+                raise NotReady()  # settled by the watch or a live read, which requeue the pod
             claim = self.claims.get(Key(pod.namespace, name))
             if claim is None:
                 raise NotReady()
+            if not _is_allocated(claim):
+                namespace: Namespace | None = self.namespaces.get(Key("", pod.namespace))
+                refusal = claimrules.admin_access_refusal(
+                    claim.spec, namespace, self.settings.feature_gates["DRAAdminAccess"]
+                )
+                if refusal:
+                    raise Unallocatable(f'resourceclaim "{name}": {refusal}')
             if claim.metadata.deletion_timestamp is not None:
                 raise Unallocatable(f'resourceclaim "{name}" is being deleted')
             if (
@@ -433,6 +495,39 @@ class AllocationController:
         current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))
         return current is not None and _is_allocated(current)
 
+    def _settle_unanswered(self, key: Key, current: ResourceClaim | None) -> None:
+        """We now know whether an unanswered allocation write landed; requeue its pods."""
+        unanswered = self.unanswered.pop(key, None)
+        if unanswered is None:
+            return
+        landed = _is_allocated(current)
+        if not landed:
+            self.state.release(unanswered.claim)
+            self._wake()
+        # If it landed, the devices stay assumed until the watch shows the allocation (a
+        # late event of an older version must not make them look free in between).
+        log.info("unanswered allocation write settled", claim=str(key), landed=landed)
+        for pod_key in self.pods.index_keys("allocation-claims", (key.namespace, key.name)):
+            self.queue.add(pod_key)
+
+    async def _confirm_unanswered(self) -> None:
+        """Read claims whose allocation write got no answer, until each is settled."""
+        while True:
+            await asyncio.sleep(CONFIRM_PERIOD)
+            for key in sorted(self.unanswered):
+                if key in self.claims_in_flight:
+                    continue  # its write is being retried right now
+                try:
+                    raw = await self.client.get(RESOURCE_CLAIMS, key.name, key.namespace)
+                except NotFound:
+                    self._settle_unanswered(key, None)
+                    continue
+                except Exception as error:
+                    if failure_kind(error) is None:
+                        raise
+                    break  # still unavailable: try again next period
+                self._settle_unanswered(key, self.claims.assume(raw))
+
     # --- writing ---------------------------------------------------------------------------
 
     async def _write_allocation(
@@ -457,6 +552,8 @@ class AllocationController:
             entry.to_kube() for entry in (claim.status.reserved_for if claim.status else ())
         ]
         reserved.append(_consumer(pod))
+        key = Key(namespace, name)
+        self.unanswered[key] = UnansweredWrite(claim, str(version))
         updated = await self.client.merge_patch(
             RESOURCE_CLAIMS,
             name,
@@ -465,6 +562,7 @@ class AllocationController:
             resource_version=version,
             subresource="status",
         )
+        del self.unanswered[key]
         stored = self.claims.assume(updated)
         assert stored.status is not None and stored.status.allocation is not None
         return stored.status.allocation
@@ -574,6 +672,17 @@ class AllocationController:
             },
             content_type="application/strategic-merge-patch+json",
         )
+
+
+_FAILURE_RESULT: dict[FailureKind | None, str] = {
+    FailureKind.STALE: "conflict",
+    FailureKind.UNAVAILABLE: "unavailable",
+    FailureKind.REJECTED: "refused",
+}
+
+
+def _claim_key(claim: ResourceClaim) -> Key:
+    return Key(claim.metadata.namespace or "", claim.metadata.name or "")
 
 
 def _pending(

@@ -20,7 +20,7 @@ import structlog
 from operators import metrics
 from operators.cache.kinds import PARSERS
 from operators.cache.shared import SharedCache
-from operators.kube import ApiError, JsonDict, KubeClient
+from operators.kube import REQUEST_ERRORS, JsonDict, KubeClient
 from operators.leader import LeaderElector
 from operators.settings import Settings
 
@@ -72,7 +72,9 @@ class EventRecorder:
             await self.client.post_event(
                 involved, reason=reason, message=message, type_="Warning" if warning else "Normal"
             )
-        except ApiError as error:
+        except REQUEST_ERRORS as error:
+            # Events are best effort; forget this one so that the next attempt posts it.
+            self._last.pop((uid, reason, message), None)
             log.warning("event not recorded", reason=reason, error=str(error)[:200])
 
 

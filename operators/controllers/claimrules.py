@@ -45,11 +45,14 @@ def requests_admin_access(spec: Any) -> bool:
     return False
 
 
-def admin_access_refusal(
-    template: ResourceClaimTemplate, namespace: Namespace | None, gate_enabled: bool
-) -> str:
-    """Why a claim from this template must not be created ('' = it may)."""
-    if not requests_admin_access(template.spec.spec):
+def admin_access_refusal(spec: Any, namespace: Namespace | None, gate_enabled: bool) -> str:
+    """Why a claim with this spec must not exist in this namespace ('' = it may).
+
+    Upstream's API server refuses such claims at admission; dralloc has no admission for its
+    claims, so the claim controller checks before creating one from a template and the
+    allocator before allocating one written directly.
+    """
+    if not requests_admin_access(spec):
         return ""
     if not gate_enabled:
         return (

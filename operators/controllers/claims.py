@@ -6,7 +6,10 @@ entries of pods that are gone, replaced or done, deallocates claims nobody uses 
 (allocation cleared, then our finalizer dropped), and deletes generated claims of done pods.
 
 Work is keyed ``("pod", key)`` / ``("claim", key)`` in one queue; every write carries a
-resourceVersion or UID precondition, and a conflict simply requeues the key.
+resourceVersion or UID precondition. Failed requests requeue the key (the work queue's policy:
+a conflict at once, an unavailable API server with backoff); only a claim the API server or
+our own rules refuse to create becomes a Warning Event on the pod, and the pod is looked at
+again after a long delay, or sooner when its template or namespace changes.
 """
 
 from __future__ import annotations
@@ -38,18 +41,22 @@ from operators.kube import (
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     ApiError,
-    Conflict,
+    FailureKind,
     NotFound,
+    failure_kind,
 )
 
 log = structlog.get_logger(__name__)
 
 WorkKey = tuple[str, Key]
 REASON_FAILED_CREATION = "FailedResourceClaimCreation"
+REFUSED_RETRY_DELAY = (
+    300.0  # a refused claim is retried this late (template/namespace events: at once)
+)
 
 
 class ClaimError(Exception):
-    """A problem with one pod claim; becomes a Warning Event on the pod."""
+    """A problem with one pod claim the user must fix; becomes a Warning Event on the pod."""
 
 
 class ClaimController:
@@ -68,6 +75,7 @@ class ClaimController:
         self.queue: WorkQueue[WorkKey] = WorkQueue(
             base_delay=runtime.settings.requeue_base_delay,
             max_delay=runtime.settings.requeue_max_delay,
+            rejected_delay=REFUSED_RETRY_DELAY,
         )
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.synced = 0
@@ -144,16 +152,12 @@ class ClaimController:
         return {"queued": self.queue.pending(), "synced": self.synced}
 
     async def sync(self, work: WorkKey) -> None:
+        """One pod or claim; a failed request raises, and the work queue requeues the key."""
         kind, key = work
-        try:
-            if kind == "pod":
-                await self.sync_pod(key)
-            else:
-                await self.sync_claim(key)
-        except (Conflict, NotFound) as error:
-            log.info("stale write; requeued", kind=kind, object=str(key), error=error.reason)
-            self.queue.retry(work)
-            return
+        if kind == "pod":
+            await self.sync_pod(key)
+        else:
+            await self.sync_claim(key)
         self.synced += 1
         self.queue.forget(work)
 
@@ -169,6 +173,7 @@ class ClaimController:
             )
             return
         updates: dict[str, str | None] = {}
+        refused = False
         for pod_claim in pod.claims:
             if pod_claim.resource_claim_template_name is None:
                 continue
@@ -184,6 +189,7 @@ class ClaimController:
                     warning=True,
                 )
                 log.info("claim not created", pod=pod.ref, claim=pod_claim.name, error=str(error))
+                refused = True
                 break
         statuses = claimrules.merged_statuses(
             pod.claim_statuses, updates, (c.name for c in pod.claims)
@@ -199,6 +205,9 @@ class ClaimController:
             )
         if pod.node_name:
             await self._reserve_for_bound_pod(pod)
+        if refused:
+            # The user may fix it without an event we watch (an RBAC rule, a quota).
+            self.queue.add_after(("pod", key), REFUSED_RETRY_DELAY)
 
     async def _ensure_claim(self, pod: Pod, pod_claim_name: str, template_name: str) -> str:
         """The name of this pod's claim for a template entry, creating it if needed."""
@@ -219,7 +228,9 @@ class ClaimController:
         if template is None:
             raise ClaimError(f'resource claim template "{template_name}": not found')
         namespace: Namespace | None = self.namespaces.get(Key("", pod.namespace))
-        refusal = claimrules.admin_access_refusal(template, namespace, self.gates["DRAAdminAccess"])
+        refusal = claimrules.admin_access_refusal(
+            template.spec.spec, namespace, self.gates["DRAAdminAccess"]
+        )
         admin = str(claimrules.requests_admin_access(template.spec.spec)).lower()
         if refusal:
             metrics.CLAIM_CREATES.labels(status="failure", admin_access=admin).inc()
@@ -227,11 +238,13 @@ class ClaimController:
         body = claimrules.claim_body(pod, pod_claim_name, template)
         try:
             created = await self.client.create(RESOURCE_CLAIMS, body, pod.namespace)
-        except ApiError as error:
+        except Exception as error:
             metrics.CLAIM_CREATES.labels(status="failure", admin_access=admin).inc()
-            raise ClaimError(
-                f"create ResourceClaim {body['metadata']['generateName']}: {error.message}"
-            ) from error
+            if isinstance(error, ApiError) and failure_kind(error) is FailureKind.REJECTED:
+                raise ClaimError(
+                    f"create ResourceClaim {body['metadata']['generateName']}: {error.message}"
+                ) from error
+            raise  # not answered, or not yet: the work queue retries
         metrics.CLAIM_CREATES.labels(status="success", admin_access=admin).inc()
         claim = self.claims.assume(created)
         log.info("claim created", pod=pod.ref, claim=claim.metadata.name, entry=pod_claim_name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import datetime
 import time
 from typing import Any
@@ -35,9 +36,10 @@ from operators.kube import (
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
-    ApiError,
     Conflict,
+    FailureKind,
     NotFound,
+    failure_kind,
 )
 
 log = structlog.get_logger(__name__)
@@ -197,14 +199,10 @@ class TaintController:
         if wait > 0:
             self.queue.add_after(key, wait)
             return
-        try:
+        # Gone or replaced in the meantime: nothing to evict. Other failures raise, and the
+        # work queue retries (with backoff, or late if refused).
+        with contextlib.suppress(Conflict, NotFound):
             await self.evict(pod, eviction, now)
-        except (Conflict, NotFound):
-            pass  # gone or replaced in the meantime: nothing to evict
-        except ApiError as error:
-            log.warning("eviction failed; retrying", pod=pod.ref, error=str(error)[:200])
-            self.queue.retry(key)
-            return
         self.queue.forget(key)
 
     async def evict(self, pod: Pod, eviction: ClaimEviction, now: datetime.datetime) -> None:
@@ -257,8 +255,15 @@ class TaintController:
                 try:
                     if await self._write_rule_status(rule):
                         self._rule_written[name] = clock
-                except (Conflict, NotFound):
+                except Exception as error:
+                    kind = failure_kind(error)
+                    if kind is None:
+                        raise
                     self._rules_dirty.add(name)
+                    if kind is not FailureKind.STALE:
+                        # Unavailable or refused: try again after the usual period, not now.
+                        self._rule_written[name] = clock
+                        log.warning("rule status not written", rule=name, error=str(error)[:200])
 
     def rule_condition(self, rule: DeviceTaintRule) -> tuple[str, str, str]:
         name = rule.metadata.name or ""

@@ -9,6 +9,12 @@ Semantics:
   concurrently);
 * ``add_after`` delays (the earliest requested time wins); ``retry`` delays by the key's own
   exponential backoff, and ``forget`` resets that backoff after a success.
+
+:func:`run_workers` owns what happens when a sync raises, by :func:`operators.kube.failure_kind`:
+a stale read (conflict) is retried at once and then with backoff, an unavailable API server
+with backoff, a refused request only after ``rejected_delay`` (someone must fix something
+first; the controller that knows who tells them), and anything else is logged as a bug and
+retried with backoff. A sync that handles its own failures simply does not raise.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Generic, TypeVar
 import structlog
 
 from operators.cache.backoff import Backoff
+from operators.kube import FailureKind, failure_kind
 
 K = TypeVar("K", bound=Hashable)
 
@@ -30,7 +37,9 @@ log = structlog.get_logger(__name__)
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, *, base_delay: float = 0.2, max_delay: float = 30.0) -> None:
+    def __init__(
+        self, *, base_delay: float = 0.2, max_delay: float = 30.0, rejected_delay: float = 300.0
+    ) -> None:
         self._ready: list[K] = []
         self._queued: set[K] = set()
         self._processing: set[K] = set()
@@ -42,6 +51,7 @@ class WorkQueue(Generic[K]):
         self._wakeup = asyncio.Event()
         self.base_delay = base_delay
         self.max_delay = max_delay
+        self.rejected_delay = rejected_delay
 
     def __len__(self) -> int:
         return len(self._ready)
@@ -72,11 +82,38 @@ class WorkQueue(Generic[K]):
         heapq.heappush(self._delayed, (when, next(self._counter), key))
         self._wakeup.set()
 
-    def retry(self, key: K) -> float:
-        """Requeue after this key's next backoff delay; returns the delay."""
+    def retry(self, key: K, *, first_at_once: bool = False) -> float:
+        """Requeue after this key's next backoff delay; returns the delay.
+
+        With ``first_at_once`` the first failure in a row is retried without delay (a stale
+        read is usually fresh by then) and only repeated ones back off.
+        """
         backoff = self._backoffs.setdefault(key, Backoff(self.base_delay, self.max_delay))
+        if first_at_once and backoff.failures == 0:
+            backoff.failures += 1
+            self.add(key)
+            return 0.0
         delay = backoff.next()
         self.add_after(key, delay)
+        return delay
+
+    def retry_after_failure(self, key: K, error: BaseException, *, controller: str = "") -> float:
+        """Requeue a key whose sync raised ``error``, as fits the failure; returns the delay."""
+        kind = failure_kind(error)
+        context = {"controller": controller, "key": str(key), "error": _brief(error)}
+        if kind is FailureKind.STALE:
+            delay = self.retry(key, first_at_once=True)
+            log.info("stale write; requeued", retry_in=delay, **context)
+        elif kind is FailureKind.UNAVAILABLE:
+            delay = self.retry(key)
+            log.warning("API unavailable; retrying", retry_in=delay, **context)
+        elif kind is FailureKind.REJECTED:
+            delay = self.rejected_delay
+            self.add_after(key, delay)
+            log.warning("request refused; retrying later", retry_in=delay, **context)
+        else:
+            delay = self.retry(key)
+            log.error("sync failed", retry_in=delay, exc_info=error, **context)
         return delay
 
     def forget(self, key: K) -> None:
@@ -120,6 +157,10 @@ class WorkQueue(Generic[K]):
             self.add(key)
 
 
+def _brief(error: BaseException) -> str:
+    return (str(error) or type(error).__name__)[:300]
+
+
 async def run_workers(
     queue: WorkQueue[K],
     sync: Callable[[K], Awaitable[None]],
@@ -136,9 +177,8 @@ async def run_workers(
                 await sync(key)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                delay = queue.retry(key)
-                log.exception("sync failed", controller=name, key=str(key), retry_in=delay)
+            except Exception as error:
+                queue.retry_after_failure(key, error, controller=name)
             finally:
                 queue.done(key)
             # A ready key is returned without suspending; yield so that nothing else

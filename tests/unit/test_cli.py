@@ -82,6 +82,8 @@ def test_bad_snapshot_exits_two_naming_file_object_and_field(
         (["simulate", "-f", INTREE, "--template", "x"], "go with --add-pods"),
         (["simulate"], "-f PATH"),
         (["simulate", "-f", INTREE, "--feature-gates", "NoSuchGate=true"], "NoSuchGate"),
+        (["check", "-f", INTREE, "--live"], "not both"),
+        (["explain", "pod/x", "-f", INTREE, "--live"], "not both"),
     ],
 )
 def test_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -93,3 +95,29 @@ def test_feature_gates_reach_the_allocator(capsys: pytest.CaptureFixture[str]) -
     code = main(["simulate", "-f", INTREE, "--feature-gates", "DRAPrioritizedList=false"])
     assert code == EXIT_OK
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--live"],
+        ["simulate", "--live"],
+        ["explain", "pod/x", "--live"],
+    ],
+)
+def test_an_unreadable_cluster_exits_two(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    assert main([*argv, "--kubeconfig", str(kubeconfig)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"dralloc {argv[0]}: cannot read the cluster")

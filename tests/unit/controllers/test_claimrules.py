@@ -101,7 +101,7 @@ def test_claim_body_from_template() -> None:
 )
 def test_admin_access_rule(admin: bool, gate: bool, labels: dict[str, str], expect: str) -> None:
     namespace = parse_namespace({"metadata": {"name": "ns", "labels": labels}})
-    refusal = claimrules.admin_access_refusal(template(admin), namespace, gate)
+    refusal = claimrules.admin_access_refusal(template(admin).spec.spec, namespace, gate)
     assert (expect in refusal) if expect else refusal == ""
     assert bool(refusal) == bool(expect)
 

@@ -156,7 +156,10 @@ def test_a_read_sends_only_gets_follows_pages_and_fills_kinds(
     assert set(by_name) == {"first", "second", "gpu"}
     assert (by_name["first"].api_version, by_name["first"].kind) == ("v1", "Pod")
     assert (by_name["second"].api_version, by_name["second"].kind) == ("v1", "Pod")
-    assert (by_name["gpu"].api_version, by_name["gpu"].kind) == ("resource.k8s.io/v1", "DeviceClass")
+    assert (by_name["gpu"].api_version, by_name["gpu"].kind) == (
+        "resource.k8s.io/v1",
+        "DeviceClass",
+    )
     assert all(o.ref.source == "cluster" for o in objects)
 
 
@@ -175,9 +178,7 @@ def test_dralloc_crds_win_over_the_in_tree_group(api: FakeApiServer, kubeconfig:
     assert "/apis/resource.dralloc.dev/v1/devicetaintrules" in dra_paths
 
 
-def test_a_group_the_server_does_not_offer_is_an_error(
-    api: FakeApiServer, kubeconfig: str
-) -> None:
+def test_a_group_the_server_does_not_offer_is_an_error(api: FakeApiServer, kubeconfig: str) -> None:
     with pytest.raises(ToolkitError, match=r"does not serve resource.dralloc.dev/v1"):
         read_cluster(kubeconfig, group="resource.dralloc.dev")
     api.groups = []

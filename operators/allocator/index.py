@@ -1,0 +1,192 @@
+"""Matching-device counts per request signature and node, kept current incrementally.
+
+find_node must not run a full search on every node. This index answers,
+for a signature (class plus request selectors) and a node, "how many devices
+match, and how many of them are not exclusively allocated", in O(1) for
+node-local devices. The counts are optimistic: taints, counters, capacity
+and constraints are left to the search, so the index never rules out a node
+that could work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from operators.allocator.compiled import (
+    CompiledDevice,
+    CompiledRequest,
+    CompiledSlice,
+    DeviceId,
+)
+from operators.allocator.errors import AllocationError
+from operators.allocator.nodes import NodeInfo
+from operators.allocator.pools import slice_targets_node
+from operators.allocator.selectors import SelectorCompileError, SelectorRuntimeError
+
+if TYPE_CHECKING:  # for annotations only: state imports this module (a real cycle)
+    from operators.allocator.state import AllocatorState
+
+Signature = tuple[str, tuple[str | None, ...]]
+
+
+def signature_of(request: CompiledRequest) -> Signature:
+    return (request.class_name, tuple(s.expression for s in request.selectors))
+
+
+@dataclass(slots=True)
+class SignatureCounts:
+    """Devices matching one signature, by node."""
+
+    local: dict[str, list[DeviceId]] = field(default_factory=dict)
+    free: dict[str, int] = field(default_factory=dict)
+    node_of: dict[DeviceId, str] = field(default_factory=dict)
+    shared: list[tuple[CompiledSlice, CompiledDevice]] = field(default_factory=list)
+    shared_reach: dict[tuple[str, tuple[tuple[str, str], ...]], list[DeviceId]] = field(
+        default_factory=dict
+    )
+    shared_lists: dict[tuple[DeviceId, ...], list[DeviceId]] = field(default_factory=dict)
+    # free count -> nodes (local devices only): candidate order without a per-node loop
+    by_free: dict[int, set[str]] = field(default_factory=dict)
+    # Nodes with a matching multi-allocatable device (and whether a shared one
+    # exists): several requests may take such a device, so demands must not be summed.
+    shareable_nodes: set[str] = field(default_factory=set)
+    shareable_shared: bool = False
+
+    def set_free(self, node: str, count: int) -> None:
+        old = self.free.get(node)
+        if old is not None:
+            bucket = self.by_free.get(old)
+            if bucket is not None:
+                bucket.discard(node)
+                if not bucket:
+                    del self.by_free[old]
+        self.free[node] = count
+        self.by_free.setdefault(count, set()).add(node)
+
+    def shareable(self, node: str) -> bool:
+        return self.shareable_shared or node in self.shareable_nodes
+
+
+class DeviceIndex:
+    """SignatureCounts for every signature asked about, dropped when slices or classes change."""
+
+    def __init__(self, state: AllocatorState) -> None:
+        self.state = state
+        self._entries: dict[Signature, SignatureCounts] = {}
+        self._versions = (-1, -1)
+        self._names: tuple[Sequence[NodeInfo], dict[str, NodeInfo]] | None = None
+        state.add_listener(self._on_usage_change)
+
+    def _check_versions(self) -> None:
+        versions = (self.state.slices_version, self.state.classes_version)
+        if versions != self._versions:
+            self._entries.clear()
+            self._versions = versions
+
+    def _on_usage_change(self, before: Sequence[object], after: Sequence[object]) -> None:
+        touched = {getattr(u, "device", None) for u in (*before, *after)}
+        in_use = self.state.allocated.in_use
+        for entry in self._entries.values():
+            node_of = entry.node_of
+            nodes = {node_of[d] for d in touched if d in node_of}
+            for node in nodes:
+                entry.set_free(node, sum(1 for d in entry.local[node] if not in_use(d)))
+
+    def entry(self, signature: Signature) -> SignatureCounts:
+        self._check_versions()
+        entry = self._entries.get(signature)
+        if entry is None:
+            entry = self._build(signature)
+            self._entries[signature] = entry
+        return entry
+
+    def _build(self, signature: Signature) -> SignatureCounts:
+        class_name, expressions = signature
+        cls = self.state.get_class(class_name)
+        entry = SignatureCounts()
+        if cls is None:
+            return entry
+        selectors = [s.expression for s in cls.selectors] + list(expressions)
+        features = self.state.features
+        for slice_ in self.state.slices.values():
+            if not features.partitionable_devices and (slice_.per_device or slice_.shared_counters):
+                continue
+            for device in slice_.devices:
+                if device.binding_conditions and not features.device_binding_conditions:
+                    continue
+                if not self._matches(selectors, device):
+                    continue
+                shareable = device.allow_multiple and features.consumable_capacity
+                if slice_.node_name and not slice_.per_device:
+                    entry.local.setdefault(slice_.node_name, []).append(device.id)
+                    entry.node_of[device.id] = slice_.node_name
+                    if shareable:
+                        entry.shareable_nodes.add(slice_.node_name)
+                else:
+                    entry.shared.append((slice_, device))
+                    entry.shareable_shared = entry.shareable_shared or shareable
+        allocated = self.state.allocated
+        for node, devices in entry.local.items():
+            entry.set_free(node, sum(1 for d in devices if not allocated.in_use(d)))
+        return entry
+
+    def _matches(self, selectors: Sequence[str | None], device: CompiledDevice) -> bool:
+        for expression in selectors:
+            if expression is None:
+                return True  # the search reports unsupported selectors
+            try:
+                if not self.state.evaluator.matches(expression, device):
+                    return False
+            except (SelectorCompileError, SelectorRuntimeError):
+                return True  # optimistic: the search reports the error
+        return True
+
+    def names(self, nodes: Sequence[NodeInfo]) -> dict[str, NodeInfo]:
+        """Name -> node for a candidate list (remembered for the same list object)."""
+        if (
+            self._names is not None
+            and self._names[0] is nodes
+            and len(self._names[1]) == len(nodes)
+        ):
+            return self._names[1]
+        table = {n.name: n for n in nodes}
+        self._names = (nodes, table)
+        return table
+
+    def counts(
+        self, signature: Signature, node: NodeInfo, memo: dict[int, int] | None = None
+    ) -> tuple[int, int]:
+        """(matching devices, matching devices not exclusively allocated) for the node.
+
+        ``memo`` (one dict per find_node call) remembers free counts of shared
+        device lists, which nodes with the same labels have in common.
+        """
+        entry = self.entry(signature)
+        total = len(entry.local.get(node.name, ()))
+        free = entry.free.get(node.name, 0)
+        if entry.shared:
+            key = node.key
+            reach = entry.shared_reach.get(key)
+            if reach is None:
+                found = []
+                for slice_, device in entry.shared:
+                    try:
+                        ok = slice_targets_node(slice_, node, self.state.features)
+                    except AllocationError:
+                        ok = True
+                    if ok and (not slice_.per_device or device.reachable_from(node)):
+                        found.append(device.id)
+                # Nodes that reach the same devices share one list (and one memo entry).
+                reach = entry.shared_lists.setdefault(tuple(found), found)
+                entry.shared_reach[key] = reach
+            total += len(reach)
+            shared_free = memo.get(id(reach)) if memo is not None else None
+            if shared_free is None:
+                in_use = self.state.allocated.in_use
+                shared_free = sum(1 for d in reach if not in_use(d))
+                if memo is not None:
+                    memo[id(reach)] = shared_free
+            free += shared_free
+        return total, free
