@@ -413,7 +413,7 @@ class KubeClient:
         """Record a core/v1 Event about an object; failures are the caller's to ignore."""
         metadata = involved.get("metadata") or {}
         namespace = metadata.get("namespace") or "default"
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = timestamp()
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -440,6 +440,12 @@ class KubeClient:
             "count": 1,
         }
         await self.create(EVENTS, body, namespace)
+
+
+def timestamp(when: datetime.datetime | None = None) -> str:
+    """A metav1.Time as the API writes it (UTC, whole seconds); now if ``when`` is None."""
+    moment = when or datetime.datetime.now(datetime.UTC)
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def object_ref(obj: Mapping[str, Any]) -> str:

@@ -123,6 +123,11 @@ class CompiledDevice:
     # its slice changes, so "per (expression, device, slice generation)".
     selector_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     view_cache: list[Any] = field(default_factory=list, repr=False, compare=False)
+    # Whether a request (by its capacity requests) fits while no share of the
+    # device is in use: fixed for the device, asked once per candidate and pod.
+    idle_fit_cache: dict[tuple[tuple[str, Nanos], ...], bool] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def lookup_attribute(self, qualified: str) -> AttributeValue | None:
         """Attribute by fully qualified name; the driver's own domain may be omitted."""
@@ -161,11 +166,28 @@ class CompiledSlice:
     shared_counters: tuple[tuple[str, Mapping[str, Nanos]], ...]
     resource_version: str = ""
     uid: str = ""
+    # Attribute name -> (kind, values) of its scalar values on the devices, so the
+    # search can pass over a whole slice that a matchAttribute value rules out.
+    scalar_values_cache: dict[str, frozenset[tuple[str, tuple[Any, ...]]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def key(self) -> str:
         """Identity in the state: the UID when known, else the name."""
         return self.uid or self.name
+
+    def scalar_values(self, attribute: str) -> frozenset[tuple[str, tuple[Any, ...]]]:
+        """(kind, values) of every non-list value the devices have for the attribute."""
+        found = self.scalar_values_cache.get(attribute)
+        if found is None:
+            values = set()
+            for device in self.devices:
+                attr = device.lookup_attribute(attribute)
+                if attr is not None and not attr.is_list:
+                    values.add((attr.kind, attr.values))
+            found = self.scalar_values_cache[attribute] = frozenset(values)
+        return found
 
     @property
     def pool_id(self) -> PoolId:

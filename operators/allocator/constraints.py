@@ -12,7 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from operators.allocator.compiled import AttributeValue, CompiledConstraint, CompiledDevice
+from operators.allocator.compiled import (
+    AttributeValue,
+    CompiledConstraint,
+    CompiledDevice,
+)
 
 
 def _as_set(attr: AttributeValue) -> tuple[str, frozenset[Any]] | None:
@@ -107,6 +111,17 @@ class MatchAttribute(_AttributeConstraint):
         attr = device.lookup_attribute(self.attribute)
         ref: AttributeValue = self.stack[0]
         return attr is None or attr.kind != ref.kind or attr.is_list or attr.values != ref.values
+
+    def pin(self) -> tuple[str, tuple[str, tuple[Any, ...]]] | None:
+        """(attribute, (kind, values)) a device needs to pass ``rejects``, once fixed.
+
+        A slice whose ``scalar_values(attribute)`` lacks that value has no device
+        that ``rejects`` lets through.
+        """
+        if self.lists or not self.stack:
+            return None
+        ref: AttributeValue = self.stack[0]
+        return self.attribute, (ref.kind, ref.values)
 
 
 @dataclass(slots=True)

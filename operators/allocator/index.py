@@ -10,7 +10,8 @@ that could work.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_left, insort
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -47,8 +48,15 @@ class SignatureCounts:
         default_factory=dict
     )
     shared_lists: dict[tuple[DeviceId, ...], list[DeviceId]] = field(default_factory=dict)
-    # free count -> nodes (local devices only): candidate order without a per-node loop
-    by_free: dict[int, set[str]] = field(default_factory=dict)
+    # Free devices per reach list (by id; the lists live in shared_lists), kept
+    # current from allocation changes like ``free``: which lists hold a shared
+    # device, and the shared devices last seen exclusively allocated.
+    reach_free: dict[int, int] = field(default_factory=dict)
+    reach_lists_of: dict[DeviceId, list[list[DeviceId]]] = field(default_factory=dict)
+    shared_busy: set[DeviceId] = field(default_factory=set)
+    # free count -> node names, sorted (local devices only): candidate order without
+    # a per-node loop or a sort per pod
+    by_free: dict[int, list[str]] = field(default_factory=dict)
     # Nodes with a matching multi-allocatable device (and whether a shared one
     # exists): several requests may take such a device, so demands must not be summed.
     shareable_nodes: set[str] = field(default_factory=set)
@@ -56,17 +64,40 @@ class SignatureCounts:
 
     def set_free(self, node: str, count: int) -> None:
         old = self.free.get(node)
+        if old == count:
+            return
         if old is not None:
-            bucket = self.by_free.get(old)
-            if bucket is not None:
-                bucket.discard(node)
-                if not bucket:
-                    del self.by_free[old]
+            bucket = self.by_free[old]
+            del bucket[bisect_left(bucket, node)]
+            if not bucket:
+                del self.by_free[old]
         self.free[node] = count
-        self.by_free.setdefault(count, set()).add(node)
+        insort(self.by_free.setdefault(count, []), node)
 
     def shareable(self, node: str) -> bool:
         return self.shareable_shared or node in self.shareable_nodes
+
+    def add_reach_list(self, devices: list[DeviceId], in_use: Callable[[DeviceId], bool]) -> None:
+        free = 0
+        for device in devices:
+            self.reach_lists_of.setdefault(device, []).append(devices)
+            if in_use(device):
+                self.shared_busy.add(device)
+            else:
+                free += 1
+        self.reach_free[id(devices)] = free
+
+    def update_shared(self, device: DeviceId, busy: bool) -> None:
+        lists = self.reach_lists_of.get(device)
+        if lists is None or busy == (device in self.shared_busy):
+            return
+        if busy:
+            self.shared_busy.add(device)
+        else:
+            self.shared_busy.discard(device)
+        delta = -1 if busy else 1
+        for devices in lists:
+            self.reach_free[id(devices)] += delta
 
 
 class DeviceIndex:
@@ -93,6 +124,10 @@ class DeviceIndex:
             nodes = {node_of[d] for d in touched if d in node_of}
             for node in nodes:
                 entry.set_free(node, sum(1 for d in entry.local[node] if not in_use(d)))
+            if entry.reach_lists_of:
+                for device in touched:
+                    if device is not None:
+                        entry.update_shared(device, in_use(device))
 
     def entry(self, signature: Signature) -> SignatureCounts:
         self._check_versions()
@@ -155,38 +190,33 @@ class DeviceIndex:
         self._names = (nodes, table)
         return table
 
-    def counts(
-        self, signature: Signature, node: NodeInfo, memo: dict[int, int] | None = None
-    ) -> tuple[int, int]:
-        """(matching devices, matching devices not exclusively allocated) for the node.
-
-        ``memo`` (one dict per find_node call) remembers free counts of shared
-        device lists, which nodes with the same labels have in common.
-        """
+    def counts(self, signature: Signature, node: NodeInfo) -> tuple[int, int]:
+        """(matching devices, matching devices not exclusively allocated) for the node."""
         entry = self.entry(signature)
         total = len(entry.local.get(node.name, ()))
         free = entry.free.get(node.name, 0)
         if entry.shared:
-            key = node.key
-            reach = entry.shared_reach.get(key)
-            if reach is None:
-                found = []
-                for slice_, device in entry.shared:
-                    try:
-                        ok = slice_targets_node(slice_, node, self.state.features)
-                    except AllocationError:
-                        ok = True
-                    if ok and (not slice_.per_device or device.reachable_from(node)):
-                        found.append(device.id)
-                # Nodes that reach the same devices share one list (and one memo entry).
-                reach = entry.shared_lists.setdefault(tuple(found), found)
-                entry.shared_reach[key] = reach
-            total += len(reach)
-            shared_free = memo.get(id(reach)) if memo is not None else None
-            if shared_free is None:
-                in_use = self.state.allocated.in_use
-                shared_free = sum(1 for d in reach if not in_use(d))
-                if memo is not None:
-                    memo[id(reach)] = shared_free
+            shared_total, shared_free = self.shared_counts(entry, node)
+            total += shared_total
             free += shared_free
         return total, free
+
+    def shared_counts(self, entry: SignatureCounts, node: NodeInfo) -> tuple[int, int]:
+        """Counts of the entry's network-attached (not node-local) devices the node reaches."""
+        reach = entry.shared_reach.get(node.key)
+        if reach is None:
+            found = []
+            for slice_, device in entry.shared:
+                try:
+                    ok = slice_targets_node(slice_, node, self.state.features)
+                except AllocationError:
+                    ok = True
+                if ok and (not slice_.per_device or device.reachable_from(node)):
+                    found.append(device.id)
+            # Nodes that reach the same devices share one list (and one free count).
+            reach = entry.shared_lists.get(tuple(found))
+            if reach is None:
+                reach = entry.shared_lists[tuple(found)] = found
+                entry.add_reach_list(found, self.state.allocated.in_use)
+            entry.shared_reach[node.key] = reach
+        return len(reach), entry.reach_free[id(reach)]

@@ -27,6 +27,12 @@ class NodeInfo:
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Hashable identity for caches that depend on name and labels (computed once:
+    # find_node asks for it per node and per pod).
+    key: tuple[str, tuple[tuple[str, str], ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.name, tuple(sorted(self.labels.items()))))
 
     @classmethod
     def from_object(cls, node: Any) -> NodeInfo:
@@ -38,11 +44,6 @@ class NodeInfo:
         data = as_dict(node)
         meta = data.get("metadata") or {}
         return cls(name=meta.get("name", ""), labels=dict(meta.get("labels") or {}))
-
-    @property
-    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
-        """Hashable identity for caches that depend on name and labels."""
-        return (self.name, tuple(sorted(self.labels.items())))
 
 
 @dataclass(frozen=True, slots=True)

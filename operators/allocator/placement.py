@@ -23,7 +23,7 @@ firstAvailable requests every score is 0 and the first node that fits wins.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,8 +42,9 @@ POLICIES = ("binpack", "spread", "first-fit")
 
 # (-optimistic score, policy value, node name): smaller is better
 RankKey = tuple[int, int, str]
-# (matching devices, of which not exclusively allocated, a multi-allocatable one among them)
-Lookup = Callable[[Signature, NodeInfo], tuple[int, int, bool]]
+# Per signature, on one node: (matching devices, of which not exclusively allocated,
+# a multi-allocatable one among them)
+NodeCounts = Mapping[Signature, tuple[int, int, bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,7 @@ def _plan(claims: Sequence[CompiledClaim]) -> _Plan:
     return _Plan(tuple(plain), tuple(choices))
 
 
-def _rank_node(lookup: Lookup, plan: _Plan, node: NodeInfo) -> tuple[int, int] | None:
+def _rank_node(counts: NodeCounts, plan: _Plan) -> tuple[int, int] | None:
     """(optimistic score, free matching devices left after the pod), or None if the node cannot work.
 
     Exclusive demands on one signature add up (they need distinct devices),
@@ -114,7 +115,7 @@ def _rank_node(lookup: Lookup, plan: _Plan, node: NodeInfo) -> tuple[int, int] |
     taken: dict[Signature, int] = {}  # exclusive devices of the optimistic choice (for "left")
     free_of: dict[Signature, int] = {}
     for demand in plan.plain:
-        total, free, shareable = lookup(demand.signature, node)
+        total, free, shareable = counts[demand.signature]
         need = demand.need
         if demand.exclusive:
             free_of[demand.signature] = free
@@ -127,7 +128,7 @@ def _rank_node(lookup: Lookup, plan: _Plan, node: NodeInfo) -> tuple[int, int] |
     score = 0
     for options in plan.choices:
         for position, demand in enumerate(options):
-            total, free, shareable = lookup(demand.signature, node)
+            total, free, shareable = counts[demand.signature]
             need = demand.need
             if demand.exclusive and not shareable:
                 need += wanted.get(demand.signature, 0)
@@ -182,7 +183,7 @@ def _bucket_order(
             earlier = thresholds[:position]
             for count in sorted((k for k in entry.by_free if k >= need), reverse=spread):
                 left = count - need
-                for name in sorted(entry.by_free.get(count, ())):
+                for name in entry.by_free.get(count, ()):
                     node = by_name.get(name)
                     if node is None or any(free.get(name, 0) >= n for free, n in earlier):
                         continue  # not a candidate, or ranked already under a better subrequest
@@ -206,19 +207,42 @@ def find_node(
     fast = _bucket_order(index, plan, nodes, policy)
     if fast is not None:
         return _try_nodes(state, claims, nodes, fast, max_searches, explain)
-    memo: dict[int, int] = {}
+    entries = {
+        d.signature: index.entry(d.signature)
+        for demands in (plan.plain, *plan.choices)
+        for d in demands
+    }
 
-    def lookup(signature: Signature, node: NodeInfo) -> tuple[int, int, bool]:
-        entry = index.entry(signature)
-        if entry.shared:
-            total, free = index.counts(signature, node, memo)
-        else:
-            total, free = len(entry.local.get(node.name, ())), entry.free.get(node.name, 0)
-        return total, free, entry.shareable(node.name)
+    table = list(entries.values())
+    shared_counts = index.shared_counts
 
+    def node_counts(node: NodeInfo) -> tuple[tuple[int, int, bool], ...]:
+        # Inlined lookups: this runs for every candidate node of every pod.
+        name = node.name
+        out = []
+        for entry in table:
+            local = entry.local.get(name)
+            total, free = (len(local), entry.free[name]) if local else (0, 0)
+            if entry.shared:
+                reach = entry.shared_reach.get(node.key)
+                if reach is None:
+                    shared_total, shared_free = shared_counts(entry, node)
+                else:
+                    shared_total, shared_free = len(reach), entry.reach_free[id(reach)]
+                total += shared_total
+                free += shared_free
+            out.append((total, free, entry.shareable_shared or name in entry.shareable_nodes))
+        return tuple(out)
+
+    # Nodes with the same counts rank the same (many do: identical nodes, empty ones).
+    ranks: dict[tuple[tuple[int, int, bool], ...], tuple[int, int] | None] = {}
     ranked: list[tuple[RankKey, NodeInfo]] = []
     for position, node in enumerate(nodes):
-        rank = _rank_node(lookup, plan, node)
+        counts = node_counts(node)
+        if counts in ranks:
+            rank = ranks[counts]
+        else:
+            rank = ranks[counts] = _rank_node(dict(zip(entries, counts, strict=True)), plan)
         if rank is None:
             continue
         score, left = rank

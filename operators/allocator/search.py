@@ -302,6 +302,9 @@ class Search:
             and c.stack
             and c.scope.applies(request.name, request.parent)
         ]
+        # (attribute, (kind, values)) each fixed scalar matchAttribute needs: a slice
+        # without that value anywhere is passed over whole, not device by device.
+        pins = [pin for c in early if (pin := c.pin()) is not None]
         for p in range(sp, len(pools)):
             pool = pools[p]
             if pool.incomplete or pool.invalid:
@@ -309,6 +312,18 @@ class Search:
             slices = pool.slices
             for s in range(ss if p == sp else 0, len(slices)):
                 slice_ = slices[s]
+                if pins:
+                    cache = slice_.scalar_values_cache
+                    ruled_out = False
+                    for attribute, value in pins:
+                        present = cache.get(attribute)
+                        if present is None:
+                            present = slice_.scalar_values(attribute)
+                        if value not in present:
+                            ruled_out = True
+                            break
+                    if ruled_out:
+                        continue
                 devices = slice_.devices
                 for d in range(sd if (p == sp and s == ss) else 0, len(devices)):
                     device = devices[d]
@@ -375,13 +390,26 @@ class Search:
         return True
 
     def _capacity_fits(self, request: CompiledRequest, device: CompiledDevice) -> bool:
+        in_use = self.inputs.allocated.capacity_in_use(device.id)
+        allocating = self.allocating_capacity.get(device.id)
+        if in_use is None and allocating is None:
+            requests = request.capacity_requests
+            key = tuple(sorted(requests.items())) if requests else ()
+            cached = device.idle_fit_cache.get(key)
+            if cached is None:
+                cached = device.idle_fit_cache[key] = self._fits(request, device, None, None)
+            return cached
+        return self._fits(request, device, in_use, allocating)
+
+    @staticmethod
+    def _fits(
+        request: CompiledRequest,
+        device: CompiledDevice,
+        in_use: Mapping[str, Nanos] | None,
+        allocating: Mapping[str, Nanos] | None,
+    ) -> bool:
         try:
-            return cap.fits(
-                request.capacity_requests,
-                device,
-                self.inputs.allocated.capacity_in_use(device.id),
-                self.allocating_capacity.get(device.id),
-            )
+            return cap.fits(request.capacity_requests, device, in_use, allocating)
         except AllocationError:
             return False
 

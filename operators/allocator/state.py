@@ -374,18 +374,22 @@ class AllocatorState:
         why for every candidate. Fatal claim problems (missing class, bad CEL,
         too many devices) come back as ``explanation.fatal_error``.
         """
-        if self._index is None:
-            self._index = DeviceIndex(self)
         infos = _node_infos(nodes)
         return find_node(
             self,
-            self._index,
+            self.device_index(),
             self.compile_claims(claims),
             infos,
             policy,
             max_searches=max_searches,
             explain=explain,
         )
+
+    def device_index(self) -> DeviceIndex:
+        """The matching-device counts find_node prefilters with (built on first use)."""
+        if self._index is None:
+            self._index = DeviceIndex(self)
+        return self._index
 
     def explainer(self) -> Explainer:
         return Explainer(

@@ -96,6 +96,12 @@ KINDS: Final[tuple[KindInfo, ...]] = (
                 ".status.allocation.devices.results[*].device",
                 description="Allocated devices.",
             ),
+            _column(
+                "Reason",
+                ".status.conditions[?(@.type=='Allocated')].reason",
+                description="Why the claim is (not yet) allocated (dralloc extension).",
+                priority=1,
+            ),
             _AGE,
         ),
     ),

@@ -52,6 +52,7 @@ NETWORK_DEVICE_DATA_INTERFACE_NAME_MAX_LENGTH: Final = 256
 NETWORK_DEVICE_DATA_MAX_IPS: Final = 16
 NETWORK_DEVICE_DATA_HARDWARE_ADDRESS_MAX_LENGTH: Final = 128
 DEVICE_TAINT_RULE_STATUS_MAX_CONDITIONS: Final = 8
+RESOURCE_CLAIM_STATUS_MAX_CONDITIONS: Final = 8  # dralloc extension (not upstream)
 CAPACITY_REQUEST_POLICY_VALID_VALUES_MAX: Final = 10
 NODE_SELECTOR_TERMS_PER_SLICE: Final = 1
 LABEL_VALUE_MAX_LENGTH: Final = 63
@@ -63,6 +64,9 @@ CONDITION_REASON_MAX_LENGTH: Final = 1024
 SHARE_ID_LENGTH: Final = 36
 
 DEVICE_TAINT_CONDITION_EVICTION_IN_PROGRESS: Final = "EvictionInProgress"
+# dralloc extension: ResourceClaim.status.conditions. False (with the allocator's
+# explanation as message) while the claim waits for devices, True once allocated.
+RESOURCE_CLAIM_CONDITION_ALLOCATED: Final = "Allocated"
 
 # -- name formats ---------------------------------------------------------------------------
 

@@ -420,12 +420,21 @@ class ResourceClaimStatus(KubeModel):
         ),
     ] = empty_tuple()
     """Status reported by drivers for the allocated devices (one entry per device or share)."""
+    conditions: Annotated[
+        tuple[Condition, ...],
+        Field(
+            max_length=limits.RESOURCE_CLAIM_STATUS_MAX_CONDITIONS,
+            json_schema_extra=list_map("type"),
+        ),
+    ] = empty_tuple()
+    """dralloc extension (absent in resource.k8s.io/v1): Allocated is False while waiting (why), True once allocated."""
 
     @model_validator(mode="after")
     def _check(self) -> ResourceClaimStatus:
         if self.reserved_for and self.allocation is None:
             raise field_error("reservedFor", "must be empty while the claim is not allocated")
         check_unique((r.uid for r in self.reserved_for), "reservedFor", "uid")
+        check_unique((c.type for c in self.conditions), "conditions", "type")
         if self.devices:
             self._check_device_statuses()
         return self

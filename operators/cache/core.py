@@ -36,6 +36,7 @@ __all__ = [
     "CLAIM_STATUSES_ANNOTATION",
     "DEVICES_ANNOTATION",
     "FINALIZER",
+    "POD_CLAIMS_INDEX",
     "POD_CLAIM_NAME_ANNOTATION",
     "SCHEDULING_GATE",
     "ClaimStatus",
@@ -47,6 +48,9 @@ __all__ = [
 
 PodClaim = PodResourceClaim
 ClaimStatus = PodResourceClaimStatus
+
+POD_CLAIMS_INDEX = "pod-claims"
+"""The pod index every controller shares: pods by the (namespace, name) of their claims."""
 
 
 def parse_pod_claims_safe(text: str | None) -> tuple[tuple[PodClaim, ...], str]:
@@ -123,6 +127,19 @@ class Pod:
             if status.name == pod_claim.name:
                 return status.resource_claim_name
         return None
+
+    def claim_names(self) -> list[str]:
+        """The names of the ResourceClaims the pod's entries refer to (those known yet)."""
+        names = []
+        for pod_claim in self.claims:
+            name = self.claim_name(pod_claim)
+            if name:
+                names.append(name)
+        return names
+
+    def claim_keys(self) -> list[tuple[str, str]]:
+        """``(namespace, name)`` of each known claim: the :data:`POD_CLAIMS_INDEX` values."""
+        return [(self.namespace, name) for name in self.claim_names()]
 
     def involved(self) -> JsonDict:
         """The minimal object an Event needs to point at this pod."""

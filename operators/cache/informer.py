@@ -157,6 +157,11 @@ class Informer(Generic[T]):
         for key, obj in list(self._objects.items()):
             self._call(handler, Change(self.resource, key, None, obj))
 
+    def ensure_index(self, name: str, func: IndexFunc[T]) -> None:
+        """Add an index several subscribers share, unless one of them already added it."""
+        if name not in self._index_funcs:
+            self.add_index(name, func)
+
     def add_index(self, name: str, func: IndexFunc[T]) -> None:
         self._index_funcs[name] = func
         self._indexes[name] = {}

@@ -8,7 +8,8 @@ Errors
     Syntax error: ..."), undeclared references ("undeclared reference to 'f'
     (in container '')"), "undefined field 'x'", a non-bool result type ("must
     evaluate to bool or the unknown type, not int"), estimated cost over the
-    limit ("too complex, exceeds cost limit ..."), expressions over 10 Ki chars.
+    limit ("too complex, exceeds cost limit ..."), a literal regex outside RE2
+    syntax ("error parsing regexp: ..."), expressions over 10 Ki chars.
     ``CELEvalError``: runtime errors ("no such key: x. consider using CEL
     optional chaining ...", "CEL result of type int could not be converted to
     bool", overflow, no matching overload, ...).
@@ -48,11 +49,25 @@ Generic CEL
 Cost model
     Every variable reference, field selection, index, operator and function
     call costs 1, literals 0, list/map literals 10/30 plus their parts. A
-    comprehension costs its range plus, per iteration, its body plus 2. The
-    runtime counter starts at the expression's cost without iterations and
-    adds each iteration's cost as it runs; exceeding the limit aborts at once.
-    The static estimate multiplies the per-iteration cost by the largest
-    range a device can have (32 map entries, 64 list items).
+    comprehension costs its range plus, per iteration, its body plus 2. On
+    top of that, operations whose work or result grows with their operands
+    are charged by size *before* they run (``costs``): a tenth per string
+    character traversed or built (concatenation, comparisons, string
+    functions, parsing), string length times a quarter of the pattern length
+    for regexes, and 1 per list element or piece created (list
+    concatenation, ``split``, ``findAll``, ``flatten``, ``lists.range``).
+    So a cel.bind chain that doubles a string or list hits the limit after
+    a few megabytes instead of exhausting memory. The runtime counter
+    starts at the flat cost and exceeding the limit aborts at once. The
+    static estimate (``estimate``) applies the same charges to the largest
+    sizes a device allows (driver 63 characters, 32 map entries, 64 list
+    items or string characters), carrying sizes through cel.bind.
+
+Regular expressions
+    ``matches``/``find``/``findAll`` use RE2 (google-re2): linear time, RE2
+    syntax as CEL specifies, so backreferences and look-around are syntax
+    errors ("error parsing regexp: ..."), at compile time for a literal
+    pattern. Compiled patterns are cached.
 
 Language coverage
     Standard CEL operators with cel-go semantics (heterogeneous numeric
@@ -60,7 +75,7 @@ Language coverage
     macros has/all/exists/exists_one/map/filter plus the two-variable forms
     and transformList/transformMap, cel.bind, optionals (.?, [?], optional.*,
     orValue/or/value/hasValue/optMap/optFlatMap), strings extension, regex
-    matches/find/findAll, lists and sets helpers, timestamps and durations,
+    matches/find/findAll (RE2), lists and sets helpers, timestamps and durations,
     Kubernetes quantity, semver, IP and CIDR libraries, DRA ``includes``.
     Not supported: protobuf messages and containers, the URL library, a
     full static type checker (types are checked at run time).

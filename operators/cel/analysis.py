@@ -1,23 +1,19 @@
-"""Static facts about an expression: a result-type guess and cost figures.
+"""Static facts about an expression: a result-type guess and the flat cost.
 
-Cost model (documented in ``__init__``): every variable reference, field
+Flat cost model (documented in ``__init__``): every variable reference, field
 selection, index, operator and function call costs 1; literals cost 0; a list
 literal costs 10 plus its elements and a map literal 30 plus its entries, as in
 cel-go. A comprehension costs its range, plus per iteration its body and 2 for
 the loop step and condition. ``flat_cost`` leaves out the iterations (they are
-charged at run time, per iteration); ``estimated_cost`` multiplies them by the
-largest size the range can have for a device (32 map entries, 64 list items
-or string characters), like upstream's estimator with its size limits.
+charged at run time, per iteration) and the size-dependent charges of
+``costs`` (charged at run time before each operation). The worst case over
+all devices is ``estimate.estimated_cost``.
 """
 
 from __future__ import annotations
 
 from . import ast
 
-#: Largest number of entries in one level of ``device.attributes`` / ``device.capacity``.
-MAX_MAP_ENTRIES = 32
-#: Largest list (or string) an attribute value may be, as the estimator sees it.
-MAX_ELEMENTS = 64
 LOOP_STEP_COST = 2
 
 _BOOL_FUNCTIONS = frozenset(
@@ -176,7 +172,7 @@ def namespace_of(node: ast.Node | None) -> str | None:
     return None
 
 
-def _children(node: ast.Node) -> list[ast.Node]:
+def children(node: ast.Node) -> list[ast.Node]:
     if isinstance(node, (ast.Lit, ast.Ident)):
         return []
     if isinstance(node, ast.Select):
@@ -224,7 +220,7 @@ def flat_cost(node: ast.Node) -> int:
         return flat_cost(node.range) + 1
     if isinstance(node, ast.Cond):
         return flat_cost(node.cond) + max(flat_cost(node.then), flat_cost(node.otherwise))
-    return _own_cost(node) + sum(flat_cost(c) for c in _children(node))
+    return _own_cost(node) + sum(flat_cost(c) for c in children(node))
 
 
 def iteration_cost(node: ast.Comprehension) -> int:
@@ -232,49 +228,14 @@ def iteration_cost(node: ast.Comprehension) -> int:
     return sum(flat_cost(a) for a in node.args) + LOOP_STEP_COST
 
 
-def estimated_cost(node: ast.Node, device_var: str | None = "device") -> int:
-    """Worst-case cost of one evaluation for any device."""
-    if isinstance(node, ast.Comprehension):
-        body = sum(estimated_cost(a, device_var) for a in node.args) + LOOP_STEP_COST
-        size = range_size(node.range, device_var)
-        return estimated_cost(node.range, device_var) + 1 + size * body
-    if isinstance(node, ast.Cond):
-        return estimated_cost(node.cond, device_var) + max(
-            estimated_cost(node.then, device_var), estimated_cost(node.otherwise, device_var)
-        )
-    extra = 0
-    if isinstance(node, ast.Call) and node.name == "includes" and node.target is not None:
-        extra = 48
-    if isinstance(node, ast.Binary) and node.op == "in":
-        extra = range_size(node.right, device_var)
-    return _own_cost(node) + extra + sum(estimated_cost(c, device_var) for c in _children(node))
-
-
-def range_size(node: ast.Node, device_var: str | None = "device") -> int:
-    """The largest number of elements ``node`` can have when iterated."""
+def is_constant(node: ast.Node) -> bool:
+    """A literal, or a list or map literal made only of literals: its size is fixed."""
+    if isinstance(node, ast.Lit):
+        return True
     if isinstance(node, ast.ListLit):
-        return len(node.elements)
+        return all(not optional and is_constant(e) for e, optional in node.elements)
     if isinstance(node, ast.MapLit):
-        return len(node.entries)
-    if isinstance(node, ast.Comprehension):
-        return range_size(node.range, device_var)
-    if isinstance(node, ast.Call) and node.name == "range" and node.args:
-        arg = node.args[0]
-        if isinstance(arg, ast.Lit) and type(arg.value) is int:
-            return max(arg.value, 0)
-    if (
-        isinstance(node, ast.Select)
-        and isinstance(node.operand, ast.Ident)
-        and node.operand.name == device_var
-        and node.field in ("attributes", "capacity")
-    ):
-        return MAX_MAP_ENTRIES
-    if isinstance(node, ast.Index) and isinstance(node.operand, ast.Select):
-        inner = node.operand
-        if (
-            isinstance(inner.operand, ast.Ident)
-            and inner.operand.name == device_var
-            and inner.field in ("attributes", "capacity")
-        ):
-            return MAX_MAP_ENTRIES
-    return MAX_ELEMENTS
+        return all(
+            not optional and is_constant(k) and is_constant(v) for k, v, optional in node.entries
+        )
+    return False

@@ -274,7 +274,7 @@ class _Codegen:
 
     def _sized_binary(self, node: ast.Binary) -> Callable[[Any, Any], int] | None:
         """The size-dependent cost of a binary operator, None when it is bounded by a literal."""
-        left_const, right_const = _is_constant(node.left), _is_constant(node.right)
+        left_const, right_const = analysis.is_constant(node.left), analysis.is_constant(node.right)
         if node.op == "+":
             if (left_const and right_const) or _is_scalar_literal(node.left, node.right):
                 return None
@@ -580,32 +580,21 @@ class _Codegen:
             raise self.error(node, str(exc)) from None
 
 
-def _is_constant(node: ast.Node) -> bool:
-    """A literal, or a list or map literal made of literals: its size is fixed."""
-    if isinstance(node, ast.Lit):
-        return True
-    if isinstance(node, ast.ListLit):
-        return all(not optional and _is_constant(e) for e, optional in node.elements)
-    if isinstance(node, ast.MapLit):
-        return all(
-            not optional and _is_constant(k) and _is_constant(v) for k, v, optional in node.entries
-        )
-    return False
-
-
 def _is_scalar_literal(*nodes: ast.Node) -> bool:
     """Whether any of the nodes is a number, bool or null literal (``+`` cannot grow then)."""
-    return any(
-        isinstance(n, ast.Lit) and not isinstance(n.value, (str, bytes)) for n in nodes
-    )
+    return any(isinstance(n, ast.Lit) and not isinstance(n.value, (str, bytes)) for n in nodes)
 
 
 def _charge_free(name: str, operands: list[ast.Node]) -> bool:
-    """Calls whose work is fixed by their literal operands need no size charge."""
-    if all(_is_constant(o) for o in operands):
-        return True
+    """Calls whose work is bounded by a literal argument's length need no size charge.
+
+    Not every call on literals: ``lists.range(1000000000)`` or a ``%.999999999f``
+    format are literals whose work is huge.
+    """
     return (
-        name in costs.BOUNDED_BY_ARGUMENT and len(operands) >= 2 and _is_constant(operands[1])
+        name in costs.BOUNDED_BY_ARGUMENT
+        and len(operands) >= 2
+        and analysis.is_constant(operands[1])
     )
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import (
-    analysis,
     ast,
+    estimate,
     netlib,  # noqa: F401  (importing it registers the IP/CIDR functions)
 )
 from .codegen import Environment, generate
@@ -133,4 +133,4 @@ def evaluate(
 
 
 def estimated_cost(program: Program, device_var: str | None = "device") -> int:
-    return analysis.estimated_cost(program.tree, device_var)
+    return estimate.estimated_cost(program.tree, device_var)

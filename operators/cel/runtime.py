@@ -505,10 +505,24 @@ def to_cel(value: Any) -> Any:
     return value
 
 
-def to_python(value: Any) -> Any:
-    """Convert a result into plain Python (map keys unwrapped, lists as lists)."""
+def to_python(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """Convert a result into plain Python (map keys unwrapped, lists as lists).
+
+    Parts shared inside the result stay shared (memo by identity): ``[a, a]``
+    nested thirty times is cheap to build and must not be expanded into 2**30
+    copies here.
+    """
+    if not isinstance(value, (dict, list, tuple)):
+        return value
+    if memo is None:
+        memo = {}
+    known = memo.get(id(value))
+    if known is not None:
+        return known
+    converted: Any
     if isinstance(value, dict):
-        return {unwrap_key(k): to_python(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_python(v) for v in value]
-    return value
+        converted = {unwrap_key(k): to_python(v, memo) for k, v in value.items()}
+    else:
+        converted = [to_python(v, memo) for v in value]
+    memo[id(value)] = converted
+    return converted

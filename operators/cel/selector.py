@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from . import analysis
+from . import analysis, estimate
 from .codegen import Environment
 from .device import DeviceView
 from .errors import (
@@ -136,7 +136,7 @@ def _compile(
     result = analysis.result_type(program.tree)
     if result not in ("bool", "dyn"):
         raise CELCompileError(f"must evaluate to bool or the unknown type, not {result}")
-    cost = analysis.estimated_cost(program.tree)
+    cost = estimate.estimated_cost(program.tree)
     if check_cost and cost > MAX_COST:
         raise CELCompileError(
             f"too complex, exceeds cost limit (estimated cost {cost}, limit {MAX_COST})"

@@ -36,7 +36,6 @@ import datetime
 import time
 from typing import Any
 
-import kopf
 import structlog
 
 from operators import metrics
@@ -50,6 +49,7 @@ from operators.api.models import AllocationResult, ResourceClaim
 from operators.cache.core import (
     DEVICES_ANNOTATION,
     FINALIZER,
+    POD_CLAIMS_INDEX,
     SCHEDULING_GATE,
     Namespace,
     Node,
@@ -57,8 +57,8 @@ from operators.cache.core import (
     PodClaim,
 )
 from operators.cache.informer import Change, Key, version_number
-from operators.controllers import claimrules, placement
-from operators.controllers.base import Runtime, controller_health, retry_forever, runtime_from
+from operators.controllers import claimrules, claimstatus, conditions, placement
+from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
     DEVICE_CLASSES,
@@ -72,6 +72,7 @@ from operators.kube import (
     FailureKind,
     NotFound,
     failure_kind,
+    timestamp,
 )
 from operators.settings import FeatureGates
 
@@ -110,12 +111,22 @@ class ClaimBusy(Exception):
 
 
 class Unallocatable(Exception):
-    """No node fits now: a one-line summary (condition) and per-node-group details (Event)."""
+    """No node fits now: a one-line summary (pod condition), per-node-group details (Event),
+    and what each claim concerned is told (its condition; by claim ``namespace/name``)."""
 
-    def __init__(self, summary: str, details: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        summary: str,
+        details: list[str] | None = None,
+        *,
+        reason: str = claimstatus.REASON_UNSCHEDULABLE,
+        claims: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(summary)
         self.summary = summary
         self.details = details or []
+        self.reason = reason
+        self.claims = claims or {}
 
 
 def allocator_features(gates: FeatureGates) -> Features:
@@ -154,7 +165,7 @@ class AllocationController:
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
         self.allocated_pods = 0
-        self.pods.add_index("allocation-claims", _claim_keys)
+        self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         self.pods.add_handler(self._on_pod)
         self.nodes.add_handler(self._on_node)
         self.claims.informer.add_handler(self._on_claim)
@@ -202,9 +213,7 @@ class AllocationController:
             > version_number(unanswered.resource_version)
         ):
             self._settle_unanswered(change.key, change.new)
-        for key in self.pods.index_keys(
-            "allocation-claims", (change.key.namespace, change.key.name)
-        ):
+        for key in self.pods.index_keys(POD_CLAIMS_INDEX, (change.key.namespace, change.key.name)):
             self.queue.add(key)
 
     def _on_node(self, change: Change[Node]) -> None:
@@ -358,7 +367,7 @@ class AllocationController:
                 allocation = claim.status.allocation if claim.status else None
                 fresh = new.get(claim.metadata.name)
                 if fresh is not None:
-                    allocation = await self._write_allocation(pod, claim, fresh)
+                    allocation = await self._write_allocation(pod, node, claim, fresh)
                 elif not any(r.uid == pod.uid for r in claim.status.reserved_for):  # type: ignore[union-attr]
                     await self._write_reservation(pod, claim)
                 assert allocation is not None
@@ -404,7 +413,11 @@ class AllocationController:
                     claim.spec, namespace, self.settings.feature_gates["DRAAdminAccess"]
                 )
                 if refusal:
-                    raise Unallocatable(f'resourceclaim "{name}": {refusal}')
+                    raise Unallocatable(
+                        f'resourceclaim "{name}": {refusal}',
+                        reason=claimstatus.REASON_FAILED,
+                        claims={str(Key(pod.namespace, name)): refusal},
+                    )
             if claim.metadata.deletion_timestamp is not None:
                 raise Unallocatable(f'resourceclaim "{name}" is being deleted')
             if (
@@ -482,14 +495,20 @@ class AllocationController:
             raise StillWaiting()
         self.explained_at[key] = time.monotonic()
         explanation = found.explanation
+        refs = [str(_claim_key(claim)) for claim in pending]
         if explanation is not None and explanation.fatal_error:
-            raise Unallocatable(f"0/{len(all_nodes)} nodes: {explanation.fatal_error}")
+            summary = f"0/{len(all_nodes)} nodes: {explanation.fatal_error}"
+            raise Unallocatable(
+                summary, reason=claimstatus.REASON_FAILED, claims=dict.fromkeys(refs, summary)
+            )
         reasons = list(rejections)
         details: list[str] = []
+        claims = dict.fromkeys(refs, placement.summarize(len(all_nodes), reasons))
         if explanation is not None:
             reasons += [r.summary for r in explanation.reasons]
             details = explanation.lines()[1:]
-        raise Unallocatable(placement.summarize(len(all_nodes), reasons), details)
+            claims = claimstatus.claim_messages(explanation, refs, rejections, len(all_nodes))
+        raise Unallocatable(placement.summarize(len(all_nodes), reasons), details, claims=claims)
 
     def _write_landed(self, claim: ResourceClaim) -> bool:
         current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))
@@ -507,7 +526,7 @@ class AllocationController:
         # If it landed, the devices stay assumed until the watch shows the allocation (a
         # late event of an older version must not make them look free in between).
         log.info("unanswered allocation write settled", claim=str(key), landed=landed)
-        for pod_key in self.pods.index_keys("allocation-claims", (key.namespace, key.name)):
+        for pod_key in self.pods.index_keys(POD_CLAIMS_INDEX, (key.namespace, key.name)):
             self.queue.add(pod_key)
 
     async def _confirm_unanswered(self) -> None:
@@ -531,7 +550,7 @@ class AllocationController:
     # --- writing ---------------------------------------------------------------------------
 
     async def _write_allocation(
-        self, pod: Pod, claim: ResourceClaim, result: ClaimAllocation
+        self, pod: Pod, node: str, claim: ResourceClaim, result: ClaimAllocation
     ) -> AllocationResult:
         namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
         version = claim.metadata.resource_version
@@ -547,17 +566,27 @@ class AllocationController:
             version = updated["metadata"]["resourceVersion"]
             self.claims.assume(updated)
         allocation = result.to_dict()
-        allocation["allocationTimestamp"] = _now()
+        allocation["allocationTimestamp"] = timestamp()
         reserved = [
             entry.to_kube() for entry in (claim.status.reserved_for if claim.status else ())
         ]
         reserved.append(_consumer(pod))
+        status: dict[str, Any] = {"allocation": allocation, "reservedFor": reserved}
+        claim_conditions = claimstatus.updated_conditions(
+            claim,
+            "True",
+            claimstatus.REASON_ALLOCATED,
+            f"allocated on node {node}",
+            datetime.datetime.now(datetime.UTC),
+        )
+        if claim_conditions is not None:
+            status["conditions"] = claim_conditions
         key = Key(namespace, name)
         self.unanswered[key] = UnansweredWrite(claim, str(version))
         updated = await self.client.merge_patch(
             RESOURCE_CLAIMS,
             name,
-            {"status": {"allocation": allocation, "reservedFor": reserved}},
+            {"status": status},
             namespace=namespace,
             resource_version=version,
             subresource="status",
@@ -628,7 +657,8 @@ class AllocationController:
                 )
 
     async def _explain(self, pod: Pod, reason: Unallocatable) -> None:
-        """Tell the user why, where they look: a pod condition, Events on pod and claims."""
+        """Tell the user why, where they look: pod and claim conditions, Events on both."""
+        await self._set_claim_conditions(pod, reason)
         message = reason.summary
         current = _condition(pod)
         if current is not None and current.get("message") == message:
@@ -647,6 +677,32 @@ class AllocationController:
         with contextlib.suppress(Conflict, NotFound):
             await self._set_condition(pod, "False", "Unallocatable", message)
 
+    async def _set_claim_conditions(self, pod: Pod, reason: Unallocatable) -> None:
+        """Each waiting claim's Allocated=False condition, written only when it changes."""
+        now = datetime.datetime.now(datetime.UTC)
+        for entry in pod.claims:
+            name = pod.claim_name(entry)
+            claim = self.claims.get(Key(pod.namespace, name)) if name else None
+            message = reason.claims.get(str(Key(pod.namespace, name or "")))
+            if claim is None or message is None or _is_allocated(claim):
+                continue
+            updated_conditions = claimstatus.updated_conditions(
+                claim, "False", reason.reason, message, now
+            )
+            if updated_conditions is None:
+                continue
+            # A conflict means the claim changed; the next explanation writes it again.
+            with contextlib.suppress(Conflict, NotFound):
+                updated = await self.client.merge_patch(
+                    RESOURCE_CLAIMS,
+                    name or "",
+                    {"status": {"conditions": updated_conditions}},
+                    namespace=pod.namespace,
+                    resource_version=claim.metadata.resource_version,
+                    subresource="status",
+                )
+                self.claims.assume(updated)
+
     async def _set_condition(
         self,
         pod: Pod,
@@ -656,13 +712,7 @@ class AllocationController:
         *,
         resource_version: str | None = None,
     ) -> None:
-        condition = {
-            "type": CONDITION_TYPE,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": _now(),
-        }
+        condition = conditions.condition(CONDITION_TYPE, status, reason, message)
         await self.client.request(
             "PATCH",
             PODS.path(pod.namespace, pod.name) + "/status",
@@ -727,26 +777,9 @@ def _claim_ref(claim: ResourceClaim) -> dict[str, Any]:
     }
 
 
-def _claim_keys(pod: Pod) -> list[tuple[str, str]]:
-    keys = []
-    for entry in pod.claims:
-        name = pod.claim_name(entry)
-        if name:
-            keys.append((pod.namespace, name))
-    return keys
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@kopf.on.probe(id="dralloc.allocation")
-def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
-    return controller_health(memo, AllocationController.name)
-
-
-@kopf.on.startup(id="dralloc.allocation")
-async def register(memo: kopf.Memo, **_: Any) -> None:
-    runtime = await runtime_from(memo)
-    if runtime.settings.allocation_controller:
-        runtime.add(AllocationController(runtime))
+register_controller(
+    AllocationController.name,
+    lambda runtime: (
+        AllocationController(runtime) if runtime.settings.allocation_controller else None
+    ),
+)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import kopf
 import structlog
 
 from operators import metrics
@@ -167,6 +168,23 @@ async def runtime_from(memo: Any) -> Runtime:
         runtime = await Runtime.connect(current_settings())
         memo[MEMO_KEY] = runtime
     return runtime
+
+
+def register_controller(name: str, build: Callable[[Runtime], Controller | None]) -> None:
+    """kopf handlers for one controller module: a probe, and a startup handler that adds the
+    controller ``build`` returns (None: switched off by its settings) to the runtime."""
+
+    async def startup(memo: kopf.Memo, **_: Any) -> None:
+        runtime = await runtime_from(memo)
+        controller = build(runtime)
+        if controller is not None:
+            runtime.add(controller)
+
+    def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+        return controller_health(memo, name)
+
+    kopf.on.startup(id=f"dralloc.{name}")(startup)
+    kopf.on.probe(id=f"dralloc.{name}")(probe)
 
 
 def controller_health(memo: Any, name: str) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-import kopf
 import structlog
 
 from operators import metrics
@@ -25,14 +24,15 @@ from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.cache.core import (
     CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
+    POD_CLAIMS_INDEX,
     Namespace,
     Pod,
     parse_pod,
     render_claim_statuses,
 )
 from operators.cache.informer import Change, Key
-from operators.controllers import claimrules
-from operators.controllers.base import Runtime, controller_health, runtime_from
+from operators.controllers import claimrules, claimstatus
+from operators.controllers.base import Runtime, register_controller
 from operators.controllers.claimrules import PodState
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
@@ -80,7 +80,7 @@ class ClaimController:
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.synced = 0
         self.pods.add_index("pods-by-uid", lambda pod: [pod.uid])
-        self.pods.add_index("claims-by-name", _pod_claim_keys)
+        self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         self.pods.add_index("claims-by-template", _pod_template_keys)
         self.claims.add_index("claims-by-owner", _owner_uid_keys)
         self.pods.add_handler(self._on_pod)
@@ -100,7 +100,7 @@ class ClaimController:
             while len(self.deleted_pod_uids) > 500:
                 self.deleted_pod_uids.popitem(last=False)
         if change.new is None or pod.done or pod.deleting:
-            for name in _claim_names(pod):
+            for name in pod.claim_names():
                 self.queue.add(("claim", Key(pod.namespace, name)))
             for claim in self.claims.by_index("claims-by-owner", pod.uid):
                 self.queue.add(("claim", Key(pod.namespace, claim.metadata.name or "")))
@@ -110,7 +110,7 @@ class ClaimController:
 
     def _on_claim(self, change: Change[ResourceClaim]) -> None:
         self.queue.add(("claim", change.key))
-        for pod in self.pods.by_index("claims-by-name", (change.key.namespace, change.key.name)):
+        for pod in self.pods.by_index(POD_CLAIMS_INDEX, (change.key.namespace, change.key.name)):
             if pod.node_name and not pod.done:
                 self.queue.add(("pod", Key(pod.namespace, pod.name)))
         claim = change.new or change.old
@@ -252,7 +252,7 @@ class ClaimController:
 
     async def _reserve_for_bound_pod(self, pod: Pod) -> None:
         """A pod bound by someone else: reserve its allocated claims for it (upstream does)."""
-        for name in _claim_names(pod):
+        for name in pod.claim_names():
             claim = self.claims.get(Key(pod.namespace, name))
             if claim is None or claim.status is None or claim.status.allocation is None:
                 continue
@@ -292,6 +292,9 @@ class ClaimController:
             status: dict[str, Any] = {"reservedFor": list(plan.reserved_for or ()) or None}
             if plan.deallocate:
                 status["allocation"] = None
+                remaining = claimstatus.without_condition(claim)
+                if remaining is not None:
+                    status["conditions"] = remaining or None  # "Allocated" no longer holds
             updated = await self.client.merge_patch(
                 RESOURCE_CLAIMS,
                 key.name,
@@ -349,24 +352,11 @@ def _entry(pod: Pod, name: str) -> Any:
     raise KeyError(name)
 
 
-def _claim_names(pod: Pod) -> list[str]:
-    names = []
-    for pod_claim in pod.claims:
-        name = pod.claim_name(pod_claim)
-        if name:
-            names.append(name)
-    return names
-
-
 def _needs_claims(pod: Pod) -> bool:
     recorded = {status.name for status in pod.claim_statuses}
     return any(
         c.resource_claim_template_name is not None and c.name not in recorded for c in pod.claims
     )
-
-
-def _pod_claim_keys(pod: Pod) -> list[tuple[str, str]]:
-    return [(pod.namespace, name) for name in _claim_names(pod)]
 
 
 def _pod_template_keys(pod: Pod) -> list[tuple[str, str]]:
@@ -382,13 +372,7 @@ def _owner_uid_keys(claim: ResourceClaim) -> list[str]:
     return [owner] if owner else []
 
 
-@kopf.on.probe(id="dralloc.claims")
-def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
-    return controller_health(memo, ClaimController.name)
-
-
-@kopf.on.startup(id="dralloc.claims")
-async def register(memo: kopf.Memo, **_: Any) -> None:
-    runtime = await runtime_from(memo)
-    if runtime.settings.claims_controller:
-        runtime.add(ClaimController(runtime))
+register_controller(
+    ClaimController.name,
+    lambda runtime: ClaimController(runtime) if runtime.settings.claims_controller else None,
+)

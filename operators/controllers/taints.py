@@ -20,15 +20,14 @@ import datetime
 import time
 from typing import Any
 
-import kopf
 import structlog
 
 from operators import metrics
 from operators.api.models import DeviceTaintRule, ResourceClaim
-from operators.cache.core import Pod
+from operators.cache.core import POD_CLAIMS_INDEX, Pod
 from operators.cache.informer import Change, Key
-from operators.controllers import taintrules
-from operators.controllers.base import Runtime, controller_health, retry_forever, runtime_from
+from operators.controllers import conditions, taintrules
+from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.controllers.taintrules import ClaimEviction, DeviceId, EffectiveTaint
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
@@ -95,7 +94,7 @@ class TaintController:
         self._taints: dict[DeviceId, list[EffectiveTaint]] | None = None
         self._rules_dirty: set[str] = set()
         self._rule_written: dict[str, float] = {}
-        self.pods.add_index("taints-claims", _pod_claim_keys)
+        self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         self.pods.add_handler(self._on_pod)
         self.claims.add_handler(self._on_claim)
         self.slices.add_handler(self._on_inventory)
@@ -115,7 +114,7 @@ class TaintController:
             self.queue.add(change.key)
 
     def _on_claim(self, change: Change[ResourceClaim]) -> None:
-        for key in self.pods.index_keys("taints-claims", (change.key.namespace, change.key.name)):
+        for key in self.pods.index_keys(POD_CLAIMS_INDEX, (change.key.namespace, change.key.name)):
             self.queue.add(key)
 
     def _on_inventory(self, change: Change[Any]) -> None:
@@ -211,13 +210,13 @@ class TaintController:
         if metadata.get("uid") != pod.uid or metadata.get("deletionTimestamp"):
             return
         await self.runtime.events.post(pod.involved(), REASON_EVICTION, "Marking for deletion")
-        condition = {
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": "DeletionByDeviceTaintManager",
-            "message": "Device Taint manager: deleting due to NoExecute taint",
-            "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
+        condition = conditions.condition(
+            "DisruptionTarget",
+            "True",
+            "DeletionByDeviceTaintManager",
+            "Device Taint manager: deleting due to NoExecute taint",
+            transition=now,
+        )
         await self.client.request(
             "PATCH",
             PODS.path(pod.namespace, pod.name) + "/status",
@@ -300,62 +299,35 @@ class TaintController:
 
     async def _write_rule_status(self, rule: DeviceTaintRule) -> bool:
         status, reason, message = self.rule_condition(rule)
-        existing = next(
-            (c for c in (rule.status.conditions if rule.status else ()) if c.type == CONDITION),
-            None,
-        )
+        current = rule.status.conditions if rule.status else ()
+        existing = conditions.find(current, CONDITION)
         if existing is not None and existing.reason == "NoEffect" and reason == "NoEffect":
             return False  # the simulation is reported once per rule
-        if (
-            existing is not None
-            and (existing.status, existing.reason, existing.message) == (status, reason, message)
-            and existing.observed_generation == rule.metadata.generation
-        ):
+        updated = conditions.set_condition(
+            current,
+            CONDITION,
+            status,
+            reason,
+            message,
+            observed_generation=rule.metadata.generation or 0,
+        )
+        if updated is None:
             return False
-        now = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
-        changed = existing is None or existing.status != status
-        condition = {
-            "type": CONDITION,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "observedGeneration": rule.metadata.generation or 0,
-            "lastTransitionTime": now
-            if changed or existing is None
-            else existing.to_kube()["lastTransitionTime"],
-        }
-        others = [
-            c.to_kube()
-            for c in (rule.status.conditions if rule.status else ())
-            if c.type != CONDITION
-        ]
         await self.client.merge_patch(
             DEVICE_TAINT_RULES,
             rule.metadata.name or "",
-            {"status": {"conditions": [*others, condition]}},
+            {"status": {"conditions": updated}},
             resource_version=rule.metadata.resource_version,
             subresource="status",
         )
         return True
 
 
-def _pod_claim_keys(pod: Pod) -> list[tuple[str, str]]:
-    keys = []
-    for entry in pod.claims:
-        name = pod.claim_name(entry)
-        if name:
-            keys.append((pod.namespace, name))
-    return keys
-
-
-@kopf.on.probe(id="dralloc.taints")
-def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
-    return controller_health(memo, TaintController.name)
-
-
-@kopf.on.startup(id="dralloc.taints")
-async def register(memo: kopf.Memo, **_: Any) -> None:
-    runtime = await runtime_from(memo)
-    settings = runtime.settings
-    if settings.taints_controller and settings.feature_gates["DRADeviceTaints"]:
-        runtime.add(TaintController(runtime))
+register_controller(
+    TaintController.name,
+    lambda runtime: (
+        TaintController(runtime)
+        if runtime.settings.taints_controller and runtime.settings.feature_gates["DRADeviceTaints"]
+        else None
+    ),
+)

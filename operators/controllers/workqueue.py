@@ -119,6 +119,15 @@ class WorkQueue(Generic[K]):
     def forget(self, key: K) -> None:
         self._backoffs.pop(key, None)
 
+    def due_in(self, key: K) -> float | None:
+        """Seconds until a delayed key is due (0 if ready now, None if not queued)."""
+        if key in self._queued:
+            return 0.0
+        when = self._delayed_at.get(key)
+        if when is None:
+            return None
+        return max(0.0, when - asyncio.get_running_loop().time())
+
     def failures(self, key: K) -> int:
         backoff = self._backoffs.get(key)
         return backoff.failures if backoff else 0
@@ -161,6 +170,22 @@ def _brief(error: BaseException) -> str:
     return (str(error) or type(error).__name__)[:300]
 
 
+async def work_once(
+    queue: WorkQueue[K], sync: Callable[[K], Awaitable[None]], *, name: str = "worker"
+) -> K:
+    """Take the next key, sync it, requeue it if that failed; returns the key."""
+    key = await queue.get()
+    try:
+        await sync(key)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:
+        queue.retry_after_failure(key, error, controller=name)
+    finally:
+        queue.done(key)
+    return key
+
+
 async def run_workers(
     queue: WorkQueue[K],
     sync: Callable[[K], Awaitable[None]],
@@ -172,15 +197,7 @@ async def run_workers(
 
     async def worker() -> None:
         while True:
-            key = await queue.get()
-            try:
-                await sync(key)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                queue.retry_after_failure(key, error, controller=name)
-            finally:
-                queue.done(key)
+            await work_once(queue, sync, name=name)
             # A ready key is returned without suspending; yield so that nothing else
             # (watches, lease renewal) starves behind a long queue.
             await asyncio.sleep(0)

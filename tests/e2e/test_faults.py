@@ -381,14 +381,6 @@ def test_pool_generation_bumped_mid_allocation(run: Run) -> None:
     run.settle_and_verify("pool generation bumped", started)
 
 
-@pytest.mark.xfail(
-    reason=(
-        "operator bug: after the restart the claim controller gets 503 'not all HTTP paths "
-        "installed' on claim create; claims.py turns every ApiError into a ClaimError (Event, "
-        "no requeue), so those pods stay gated forever"
-    ),
-    strict=False,
-)
 def test_watches_expire_and_relist(run: Run) -> None:
     """Without leader election the operator outlives an API server restart, so its watches
     resume from a resourceVersion the new server no longer has: 410 Gone, then a relist."""

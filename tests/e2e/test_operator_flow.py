@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from .kube_helpers import Testbed, wait_for
 from .operator_fixtures import (
@@ -125,6 +126,12 @@ def test_two_pods_racing_for_the_last_device(
     assert len(allocated_devices(testbed, namespace)) == 1
     winner_pod = get(testbed, "pod", winner, namespace)
     assert winner_pod is not None and DEVICES_ANNOTATION in winner_pod["metadata"]["annotations"]
+    by_state = {
+        (allocated_condition(c) or {}).get("status"): c for c in claims_in(testbed, namespace)
+    }
+    assert set(by_state) == {"True", "False"}, "each claim says whether it is allocated"
+    assert by_state["True"]["status"].get("allocation")
+    assert "no free device" in allocated_condition(by_state["False"])["message"]  # type: ignore[index]
 
 
 def test_unsatisfiable_claim_is_explained(
@@ -144,6 +151,19 @@ def test_unsatisfiable_claim_is_explained(
     assert "node affinity mismatch" in message, message
     claim_name = claims_in(testbed, namespace)[0]["metadata"]["name"]
     assert events(testbed, namespace, claim_name, "FailedAllocation")
+    # The claim itself says why, in its Allocated condition (a dralloc extension).
+    condition = wait_for(
+        "the claim's Allocated condition",
+        lambda: allocated_condition(get(testbed, f"resourceclaims.{GROUP}", claim_name, namespace)),
+    )
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable"), condition
+    assert condition["message"].startswith("0/"), condition
+    assert f'2 not enough devices of class "{pool.device_class}" (need 3)' in condition["message"]
+
+
+def allocated_condition(claim: dict[str, Any] | None) -> dict[str, Any] | None:
+    conditions = ((claim or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "Allocated"), None)
 
 
 def test_admin_access_needs_the_namespace_label(

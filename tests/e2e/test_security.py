@@ -246,14 +246,6 @@ def test_admin_access_template_in_an_unlabeled_namespace_is_refused(
     assert_invariants(testbed, [namespace])
 
 
-@pytest.mark.xfail(
-    reason=(
-        "security gap: a ResourceClaim with adminAccess written directly (not from a template) "
-        "is allocated in a namespace without the admin-access label; upstream's API server "
-        "refuses it at admission, dralloc has neither a claim webhook nor an allocator check"
-    ),
-    strict=False,
-)
 def test_admin_access_claim_written_directly_in_an_unlabeled_namespace_is_refused(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from operators.allocator import AllocatorState, NodeInfo, compile_claim
+from operators.allocator import AllocatorState, NodeInfo, compile_claim, placement
 from operators.allocator.ranking import allocation_score
 
 DRIVER = "gpu.example.com"
@@ -228,3 +228,73 @@ def test_find_node_finds_the_best_score_and_never_misses_a_node(seed: int) -> No
         placement = state.find_node([pod], nodes)
         if placement.node is not None:  # fill the cluster a little between rounds
             state.assume(pod, placement.allocations[0])
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("policy", ["binpack", "spread"])
+def test_bucket_fast_path_ranks_like_the_per_node_loop(seed: int, policy: str) -> None:
+    rng = random.Random(seed)
+    state = random_cluster(rng, 12)
+    nodes = [NodeInfo(f"node-{n}") for n in range(12)]
+    index = state.device_index()
+
+    for round_ in range(3):
+        subs = [(f"s{i}", rng.choice(MODELS), rng.randint(1, 3)) for i in range(rng.randint(1, 3))]
+        pod = claim_of(f"c{round_}", prioritized("gpu", *subs))
+        compiled = state.compile_claims([pod])
+        plan = placement._plan(compiled)
+        fast = placement._bucket_order(index, plan, nodes, policy)
+        assert fast is not None
+        fast_keys = [key for key, _ in fast]
+        slow_keys = []
+        for node in nodes:
+            counts = {
+                d.signature: (*index.counts(d.signature, node), False) for d in plan.choices[0]
+            }
+            rank = placement._rank_node(counts, plan)
+            if rank is not None:
+                left = rank[1] if policy == "binpack" else -rank[1]
+                slow_keys.append((-rank[0], left, node.name))
+        assert fast_keys == sorted(slow_keys)
+        found = state.find_node([pod], nodes, policy)
+        if found.node is not None:
+            state.assume(pod, found.allocations[0])
+
+
+def test_free_counts_of_network_attached_devices_follow_assume_and_release() -> None:
+    state = AllocatorState()
+    state.upsert_slice(
+        {
+            "metadata": {"name": "rack"},
+            "spec": {
+                "driver": DRIVER,
+                "pool": {"name": "rack", "generation": 0, "resourceSliceCount": 1},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["a"]}]}
+                    ]
+                },
+                "devices": [device(f"d{i}", "large") for i in range(3)],
+            },
+        }
+    )
+    state.upsert_class(model_class("large"))
+    in_rack = [NodeInfo("node-1", {"rack": "a"}), NodeInfo("node-2", {"rack": "a"})]
+    elsewhere = NodeInfo("node-3", {"rack": "b"})
+    pods = [
+        claim_of(f"c{i}", {"name": "r", "exactly": {"deviceClassName": "large"}}) for i in range(4)
+    ]
+    placed = []
+    for pod in pods:
+        found = state.find_node([pod], [*in_rack, elsewhere])
+        if found.node is not None:
+            state.assume(pod, found.allocations[0])
+            placed.append(pod)
+    assert len(placed) == 3  # three devices, reached from two nodes: counted once
+    signature = placement._plan(state.compile_claims(pods[:1])).plain[0].signature
+    index = state.device_index()
+    assert index.counts(signature, in_rack[0]) == (3, 0)
+    assert index.counts(signature, elsewhere) == (0, 0)
+    state.release(placed[1])
+    assert index.counts(signature, in_rack[1]) == (3, 1)
+    assert state.find_node([pods[3]], [elsewhere, *in_rack]).node == "node-1"

@@ -218,3 +218,15 @@ def test_main_check_mode_reports_stale_files(tmp_path: Path) -> None:
     assert crdgen.main([str(tmp_path)]) == 0
     assert crdgen.main([str(tmp_path), "--check"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(crdgen.generate())
+
+
+def test_claim_conditions_are_a_list_map_keyed_by_type() -> None:
+    schema = dict(_schemas())["resource.dralloc.dev_resourceclaims.yaml"]
+    conditions = schema["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert conditions["maxItems"] == 8
+    item = conditions["items"]
+    assert set(item["required"]) == {"type", "status", "reason", "lastTransitionTime"}
+    assert {"message", "observedGeneration"} <= set(item["properties"])
+    assert "dralloc extension" in conditions["description"]

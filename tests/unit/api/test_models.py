@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from operators.api import (
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
+    limits,
     parse_object,
 )
 from operators.api.models import (
@@ -159,3 +161,52 @@ def test_claim_status_keeps_null_free_output() -> None:
     claim.pop("status")
     out = parse_object(claim).to_kube()
     assert "status" not in out
+
+
+def _allocated_condition(reason: str = "NoNodeFits", type_: str = "Allocated") -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "False",
+        "reason": reason,
+        "message": '0/3 nodes: 3 no free device of class "a100" (need 2)',
+        "lastTransitionTime": "2026-01-02T03:04:05Z",
+        "observedGeneration": 1,
+    }
+
+
+def test_claim_conditions_are_a_dralloc_extension_that_round_trips() -> None:
+    claim = samples.claim()
+    claim["status"]["conditions"] = [_allocated_condition()]
+    model = parse_object(claim)
+    assert isinstance(model, ResourceClaim)
+    assert model.status is not None
+    (condition,) = model.status.conditions
+    assert (condition.type, condition.status, condition.reason) == (
+        limits.RESOURCE_CLAIM_CONDITION_ALLOCATED,
+        "False",
+        "NoNodeFits",
+    )
+    assert model.to_kube()["status"]["conditions"] == claim["status"]["conditions"]
+    # In-tree claims never carry the field, and their output does not gain it.
+    in_tree = samples.claim(samples.K8S)
+    assert "conditions" not in parse_object(in_tree).to_kube().get("status", {})
+
+
+@pytest.mark.parametrize(
+    ("conditions", "message"),
+    [
+        ([_allocated_condition(), _allocated_condition("Other")], "status.conditions[1].type"),
+        (
+            [_allocated_condition(type_=f"Type{i}") for i in range(9)],
+            "status.conditions",
+        ),
+        ([_allocated_condition(reason="not camel case")], "status.conditions[0].reason"),
+    ],
+)
+def test_claim_conditions_are_validated_with_the_field_path(
+    conditions: list[dict[str, Any]], message: str
+) -> None:
+    claim = samples.claim()
+    claim["status"]["conditions"] = conditions
+    with pytest.raises(InvalidObjectError, match=re.escape(message)):
+        parse_object(claim)

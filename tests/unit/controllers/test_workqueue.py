@@ -1,10 +1,16 @@
-"""The work queue: de-duplication, no concurrent processing of a key, delays, backoff."""
+"""The work queue: de-duplication, no concurrent processing of a key, delays, backoff, and
+how a failed sync is requeued (conflict at once, unavailable with backoff, refused late)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
-from operators.controllers.workqueue import WorkQueue
+import aiohttp
+import pytest
+
+from operators.controllers.workqueue import WorkQueue, work_once
+from operators.kube import ApiError, Conflict, NotFound
 
 
 async def test_dedup_and_fifo() -> None:
@@ -40,3 +46,51 @@ async def test_retry_backs_off_per_key_and_forget_resets() -> None:
     queue.forget("a")
     assert queue.retry("a") == 0.01
     assert queue.failures("a") == 1
+
+
+async def test_retry_first_at_once_then_backs_off() -> None:
+    queue: WorkQueue[str] = WorkQueue(base_delay=0.01, max_delay=1.0)
+    assert queue.retry("a", first_at_once=True) == 0.0
+    assert queue.due_in("a") == 0.0
+    assert queue.retry("a", first_at_once=True) == 0.02  # the second in a row waits
+
+
+def failing(error: BaseException) -> Callable[[str], Awaitable[None]]:
+    async def sync(_key: str) -> None:
+        raise error
+
+    return sync
+
+
+@pytest.mark.parametrize(
+    ("error", "expect_min", "expect_max"),
+    [
+        (Conflict(409, "Conflict", "the object has been modified"), 0.0, 0.0),
+        (NotFound(404, "NotFound", "gone"), 0.0, 0.0),
+        (ApiError(503, "ServiceUnavailable", "not all HTTP paths installed"), 0.5, 1.0),
+        (ApiError(429, "TooManyRequests", "slow down"), 0.5, 1.0),
+        (aiohttp.ClientConnectionError("refused"), 0.5, 1.0),
+        (TimeoutError(), 0.5, 1.0),
+        (ApiError(422, "Invalid", "spec.devices: Invalid value"), 50.0, 60.0),
+        (ApiError(403, "Forbidden", "quota exceeded"), 50.0, 60.0),
+        (RuntimeError("a bug"), 0.5, 1.0),
+    ],
+)
+async def test_a_failed_sync_is_requeued_as_the_failure_deserves(
+    error: BaseException, expect_min: float, expect_max: float
+) -> None:
+    queue: WorkQueue[str] = WorkQueue(base_delay=1.0, max_delay=10.0, rejected_delay=60.0)
+    queue.add("a")
+    assert await work_once(queue, failing(error)) == "a"
+    due = queue.due_in("a")
+    assert due is not None, "the key was dropped"
+    assert expect_min <= due <= expect_max
+
+
+async def test_a_key_that_keeps_failing_keeps_coming_back() -> None:
+    queue: WorkQueue[str] = WorkQueue(base_delay=0.001, max_delay=0.004)
+    queue.add("a")
+    sync = failing(ApiError(503, "ServiceUnavailable", "down"))
+    for _ in range(5):
+        await asyncio.wait_for(work_once(queue, sync), 1)
+    assert queue.failures("a") == 5

@@ -1,0 +1,86 @@
+"""The ``Allocated`` condition on claims: what each waiting claim is told, and when to write.
+
+A pod's explanation covers all its claims at once; a claim's condition says what stops *that
+claim*: on each node, the first of its requests that does not fit (or why the node was not
+considered at all). A condition is rewritten only when its status, reason or message
+changes, so a claim that keeps waiting for the same reason costs no writes. Pure functions,
+no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from operators.allocator.explain import Explanation
+from operators.api.meta import Condition
+from operators.api.models import ResourceClaim
+from operators.controllers import conditions, placement
+
+CONDITION_TYPE = "Allocated"
+REASON_ALLOCATED = "Allocated"
+REASON_UNSCHEDULABLE = "Unschedulable"
+"""No node has what the claim needs now; it may fit later."""
+REASON_FAILED = "AllocationFailed"
+"""The claim itself cannot be allocated as written (bad CEL, missing class, refused)."""
+OTHER_CLAIMS = "fits this claim, not the pod's other claims"
+MAX_MESSAGE = 1024  # the API allows 32 KiB; a condition is for reading at a glance
+
+
+def claim_messages(
+    explanation: Explanation,
+    claim_refs: Sequence[str],
+    rejections: Iterable[str],
+    nodes_total: int,
+) -> dict[str, str]:
+    """Per claim (``namespace/name``): the aggregated reason its requests do not fit.
+
+    ``rejections`` are the nodes left out before the allocator looked (affinity, taints);
+    they count against every claim alike.
+    """
+    skipped = list(rejections)
+    messages = {}
+    for ref in claim_refs:
+        reasons = list(skipped)
+        for node in explanation.reasons:
+            if node.error:
+                reasons.append(node.summary)
+                continue
+            blocking = [f for f in node.requests if f.claim == ref and f.blocking_stage()]
+            if blocking:
+                reasons.append(blocking[0].summary())
+            elif len(claim_refs) > 1 and any(f.blocking_stage() for f in node.requests):
+                reasons.append(OTHER_CLAIMS)
+            else:
+                reasons.append(node.summary)
+        messages[ref] = placement.summarize(nodes_total, reasons)[:MAX_MESSAGE]
+    return messages
+
+
+def updated_conditions(
+    claim: ResourceClaim,
+    status: str,
+    reason: str,
+    message: str,
+    now: datetime.datetime,
+) -> list[dict[str, Any]] | None:
+    """The claim's conditions with ours set; None if ours already says exactly this."""
+    return conditions.set_condition(
+        _conditions_of(claim),
+        CONDITION_TYPE,
+        status,
+        reason,
+        message[:MAX_MESSAGE],
+        now=now,
+        observed_generation=claim.metadata.generation,
+    )
+
+
+def without_condition(claim: ResourceClaim) -> list[dict[str, Any]] | None:
+    """The claim's conditions without ours (deallocated: nothing to say); None if absent."""
+    return conditions.remove_condition(_conditions_of(claim), CONDITION_TYPE)
+
+
+def _conditions_of(claim: ResourceClaim) -> tuple[Condition, ...]:
+    return claim.status.conditions if claim.status is not None else ()

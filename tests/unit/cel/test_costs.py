@@ -1,0 +1,162 @@
+"""Size-aware cost: operations are charged by operand size before they allocate."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from typing import Any
+
+import pytest
+
+from operators.cel import CELCompileError, CELCostError, CELEvalError, compile_selector, evaluate
+from operators.cel.costs import traversal
+
+BIG = "x" * 2_000_000
+
+
+def doubling(seed: str, levels: int, body: str = "size(v{n}) > 0") -> str:
+    expression = body.format(n=levels)
+    for level in range(levels, 0, -1):
+        expression = f"cel.bind(v{level}, v{level - 1} + v{level - 1}, {expression})"
+    return expression.replace("v0 ", f"{seed} ").replace("v0,", f"{seed},")
+
+
+def shared_nesting(levels: int, body: str) -> str:
+    """``[v, v]`` nested: cheap to build, 2**levels leaves when walked."""
+    expression = body.format(n=levels)
+    for level in range(levels, 0, -1):
+        expression = (
+            f"cel.bind(v{level}, [v{level - 1}, v{level - 1}], "
+            f"cel.bind(w{level}, [w{level - 1}, w{level - 1}], {expression}))"
+        )
+    return expression.replace("v0", "[1]").replace("w0", "[1]")
+
+
+def _stopped_quickly(expression: str, bindings: dict[str, Any] | None = None) -> None:
+    start = time.perf_counter()
+    with pytest.raises(CELCostError, match="actual cost limit exceeded"):
+        evaluate(expression, bindings or {})
+    assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        doubling("'seed'", 40),
+        doubling("['seed']", 40),
+        doubling("b'seed'", 40),
+        "size(lists.range(1000000000)) > 0",
+        "size('%.999999999f'.format([1.0])) > 0",
+        doubling("'ab'", 14, "size(v{n}.replace('', v{n})) > 0"),
+        doubling("'ab'", 19, "size(v{n}.split('')) > 0"),
+        doubling("'ab'", 19, "size(v{n}.findAll('.')) > 0"),
+        doubling("['ab']", 18, "size([v{n}, v{n}, v{n}].flatten()) > 0"),
+        doubling("'ab'", 20, "size([v{n}, v{n}, v{n}].join('')) > 0"),
+        doubling("'ab'", 17, "lists.range(100000).exists(i, v{n} != w)"),
+        shared_nesting(40, "v{n} == w{n}"),
+        shared_nesting(40, "v{n} in [w{n}]"),
+        shared_nesting(40, "size(v{n}.flatten(40)) > 0"),
+        shared_nesting(40, "size('%s'.format([v{n}])) > 0"),
+        "lists.range(20000).distinct().size() > 0",
+    ],
+    ids=[
+        "string doubling",
+        "list doubling",
+        "bytes doubling",
+        "lists.range",
+        "format precision",
+        "replace growth",
+        "split pieces",
+        "findAll pieces",
+        "flatten copies",
+        "join copies",
+        "long comparisons in a loop",
+        "shared-structure equality",
+        "shared-structure membership",
+        "shared-structure flatten",
+        "shared-structure format",
+        "quadratic distinct",
+    ],
+)
+def test_size_bombs_hit_the_cost_limit(expression: str) -> None:
+    _stopped_quickly(expression, {"w": "ab" * 2**17})
+
+
+def test_cost_is_charged_before_the_result_is_allocated() -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(CELCostError):
+            evaluate("s + s", {"s": BIG}, cost_limit=1000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(BIG) // 2, f"peak {peak} bytes: the concatenation ran"
+
+
+@pytest.mark.parametrize(
+    ("expression", "cheap_limit"),
+    [
+        ("s + s", 400_001),
+        ("s == t", 200_001),
+        ("s.contains('y')", 200_001),
+        ("s.lowerAscii() == 'x'", 200_001),
+        ("s.matches('y')", 200_001),
+    ],
+)
+def test_charges_scale_with_size(expression: str, cheap_limit: int) -> None:
+    bindings = {"s": BIG, "t": BIG[:-1] + "y"}
+    with pytest.raises(CELCostError):
+        evaluate(expression, bindings, cost_limit=cheap_limit - 10)
+    evaluate(expression, bindings, cost_limit=cheap_limit + 10)
+    small = {"s": "x" * 20, "t": "x" * 19 + "y"}
+    evaluate(expression, small, cost_limit=20)
+
+
+def test_work_bounded_by_a_literal_is_not_charged_by_size() -> None:
+    assert evaluate("s.startsWith('xx') && s != 'x'", {"s": BIG}, cost_limit=10) is True
+    with pytest.raises(CELCostError):
+        evaluate("s.startsWith(t)", {"s": BIG, "t": BIG}, cost_limit=10)
+
+
+def test_shared_results_stay_shared_when_returned() -> None:
+    start = time.perf_counter()
+    result = evaluate(shared_nesting(40, "v{n}"))
+    assert time.perf_counter() - start < 2.0
+    inner = result
+    for _ in range(39):  # the innermost pair are two separate literals
+        assert inner[0] is inner[1]
+        inner = inner[0]
+    assert inner == [[1], [1]]
+
+
+def test_traversal_of_shared_structure_counts_every_path() -> None:
+    value: list[Any] = ["ab"]
+    for _ in range(60):
+        value = [value, value]
+    assert traversal(value) > 2**60
+
+
+def test_sum_refuses_strings() -> None:
+    with pytest.raises(CELEvalError, match="no matching overload"):
+        evaluate("['a', 'b'].sum()")
+
+
+def test_doubling_selectors_are_refused_at_compile_time() -> None:
+    for seed in ("device.driver", "[device.driver]"):
+        with pytest.raises(CELCompileError, match="too complex, exceeds cost limit"):
+            compile_selector(doubling(seed, 32))
+        assert compile_selector(doubling(seed, 3)).estimated_cost < 1000
+
+
+def test_estimate_follows_sizes() -> None:
+    def cost(expression: str) -> int:
+        return compile_selector(expression, check_cost=False).estimated_cost
+
+    assert cost('"d" in device.attributes') <= 5
+    assert cost("device.driver + device.driver == device.driver") > cost(
+        'device.driver + "x" == device.driver'
+    )
+    assert cost('device.driver.matches("^[a-z]+[.]example[.]com$")') > cost(
+        'device.driver.matches("^a$")'
+    )
+    assert cost("lists.range(100000).all(i, true)") > 100_000

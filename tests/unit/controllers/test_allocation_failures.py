@@ -1,0 +1,228 @@
+"""The allocator loop when a write fails or a claim must not be allocated.
+
+- adminAccess on a claim written directly is refused unless the gate is on and the namespace
+  carries the label; labelling the namespace retries the pod at once.
+- A claim write that got no answer (connection dropped, 5xx) keeps its devices counted as
+  used until the watch or a live read shows whether it landed; a refused write releases them
+  and tells the user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+
+from operators.cache.informer import Key
+from operators.controllers.allocation import (
+    REASON_FAILED,
+    AllocationController,
+    Unallocatable,
+)
+from operators.controllers.workqueue import work_once
+from operators.kube import (
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIMS,
+    ApiError,
+    JsonDict,
+)
+from operators.settings import FeatureGates
+
+from .fakes import (
+    FakeClient,
+    allocated,
+    claim,
+    namespace,
+    one_device_cluster,
+    pod,
+    put,
+)
+
+STATUS_PATH = RESOURCE_CLAIMS.path("ns", "c1") + "/status"
+
+
+def cluster(client: FakeClient, **settings: Any) -> AllocationController:
+    return AllocationController(one_device_cluster(client, requeue_base_delay=1.0, **settings))
+
+
+def add_pod(controller: AllocationController, name: str, claim_name: str, **request: Any) -> Key:
+    raw = claim("ns", claim_name, **request)
+    put(controller.runtime, RESOURCE_CLAIMS, raw)
+    put(
+        controller.runtime,
+        PODS,
+        pod("ns", name, [{"name": "dev", "resourceClaimName": claim_name}]),
+    )
+    return Key("ns", name)
+
+
+async def sync(controller: AllocationController, key: Key) -> None:
+    """Take the pod from the queue, decide and write as the loop does (failures requeue)."""
+    async with asyncio.TaskGroup() as writers:
+        controller._writers = writers
+        taken = await asyncio.wait_for(work_once(controller.queue, controller.sync), 5)
+        assert taken == key
+
+
+def messages(client: FakeClient, name: str) -> list[str]:
+    return [e["message"] for e in client.events if e["involved"]["metadata"].get("name") == name]
+
+
+def claim_writes(client: FakeClient) -> list[str]:
+    return [c.path for c in client.writes(RESOURCE_CLAIMS.path("ns"))]
+
+
+def allocation_writes(client: FakeClient) -> list[str]:
+    return [
+        c.path
+        for c in client.writes(RESOURCE_CLAIMS.path("ns"))
+        if "allocation" in (c.body.get("status") or {})
+    ]
+
+
+def allocated_condition(controller: AllocationController, name: str) -> tuple[str, str, str]:
+    found = controller.claims.get(Key("ns", name))
+    assert found is not None and found.status is not None
+    [condition] = [c for c in found.status.conditions if c.type == "Allocated"]
+    return condition.status, condition.reason, condition.message
+
+
+# --- adminAccess ----------------------------------------------------------------------------
+
+
+async def test_admin_claim_in_an_unlabeled_namespace_is_not_allocated() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1", adminAccess=True)
+    await sync(controller, key)
+    assert allocation_writes(client) == [], "an adminAccess claim was allocated without the label"
+    [pod_message] = messages(client, "p")
+    assert '"resource.dralloc.dev/admin-access: true"' in pod_message
+    assert 'resourceclaim "c1"' in pod_message
+    assert any("admin-access" in m for m in messages(client, "c1")), "no Event on the claim"
+    assert {e["reason"] for e in client.events} == {REASON_FAILED}
+    status, reason, message = allocated_condition(controller, "c1")
+    assert (status, reason) == ("False", "AllocationFailed")
+    assert "resource.dralloc.dev/admin-access" in message
+
+    # The admin labels the namespace: the pod is retried at once and allocated.
+    labelled = namespace("ns", admin=True)
+    labelled["metadata"]["resourceVersion"] = "2"
+    controller.runtime.cache[NAMESPACES].apply("MODIFIED", labelled)
+    assert controller.queue.due_in(key) == 0.0
+    await sync(controller, key)
+    assert allocation_writes(client) == [STATUS_PATH]
+    assert allocated_condition(controller, "c1") == ("True", "Allocated", "allocated on node n1")
+
+
+async def test_admin_claim_is_refused_while_the_gate_is_off() -> None:
+    client = FakeClient()
+    controller = cluster(
+        client, admin_namespace=True, feature_gates=FeatureGates.parse("DRAAdminAccess=false")
+    )
+    key = add_pod(controller, "p", "c1", adminAccess=True)
+    await sync(controller, key)
+    assert allocation_writes(client) == []
+    assert any("DRAAdminAccess" in m for m in messages(client, "p"))
+    assert "DRAAdminAccess" in allocated_condition(controller, "c1")[2]
+
+
+async def test_admin_claim_in_a_labelled_namespace_is_allocated() -> None:
+    client = FakeClient()
+    controller = cluster(client, admin_namespace=True)
+    key = add_pod(controller, "p", "c1", adminAccess=True)
+    await sync(controller, key)
+    assert STATUS_PATH in claim_writes(client)
+
+
+async def test_ordinary_claims_need_no_label() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1")
+    await sync(controller, key)
+    assert STATUS_PATH in claim_writes(client)
+
+
+# --- failed writes --------------------------------------------------------------------------
+
+
+def fail_status_writes(client: FakeClient, error: BaseException) -> None:
+    def fail(method: str, path: str, _body: JsonDict | None) -> BaseException | None:
+        return error if method == "PATCH" and path == STATUS_PATH else None
+
+    client.fail = fail
+
+
+async def test_an_unanswered_write_keeps_the_device_until_the_watch_says_it_failed() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    first = add_pod(controller, "p", "c1")
+    fail_status_writes(client, aiohttp.ServerDisconnectedError())
+    await sync(controller, first)
+    c1 = controller.claims.get(Key("ns", "c1"))
+    assert controller.state.is_assumed(c1), (
+        "the device was freed although the write may have landed"
+    )
+    assert Key("ns", "c1") in controller.unanswered
+
+    # Another pod wants the only device: it must wait.
+    client.fail = lambda *_: None
+    second = add_pod(controller, "q", "c2")
+    waiting = controller.pods.get(second)
+    assert waiting is not None
+    with pytest.raises(Unallocatable, match="0/1 nodes"):
+        controller._choose(waiting, controller._resolve_claims(waiting))
+
+    # The watch shows a newer claim without an allocation: the write did not land.
+    newer = claim("ns", "c1", rv="2000")
+    newer["metadata"]["finalizers"] = ["resource.dralloc.dev/delete-protection"]
+    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", newer)
+    assert Key("ns", "c1") not in controller.unanswered
+    assert not controller.state.is_assumed(c1)
+    assert controller.queue.due_in(first) == 0.0
+
+
+async def test_an_unanswered_write_that_landed_is_found_by_a_live_read() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1")
+    fail_status_writes(client, ApiError(504, "Timeout", "etcdserver: request timed out"))
+    await sync(controller, key)
+    assert Key("ns", "c1") in controller.unanswered
+    # The pod waits for the answer instead of allocating the claim again.
+    controller.queue.add(key)
+    await sync(controller, key)
+    assert claim_writes(client).count(STATUS_PATH) == 1
+
+    # What the API server holds: the write landed after all.
+    landed = allocated(claim("ns", "c1", rv="2000"), "p", "uid-p-p")
+    client.remember(RESOURCE_CLAIMS, landed)
+    client.fail = lambda *_: None
+    task = asyncio.create_task(controller._confirm_unanswered())
+    try:
+        for _ in range(50):
+            if Key("ns", "c1") not in controller.unanswered:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+    assert Key("ns", "c1") not in controller.unanswered, "the live read never settled it"
+    assert controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
+    assert controller.queue.due_in(key) == 0.0
+
+
+async def test_a_refused_write_frees_the_device_and_tells_the_user() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1")
+    fail_status_writes(client, ApiError(422, "Invalid", "status.allocation: Invalid value"))
+    await sync(controller, key)
+    c1 = controller.claims.get(Key("ns", "c1"))
+    assert not controller.state.is_assumed(c1)
+    assert Key("ns", "c1") not in controller.unanswered
+    assert any("status.allocation: Invalid value" in m for m in messages(client, "p"))
+    due = controller.queue.due_in(key)
+    assert due is not None and due > 60

@@ -1,0 +1,168 @@
+"""The Allocated condition on claims: per-claim messages, written only when they change."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+from operators.api.models import ResourceClaim
+from operators.cache.informer import Key
+from operators.controllers import claimstatus
+from operators.controllers.allocation import AllocationController
+from operators.controllers.claims import ClaimController
+from operators.controllers.workqueue import work_once
+from operators.kube import (
+    PODS,
+    RESOURCE_CLAIMS,
+    JsonDict,
+)
+
+from .fakes import (
+    FakeClient,
+    allocated,
+    claim,
+    one_device_cluster,
+    pod,
+    put,
+    runtime,
+)
+
+T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+T1 = T0 + datetime.timedelta(minutes=5)
+
+
+def with_conditions(*conditions: dict[str, Any]) -> ResourceClaim:
+    raw = claim("ns", "c")
+    raw["status"] = {"conditions": list(conditions)}
+    return ResourceClaim.model_validate(raw)
+
+
+def condition(type_: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2025-06-01T00:00:00Z",
+    }
+
+
+def test_a_new_condition_is_added_next_to_the_others() -> None:
+    ready = condition("example.com/Ready", "True", "Ok")
+    written = claimstatus.updated_conditions(
+        with_conditions(ready), "False", "Unschedulable", "0/1 nodes: 1 x", T0
+    )
+    assert written is not None
+    assert written[0] == ready
+    assert written[1]["type"] == "Allocated" and written[1]["status"] == "False"
+    assert written[1]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_the_same_reason_is_not_written_again() -> None:
+    current = with_conditions(condition("Allocated", "False", "Unschedulable", "0/1 nodes: 1 x"))
+    assert (
+        claimstatus.updated_conditions(current, "False", "Unschedulable", "0/1 nodes: 1 x", T1)
+        is None
+    )
+
+
+def test_a_new_message_keeps_the_transition_time_a_new_status_moves_it() -> None:
+    current = with_conditions(condition("Allocated", "False", "Unschedulable", "0/1 nodes: 1 x"))
+    message_only = claimstatus.updated_conditions(current, "False", "Unschedulable", "other", T1)
+    assert message_only is not None
+    assert message_only[0]["lastTransitionTime"] == "2025-06-01T00:00:00Z"
+    allocated = claimstatus.updated_conditions(current, "True", "Allocated", "on n1", T1)
+    assert allocated is not None
+    assert allocated[0]["lastTransitionTime"] == "2026-01-01T00:05:00Z"
+
+
+def test_without_condition() -> None:
+    ready = condition("example.com/Ready", "True", "Ok")
+    assert claimstatus.without_condition(with_conditions(ready)) is None
+    both = with_conditions(ready, condition("Allocated", "True", "Allocated"))
+    assert claimstatus.without_condition(both) == [ready]
+
+
+# --- written by the allocator loop ---------------------------------------------------------
+
+
+def cluster(client: FakeClient) -> AllocationController:
+    return AllocationController(one_device_cluster(client))
+
+
+def add_pod(controller: AllocationController, name: str, claims: dict[str, JsonDict]) -> Key:
+    for raw in claims.values():
+        put(controller.runtime, RESOURCE_CLAIMS, raw)
+    entries = [{"name": f"e{i}", "resourceClaimName": n} for i, n in enumerate(claims)]
+    put(controller.runtime, PODS, pod("ns", name, entries))
+    return Key("ns", name)
+
+
+async def explain_now(controller: AllocationController, key: Key) -> None:
+    controller.explained_at.clear()  # skip the 10 s between explanations
+    controller.queue.add(key)
+    async with asyncio.TaskGroup() as writers:
+        controller._writers = writers
+        while controller.queue.due_in(key) == 0.0:
+            await work_once(controller.queue, controller.sync)
+
+
+def conditions_of(controller: AllocationController, name: str) -> list[tuple[str, str, str]]:
+    found = controller.claims.get(Key("ns", name))
+    assert found is not None and found.status is not None
+    return [(c.status, c.reason, c.message) for c in found.status.conditions]
+
+
+def condition_writes(client: FakeClient, name: str) -> int:
+    path = RESOURCE_CLAIMS.path("ns", name) + "/status"
+    return sum(1 for c in client.writes(path) if "conditions" in c.body["status"])
+
+
+async def test_a_waiting_claim_says_why_once_and_is_cleared_when_allocated() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    first = add_pod(controller, "p", {"c1": claim("ns", "c1")})
+    await explain_now(controller, first)
+    second = add_pod(controller, "q", {"c2": claim("ns", "c2")})
+    await explain_now(controller, second)
+    expected = ("False", "Unschedulable", '0/1 nodes: 1 no free device of class "gpu" (need 1)')
+    assert conditions_of(controller, "c2") == [expected]
+    await explain_now(controller, second)
+    assert condition_writes(client, "c2") == 1, "an unchanged reason was written again"
+
+    # The watch shows c1 allocated, then released: c2 gets the device, its condition True.
+    allocated = client.objects[RESOURCE_CLAIMS.path("ns", "c1")]
+    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", allocated)
+    freed = claim("ns", "c1", rv="3000")
+    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", freed)
+    await explain_now(controller, second)
+    assert conditions_of(controller, "c2") == [("True", "Allocated", "allocated on node n1")]
+
+
+async def test_each_claim_of_a_pod_gets_its_own_reason() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(
+        controller, "p", {"small": claim("ns", "small"), "big": claim("ns", "big", count=2)}
+    )
+    await explain_now(controller, key)
+    assert conditions_of(controller, "big") == [
+        ("False", "Unschedulable", '0/1 nodes: 1 not enough devices of class "gpu" (need 2)')
+    ]
+    assert conditions_of(controller, "small") == [
+        ("False", "Unschedulable", f"0/1 nodes: 1 {claimstatus.OTHER_CLAIMS}")
+    ]
+
+
+async def test_deallocation_drops_the_condition() -> None:
+    client = FakeClient()
+    controller = ClaimController(runtime(client))
+    raw = allocated(claim("ns", "c1"), "gone", "uid-gone")
+    raw["status"]["conditions"] = [condition("Allocated", "True", "Allocated", "on node n1")]
+    put(controller.runtime, RESOURCE_CLAIMS, raw)
+    controller.deleted_pod_uids["uid-gone"] = None
+    await controller.sync_claim(Key("ns", "c1"))
+    [release, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
+    assert release.body["status"]["allocation"] is None
+    assert release.body["status"]["conditions"] is None
