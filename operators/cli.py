@@ -187,7 +187,13 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         objects = read_cluster(args.kubeconfig, args.context, args.api_group)
     else:
         objects = read_objects(args.filename)
-    return build_snapshot(objects)
+    if not args.live:
+        return build_snapshot(objects)
+
+    def skip(error: ToolkitError) -> None:
+        print(f"dralloc: warning: left out {error}", file=sys.stderr)
+
+    return build_snapshot(objects, on_invalid=skip)
 
 
 def _features(text: str):  # type: ignore[no-untyped-def]

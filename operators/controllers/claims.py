@@ -292,6 +292,9 @@ class ClaimController:
             status: dict[str, Any] = {"reservedFor": list(plan.reserved_for or ()) or None}
             if plan.deallocate:
                 status["allocation"] = None
+                # Driver-reported device status describes the allocation; it must not
+                # outlive it (the API's rule: status.devices refer to allocated devices).
+                status["devices"] = None
                 remaining = claimstatus.without_condition(claim)
                 if remaining is not None:
                     status["conditions"] = remaining or None  # "Allocated" no longer holds

@@ -9,7 +9,7 @@ are counted and skipped, so a whole ``kubectl get all -A -o yaml`` can be fed in
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,8 +99,15 @@ class Snapshot:
         return ", ".join(parts)
 
 
-def build_snapshot(objects: Iterable[RawObject]) -> Snapshot:
-    """Validate and index raw objects; the first bad one raises SnapshotError."""
+def build_snapshot(
+    objects: Iterable[RawObject], *, on_invalid: Callable[[SnapshotError], None] | None = None
+) -> Snapshot:
+    """Validate and index raw objects; the first bad one raises SnapshotError.
+
+    With ``on_invalid`` a DRA object that does not validate is reported to it and left out
+    instead: a live cluster can hold an object the API server accepted but our models refuse,
+    and one such object must not hide the answer for everything else.
+    """
     classes: dict[str, DeviceClass] = {}
     slices: dict[str, ResourceSlice] = {}
     claims: dict[str, ResourceClaim] = {}
@@ -123,7 +130,13 @@ def build_snapshot(objects: Iterable[RawObject]) -> Snapshot:
     for raw in objects:
         kind, ref, body = raw.kind, raw.ref, raw.body
         if kind in DRA_KINDS:
-            model = _parse_dra(raw)
+            try:
+                model = _parse_dra(raw)
+            except SnapshotError as error:
+                if on_invalid is None:
+                    raise
+                on_invalid(error)
+                continue
             groups.add(raw.api_version.split("/")[0])
             name = model.metadata.name or ""
             if isinstance(model, DeviceClass):

@@ -19,6 +19,7 @@ from operators.kube import (
 )
 
 from .fakes import (
+    DRIVER,
     FakeClient,
     allocated,
     claim,
@@ -166,3 +167,16 @@ async def test_deallocation_drops_the_condition() -> None:
     [release, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
     assert release.body["status"]["allocation"] is None
     assert release.body["status"]["conditions"] is None
+
+
+async def test_deallocation_drops_driver_device_status() -> None:
+    client = FakeClient()
+    controller = ClaimController(runtime(client))
+    raw = allocated(claim("ns", "c1"), "gone", "uid-gone")
+    raw["status"]["devices"] = [{"driver": DRIVER, "pool": "n1", "device": "dev-0"}]
+    put(controller.runtime, RESOURCE_CLAIMS, raw)
+    controller.deleted_pod_uids["uid-gone"] = None
+    await controller.sync_claim(Key("ns", "c1"))
+    [release, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
+    assert release.body["status"]["allocation"] is None
+    assert release.body["status"]["devices"] is None

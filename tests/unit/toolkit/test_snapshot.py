@@ -74,3 +74,13 @@ def test_duplicate_objects_name_both_places(write_snapshot: Callable[..., Path])
     message = str(caught.value)
     assert "second.yaml (object #1): ResourceSlice node-b-gpus" in message
     assert "first seen in" in message and "first.yaml" in message
+
+
+def test_a_tolerant_build_leaves_out_the_bad_object_and_keeps_the_rest() -> None:
+    skipped: list[SnapshotError] = []
+    snapshot = build_snapshot(
+        read_objects([FIXTURES / "bad-field.yaml"]), on_invalid=skipped.append
+    )
+    assert [e.field for e in skipped] == ["spec.devices.requests[0].name"]
+    assert "team-a/broken" not in snapshot.claims
+    assert len(snapshot.refs) >= 1
