@@ -205,6 +205,10 @@ class Selector:
     expression: str | None
 
 
+# A request's class name and selector expressions: requests alike in these match the same devices.
+RequestSignature = tuple[str, tuple[str | None, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledClass:
     name: str
@@ -226,6 +230,13 @@ class CompiledRequest:
     tolerations: tuple[Toleration, ...]
     tolerations_raw: tuple[Mapping[str, Any], ...]
     capacity_requests: Mapping[str, Nanos] | None  # None: no capacity field
+    # What the device index counts by (class plus selector expressions); set once here
+    # because find_node needs it for every request of every pod.
+    signature: RequestSignature = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        signature = (self.class_name, tuple(s.expression for s in self.selectors))
+        object.__setattr__(self, "signature", signature)
 
     @property
     def full_name(self) -> str:

@@ -20,6 +20,7 @@ from operators.allocator.compiled import (
     CompiledRequest,
     CompiledSlice,
     DeviceId,
+    RequestSignature,
 )
 from operators.allocator.errors import AllocationError
 from operators.allocator.nodes import NodeInfo
@@ -29,11 +30,11 @@ from operators.allocator.selectors import SelectorCompileError, SelectorRuntimeE
 if TYPE_CHECKING:  # for annotations only: state imports this module (a real cycle)
     from operators.allocator.state import AllocatorState
 
-Signature = tuple[str, tuple[str | None, ...]]
+Signature = RequestSignature
 
 
 def signature_of(request: CompiledRequest) -> Signature:
-    return (request.class_name, tuple(s.expression for s in request.selectors))
+    return request.signature
 
 
 @dataclass(slots=True)

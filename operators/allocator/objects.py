@@ -20,3 +20,29 @@ def as_dict(obj: Any) -> Mapping[str, Any]:
         raise TypeError(f"cannot read {type(obj).__name__} as a Kubernetes object")
     data: Mapping[str, Any] = dump(mode="json", by_alias=True, exclude_none=True)
     return data
+
+
+def object_ref(obj: Any) -> tuple[str, str, str]:
+    """(namespace, name, resourceVersion) of a dict or a pydantic model, "" when unset.
+
+    Read straight from the model's fields: dumping a whole claim just for its
+    name is a large share of the per-pod cost (keys are looked up several
+    times per pod).
+    """
+    if isinstance(obj, Mapping):
+        meta = obj.get("metadata") or {}
+        return (
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            str(meta.get("resourceVersion") or ""),
+        )
+    meta = getattr(obj, "metadata", None)
+    if meta is None:
+        if getattr(obj, "model_dump", None) is None:
+            raise TypeError(f"cannot read {type(obj).__name__} as a Kubernetes object")
+        return "", "", ""
+    return (
+        str(getattr(meta, "namespace", None) or ""),
+        str(getattr(meta, "name", None) or ""),
+        str(getattr(meta, "resource_version", None) or ""),
+    )

@@ -23,17 +23,18 @@ firstAvailable requests every score is 0 and the first node that fits wins.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from operators.allocator.compiled import CompiledClaim, CompiledRequest
 from operators.allocator.errors import AllocationError, NodeAllocationError
 from operators.allocator.explain import Explanation, NodeReason
-from operators.allocator.index import DeviceIndex, Signature, signature_of
+from operators.allocator.index import DeviceIndex, Signature
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.ranking import allocation_score, subrequest_points
 from operators.allocator.results import ClaimAllocation
+from operators.allocator.search import Search
 
 if TYPE_CHECKING:  # for annotations only: state imports this module (a real cycle)
     from operators.allocator.state import AllocatorState
@@ -84,7 +85,7 @@ class _Plan:
 def _demand(request: CompiledRequest) -> _Demand:
     exact = request.mode == "ExactCount"
     return _Demand(
-        signature_of(request), request.count if exact else 1, bool(request.admin_access), exact
+        request.signature, request.count if exact else 1, bool(request.admin_access), exact
     )
 
 
@@ -236,13 +237,21 @@ def find_node(
 
     # Nodes with the same counts rank the same (many do: identical nodes, empty ones).
     ranks: dict[tuple[tuple[int, int, bool], ...], tuple[int, int] | None] = {}
-    ranked: list[tuple[RankKey, NodeInfo]] = []
-    for position, node in enumerate(nodes):
+
+    def rank_of(node: NodeInfo) -> tuple[int, int] | None:
         counts = node_counts(node)
         if counts in ranks:
-            rank = ranks[counts]
-        else:
-            rank = ranks[counts] = _rank_node(dict(zip(entries, counts, strict=True)), plan)
+            return ranks[counts]
+        rank = ranks[counts] = _rank_node(dict(zip(entries, counts, strict=True)), plan)
+        return rank
+
+    if policy == "first-fit" and all(len(options) == 1 for options in plan.choices):
+        # Every candidate scores the same, so the caller's order is the rank order:
+        # walk it lazily and stop at the first node that fits, with no full scan.
+        return _first_fit(state, claims, nodes, rank_of, max_searches, explain)
+    ranked: list[tuple[RankKey, NodeInfo]] = []
+    for position, node in enumerate(nodes):
+        rank = rank_of(node)
         if rank is None:
             continue
         score, left = rank
@@ -252,6 +261,41 @@ def find_node(
     return _try_nodes(state, claims, nodes, ranked, max_searches, explain)
 
 
+def _first_fit(
+    state: AllocatorState,
+    claims: Sequence[CompiledClaim],
+    nodes: Sequence[NodeInfo],
+    rank_of: Callable[[NodeInfo], tuple[int, int] | None],
+    max_searches: int | None,
+    explain: bool,
+) -> Placement:
+    """The first node in the caller's order that passes the prefilter and the search.
+
+    Only valid when every candidate would get the same score (no firstAvailable
+    request with alternatives): then ranking is the identity and the first fit wins.
+    """
+    ruled_out = 0
+
+    def candidates() -> Iterator[tuple[RankKey, NodeInfo]]:
+        nonlocal ruled_out
+        for position, node in enumerate(nodes):
+            rank = rank_of(node)
+            if rank is None:
+                ruled_out += 1
+            else:
+                yield (-rank[0], position, node.name), node
+
+    return _try_nodes(
+        state,
+        claims,
+        nodes,
+        candidates(),
+        max_searches,
+        explain,
+        prefiltered=lambda: ruled_out,
+    )
+
+
 def _try_nodes(
     state: AllocatorState,
     claims: Sequence[CompiledClaim],
@@ -259,15 +303,18 @@ def _try_nodes(
     ranked: Iterable[tuple[RankKey, NodeInfo]],
     max_searches: int | None,
     explain: bool,
+    prefiltered: Callable[[], int] | None = None,
 ) -> Placement:
     """Search candidates in optimistic rank order; keep the best actual rank.
 
     A node's actual rank key is its optimistic one with the real score, never
     better. Once the next candidate's optimistic key is no better than the
-    best actual key, no later node can win.
+    best actual key, no later node can win. ``prefiltered`` counts the nodes
+    a lazy ``ranked`` has ruled out so far (it only looks at nodes on demand).
     """
     errors: dict[str, str] = {}
     searched = 0
+    inputs = state.search_inputs()  # what state.allocate builds, made once for all nodes
     ruled_out = len(nodes) - len(ranked) if isinstance(ranked, Sized) else 0
     best: tuple[RankKey, NodeInfo, list[ClaimAllocation]] | None = None
     for key, node in ranked:
@@ -276,8 +323,10 @@ def _try_nodes(
         if max_searches is not None and searched >= max_searches:
             break
         searched += 1
+        if prefiltered is not None:
+            ruled_out = prefiltered()
         try:
-            results = state.allocate(claims, node)
+            results = Search(claims, node, state.pools_for(node), inputs).run()
         except NodeAllocationError as err:
             errors[node.name] = str(err)
             continue
@@ -297,6 +346,8 @@ def _try_nodes(
             )
         if best is None or actual < best[0]:
             best = (actual, node, results)
+    if prefiltered is not None:
+        ruled_out = prefiltered()
     if best is not None:
         return Placement(
             best[1].name, tuple(best[2]), nodes_searched=searched, nodes_prefiltered=ruled_out

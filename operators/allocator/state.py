@@ -32,7 +32,7 @@ from operators.allocator.explain import Explainer, Explanation
 from operators.allocator.features import Features
 from operators.allocator.index import DeviceIndex
 from operators.allocator.nodes import NodeInfo
-from operators.allocator.objects import as_dict
+from operators.allocator.objects import as_dict, object_ref
 from operators.allocator.placement import Placement, find_node, reasons_for
 from operators.allocator.pools import Pool, gather_pools
 from operators.allocator.quantities import to_nanos
@@ -58,9 +58,8 @@ def claim_key(claim: ClaimLike) -> str:
         return claim.ref
     if isinstance(claim, str):
         return claim
-    meta = as_dict(claim).get("metadata") or {}
-    namespace, name = meta.get("namespace") or "", meta.get("name", "")
-    return f"{namespace}/{name}" if namespace else str(name)
+    namespace, name, _ = object_ref(claim)
+    return f"{namespace}/{name}" if namespace else name
 
 
 def usage_from_status(claim: ClaimLike) -> tuple[UsedDevice, ...]:
@@ -259,12 +258,11 @@ class AllocatorState:
             if isinstance(claim, CompiledClaim):
                 out.append(claim)
                 continue
-            data = as_dict(claim)
-            version = str((data.get("metadata") or {}).get("resourceVersion") or "")
-            cache_key = (claim_key(data), version)
+            namespace, name, version = object_ref(claim)
+            cache_key = (f"{namespace}/{name}" if namespace else name, version)
             compiled = self._claim_cache.get(cache_key) if version else None
             if compiled is None:
-                compiled = compile_claim(data)
+                compiled = compile_claim(claim)
                 if version:
                     if len(self._claim_cache) > 10_000:
                         self._claim_cache.clear()

@@ -1,0 +1,125 @@
+"""First-fit placement walks nodes lazily; per-pod work reads claims without dumping them."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from operators.allocator import AllocatorState, compile_claim
+from operators.allocator.state import claim_key
+from operators.api import parse_object
+
+DRIVER = "gpu.example.com"
+
+
+def device(name: str, model: str, tainted: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "attributes": {"model": {"string": model}}}
+    if tainted:
+        out["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
+    return out
+
+
+def node_slice(node: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{node}-slice"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def model_class(model: str) -> dict[str, Any]:
+    expr = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "{model}"'
+    return {"metadata": {"name": model}, "spec": {"selectors": [{"cel": {"expression": expr}}]}}
+
+
+def claim_for(model: str, count: int = 1, name: str = "c") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "7"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "r", "exactly": {"deviceClassName": model, "count": count}}]
+            }
+        },
+    }
+
+
+def cluster(nodes: dict[str, list[dict[str, Any]]]) -> AllocatorState:
+    state = AllocatorState()
+    for node, devices in nodes.items():
+        state.upsert_slice(node_slice(node, devices))
+    state.upsert_class(model_class("large"))
+    state.upsert_class(model_class("small"))
+    return state
+
+
+def test_first_fit_stops_at_the_first_fitting_node_without_scanning_the_rest() -> None:
+    # node-0 is ruled out by the index, node-1 fits; the eight "small" nodes after it
+    # would also be ruled out, but a lazy walk never looks at them.
+    nodes = {"node-0": [device("d", "small")], "node-1": [device("d", "large")]}
+    nodes |= {f"node-{i}": [device("d", "small")] for i in range(2, 10)}
+    state = cluster(nodes)
+    placement = state.find_node([claim_for("large")], list(nodes), "first-fit")
+    assert placement.node == "node-1"
+    assert placement.nodes_searched == 1
+    assert placement.nodes_prefiltered == 1
+
+
+def test_first_fit_moves_on_when_the_search_rejects_a_node_the_index_kept() -> None:
+    # The index ignores taints, so node-a passes the prefilter and fails the search.
+    state = cluster(
+        {"node-a": [device("d", "large", tainted=True)], "node-b": [device("d", "large")]}
+    )
+    placement = state.find_node([claim_for("large")], ["node-a", "node-b"], "first-fit")
+    assert placement.node == "node-b"
+    assert placement.nodes_searched == 2
+
+
+def test_first_fit_counts_every_ruled_out_node_when_nothing_fits() -> None:
+    state = cluster({f"node-{i}": [device("d", "small")] for i in range(4)})
+    placement = state.find_node([claim_for("large")], [f"node-{i}" for i in range(4)], "first-fit")
+    assert placement.node is None
+    assert placement.nodes_prefiltered == 4
+    assert placement.explanation is not None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_fit_picks_the_first_node_in_order_where_allocate_succeeds(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes = {
+        f"node-{i}": [
+            device(f"d{j}", rng.choice(["large", "small"]), tainted=rng.random() < 0.3)
+            for j in range(rng.randint(0, 3))
+        ]
+        for i in range(12)
+    }
+    state = cluster(nodes)
+    order = list(nodes)
+    rng.shuffle(order)
+    claim = claim_for(rng.choice(["large", "small"]), rng.randint(1, 2))
+    expected = next((n for n in order if state.allocate([claim], n) is not None), None)
+    assert state.find_node([claim], order, "first-fit").node == expected
+
+
+def test_claim_key_and_compile_cache_read_a_model_without_dumping_it() -> None:
+    model = parse_object(claim_for("large", name="gpu-claim"))
+    assert claim_key(model) == "ns/gpu-claim"
+    state = AllocatorState()
+    first = state.compile_claims([model])[0]
+    assert (first.namespace, first.name, first.uid) == ("ns", "gpu-claim", "uid-gpu-claim")
+    # Same name and resourceVersion: the compiled claim comes from the cache.
+    assert state.compile_claims([model])[0] is first
+
+
+def test_a_compiled_request_carries_its_index_signature() -> None:
+    claim = compile_claim(claim_for("small", name="x"))
+    request = claim.requests[0].exactly
+    assert request is not None
+    assert request.signature == ("small", ())
