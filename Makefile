@@ -48,5 +48,9 @@ demo: deps
 crds: deps
 	$(BIN)/python -m operators.api.crdgen crds/
 
+## bench: every benchmark (engine vs upstream Go allocator, end to end vs in-tree DRA); not a test
+bench: deps testbed
+	$(BIN)/python -m bench
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
