@@ -165,6 +165,9 @@ class AllocationController:
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
         self.allocated_pods = 0
+        # Every node in name order with its allocator view, shared by all pods until a node
+        # changes: rebuilding it per pod sorted the labels of every node for every pod.
+        self._node_list: list[tuple[Node, NodeInfo]] | None = None
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         self.pods.add_handler(self._on_pod)
         self.nodes.add_handler(self._on_node)
@@ -217,6 +220,7 @@ class AllocationController:
             self.queue.add(key)
 
     def _on_node(self, change: Change[Node]) -> None:
+        self._node_list = None  # any add, update or delete changes the candidates
         old, new = change.old, change.new
         if new is not None and (
             old is None
@@ -431,6 +435,13 @@ class AllocationController:
             entries.append((entry, claim))
         return entries
 
+    def _sorted_nodes(self) -> list[tuple[Node, NodeInfo]]:
+        """Every cached node in name order with its allocator view (see ``_node_list``)."""
+        if self._node_list is None:
+            nodes = sorted(self.nodes.values(), key=lambda n: n.name)
+            self._node_list = [(node, NodeInfo(node.name, node.labels)) for node in nodes]
+        return self._node_list
+
     def _choose(
         self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]]
     ) -> tuple[str, list[ClaimAllocation]]:
@@ -456,32 +467,32 @@ class AllocationController:
                     raise Unallocatable(
                         f'resourceclaim "{claim.metadata.name}": {error}'
                     ) from error
-        all_nodes = sorted(self.nodes.values(), key=lambda n: n.name)
+        all_nodes = self._sorted_nodes()
         if pod.node_name:
             bound = self.nodes.get(Key("", pod.node_name))
-            all_nodes = [bound] if bound is not None else []
+            all_nodes = [(bound, NodeInfo(bound.name, bound.labels))] if bound is not None else []
         affinity = placement.pod_affinity(pod)
         rejections: list[str] = []
         candidates: list[Node] = []
-        for node in all_nodes:
+        infos: list[NodeInfo] = []
+        for node, info in all_nodes:
             if pod.node_name:
-                info = NodeInfo(node.name, node.labels)
                 reason = next(
                     (placement.REASON_CLAIM_ELSEWHERE for s in selectors if not s.matches(info)),
                     "",
                 )
             else:
-                reason = placement.node_rejection(pod, node, affinity, selectors)
+                reason = placement.node_rejection(pod, node, affinity, selectors, info=info)
             if reason:
                 rejections.append(reason)
             else:
                 candidates.append(node)
+                infos.append(info)
         pending = [claim for _, claim in _pending(entries)]
         if not pending:
             if not candidates:
                 raise Unallocatable(placement.summarize(len(all_nodes), rejections))
             return candidates[0].name, []
-        infos = [NodeInfo(node.name, node.labels) for node in candidates]
         key = Key(pod.namespace, pod.name)
         # Explaining looks at every node; for a pod that keeps waiting, do it now and then.
         explain = time.monotonic() - self.explained_at.get(key, -EXPLAIN_PERIOD) >= EXPLAIN_PERIOD

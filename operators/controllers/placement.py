@@ -67,11 +67,18 @@ def node_rejection(
     node: Node,
     affinity: NodeSelector | None,
     claim_selectors: Iterable[NodeSelector],
+    *,
+    info: NodeInfo | None = None,
 ) -> str:
-    """Why the pod cannot go to this node ('' = it may)."""
+    """Why the pod cannot go to this node ('' = it may).
+
+    ``info`` is the node's allocator view when the caller already has it (per pod, per
+    node: building it again sorts the labels each time).
+    """
     if node.unschedulable:
         return REASON_UNSCHEDULABLE
-    info = NodeInfo(node.name, node.labels)
+    if info is None:
+        info = NodeInfo(node.name, node.labels)
     for key, value in pod.node_selector.items():
         if node.labels.get(key) != value:
             return REASON_AFFINITY

@@ -13,8 +13,10 @@ from operators.controllers.allocation import AllocationController
 from operators.controllers.claims import ClaimController
 from operators.controllers.workqueue import work_once
 from operators.kube import (
+    NODES,
     PODS,
     RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
     JsonDict,
 )
 
@@ -23,9 +25,11 @@ from .fakes import (
     FakeClient,
     allocated,
     claim,
+    node,
     one_device_cluster,
     pod,
     put,
+    resource_slice,
     runtime,
 )
 
@@ -180,3 +184,16 @@ async def test_deallocation_drops_driver_device_status() -> None:
     [release, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
     assert release.body["status"]["allocation"] is None
     assert release.body["status"]["devices"] is None
+
+
+async def test_a_node_added_later_is_a_candidate_for_the_next_attempt() -> None:
+    # The controller keeps its sorted node list between pods; a node event must reset it.
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", {"big": claim("ns", "big", count=2)})
+    await explain_now(controller, key)
+    assert conditions_of(controller, "big")[0][:2] == ("False", "Unschedulable")
+    controller.runtime.cache[NODES].apply("ADDED", node("n2"))
+    controller.runtime.cache[RESOURCE_SLICES].apply("ADDED", resource_slice("n2", devices=2))
+    await explain_now(controller, key)
+    assert conditions_of(controller, "big") == [("True", "Allocated", "allocated on node n2")]
