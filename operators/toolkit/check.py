@@ -38,7 +38,6 @@ from typing import Final, Literal
 from operators.api import Quantity, ResourceClaim, ResourceSlice
 from operators.api.annotations import FINALIZER, KUBERNETES_FINALIZER
 from operators.api.models import KUBERNETES_GROUP, Device
-from operators.toolkit.errors import SnapshotError
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import RawObject
 
@@ -120,20 +119,9 @@ def tolerant_snapshot(objects: Sequence[RawObject]) -> tuple[Snapshot, tuple[str
     annotation); checking the rest must still be possible. Only the objects that fail on
     their own are dropped, each with its error.
     """
-    try:
-        return build_snapshot(objects), ()
-    except SnapshotError:
-        pass
-    good: list[RawObject] = []
     problems: list[str] = []
-    for raw in objects:
-        try:
-            build_snapshot([raw])
-        except SnapshotError as exc:
-            problems.append(str(exc))
-            continue
-        good.append(raw)
-    return build_snapshot(good), tuple(problems)
+    snapshot = build_snapshot(objects, on_invalid=lambda error: problems.append(str(error)))
+    return snapshot, tuple(problems)
 
 
 def check_snapshot(

@@ -104,8 +104,8 @@ def build_snapshot(
 ) -> Snapshot:
     """Validate and index raw objects; the first bad one raises SnapshotError.
 
-    With ``on_invalid`` a DRA object that does not validate is reported to it and left out
-    instead: a live cluster can hold an object the API server accepted but our models refuse,
+    With ``on_invalid`` an object that does not validate (or repeats an earlier one) is
+    reported to it and left out instead: a live cluster can hold an object the API server accepted but our models refuse,
     and one such object must not hide the answer for everything else.
     """
     classes: dict[str, DeviceClass] = {}
@@ -127,16 +127,10 @@ def build_snapshot(
             raise SnapshotError(ref, f"duplicate object; first seen in {earlier.location}")
         refs[(kind, key)] = ref
 
-    for raw in objects:
+    def add(raw: RawObject) -> None:
         kind, ref, body = raw.kind, raw.ref, raw.body
         if kind in DRA_KINDS:
-            try:
-                model = _parse_dra(raw)
-            except SnapshotError as error:
-                if on_invalid is None:
-                    raise
-                on_invalid(error)
-                continue
+            model = _parse_dra(raw)
             groups.add(raw.api_version.split("/")[0])
             name = model.metadata.name or ""
             if isinstance(model, DeviceClass):
@@ -171,6 +165,14 @@ def build_snapshot(
                 admin_namespaces.add(str(meta.get("name")))
         else:
             skipped[kind] += 1
+
+    for raw in objects:
+        try:
+            add(raw)
+        except SnapshotError as error:
+            if on_invalid is None:
+                raise
+            on_invalid(error)
     return Snapshot(
         device_classes=classes,
         resource_slices=slices,

@@ -84,3 +84,15 @@ def test_a_tolerant_build_leaves_out_the_bad_object_and_keeps_the_rest() -> None
     assert [e.field for e in skipped] == ["spec.devices.requests[0].name"]
     assert "team-a/broken" not in snapshot.claims
     assert len(snapshot.refs) >= 1
+
+
+def test_a_tolerant_build_keeps_the_first_of_duplicate_objects(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    items = load_items()
+    first = write_snapshot(items, "first.yaml")
+    second = write_snapshot([find(items, "ResourceSlice", "node-b-gpus")], "second.yaml")
+    skipped: list[SnapshotError] = []
+    snapshot = build_snapshot(read_objects([first, second]), on_invalid=skipped.append)
+    assert len(skipped) == 1 and "first seen in" in str(skipped[0])
+    assert "first.yaml" in snapshot.refs[("ResourceSlice", "node-b-gpus")].location
