@@ -44,6 +44,9 @@ class SignatureCounts:
     local: dict[str, list[DeviceId]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)
     node_of: dict[DeviceId, str] = field(default_factory=dict)
+    # Local devices last seen exclusively allocated: a usage change moves ``free`` by one
+    # per device that flipped, without recounting the node's devices.
+    local_busy: set[DeviceId] = field(default_factory=set)
     shared: list[tuple[CompiledSlice, CompiledDevice]] = field(default_factory=list)
     shared_reach: dict[tuple[str, tuple[tuple[str, str], ...]], list[DeviceId]] = field(
         default_factory=dict
@@ -118,17 +121,31 @@ class DeviceIndex:
             self._versions = versions
 
     def _on_usage_change(self, before: Sequence[object], after: Sequence[object]) -> None:
-        touched = {getattr(u, "device", None) for u in (*before, *after)}
+        touched: set[DeviceId] = set()
+        for usage in (*before, *after):
+            device = getattr(usage, "device", None)
+            if device is not None:
+                touched.add(device)
         in_use = self.state.allocated.in_use
         for entry in self._entries.values():
             node_of = entry.node_of
-            nodes = {node_of[d] for d in touched if d in node_of}
-            for node in nodes:
-                entry.set_free(node, sum(1 for d in entry.local[node] if not in_use(d)))
+            busy = entry.local_busy
+            for device in touched:
+                node = node_of.get(device)
+                if node is None:
+                    continue
+                now = in_use(device)
+                if now == (device in busy):
+                    continue
+                if now:
+                    busy.add(device)
+                    entry.set_free(node, entry.free[node] - 1)
+                else:
+                    busy.discard(device)
+                    entry.set_free(node, entry.free[node] + 1)
             if entry.reach_lists_of:
                 for device in touched:
-                    if device is not None:
-                        entry.update_shared(device, in_use(device))
+                    entry.update_shared(device, in_use(device))
 
     def entry(self, signature: Signature) -> SignatureCounts:
         self._check_versions()
@@ -165,7 +182,9 @@ class DeviceIndex:
                     entry.shareable_shared = entry.shareable_shared or shareable
         allocated = self.state.allocated
         for node, devices in entry.local.items():
-            entry.set_free(node, sum(1 for d in devices if not allocated.in_use(d)))
+            busy = [d for d in devices if allocated.in_use(d)]
+            entry.local_busy.update(busy)
+            entry.set_free(node, len(devices) - len(busy))
         return entry
 
     def _matches(self, selectors: Sequence[str | None], device: CompiledDevice) -> bool:

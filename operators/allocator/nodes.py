@@ -7,6 +7,7 @@ the claim. Only what the allocator needs is modelled here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,9 +130,9 @@ class NodeSelector:
 
     @classmethod
     def for_node(cls, node_name: str) -> NodeSelector:
-        """The selector that pins a claim to one node by name."""
-        req = Requirement(NODE_NAME_FIELD, "In", (node_name,))
-        return cls((NodeSelectorTerm(match_fields=(req,)),))
+        """The selector that pins a claim to one node by name (one shared, immutable object
+        per name: every allocation on a node-local device asks for it)."""
+        return _pin_selector(node_name)
 
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> NodeSelector:
@@ -197,3 +198,9 @@ def merge_terms(selectors: Iterable[NodeSelector]) -> NodeSelector | None:
     if not exprs and not flds:
         return None
     return NodeSelector((NodeSelectorTerm(tuple(exprs), tuple(flds)),))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pin_selector(node_name: str) -> NodeSelector:
+    req = Requirement(NODE_NAME_FIELD, "In", (node_name,))
+    return NodeSelector((NodeSelectorTerm(match_fields=(req,)),))

@@ -390,6 +390,8 @@ class Search:
         return True
 
     def _capacity_fits(self, request: CompiledRequest, device: CompiledDevice) -> bool:
+        if not device.capacity and not request.capacity_requests:
+            return True  # nothing to consume, nothing asked for (the common case)
         in_use = self.inputs.allocated.capacity_in_use(device.id)
         allocating = self.allocating_capacity.get(device.id)
         if in_use is None and allocating is None:
@@ -613,6 +615,10 @@ class Search:
 
     def _configs(self, ci: int) -> tuple[ConfigResult, ...]:
         claim = self.claims[ci]
+        if not claim.configs and not any(
+            self._chosen(ci, ri).cls.configs for ri in range(len(claim.requests))
+        ):
+            return ()
         entries: list[tuple[str, list[str] | None, Mapping[str, object]]] = []
         by_class: dict[str, tuple[int, int]] = {}
         chosen_names = [self._chosen(ci, ri).request.full_name for ri in range(len(claim.requests))]

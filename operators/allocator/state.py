@@ -15,6 +15,7 @@ from typing import Any
 from operators.allocator.allocated import AllocatedDevices, UsedDevice
 from operators.allocator.capacity import qualified
 from operators.allocator.compiled import (
+    ClaimSpecParts,
     CompiledClaim,
     CompiledClass,
     CompiledSlice,
@@ -103,6 +104,7 @@ class AllocatorState:
         self._assumed: dict[str, tuple[UsedDevice, ...]] = {}
         self.allocated = AllocatedDevices()
         self._claim_cache: dict[tuple[str, str], CompiledClaim] = {}
+        self._spec_cache: dict[str, ClaimSpecParts] = {}
         self._pool_cache: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
         self.slices_version = 0
         self.classes_version = 0
@@ -262,7 +264,7 @@ class AllocatorState:
             cache_key = (f"{namespace}/{name}" if namespace else name, version)
             compiled = self._claim_cache.get(cache_key) if version else None
             if compiled is None:
-                compiled = compile_claim(claim)
+                compiled = compile_claim(claim, self._spec_cache)
                 if version:
                     if len(self._claim_cache) > 10_000:
                         self._claim_cache.clear()

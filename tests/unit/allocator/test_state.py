@@ -292,3 +292,44 @@ def test_a_pool_whose_slices_disagree_on_the_slice_count_is_invalid() -> None:
     assert placement.node is None
     assert placement.explanation is not None
     assert "disagree on resourceSliceCount (1, 2)" in "\n".join(placement.explanation.lines())
+
+
+def test_claims_with_one_spec_share_its_compiled_form_but_keep_their_own_names() -> None:
+    from operators.api import parse_object
+
+    state = cluster()
+    first = parse_object(
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", **gpu_claim("a")}
+    )
+    second = parse_object(
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", **gpu_claim("b")}
+    )
+    other = parse_object(
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", **gpu_claim("c", count=2)}
+    )
+    a, b, c = state.compile_claims([first, second, other])
+    assert (a.name, b.name, c.name) == ("a", "b", "c")
+    assert a.requests is b.requests  # compiled once
+    assert c.requests is not a.requests
+    assert c.requests[0].exactly is not None and c.requests[0].exactly.count == 2
+    placement = state.find_node([other], [NodeInfo("node-0", {})], "first-fit")
+    assert placement.node == "node-0"
+    assert [d.device for d in placement.allocations[0].devices] == ["gpu-0", "gpu-1"]
+
+
+def test_index_free_counts_follow_every_assume_and_release() -> None:
+    state = cluster(nodes=2, per_node=3)
+    nodes = [NodeInfo("node-0", {}), NodeInfo("node-1", {})]
+    claims = [gpu_claim(f"c{i}") for i in range(7)]
+    placed = []
+    for claim in claims[:6]:
+        found = state.find_node([claim], nodes, "first-fit")
+        assert found.node is not None
+        state.assume(claim, found.allocations[0])
+        placed.append((claim, found.node))
+    assert [node for _, node in placed] == ["node-0"] * 3 + ["node-1"] * 3
+    assert state.find_node([claims[6]], nodes, "first-fit").node is None
+    state.release(placed[4][0])  # a device on node-1 is free again
+    assert state.find_node([claims[6]], nodes, "first-fit").node == "node-1"
+    state.release(placed[0][0])
+    assert state.find_node([claims[6]], nodes, "first-fit").node == "node-0"
