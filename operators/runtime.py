@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 import structlog
 
-from operators import logs, metrics, webhooks
+from operators import gcpause, logs, metrics, webhooks
 from operators.controllers import allocation, claims, taints  # noqa: F401  (handlers)
 from operators.controllers.base import (
     MEMO_KEY,
@@ -98,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = Settings.from_argv(argv)
     logs.configure(settings.log_level, settings.log_format)
     metrics.serve(settings.metrics_port, settings.metrics_addr)
+    gcpause.configure(settings.gc_young_threshold)
     log.info(
         "dralloc operator starting",
         controllers={

@@ -396,7 +396,7 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             "--enable-priority-and-fairness=false",
             "--max-requests-inflight=0",
             "--max-mutating-requests-inflight=0",
-            "--profiling=false",
+            "--profiling=true",  # /debug/pprof for admins: where the API server spends CPU
             f"--cert-dir={pki}",
         ],
     )

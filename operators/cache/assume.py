@@ -61,6 +61,11 @@ class AssumeCache(Generic[T]):
         self._index_funcs[name] = func
         self.informer.add_index(name, func)
 
+    def ensure_index(self, name: str, func: Callable[[T], Iterable[Hashable]]) -> None:
+        """Add an index several controllers share, unless one of them already added it."""
+        if name not in self._index_funcs:
+            self.add_index(name, func)
+
     def by_index(self, name: str, value: Hashable) -> list[T]:
         """Informer index lookup with assumed objects merged in (assumed ones win)."""
         found: dict[Key, T] = dict(

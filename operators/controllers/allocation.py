@@ -47,6 +47,7 @@ from operators.api.annotations import PodClaimDevices, format_pod_devices
 from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
 from operators.api.models import AllocationResult, ResourceClaim
 from operators.cache.core import (
+    CLAIM_STATUSES_ANNOTATION,
     DEVICES_ANNOTATION,
     FINALIZER,
     POD_CLAIMS_INDEX,
@@ -55,6 +56,7 @@ from operators.cache.core import (
     Node,
     Pod,
     PodClaim,
+    render_claim_statuses,
 )
 from operators.cache.informer import Change, Key, version_number
 from operators.controllers import claimrules, claimstatus, conditions, placement
@@ -84,7 +86,7 @@ REASON_ALLOCATED = "Allocated"
 BUSY_DELAY = 0.05
 CONFIRM_PERIOD = 1.0  # seconds between live reads of claims whose write got no answer
 EXPLAIN_PERIOD = 10.0  # seconds between explanations of one waiting pod
-MAX_CONCURRENT_WRITES = 16  # pods whose writes are in flight at once
+MAX_CONCURRENT_WRITES = 64  # pods whose writes are in flight at once
 MAX_DETAIL_LINES = 5  # per-node-group lines in the Event after the summary
 WAKE_DELAY = 0.1  # coalesces a burst of cluster changes into one retry of waiting pods
 
@@ -169,6 +171,10 @@ class AllocationController:
         # changes: rebuilding it per pod sorted the labels of every node for every pod.
         self._node_list: list[tuple[Node, NodeInfo]] | None = None
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
+        # Claims generated for a pod are found through their owner until the pod records
+        # their names (we record them in our own pod write; see claims.py).
+        self.pods.ensure_index(claimrules.PODS_BY_UID_INDEX, claimrules.pod_uid_keys)
+        self.claims.ensure_index(claimrules.CLAIMS_BY_OWNER_INDEX, claimrules.owner_uid_keys)
         self.pods.add_handler(self._on_pod)
         self.nodes.add_handler(self._on_node)
         self.claims.informer.add_handler(self._on_claim)
@@ -216,7 +222,12 @@ class AllocationController:
             > version_number(unanswered.resource_version)
         ):
             self._settle_unanswered(change.key, change.new)
-        for key in self.pods.index_keys(POD_CLAIMS_INDEX, (change.key.namespace, change.key.name)):
+        pods = set(self.pods.index_keys(POD_CLAIMS_INDEX, (change.key.namespace, change.key.name)))
+        claim = change.new or change.old
+        owner = claimrules.owner_pod_uid(claim) if claim is not None else None
+        if owner:
+            pods.update(self.pods.index_keys(claimrules.PODS_BY_UID_INDEX, owner))
+        for key in sorted(pods):
             self.queue.add(key)
 
     def _on_node(self, change: Change[Node]) -> None:
@@ -401,7 +412,7 @@ class AllocationController:
     def _resolve_claims(self, pod: Pod) -> list[tuple[PodClaim, ResourceClaim]]:
         entries = []
         for entry in pod.claims:
-            name = pod.claim_name(entry)
+            name = self._claim_name(pod, entry)
             if not name:
                 raise NotReady()
             if Key(pod.namespace, name) in self.claims_in_flight:
@@ -434,6 +445,16 @@ class AllocationController:
                 )
             entries.append((entry, claim))
         return entries
+
+    def _claim_name(self, pod: Pod, entry: PodClaim) -> str | None:
+        """The claim an entry refers to: recorded on the pod, or generated for it (found
+        through its owner while the pod does not record it yet)."""
+        name = pod.claim_name(entry)
+        if not name and entry.resource_claim_template_name is not None:
+            name = claimrules.generated_claim_name(
+                self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid), entry.name
+            )
+        return name
 
     def _sorted_nodes(self) -> list[tuple[Node, NodeInfo]]:
         """Every cached node in name order with its allocator view (see ``_node_list``)."""
@@ -634,7 +655,20 @@ class AllocationController:
             )
             for entry, claim in entries
         )
-        patch: dict[str, Any] = {"metadata": {"annotations": {DEVICES_ANNOTATION: devices}}}
+        annotations = {DEVICES_ANNOTATION: devices}
+        statuses = claimrules.merged_statuses(
+            pod.claim_statuses,
+            {
+                entry.name: claim.metadata.name
+                for entry, claim in entries
+                if entry.resource_claim_template_name is not None
+            },
+            (entry.name for entry in pod.claims),
+        )
+        rendered = render_claim_statuses(statuses)
+        if statuses and rendered != pod.annotations.get(CLAIM_STATUSES_ANNOTATION):
+            annotations[CLAIM_STATUSES_ANNOTATION] = rendered  # see claims.py: one write
+        patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
         if pod.gated:
             remaining = [{"name": g} for g in pod.scheduling_gates if g != SCHEDULING_GATE]
             patch["spec"] = {
@@ -678,7 +712,7 @@ class AllocationController:
         detailed = "\n".join([message, *reason.details[:MAX_DETAIL_LINES]])
         await self.runtime.events.post(pod.involved(), REASON_FAILED, detailed, warning=True)
         for entry in pod.claims:
-            name = pod.claim_name(entry)
+            name = self._claim_name(pod, entry)
             claim = self.claims.get(Key(pod.namespace, name)) if name else None
             if claim is not None and not _is_allocated(claim):
                 await self.runtime.events.post(
@@ -692,7 +726,7 @@ class AllocationController:
         """Each waiting claim's Allocated=False condition, written only when it changes."""
         now = datetime.datetime.now(datetime.UTC)
         for entry in pod.claims:
-            name = pod.claim_name(entry)
+            name = self._claim_name(pod, entry)
             claim = self.claims.get(Key(pod.namespace, name)) if name else None
             message = reason.claims.get(str(Key(pod.namespace, name or "")))
             if claim is None or message is None or _is_allocated(claim):

@@ -109,6 +109,34 @@ def pod_claim_name_of(claim: ResourceClaim) -> str | None:
     return (claim.metadata.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION)
 
 
+CLAIMS_BY_OWNER_INDEX = "claims-by-owner"
+PODS_BY_UID_INDEX = "pods-by-uid"
+
+
+def owner_uid_keys(claim: ResourceClaim) -> list[str]:
+    """The :data:`CLAIMS_BY_OWNER_INDEX` values: the UID of the pod a claim was made for."""
+    owner = owner_pod_uid(claim)
+    return [owner] if owner else []
+
+
+def pod_uid_keys(pod: Pod) -> list[str]:
+    """The :data:`PODS_BY_UID_INDEX` values."""
+    return [pod.uid]
+
+
+def generated_claim_name(owned: Iterable[ResourceClaim], pod_claim_name: str) -> str | None:
+    """Among the claims a pod owns, the one generated for its entry ``pod_claim_name``.
+
+    The pod's claim-statuses annotation records the same name, but may not be written yet:
+    the allocation controller writes it together with the allocation (one pod write, not
+    two), so it finds the claim this way in the meantime.
+    """
+    for claim in owned:
+        if pod_claim_name_of(claim) == pod_claim_name:
+            return claim.metadata.name or None
+    return None
+
+
 def merged_statuses(
     current: Iterable[ClaimStatus], updates: dict[str, str | None], order: Iterable[str]
 ) -> tuple[ClaimStatus, ...]:

@@ -15,6 +15,7 @@ again after a long delay, or sooner when its template or namespace changes.
 from __future__ import annotations
 
 import collections
+import time
 from typing import Any
 
 import structlog
@@ -53,6 +54,7 @@ REASON_FAILED_CREATION = "FailedResourceClaimCreation"
 REFUSED_RETRY_DELAY = (
     300.0  # a refused claim is retried this late (template/namespace events: at once)
 )
+STATUSES_DEFER = 5.0  # seconds a gated pod's claim statuses are left to the allocation write
 
 
 class ClaimError(Exception):
@@ -62,7 +64,7 @@ class ClaimError(Exception):
 class ClaimController:
     name = "claims"
 
-    def __init__(self, runtime: Runtime, *, workers: int = 8) -> None:
+    def __init__(self, runtime: Runtime, *, workers: int = 32) -> None:
         self.runtime = runtime
         self.client = runtime.client
         cache = runtime.cache
@@ -78,11 +80,14 @@ class ClaimController:
             rejected_delay=REFUSED_RETRY_DELAY,
         )
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
+        # Gated pods whose claim statuses we left to the allocation controller, since when.
+        self.statuses_deferred: dict[Key, float] = {}
+        self.allocation_records_statuses = runtime.settings.allocation_controller
         self.synced = 0
-        self.pods.add_index("pods-by-uid", lambda pod: [pod.uid])
+        self.pods.ensure_index(claimrules.PODS_BY_UID_INDEX, claimrules.pod_uid_keys)
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         self.pods.add_index("claims-by-template", _pod_template_keys)
-        self.claims.add_index("claims-by-owner", _owner_uid_keys)
+        self.claims.ensure_index(claimrules.CLAIMS_BY_OWNER_INDEX, claimrules.owner_uid_keys)
         self.pods.add_handler(self._on_pod)
         self.claims.informer.add_handler(self._on_claim)
         self.templates.add_handler(self._on_template)
@@ -96,13 +101,14 @@ class ClaimController:
         if pod is None or not pod.uses_claims:
             return
         if change.new is None:
+            self.statuses_deferred.pop(change.key, None)
             self.deleted_pod_uids[pod.uid] = None
             while len(self.deleted_pod_uids) > 500:
                 self.deleted_pod_uids.popitem(last=False)
         if change.new is None or pod.done or pod.deleting:
             for name in pod.claim_names():
                 self.queue.add(("claim", Key(pod.namespace, name)))
-            for claim in self.claims.by_index("claims-by-owner", pod.uid):
+            for claim in self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid):
                 self.queue.add(("claim", Key(pod.namespace, claim.metadata.name or "")))
             return
         if _needs_claims(pod) or pod.node_name or pod.claims_error:
@@ -117,7 +123,7 @@ class ClaimController:
         if claim is not None:
             owner = claimrules.owner_pod_uid(claim)
             if owner and change.new is None:
-                for pod in self.pods.by_index("pods-by-uid", owner):
+                for pod in self.pods.by_index(claimrules.PODS_BY_UID_INDEX, owner):
                     self.queue.add(("pod", Key(pod.namespace, pod.name)))
 
     def _on_template(self, change: Change[ResourceClaimTemplate]) -> None:
@@ -196,6 +202,8 @@ class ClaimController:
         )
         rendered = render_claim_statuses(statuses)
         if statuses and rendered != pod.annotations.get(CLAIM_STATUSES_ANNOTATION):
+            if not refused and self._leave_statuses_to_allocation(key, pod):
+                return
             await self.client.merge_patch(
                 PODS,
                 pod.name,
@@ -203,11 +211,29 @@ class ClaimController:
                 namespace=pod.namespace,
                 resource_version=pod.resource_version,
             )
+        self.statuses_deferred.pop(key, None)
         if pod.node_name:
             await self._reserve_for_bound_pod(pod)
         if refused:
             # The user may fix it without an event we watch (an RBAC rule, a quota).
             self.queue.add_after(("pod", key), REFUSED_RETRY_DELAY)
+
+    def _leave_statuses_to_allocation(self, key: Key, pod: Pod) -> bool:
+        """Whether to let the allocation controller record the claim statuses, for a while.
+
+        A gated pod is about to be patched by the allocation controller anyway (devices,
+        node, gate); it records the statuses in that same write, which saves every such pod
+        a write and the watch events it fans out to every pod watcher. If the pod is still
+        unrecorded after :data:`STATUSES_DEFER` (no node fits, say), we write them ourselves.
+        """
+        if not (self.allocation_records_statuses and pod.gated):
+            return False
+        now = time.monotonic()
+        waited = now - self.statuses_deferred.setdefault(key, now)
+        if waited >= STATUSES_DEFER:
+            return False
+        self.queue.add_after(("pod", key), STATUSES_DEFER - waited)
+        return True
 
     async def _ensure_claim(self, pod: Pod, pod_claim_name: str, template_name: str) -> str:
         """The name of this pod's claim for a template entry, creating it if needed."""
@@ -221,9 +247,11 @@ class ClaimController:
                         f"{pod.ref} (pod is not owner)"
                     )
                 return recorded
-        for claim in self.claims.by_index("claims-by-owner", pod.uid):
-            if claimrules.pod_claim_name_of(claim) == pod_claim_name:
-                return claim.metadata.name or ""
+        generated = claimrules.generated_claim_name(
+            self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid), pod_claim_name
+        )
+        if generated:
+            return generated
         template = self.templates.get(Key(pod.namespace, template_name))
         if template is None:
             raise ClaimError(f'resource claim template "{template_name}": not found')
@@ -343,7 +371,7 @@ class ClaimController:
 
     def _cached_owner_state(self, namespace: str, owner_uid: str) -> PodState | None:
         """Done or replaced owners make a generated claim deletable; gone ones are GC's."""
-        for pod in self.pods.by_index("pods-by-uid", owner_uid):
+        for pod in self.pods.by_index(claimrules.PODS_BY_UID_INDEX, owner_uid):
             return PodState.DONE if pod.done else PodState.IN_USE
         return None
 
@@ -368,11 +396,6 @@ def _pod_template_keys(pod: Pod) -> list[tuple[str, str]]:
         for c in pod.claims
         if c.resource_claim_template_name is not None
     ]
-
-
-def _owner_uid_keys(claim: ResourceClaim) -> list[str]:
-    owner = claimrules.owner_pod_uid(claim)
-    return [owner] if owner else []
 
 
 register_controller(

@@ -35,7 +35,10 @@ CLAIMS_PATH = RESOURCE_CLAIMS.path("ns")
 
 
 def controller_with_pod(client: FakeClient, *, admin_namespace: bool = False) -> ClaimController:
-    controller = ClaimController(runtime(client, requeue_base_delay=1.0))
+    # The claim controller alone: it records claim statuses itself, at once.
+    controller = ClaimController(
+        runtime(client, requeue_base_delay=1.0, allocation_controller=False)
+    )
     cache = controller.runtime.cache
     cache[NAMESPACES].apply("ADDED", namespace("ns", admin=admin_namespace))
     cache[RESOURCE_CLAIM_TEMPLATES].apply("ADDED", template("ns", "one"))
