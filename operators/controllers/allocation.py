@@ -86,9 +86,10 @@ REASON_ALLOCATED = "Allocated"
 BUSY_DELAY = 0.05
 CONFIRM_PERIOD = 1.0  # seconds between live reads of claims whose write got no answer
 EXPLAIN_PERIOD = 10.0  # seconds between explanations of one waiting pod
+EXPLAIN_GRACE = 1.0  # seconds a pod waits for room before it is explained at all
 MAX_CONCURRENT_WRITES = 64  # pods whose writes are in flight at once
 MAX_DETAIL_LINES = 5  # per-node-group lines in the Event after the summary
-WAKE_DELAY = 0.1  # coalesces a burst of cluster changes into one retry of waiting pods
+WAKE_DELAY = 0.02  # coalesces a burst of cluster changes into one retry of waiting pods
 
 
 class NotReady(Exception):
@@ -164,6 +165,7 @@ class AllocationController:
         self.claims_in_flight: set[Key] = set()
         self.unanswered: dict[Key, UnansweredWrite] = {}
         self.explained_at: dict[Key, float] = {}
+        self.failing_since: dict[Key, float] = {}  # pods no node could take, since when
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
         self.allocated_pods = 0
@@ -255,6 +257,7 @@ class AllocationController:
             self.waiting.discard(change.key)
             self.written.pop(change.key, None)
             self.explained_at.pop(change.key, None)
+            self.failing_since.pop(change.key, None)
             return
         written = self.written.get(change.key)
         if written is not None and version_number(pod.resource_version) >= written:
@@ -515,15 +518,26 @@ class AllocationController:
                 raise Unallocatable(placement.summarize(len(all_nodes), rejections))
             return candidates[0].name, []
         key = Key(pod.namespace, pod.name)
-        # Explaining looks at every node; for a pod that keeps waiting, do it now and then.
-        explain = time.monotonic() - self.explained_at.get(key, -EXPLAIN_PERIOD) >= EXPLAIN_PERIOD
+        # Explaining looks at every node and writes to the pod and its claims. A pod that
+        # finds no room at first usually gets it moments later (devices of a pod that just
+        # ended are being released), so it is explained only once it has waited
+        # EXPLAIN_GRACE, and then every EXPLAIN_PERIOD while it keeps waiting.
+        now = time.monotonic()
+        waited = now - self.failing_since.get(key, now)
+        explain = (
+            waited >= EXPLAIN_GRACE
+            and now - self.explained_at.get(key, -EXPLAIN_PERIOD) >= EXPLAIN_PERIOD
+        )
         found = self.state.find_node(
             pending, infos, str(self.settings.node_policy), explain=explain
         )
         if found.node is not None:
             self.explained_at.pop(key, None)
+            self.failing_since.pop(key, None)
             return found.node, list(found.allocations)
-        if not explain:
+        fatal = found.explanation is not None and bool(found.explanation.fatal_error)
+        if not explain and not fatal:  # an error in the claims is reported at once
+            self.failing_since.setdefault(key, now)
             raise StillWaiting()
         self.explained_at[key] = time.monotonic()
         explanation = found.explanation

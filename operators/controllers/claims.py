@@ -1,7 +1,9 @@
 """The resource-claim controller (upstream's ``resourceclaim`` controller, reference §4).
 
 For pods with the claims annotation it creates claims from templates (owned by the pod) and
-records them in the pod's claim-statuses annotation; for claims it trims ``reservedFor``
+records them in the pod's claim-statuses annotation (for a gated pod, only if the allocation
+controller has not recorded them with the allocation within ``STATUSES_DEFER`` seconds: one
+pod write instead of two); for claims it trims ``reservedFor``
 entries of pods that are gone, replaced or done, deallocates claims nobody uses any more
 (allocation cleared, then our finalizer dropped), and deletes generated claims of done pods.
 

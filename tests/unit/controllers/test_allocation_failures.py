@@ -17,8 +17,10 @@ import pytest
 
 from operators.cache.informer import Key
 from operators.controllers.allocation import (
+    EXPLAIN_GRACE,
     REASON_FAILED,
     AllocationController,
+    StillWaiting,
     Unallocatable,
 )
 from operators.controllers.workqueue import work_once
@@ -173,6 +175,9 @@ async def test_an_unanswered_write_keeps_the_device_until_the_watch_says_it_fail
     second = add_pod(controller, "q", "c2")
     waiting = controller.pods.get(second)
     assert waiting is not None
+    with pytest.raises(StillWaiting):  # not explained before EXPLAIN_GRACE
+        controller._choose(waiting, controller._resolve_claims(waiting))
+    controller.failing_since[second] -= EXPLAIN_GRACE
     with pytest.raises(Unallocatable, match="0/1 nodes"):
         controller._choose(waiting, controller._resolve_claims(waiting))
 
@@ -226,3 +231,28 @@ async def test_a_refused_write_frees_the_device_and_tells_the_user() -> None:
     assert any("status.allocation: Invalid value" in m for m in messages(client, "p"))
     due = controller.queue.due_in(key)
     assert due is not None and due > 60
+
+
+# --- explaining -----------------------------------------------------------------------------
+
+
+async def test_a_pod_without_room_is_explained_only_after_a_grace_period() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    await sync(controller, add_pod(controller, "p", "c1"))  # takes the only device
+    second = add_pod(controller, "q", "c2")
+    await sync(controller, second)
+    assert messages(client, "q") == [], "explained before the grace period"
+    assert second in controller.waiting
+    controller.failing_since[second] -= EXPLAIN_GRACE
+    await sync(controller, second)
+    assert messages(client, "q") and "0/1 nodes" in messages(client, "q")[0]
+
+
+async def test_an_error_the_search_meets_is_explained_at_once() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    broken = [{"cel": {"expression": 'device.attributes["nowhere.example.com"].x == 1'}}]
+    key = add_pod(controller, "p", "c1", selectors=broken)
+    await sync(controller, key)
+    assert messages(client, "p") and "CEL runtime error" in messages(client, "p")[0]

@@ -85,3 +85,16 @@ async def test_an_ungated_pod_gets_its_statuses_at_once() -> None:
     await work_once(claims.queue, claims.sync)
     [annotations] = pod_writes(client)
     assert CLAIM_STATUSES_ANNOTATION in annotations
+
+
+async def test_a_generated_claim_needs_no_finalizer_write_before_its_allocation() -> None:
+    client = FakeClient()
+    claims, allocation = setup(client)
+    await work_once(claims.queue, claims.sync)
+    created = client.objects[RESOURCE_CLAIMS.path("ns", "p-dev-abcde")]
+    allocation.runtime.cache[RESOURCE_CLAIMS].apply("ADDED", created)
+    async with asyncio.TaskGroup() as writers:
+        allocation._writers = writers
+        await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
+    writes = client.writes(RESOURCE_CLAIMS.path("ns", "p-dev-abcde"))
+    assert [w.path.rsplit("/", 1)[-1] for w in writes] == ["status"]  # no finalizer patch

@@ -75,6 +75,7 @@ def test_claim_body_from_template() -> None:
     assert meta["generateName"] == "web-gpu-"
     assert meta["labels"] == {"team": "a"}
     assert meta["annotations"] == {"note": "x", "resource.dralloc.dev/pod-claim-name": "gpu"}
+    assert meta["finalizers"] == [FINALIZER]  # saves the allocator a write of its own
     assert meta["ownerReferences"] == [
         {
             "apiVersion": "v1",
@@ -196,6 +197,16 @@ def test_unallocated_claim_with_finalizer_is_left_alone() -> None:
 def test_deleted_claim_released() -> None:
     plan = plan_claim(claim([], deleting=True), states(), None)
     assert plan.deallocate and plan.remove_finalizer and not plan.delete
+
+
+def test_unallocated_generated_claim_of_a_done_pod_is_deleted_then_let_go() -> None:
+    # Generated claims carry the finalizer from their creation, allocated or not.
+    done = plan_claim(claim([], allocated=False, owner="u1"), states(), PodState.DONE)
+    assert done.delete and not done.deallocate and not done.remove_finalizer
+    deleting = plan_claim(
+        claim([], allocated=False, owner="u1", deleting=True), states(), PodState.DONE
+    )
+    assert deleting.remove_finalizer and not deleting.deallocate and not deleting.delete
 
 
 def test_generated_claim_of_done_pod_deleted() -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from typing import Any
 
 from operators.api.models import ResourceClaim
 from operators.cache.informer import Key
 from operators.controllers import claimstatus
-from operators.controllers.allocation import AllocationController
+from operators.controllers.allocation import EXPLAIN_GRACE, AllocationController
 from operators.controllers.claims import ClaimController
 from operators.controllers.workqueue import work_once
 from operators.kube import (
@@ -106,6 +107,7 @@ def add_pod(controller: AllocationController, name: str, claims: dict[str, JsonD
 
 async def explain_now(controller: AllocationController, key: Key) -> None:
     controller.explained_at.clear()  # skip the 10 s between explanations
+    controller.failing_since[key] = time.monotonic() - EXPLAIN_GRACE  # and the first wait
     controller.queue.add(key)
     async with asyncio.TaskGroup() as writers:
         controller._writers = writers
