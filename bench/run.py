@@ -101,7 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--level", choices=["1", "2", "all"], default="all")
     parser.add_argument("--only", nargs="*", default=[], help="workload file names (without .json)")
     parser.add_argument("--no-upstream", action="store_true", help="skip the Go allocator")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per engine, best kept")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="level-1 runs per engine, alternating, best kept (a run lasts ~0.05-2 s: "
+        "on a shared machine one run is mostly noise)",
+    )
     parser.add_argument("--no-binpack", action="store_true", help="skip dralloc's binpack column")
     parser.add_argument("--out", type=Path, default=report.RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -119,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows, skipped = run_level1(
             workloads,
             upstream=not args.no_upstream,
-            repeat=args.repeat,
+            repeat=1 if args.quick else args.repeat,
             binpack=not args.no_binpack and not args.quick,
             log=log,
         )

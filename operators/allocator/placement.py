@@ -245,10 +245,13 @@ def find_node(
         rank = ranks[counts] = _rank_node(dict(zip(entries, counts, strict=True)), plan)
         return rank
 
-    if policy == "first-fit" and all(len(options) == 1 for options in plan.choices):
-        # Every candidate scores the same, so the caller's order is the rank order:
-        # walk it lazily and stop at the first node that fits, with no full scan.
-        return _first_fit(state, claims, nodes, rank_of, max_searches, explain)
+    if policy == "first-fit":
+        # Walk the caller's order lazily and stop at the first node that fits with the best
+        # score any node could get: no full scan (see _first_fit).
+        top = None
+        if not all(len(options) == 1 for options in plan.choices):
+            top = _score_bound(index, plan)
+        return _first_fit(state, claims, nodes, rank_of, max_searches, explain, top)
     ranked: list[tuple[RankKey, NodeInfo]] = []
     for position, node in enumerate(nodes):
         rank = rank_of(node)
@@ -261,6 +264,19 @@ def find_node(
     return _try_nodes(state, claims, nodes, ranked, max_searches, explain)
 
 
+def _score_bound(index: DeviceIndex, plan: _Plan) -> int:
+    """A score no node can beat: per firstAvailable request, the points of its first
+    alternative that any device in the cluster matches at all."""
+    bound = 0
+    for options in plan.choices:
+        for position, demand in enumerate(options):
+            entry = index.entry(demand.signature)
+            if entry.local or entry.shared:
+                bound += subrequest_points(position)
+                break
+    return bound
+
+
 def _first_fit(
     state: AllocatorState,
     claims: Sequence[CompiledClaim],
@@ -268,22 +284,30 @@ def _first_fit(
     rank_of: Callable[[NodeInfo], tuple[int, int] | None],
     max_searches: int | None,
     explain: bool,
+    top: int | None = None,
 ) -> Placement:
     """The first node in the caller's order that passes the prefilter and the search.
 
-    Only valid when every candidate would get the same score (no firstAvailable
-    request with alternatives): then ranking is the identity and the first fit wins.
+    Without firstAvailable alternatives (``top`` None) every candidate scores the same and
+    ranking is the caller's order. With them, ``top`` bounds every node's score: nodes
+    that reach it are ranked in the caller's order ahead of all others, so they are tried
+    as the walk finds them; the others are kept, sorted, for when none of those fits.
     """
     ruled_out = 0
 
     def candidates() -> Iterator[tuple[RankKey, NodeInfo]]:
         nonlocal ruled_out
+        later: list[tuple[RankKey, NodeInfo]] = []
         for position, node in enumerate(nodes):
             rank = rank_of(node)
             if rank is None:
                 ruled_out += 1
-            else:
+            elif top is None or rank[0] >= top:
                 yield (-rank[0], position, node.name), node
+            else:
+                later.append(((-rank[0], position, node.name), node))
+        later.sort(key=lambda item: item[0])
+        yield from later
 
     return _try_nodes(
         state,

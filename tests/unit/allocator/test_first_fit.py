@@ -123,3 +123,68 @@ def test_a_compiled_request_carries_its_index_signature() -> None:
     request = claim.requests[0].exactly
     assert request is not None
     assert request.signature == ("small", ())
+
+
+def prioritized_claim(*models: str) -> dict[str, Any]:
+    """One request whose alternatives are the given classes, best first."""
+    claim = claim_for(models[0])
+    claim["spec"]["devices"]["requests"] = [
+        {
+            "name": "r",
+            "firstAvailable": [
+                {"name": f"s{i}", "deviceClassName": model} for i, model in enumerate(models)
+            ],
+        }
+    ]
+    return claim
+
+
+def test_first_fit_with_alternatives_prefers_a_later_node_with_a_better_one() -> None:
+    # node-0 only offers the second choice; node-1 the first, so node-1 wins.
+    state = cluster({"node-0": [device("d", "small")], "node-1": [device("d", "large")]})
+    found = state.find_node(
+        [prioritized_claim("large", "small")], ["node-0", "node-1"], "first-fit"
+    )
+    assert found.node == "node-1"
+    assert found.allocations[0].devices[0].request == "r/s0"
+
+
+def test_first_fit_with_an_alternative_no_device_matches_takes_the_first_node() -> None:
+    # Nothing anywhere matches "huge": the best any node can do is the second choice, so
+    # the first node offering it wins without the others being ranked.
+    state = cluster({f"node-{i}": [device("d", "small")] for i in range(6)})
+    state.upsert_class(model_class("huge"))
+    found = state.find_node(
+        [prioritized_claim("huge", "small")], [f"node-{i}" for i in range(6)], "first-fit"
+    )
+    assert found.node == "node-0"
+    assert found.nodes_searched == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_fit_with_alternatives_matches_a_full_ranking(seed: int) -> None:
+    rng = random.Random(seed)
+    models = ["large", "small", "huge"]
+    nodes = {
+        f"node-{i}": [
+            device(f"d{j}", rng.choice(models[:2]), tainted=rng.random() < 0.3)
+            for j in range(rng.randint(0, 3))
+        ]
+        for i in range(10)
+    }
+    state = cluster(nodes)
+    state.upsert_class(model_class("huge"))
+    order = list(nodes)
+    rng.shuffle(order)
+    choice = rng.sample(models, 2)
+    claim = prioritized_claim(*choice)
+    # The reference: every node allocated on its own, best alternative first, then order.
+    results = [(n, state.allocate([claim], n)) for n in order]
+    fitting = [(n, r) for n, r in results if r is not None]
+    expected = None
+    if fitting:
+        best = min(
+            fitting, key=lambda item: (int(item[1][0].devices[0].request[-1]), order.index(item[0]))
+        )
+        expected = best[0]
+    assert state.find_node([claim], order, "first-fit").node == expected
