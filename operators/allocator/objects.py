@@ -29,7 +29,7 @@ def object_ref(obj: Any) -> tuple[str, str, str]:
     name is a large share of the per-pod cost (keys are looked up several
     times per pod).
     """
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):  # the exact type check is much cheaper
         meta = obj.get("metadata") or {}
         return (
             str(meta.get("namespace") or ""),

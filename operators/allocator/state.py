@@ -103,6 +103,7 @@ class AllocatorState:
         self._confirmed: dict[str, tuple[UsedDevice, ...]] = {}
         self._assumed: dict[str, tuple[UsedDevice, ...]] = {}
         self.allocated = AllocatedDevices()
+        self._default_inputs: SearchInputs | None = None
         self._claim_cache: dict[tuple[str, str], CompiledClaim] = {}
         self._spec_cache: dict[str, ClaimSpecParts] = {}
         self._pool_cache: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
@@ -307,6 +308,15 @@ class AllocatorState:
     def search_inputs(
         self, deadline: float | None = None, budget: int | None = None
     ) -> SearchInputs:
+        if deadline is None and budget is None:
+            # Every field is fixed for the state's lifetime (``allocated`` changes in place).
+            cached = self._default_inputs
+            if cached is None or cached.budget != self.budget:
+                self._default_inputs = cached = self._make_inputs(None, None)
+            return cached
+        return self._make_inputs(deadline, budget)
+
+    def _make_inputs(self, deadline: float | None, budget: int | None) -> SearchInputs:
         return SearchInputs(
             features=self.features,
             classes=self._classes.get,
