@@ -26,7 +26,13 @@ class AssumeCache(Generic[T]):
         self.informer = informer
         self._assumed: dict[Key, tuple[T, Meta]] = {}
         self._index_funcs: dict[str, Callable[[T], Iterable[Hashable]]] = {}
+        self._listeners: list[Callable[[Key, T], None]] = []
         informer.add_handler(self._on_change)
+
+    def add_listener(self, listener: Callable[[Key, T], None]) -> None:
+        """Called with each object assumed from now on, as soon as the answer is in: a
+        controller can act on another's write before the watch shows it."""
+        self._listeners.append(listener)
 
     def assume(self, raw: JsonDict) -> T:
         """Record the API server's answer to our write; returns the parsed object."""
@@ -37,6 +43,8 @@ class AssumeCache(Generic[T]):
             meta.resource_version
         ):
             self._assumed[meta.key] = (obj, meta)
+            for listener in self._listeners:
+                listener(meta.key, obj)
         return obj
 
     def restore(self, key: Key) -> None:

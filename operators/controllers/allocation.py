@@ -180,6 +180,7 @@ class AllocationController:
         self.pods.add_handler(self._on_pod)
         self.nodes.add_handler(self._on_node)
         self.claims.informer.add_handler(self._on_claim)
+        self.claims.add_listener(self._on_claim_written)
         cache[RESOURCE_SLICES].add_handler(self._on_slice)
         cache[DEVICE_CLASSES].add_handler(self._on_class)
         cache[DEVICE_TAINT_RULES].add_handler(self._on_rule)
@@ -231,6 +232,14 @@ class AllocationController:
             pods.update(self.pods.index_keys(claimrules.PODS_BY_UID_INDEX, owner))
         for key in sorted(pods):
             self.queue.add(key)
+
+    def _on_claim_written(self, key: Key, claim: ResourceClaim) -> None:
+        """A claim just created for a pod (by the claim controller): its pod can be decided
+        now, without waiting for the watch to show the claim."""
+        owner = claimrules.owner_pod_uid(claim)
+        if owner and not _is_allocated(claim):
+            for pod_key in self.pods.index_keys(claimrules.PODS_BY_UID_INDEX, owner):
+                self.queue.add(pod_key)
 
     def _on_node(self, change: Change[Node]) -> None:
         self._node_list = None  # any add, update or delete changes the candidates

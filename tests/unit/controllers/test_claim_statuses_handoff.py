@@ -98,3 +98,19 @@ async def test_a_generated_claim_needs_no_finalizer_write_before_its_allocation(
         await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
     writes = client.writes(RESOURCE_CLAIMS.path("ns", "p-dev-abcde"))
     assert [w.path.rsplit("/", 1)[-1] for w in writes] == ["status"]  # no finalizer patch
+
+
+async def test_a_created_claim_wakes_its_pod_before_the_watch_shows_it() -> None:
+    client = FakeClient()
+    claims, allocation = setup(client)
+    async with asyncio.TaskGroup() as writers:
+        allocation._writers = writers
+        await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
+    assert allocation.queue.due_in(POD) is None  # no claim yet: nothing to do
+    await work_once(claims.queue, claims.sync)
+    assert allocation.queue.due_in(POD) == 0.0  # woken by the claim controller's write
+    async with asyncio.TaskGroup() as writers:
+        allocation._writers = writers
+        await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
+    [annotations] = pod_writes(client)
+    assert DEVICES_ANNOTATION in annotations
