@@ -103,14 +103,28 @@ def level1_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def level2_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One row per workload: dralloc / in-tree first, then both systems' figures."""
     lines = [
-        "| workload | system | pods bound | seconds | pods/s | API writes/pod | note |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| workload | ratio | dralloc pods/s | in-tree pods/s | dralloc writes/pod "
+        "| in-tree writes/pod | pods bound (dralloc, in-tree) | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
+    by_workload: dict[str, dict[str, Mapping[str, Any]]] = {}
     for row in rows:
+        by_workload.setdefault(row["workload"], {})[row["system"]] = row
+    for workload, systems in by_workload.items():
+        ours, theirs = systems.get("dralloc", {}), systems.get("in-tree", {})
+        rate, other = ours.get("podsPerSecond"), theirs.get("podsPerSecond")
+        ratio = f"{rate / other:.2f}x" if rate and other else "-"
+        noted = {name: row["note"] for name, row in systems.items() if row.get("note")}
+        if len(set(noted.values())) == 1 and len(noted) == len(systems):
+            notes = next(iter(noted.values()))  # the same for both (the steady-state window)
+        else:
+            notes = "; ".join(f"{name}: {note}" for name, note in noted.items())
         lines.append(
-            f"| {row['workload']} | {row['system']} | {row.get('pods', 0)} | {_fmt(row.get('seconds'), 1)} "
-            f"| {_fmt(row.get('podsPerSecond'), 1)} | {_fmt(row.get('writesPerPod'), 2)} | {row.get('note', '')} |"
+            f"| {workload} | {ratio} | {_fmt(rate, 1)} | {_fmt(other, 1)} "
+            f"| {_fmt(ours.get('writesPerPod'), 2)} | {_fmt(theirs.get('writesPerPod'), 2)} "
+            f"| {ours.get('pods', 0)}, {theirs.get('pods', 0)} | {notes} |"
         )
     return lines
 
