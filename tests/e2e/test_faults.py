@@ -104,7 +104,9 @@ class Run:
         self.replicas.append(proc)
         return proc
 
-    def add_pods(self, count: int) -> None:
+    def add_pods(self, count: int, node_labels: dict[str, str] | None = None) -> None:
+        """Gated pods with a claim from the template; ``node_labels`` are required of their
+        node on top of the pool's."""
         names = [f"p{len(self.pods) + i}" for i in range(count)]
         bodies = []
         for name in names:
@@ -115,6 +117,8 @@ class Run:
                 [{"name": "dev", "resourceClaimTemplateName": "one"}],
             )
             body["spec"]["schedulingGates"] = [{"name": GATE}]
+            if node_labels:
+                body["spec"]["nodeSelector"] = {**body["spec"]["nodeSelector"], **node_labels}
             bodies.append(body)
         for start in range(0, len(bodies), 50):
             self.testbed.apply(*bodies[start : start + 50])
@@ -331,7 +335,20 @@ def test_claims_changed_by_someone_else_mid_allocation(run: Run) -> None:
 
     thread, stop = background(meddle)
     try:
-        for _ in range(5):
+        # The first batch cannot be placed until its nodes get a label: its claims exist
+        # unallocated for a while, so the meddling surely hits some (allocation is otherwise
+        # done within milliseconds of a claim's creation).
+        later = {"e2e.dralloc.dev/ready": "yes"}
+        run.add_pods(SIZE.pods // 5, node_labels=later)
+        wait_for(
+            "claims meddled with while unallocated",
+            lambda: meddles["labels"] > 0,
+            timeout=60,
+            interval=0.5,
+        )
+        for node in run.pool.nodes:
+            run.testbed.kubectl("label", "node", node, "e2e.dralloc.dev/ready=yes")
+        for _ in range(4):
             run.add_pods(SIZE.pods // 5)
             time.sleep(1.0)
         wait_for(
