@@ -227,19 +227,22 @@ class AllocationController:
             self._settle_unanswered(change.key, change.new)
         pods = set(self.pods.index_keys(POD_CLAIMS_INDEX, (change.key.namespace, change.key.name)))
         claim = change.new or change.old
-        owner = claimrules.owner_pod_uid(claim) if claim is not None else None
-        if owner:
-            pods.update(self.pods.index_keys(claimrules.PODS_BY_UID_INDEX, owner))
+        if claim is not None:
+            pods.update(self._owner_pods(claim))
         for key in sorted(pods):
             self.queue.add(key)
 
     def _on_claim_written(self, key: Key, claim: ResourceClaim) -> None:
         """A claim just created for a pod (by the claim controller): its pod can be decided
         now, without waiting for the watch to show the claim."""
-        owner = claimrules.owner_pod_uid(claim)
-        if owner and not _is_allocated(claim):
-            for pod_key in self.pods.index_keys(claimrules.PODS_BY_UID_INDEX, owner):
+        if not _is_allocated(claim):
+            for pod_key in self._owner_pods(claim):
                 self.queue.add(pod_key)
+
+    def _owner_pods(self, claim: ResourceClaim) -> list[Key]:
+        """The pod a claim was generated for (which may not record the claim's name yet)."""
+        owner = claimrules.owner_pod_uid(claim)
+        return self.pods.index_keys(claimrules.PODS_BY_UID_INDEX, owner) if owner else []
 
     def _on_node(self, change: Change[Node]) -> None:
         self._node_list = None  # any add, update or delete changes the candidates
