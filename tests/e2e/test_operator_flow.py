@@ -159,6 +159,30 @@ def test_unsatisfiable_claim_is_explained(
     assert (condition["status"], condition["reason"]) == ("False", "Unschedulable"), condition
     assert condition["message"].startswith("0/"), condition
     assert f'2 not enough devices of class "{pool.device_class}" (need 3)' in condition["message"]
+    # No allocation write will record the claim on the pod: the claim controller does, once
+    # it has left that to the allocation for STATUSES_DEFER seconds.
+    recorded = wait_for(
+        "the claim statuses on the waiting pod",
+        lambda: (
+            (get(testbed, "pod", "greedy", namespace) or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get(f"{GROUP}/claim-statuses")
+        ),
+        timeout=30,
+    )
+    assert json.loads(recorded) == [{"name": "dev", "resourceClaimName": claim_name}]
+    # The claim was created with our finalizer (no write of its own before an allocation);
+    # unallocated, it must still go away with its pod.
+    [waiting] = claims_in(testbed, namespace)
+    assert waiting["metadata"]["finalizers"] == [f"{GROUP}/delete-protection"]
+    assert not (waiting.get("status") or {}).get("allocation")
+    testbed.kubectl("delete", "pod", "greedy", f"--namespace={namespace}", "--wait=false")
+    wait_for(
+        "the never-allocated claim to be deleted",
+        lambda: claims_in(testbed, namespace) == [],
+        timeout=60,
+    )
 
 
 def allocated_condition(claim: dict[str, Any] | None) -> dict[str, Any] | None:
