@@ -138,6 +138,7 @@ def test_unsatisfiable_claim_is_explained(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
     pool = make_pool(testbed, nodes=2, devices=1)
+    make_pool(testbed, nodes=1, devices=1)  # a node outside the pod's selector, whatever ran before
     testbed.apply(template(namespace, "three", pool, allocationMode="ExactCount", count=3))
     testbed.apply(
         pod(namespace, "greedy", pool, [{"name": "dev", "resourceClaimTemplateName": "three"}])
