@@ -26,6 +26,8 @@ from .operator_fixtures import (
     template,
 )
 
+READY_LABEL = "e2e.dralloc.dev/ready"
+
 
 def gated_pod(namespace: str, name: str, pool: Pool) -> dict[str, Any]:
     body = pod(namespace, name, pool, [{"name": "dev", "resourceClaimTemplateName": "one"}])
@@ -84,11 +86,18 @@ def test_killed_mid_allocation_restart_finishes_without_double_allocation(
     first = new_replica(testbed, tmp_path, lease, "first", operators)
     first.wait_ready()
     names = [f"p{i}" for i in range(10)]
-    testbed.apply(*[gated_pod(namespace, n, pool) for n in names])
+    # Half the pods need a node label that comes only after the kill, so that the first
+    # replica surely dies with work left (it allocates the others within milliseconds).
+    bodies = [gated_pod(namespace, n, pool) for n in names]
+    for body in bodies[5:]:
+        body["spec"]["nodeSelector"] = {**body["spec"]["nodeSelector"], READY_LABEL: "yes"}
+    testbed.apply(*bodies)
     first.wait_until("pod allocated", timeout=60)
     first.stop(signal.SIGKILL)
     if len(bound(testbed, namespace, names)) == len(names):
         pytest.skip("the first replica finished everything before it was killed")
+    for node in pool.nodes:
+        testbed.kubectl("label", "node", node, f"{READY_LABEL}=yes")
 
     second = new_replica(testbed, tmp_path, lease, "second", operators)
     second.wait_ready()
