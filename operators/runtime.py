@@ -42,6 +42,7 @@ async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: A
     settings.posting.enabled = False  # we post our own Events, about our own objects
     settings.peering.standalone = True  # leadership is the Lease's job, not kopf peering
     settings.networking.request_timeout = ours.request_timeout
+    gcpause.configure(ours.gc_young_threshold)  # here, so that `kopf run` gets it too
     webhooks.configure_admission(settings, ours)
     runtime = await runtime_from(memo)
     memo[TASK_KEY] = asyncio.create_task(_supervise(runtime), name="dralloc-runtime")
@@ -98,7 +99,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = Settings.from_argv(argv)
     logs.configure(settings.log_level, settings.log_format)
     metrics.serve(settings.metrics_port, settings.metrics_addr)
-    gcpause.configure(settings.gc_young_threshold)
     log.info(
         "dralloc operator starting",
         controllers={
