@@ -56,7 +56,6 @@ from operators.cache.core import (
     Node,
     Pod,
     PodClaim,
-    render_claim_statuses,
 )
 from operators.cache.informer import Change, Key, version_number
 from operators.controllers import claimrules, claimstatus, conditions, placement
@@ -682,17 +681,15 @@ class AllocationController:
             for entry, claim in entries
         )
         annotations = {DEVICES_ANNOTATION: devices}
-        statuses = claimrules.merged_statuses(
-            pod.claim_statuses,
+        rendered = claimrules.statuses_annotation(
+            pod,
             {
                 entry.name: claim.metadata.name
                 for entry, claim in entries
                 if entry.resource_claim_template_name is not None
             },
-            (entry.name for entry in pod.claims),
         )
-        rendered = render_claim_statuses(statuses)
-        if statuses and rendered != pod.annotations.get(CLAIM_STATUSES_ANNOTATION):
+        if rendered is not None:
             annotations[CLAIM_STATUSES_ANNOTATION] = rendered  # see claims.py: one write
         patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
         if pod.gated:

@@ -13,11 +13,13 @@ from typing import Any
 
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.cache.core import (
+    CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
     POD_CLAIM_NAME_ANNOTATION,
     ClaimStatus,
     Namespace,
     Pod,
+    render_claim_statuses,
 )
 
 MAX_GENERATE_NAME_BASE = 57  # 63 minus a hyphen and the API server's 5 random characters
@@ -155,6 +157,17 @@ def merged_statuses(
     return tuple(
         ClaimStatus(name=name, resource_claim_name=by_name[name]) for name in [*ordered, *extra]
     )
+
+
+def statuses_annotation(pod: Pod, updates: dict[str, str | None]) -> str | None:
+    """The pod's claim-statuses annotation with ``updates`` merged in, or None if that is
+    what it already says (or there is nothing to record): the write both the claim
+    controller and the allocation controller make, each only when it changes something."""
+    statuses = merged_statuses(pod.claim_statuses, updates, (c.name for c in pod.claims))
+    rendered = render_claim_statuses(statuses)
+    if not statuses or rendered == pod.annotations.get(CLAIM_STATUSES_ANNOTATION):
+        return None
+    return rendered
 
 
 class PodState(enum.Enum):

@@ -31,7 +31,6 @@ from operators.cache.core import (
     Namespace,
     Pod,
     parse_pod,
-    render_claim_statuses,
 )
 from operators.cache.informer import Change, Key
 from operators.controllers import claimrules, claimstatus
@@ -199,11 +198,8 @@ class ClaimController:
                 log.info("claim not created", pod=pod.ref, claim=pod_claim.name, error=str(error))
                 refused = True
                 break
-        statuses = claimrules.merged_statuses(
-            pod.claim_statuses, updates, (c.name for c in pod.claims)
-        )
-        rendered = render_claim_statuses(statuses)
-        if statuses and rendered != pod.annotations.get(CLAIM_STATUSES_ANNOTATION):
+        rendered = claimrules.statuses_annotation(pod, updates)
+        if rendered is not None:
             if not refused and self._leave_statuses_to_allocation(key, pod):
                 return
             await self.client.merge_patch(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -230,3 +231,21 @@ def test_reservation_state() -> None:
     )
     scheduled = pod(metadata={"deletionTimestamp": "x"}, spec={"nodeName": "n1"})
     assert claimrules.reservation_state("pod-uid", scheduled) is PodState.IN_USE
+
+
+def test_statuses_annotation_is_written_only_when_it_changes() -> None:
+    entries = '[{"name": "gpu", "resourceClaimTemplateName": "t"}]'
+    fresh = pod(metadata={"annotations": {"resource.dralloc.dev/claims": entries}})
+    rendered = claimrules.statuses_annotation(fresh, {"gpu": "web-gpu-x"})
+    assert rendered is not None
+    assert json.loads(rendered) == [{"name": "gpu", "resourceClaimName": "web-gpu-x"}]
+    recorded = pod(
+        metadata={
+            "annotations": {
+                "resource.dralloc.dev/claims": entries,
+                "resource.dralloc.dev/claim-statuses": rendered,
+            }
+        }
+    )
+    assert claimrules.statuses_annotation(recorded, {"gpu": "web-gpu-x"}) is None
+    assert claimrules.statuses_annotation(fresh, {}) is None  # nothing to record
