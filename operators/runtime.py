@@ -20,7 +20,7 @@ import kopf
 import structlog
 
 from operators import gcpause, logs, metrics, webhooks
-from operators.controllers import allocation, claims, taints  # noqa: F401  (handlers)
+from operators.controllers import allocation, claims, released, taints  # noqa: F401  (handlers)
 from operators.controllers.base import (
     MEMO_KEY,
     LeadershipLost,

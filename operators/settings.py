@@ -127,6 +127,22 @@ class Settings:
     requeue_max_delay: float = dataclasses.field(
         default=30.0, metadata=_doc("Upper bound in seconds for the retry delay.")
     )
+    release_grace: float = dataclasses.field(
+        default=30.0,
+        metadata=_doc(
+            "Seconds a pod released to its node may stay unbound while kube-scheduler "
+            "refuses it (something dralloc does not model, or a race); then its claims are "
+            "deallocated and the refusal is reported on the pod."
+        ),
+    )
+    recreate_refused_pods: bool = dataclasses.field(
+        default=True,
+        metadata=_doc(
+            "Delete a pod kube-scheduler kept refusing after its release when a controller "
+            "(ReplicaSet, Job, StatefulSet, ...) owns it, so that the controller recreates it "
+            "and dralloc places the new pod afresh. Bare pods only get the Event and condition."
+        ),
+    )
 
     # --- eviction --------------------------------------------------------------------------
     max_evictions_per_minute: int = dataclasses.field(

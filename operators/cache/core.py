@@ -29,6 +29,7 @@ from operators.api.annotations import (
     parse_pod_claims,
 )
 from operators.kube import JsonDict
+from operators.scheduling.model import Node, PodNeeds, parse_node, parse_pod_needs
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
@@ -44,6 +45,7 @@ __all__ = [
     "Node",
     "Pod",
     "PodClaim",
+    "parse_node",
 ]
 
 PodClaim = PodResourceClaim
@@ -97,6 +99,10 @@ class Pod:
     claims: tuple[PodClaim, ...]
     claims_error: str
     claim_statuses: tuple[ClaimStatus, ...]
+    needs: PodNeeds
+    """What kube-scheduler's filters read (requests, ports, inter-pod rules, ...)."""
+    controller: str = ""
+    """``Kind/name`` of the controller owning the pod ('' = a bare pod)."""
 
     @property
     def ref(self) -> str:
@@ -164,6 +170,7 @@ def parse_pod(raw: JsonDict) -> Pod:
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
+    gates = tuple(g.get("name", "") for g in spec.get("schedulingGates") or ())
     return Pod(
         namespace=metadata.get("namespace") or "",
         name=metadata.get("name") or "",
@@ -174,7 +181,7 @@ def parse_pod(raw: JsonDict) -> Pod:
         node_name=spec.get("nodeName") or "",
         phase=status.get("phase") or "",
         deleting=bool(metadata.get("deletionTimestamp")),
-        scheduling_gates=tuple(g.get("name", "") for g in spec.get("schedulingGates") or ()),
+        scheduling_gates=gates,
         node_selector=dict(spec.get("nodeSelector") or {}),
         required_affinity=affinity,
         tolerations=tuple(spec.get("tolerations") or ()),
@@ -182,27 +189,15 @@ def parse_pod(raw: JsonDict) -> Pod:
         claims=claims,
         claims_error=error,
         claim_statuses=parse_claim_statuses_safe(annotations.get(CLAIM_STATUSES_ANNOTATION)),
-    )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Node:
-    name: str
-    uid: str
-    labels: Mapping[str, str]
-    taints: tuple[Mapping[str, Any], ...]
-    unschedulable: bool
-
-
-def parse_node(raw: JsonDict) -> Node:
-    metadata = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    return Node(
-        name=metadata.get("name") or "",
-        uid=metadata.get("uid") or "",
-        labels=dict(metadata.get("labels") or {}),
-        taints=tuple(spec.get("taints") or ()),
-        unschedulable=bool(spec.get("unschedulable")),
+        needs=parse_pod_needs(raw),
+        controller=next(
+            (
+                f"{ref.get('kind')}/{ref.get('name')}"
+                for ref in metadata.get("ownerReferences") or ()
+                if ref.get("controller")
+            ),
+            "",
+        ),
     )
 
 

@@ -75,6 +75,8 @@ from operators.kube import (
     failure_kind,
     timestamp,
 )
+from operators.scheduling import filters
+from operators.scheduling.usage import ClusterUsage
 from operators.settings import FeatureGates
 
 log = structlog.get_logger(__name__)
@@ -171,6 +173,9 @@ class AllocationController:
         # Every node in name order with its allocator view, shared by all pods until a node
         # changes: rebuilding it per pod sorted the labels of every node for every pod.
         self._node_list: list[tuple[Node, NodeInfo]] | None = None
+        # What the pods on each node hold (cpu, ports, ...), moved by pod events: the
+        # scheduler's filters read it for every candidate node.
+        self.usage = ClusterUsage()
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         # Claims generated for a pod are found through their owner until the pod records
         # their names (we record them in our own pod write; see claims.py).
@@ -251,6 +256,7 @@ class AllocationController:
             or old.labels != new.labels
             or old.taints != new.taints
             or old.unschedulable != new.unschedulable
+            or old.allocatable != new.allocatable
         ):
             self._wake()
 
@@ -264,6 +270,10 @@ class AllocationController:
 
     def _on_pod(self, change: Change[Pod]) -> None:
         pod = change.new
+        left = self.usage.node_of(change.key)
+        self.usage.update(change.key, pod.needs if pod is not None else None)
+        if left and self.usage.node_of(change.key) != left:
+            self._wake()  # what it held on its node is free for waiting pods
         if pod is None:
             self.waiting.discard(change.key)
             self.written.pop(change.key, None)
@@ -333,9 +343,12 @@ class AllocationController:
                 await self._explain(pod, reason)
             self.queue.retry(key)  # safety net; cluster changes wake it sooner
             return
-        # The devices count as used from now on, even before the API answers.
+        # The devices (and the node's cpu, ports, ...) count as used from now on, even
+        # before the API answers.
         for (_, claim), chosen in zip(_pending(entries), results, strict=True):
             self.state.assume(claim, chosen)
+        if pod.gated:
+            self.usage.assume(key, pod.needs, node)
         claim_keys = {Key(pod.namespace, claim.metadata.name or "") for _, claim in entries}
         self.claims_in_flight |= claim_keys
         await self.slots.acquire()
@@ -364,6 +377,7 @@ class AllocationController:
                     f"the API server refused the allocation on node {node}: {error}",
                     warning=True,
                 )
+            self.usage.forget(key)
             self.queue.retry_after_failure(key, error, controller=self.name)
         else:
             metrics.ALLOCATIONS.labels(result="allocated").inc()
@@ -477,6 +491,10 @@ class AllocationController:
             self._node_list = [(node, NodeInfo(node.name, node.labels)) for node in nodes]
         return self._node_list
 
+    def _namespace_labels(self, name: str) -> dict[str, str]:
+        namespace: Namespace | None = self.namespaces.get(Key("", name))
+        return dict(namespace.labels) if namespace is not None else {}
+
     def _choose(
         self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]]
     ) -> tuple[str, list[ClaimAllocation]]:
@@ -503,32 +521,42 @@ class AllocationController:
                         f'resourceclaim "{claim.metadata.name}": {error}'
                     ) from error
         all_nodes = self._sorted_nodes()
-        if pod.node_name:
-            bound = self.nodes.get(Key("", pod.node_name))
-            all_nodes = [(bound, NodeInfo(bound.name, bound.labels))] if bound is not None else []
-        affinity = placement.pod_affinity(pod)
+        key = Key(pod.namespace, pod.name)
         rejections: list[str] = []
         candidates: list[Node] = []
         infos: list[NodeInfo] = []
-        for node, info in all_nodes:
-            if pod.node_name:
-                reason = next(
-                    (placement.REASON_CLAIM_ELSEWHERE for s in selectors if not s.matches(info)),
-                    "",
-                )
-            else:
-                reason = placement.node_rejection(pod, node, affinity, selectors, info=info)
-            if reason:
-                rejections.append(reason)
-            else:
-                candidates.append(node)
-                infos.append(info)
+        if pod.node_name:
+            # Bound already: kube-scheduler chose; only the claims' own nodes matter.
+            bound = self.nodes.get(Key("", pod.node_name))
+            all_nodes = [(bound, NodeInfo(bound.name, bound.labels))] if bound is not None else []
+            for node, info in all_nodes:
+                if any(not s.matches(info) for s in selectors):
+                    rejections.append(placement.REASON_CLAIM_ELSEWHERE)
+                else:
+                    candidates.append(node)
+                    infos.append(info)
+        else:
+            pod_filter = filters.prepare(
+                pod.needs,
+                self.usage,
+                (node for node, _ in all_nodes),
+                self._namespace_labels,
+                key=key,
+            )
+            for node, info in all_nodes:
+                reasons = pod_filter.reasons(node, info)
+                if not reasons and any(not s.matches(info) for s in selectors):
+                    reasons = [placement.REASON_CLAIM_ELSEWHERE]
+                if reasons:
+                    rejections += reasons
+                else:
+                    candidates.append(node)
+                    infos.append(info)
         pending = [claim for _, claim in _pending(entries)]
         if not pending:
             if not candidates:
                 raise Unallocatable(placement.summarize(len(all_nodes), rejections))
             return candidates[0].name, []
-        key = Key(pod.namespace, pod.name)
         # Explaining looks at every node and writes to the pod and its claims. A pod that
         # finds no room at first usually gets it moments later (devices of a pod that just
         # ended are being released), so it is explained only once it has waited

@@ -1,10 +1,9 @@
-"""Pure placement rules of the allocator loop: which nodes a pod may go to, and why not.
+"""Pure placement helpers of the allocator loop: the pin, and the rejection summary.
 
-kube-scheduler will only bind a pod where its node selector, required node affinity and
-taint tolerations allow, so the allocator must choose its node among the same candidates;
-otherwise it would pin the pod to a node the scheduler refuses. Reasons for rejected nodes
-are counted and rendered like the scheduler's and the allocator's explanations
-(``0/5 nodes: 3 ..., 2 ...``), so users read one familiar message.
+Which nodes kube-scheduler would take a pod on is :mod:`operators.scheduling`'s answer;
+here the reasons for rejected nodes are counted and rendered like the scheduler's and the
+allocator's explanations (``0/5 nodes: 3 ..., 2 ...``), so users read one familiar message,
+and the chosen node is written into the pod's required node affinity.
 """
 
 from __future__ import annotations
@@ -13,84 +12,7 @@ import collections
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
-from operators.cache.core import Node, Pod
-
-REASON_UNSCHEDULABLE = "node unschedulable"
-REASON_AFFINITY = "node affinity mismatch"
 REASON_CLAIM_ELSEWHERE = "allocated claim not available on the node"
-
-
-def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """core/v1 toleration matching (an empty effect or key with Exists matches all)."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    key = toleration.get("key") or ""
-    if operator == "Exists":
-        return not key or key == taint.get("key")
-    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-def untolerated_taint(
-    node: Node, tolerations: Iterable[Mapping[str, Any]]
-) -> Mapping[str, Any] | None:
-    """The first NoSchedule/NoExecute taint of the node the pod does not tolerate."""
-    tolerations = list(tolerations)
-    for taint in node.taints:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(tolerates(t, taint) for t in tolerations):
-            return taint
-    return None
-
-
-def taint_reason(taint: Mapping[str, Any]) -> str:
-    value = taint.get("value")
-    shown = f"{taint.get('key')}: {value}" if value else str(taint.get("key"))
-    return f"untolerated node taint {{{shown}}}"
-
-
-def pod_affinity(pod: Pod) -> NodeSelector | None:
-    """The pod's required node affinity as a selector (None = no constraint)."""
-    if not pod.required_affinity:
-        return None
-    try:
-        return NodeSelector.parse(pod.required_affinity)
-    except NodeSelectorError:
-        return NodeSelector(())  # unparsable: matches nothing, as the scheduler would refuse
-
-
-def node_rejection(
-    pod: Pod,
-    node: Node,
-    affinity: NodeSelector | None,
-    claim_selectors: Iterable[NodeSelector],
-    *,
-    info: NodeInfo | None = None,
-) -> str:
-    """Why the pod cannot go to this node ('' = it may).
-
-    ``info`` is the node's allocator view when the caller already has it (per pod, per
-    node: building it again sorts the labels each time).
-    """
-    if node.unschedulable:
-        return REASON_UNSCHEDULABLE
-    if info is None:
-        info = NodeInfo(node.name, node.labels)
-    for key, value in pod.node_selector.items():
-        if node.labels.get(key) != value:
-            return REASON_AFFINITY
-    if affinity is not None and not affinity.matches(info):
-        return REASON_AFFINITY
-    taint = untolerated_taint(node, pod.tolerations)
-    if taint is not None:
-        return taint_reason(taint)
-    for selector in claim_selectors:
-        if not selector.matches(info):
-            return REASON_CLAIM_ELSEWHERE
-    return ""
 
 
 def summarize(total: int, reasons: Iterable[str]) -> str:

@@ -17,9 +17,10 @@ from operators.allocator.features import Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.state import AllocatorState
-from operators.toolkit.nodefit import node_info, pod_fits_node
+from operators.scheduling import filters
+from operators.scheduling.usage import ClusterUsage
 from operators.toolkit.pods import PodInfo
-from operators.toolkit.snapshot import Snapshot
+from operators.toolkit.snapshot import NodeEntry, Snapshot
 
 JsonDict = dict[str, Any]
 
@@ -103,6 +104,11 @@ class Cluster:
                 self.consumers[key] = pods
         self.pods: dict[str, PodInfo] = dict(snapshot.pods)
         self.node_names = snapshot.node_names
+        # cpu, memory, ports, ... held per node, so "does it fit" means what kube-scheduler
+        # would say, and moves with every simulated placement and eviction.
+        self.usage = ClusterUsage()
+        for key, pod in self.pods.items():
+            self.usage.update(key, pod.scheduling_needs())
 
     # --- claims of a pod -----------------------------------------------------------------
 
@@ -178,8 +184,15 @@ class Cluster:
                     return Placement(pod.key, None, reason=f"claim {use.key}: {exc}")
         excluded: dict[str, NodeVerdict] = {}
         candidates: list[NodeInfo] = []
+        pod_filter = filters.prepare(
+            pod.scheduling_needs(),
+            self.usage,
+            [e.view for e in self.snapshot.nodes.values() if e.view is not None],
+            lambda ns: self.snapshot.namespace_labels.get(ns, {}),
+            key=pod.key,
+        )
         for name in self.node_names:
-            verdict = self._node_filter(pod, name, pinned)
+            verdict = self._node_filter(pod_filter, name, pinned)
             if verdict is None:
                 candidates.append(node_info(self.snapshot.nodes.get(name), name))
             else:
@@ -236,14 +249,18 @@ class Cluster:
         return placement
 
     def _node_filter(
-        self, pod: PodInfo, name: str, pinned: list[tuple[str, NodeSelector]]
+        self, pod_filter: filters.PodFilter, name: str, pinned: list[tuple[str, NodeSelector]]
     ) -> NodeVerdict | None:
         """A verdict if the pod may not use the node at all, before any device question."""
         entry = self.snapshot.nodes.get(name)
-        fit = pod_fits_node(pod, name, entry)
-        if not fit.fits:
-            return NodeVerdict(name, False, (fit.reason,))
+        pod = pod_filter.pod
+        if pod.node_name and pod.node_name != name:
+            return NodeVerdict(name, False, (f"pod is bound to node {pod.node_name}",))
         info = node_info(entry, name)
+        if entry is not None and entry.view is not None and not pod.node_name:
+            reasons = pod_filter.reasons(entry.view, info)
+            if reasons:
+                return NodeVerdict(name, False, tuple(reasons))
         for key, selector in pinned:
             if not selector.matches(info):
                 return NodeVerdict(name, False, (f"claim {key} is allocated on another node",))
@@ -297,6 +314,8 @@ class Cluster:
         for use in uses:
             self.consumers.setdefault(use.key, set()).add(pod.key)
         self.pods[pod.key] = pod
+        if placement.node is not None and not pod.node_name:
+            self.usage.assume(pod.key, pod.scheduling_needs(), placement.node)
 
     def _record(self, key: str, allocation: ClaimAllocation) -> None:
         self.state.assume(self.claims[key], allocation)
@@ -317,11 +336,18 @@ class Cluster:
                 self.state.remove_claim(self.claims[key])
                 freed.append(key)
         self.pods.pop(pod_key, None)
+        self.usage.update(pod_key, None)
         return freed
 
     def pod_is_allocated(self, pod: PodInfo) -> bool:
         uses, problem = self.resolve(pod)
         return not problem and all(u.key in self.allocations for u in uses)
+
+
+def node_info(entry: NodeEntry | None, name: str) -> NodeInfo:
+    """The allocator's view of a node (a node missing from the snapshot has its name only)."""
+    labels = dict(entry.labels) if entry is not None else {"kubernetes.io/hostname": name}
+    return NodeInfo(name=name, labels=labels)
 
 
 def _lines(claim: str, allocation: Mapping[str, Any]) -> list[DeviceLine]:

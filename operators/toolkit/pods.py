@@ -13,11 +13,13 @@ Only the fields that decide placement are kept; the rest of the pod is irrelevan
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from operators.allocator.nodes import NodeSelector, NodeSelectorError
 from operators.api.annotations import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
@@ -26,6 +28,7 @@ from operators.api.annotations import (
     parse_claim_statuses,
     parse_pod_claims,
 )
+from operators.scheduling.model import PodNeeds, parse_pod_needs
 from operators.toolkit.errors import ObjectRef, SnapshotError
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -77,6 +80,46 @@ class PodInfo:
     gated: bool = False
     protocol: str = "dralloc"
     """``dralloc`` (annotations) or ``in-tree`` (pod.spec.resourceClaims)."""
+    needs: PodNeeds | None = None
+    """What the scheduler's filters read; None for pods the toolkit makes up itself."""
+
+    def scheduling_needs(self) -> PodNeeds:
+        """The filters' view of this pod as it is now (simulated copies of a pod get their
+        own name and no node; pods made up here get their selectors and tolerations)."""
+        if self.needs is not None:
+            if self.needs.name == self.name and self.needs.node_name == (self.node_name or ""):
+                return self.needs
+            return dataclasses.replace(
+                self.needs,
+                namespace=self.namespace,
+                name=self.name,
+                node_name=self.node_name or "",
+                pinned_node="",
+                gated=True,
+            )
+        affinity: NodeSelector | None = None
+        if self.required_affinity:
+            try:
+                affinity = NodeSelector.parse(self.required_affinity)
+            except NodeSelectorError:
+                affinity = NodeSelector(())
+        return PodNeeds(
+            namespace=self.namespace,
+            name=self.name,
+            labels={},
+            node_name=self.node_name or "",
+            terminal=self.phase in FINISHED_PHASES,
+            deleting=self.deleting,
+            gated=self.gated,
+            requests={},
+            host_ports=(),
+            node_selector=dict(self.node_selector),
+            node_affinity=affinity,
+            tolerations=tuple(
+                {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}
+                for t in self.tolerations
+            ),
+        )
 
     @property
     def key(self) -> str:
@@ -139,6 +182,7 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
         gated=SCHEDULING_GATE in gates,
         protocol=protocol,
+        needs=parse_pod_needs(body),
     )
 
 

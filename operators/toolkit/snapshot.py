@@ -22,6 +22,7 @@ from operators.api import (
     ResourceSlice,
     parse_object,
 )
+from operators.scheduling.model import Node, parse_node
 from operators.toolkit.errors import ObjectRef, SnapshotError
 from operators.toolkit.pods import PodInfo, parse_pod
 from operators.toolkit.sources import RawObject
@@ -49,6 +50,8 @@ class NodeEntry:
     taints: tuple[NodeTaint, ...] = ()
     unschedulable: bool = False
     body: Mapping[str, Any] = field(default_factory=dict)
+    view: Node | None = None
+    """What the scheduler's filters read (labels, taints, allocatable), from ``body``."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class Snapshot:
     api_groups: frozenset[str]
     skipped: Mapping[str, int]
     """Kinds that were read but play no part, with their counts."""
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Labels of every Namespace seen (inter-pod affinity namespace selectors read them)."""
 
     def ref(self, kind: str, key: str) -> ObjectRef:
         return self.refs.get((kind, key), ObjectRef("snapshot", kind=kind, name=key))
@@ -117,6 +122,7 @@ def build_snapshot(
     nodes: dict[str, NodeEntry] = {}
     admin_namespaces: set[str] = set()
     namespaces: set[str] = set()
+    namespace_labels: dict[str, dict[str, str]] = {}
     refs: dict[tuple[str, str], ObjectRef] = {}
     groups: set[str] = set()
     skipped: Counter[str] = Counter()
@@ -161,6 +167,9 @@ def build_snapshot(
             meta = body.get("metadata") or {}
             labels = meta.get("labels") or {}
             namespaces.add(str(meta.get("name")))
+            namespace_labels[str(meta.get("name"))] = {
+                str(k): str(v) for k, v in (meta.get("labels") or {}).items()
+            }
             if any(labels.get(label) == "true" for label in ADMIN_ACCESS_LABELS):
                 admin_namespaces.add(str(meta.get("name")))
         else:
@@ -183,6 +192,7 @@ def build_snapshot(
         nodes=nodes,
         admin_namespaces=frozenset(admin_namespaces),
         namespaces=frozenset(namespaces),
+        namespace_labels=namespace_labels,
         refs=refs,
         api_groups=frozenset(groups),
         skipped=dict(skipped),
@@ -218,4 +228,5 @@ def _parse_node(ref: ObjectRef, body: Mapping[str, Any]) -> NodeEntry:
         taints=tuple(taints),
         unschedulable=bool(spec.get("unschedulable")),
         body=body,
+        view=parse_node(body),
     )

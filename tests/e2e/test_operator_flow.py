@@ -149,7 +149,7 @@ def test_unsatisfiable_claim_is_explained(
     message = found[0]["message"]
     # every node of the cluster is counted; ours fail on devices, the rest on the selector
     assert f'2 not enough devices of class "{pool.device_class}" (need 3)' in message, message
-    assert "node affinity mismatch" in message, message
+    assert "node(s) didn't match Pod's node affinity/selector" in message, message
     claim_name = claims_in(testbed, namespace)[0]["metadata"]["name"]
     assert events(testbed, namespace, claim_name, "FailedAllocation")
     # The claim itself says why, in its Allocated condition (a dralloc extension).

@@ -21,7 +21,7 @@ def test_pending_pod_gets_one_verdict_per_node() -> None:
     assert set(verdicts) == {"node-a", "node-b", "node-c"}
     assert verdicts["node-b"].fits
     assert not verdicts["node-a"].fits
-    assert verdicts["node-a"].reasons == ("node selector zone=west does not match",)
+    assert verdicts["node-a"].reasons == ("node(s) didn't match Pod's node affinity/selector",)
     assert "can take the claims now" in result.summary
 
 

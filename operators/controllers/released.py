@@ -1,0 +1,198 @@
+"""Pods released to a node that kube-scheduler then refuses: report, and undo the allocation.
+
+The allocation loop pins a pod to a node that passes every filter dralloc models, then
+removes the gate. kube-scheduler can still refuse the pod there: something dralloc does not
+model (volumes, a plugin of a custom profile), or a race (a pod bound by the scheduler takes
+the last cpu between the release and the bind). The pinned pod then waits forever with its
+devices held, and a gate cannot be put back. So a pod that stays unbound for
+``release_grace`` seconds while the scheduler reports it Unschedulable is not left alone:
+
+- its claims stop being reserved for it, and a claim nobody else uses is deallocated, so the
+  devices go back to pods that can run;
+- its devices annotation is removed (it would list devices it no longer holds), the pod
+  condition says why with the scheduler's own message, and a Warning Event tells the user;
+- a pod a controller owns (ReplicaSet, Job, StatefulSet, ...) is deleted, with a UID
+  precondition, so the controller makes a new pod that dralloc places afresh
+  (``recreate_refused_pods``). A bare pod keeps its pin: if the scheduler binds it later,
+  the allocation loop serves it on that node as it serves any bound pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+
+from operators.api.models import ResourceClaim
+from operators.cache.core import DEVICES_ANNOTATION, Pod
+from operators.cache.informer import Change, Key
+from operators.controllers import claimstatus, conditions
+from operators.controllers.allocation import CONDITION_TYPE
+from operators.controllers.base import Runtime, register_controller, retry_forever
+from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_kind
+
+log = structlog.get_logger(__name__)
+
+REASON_REFUSED = "SchedulerRefused"
+CHECK_PERIOD = 1.0
+
+
+def scheduler_refusal(pod: Pod) -> str | None:
+    """kube-scheduler's message if it last found the pod unschedulable, else None."""
+    for condition in pod.conditions:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return str(condition.get("message") or "no reason given")
+    return None
+
+
+def is_released_unbound(pod: Pod) -> bool:
+    """Released by the allocation loop (ungated, pinned to one node) and not bound yet."""
+    needs = pod.needs
+    return (
+        bool(pod.claims)
+        and not pod.gated
+        and not pod.node_name
+        and not pod.done
+        and not pod.deleting
+        and bool(needs.pinned_node)
+    )
+
+
+def _reserved_for(claim: ResourceClaim, uid: str) -> bool:
+    return claim.status is not None and any(r.uid == uid for r in claim.status.reserved_for)
+
+
+class ReleasedPodsController:
+    name = "released-pods"
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.client = runtime.client
+        self.settings = runtime.settings
+        self.pods = runtime.cache[PODS]
+        self.claims = runtime.cache.assumed(RESOURCE_CLAIMS)
+        self.since: dict[Key, float] = {}
+        self.undone = 0
+        self.pods.add_handler(self._on_pod)
+
+    def _on_pod(self, change: Change[Pod]) -> None:
+        pod = change.new
+        if pod is not None and is_released_unbound(pod):
+            self.since.setdefault(change.key, time.monotonic())
+        else:
+            self.since.pop(change.key, None)
+
+    async def run(self) -> None:
+        await retry_forever(self.name, self._loop)
+
+    def health(self) -> dict[str, Any]:
+        return {"released_unbound": len(self.since), "undone": self.undone}
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_PERIOD)
+            now = time.monotonic()
+            for key, since in sorted(self.since.items()):
+                if now - since < self.settings.release_grace:
+                    continue
+                pod = self.pods.get(key)
+                if pod is None or not is_released_unbound(pod):
+                    self.since.pop(key, None)
+                    continue
+                message = scheduler_refusal(pod)
+                if message is None:
+                    continue  # the scheduler has not said no (yet): keep waiting
+                try:
+                    await self._undo(pod, message)
+                except (Conflict, NotFound):
+                    continue  # changed under us: look again next period
+                except Exception as error:
+                    if failure_kind(error) is None:
+                        raise
+                    log.warning("undoing a refused release failed", pod=pod.ref, error=str(error))
+                    continue
+                self.since.pop(key, None)
+                self.undone += 1
+
+    async def _undo(self, pod: Pod, message: str) -> None:
+        node = pod.needs.pinned_node
+        released: list[str] = []
+        for name in pod.claim_names():
+            claim = self.claims.get(Key(pod.namespace, name))
+            if claim is None or not _reserved_for(claim, pod.uid):
+                continue
+            await self._release_claim(claim, pod.uid)
+            released.append(name)
+        recreate = bool(pod.controller) and self.settings.recreate_refused_pods
+        summary = (
+            f"kube-scheduler did not bind the pod to node {node} within "
+            f"{self.settings.release_grace:g}s: {message}"
+        )
+        outcome = f"claims released: {', '.join(released)}" if released else "no claims were held"
+        if recreate:
+            outcome += f"; the pod is deleted so that {pod.controller} recreates it"
+        await self.runtime.events.post(
+            pod.involved(), REASON_REFUSED, f"{summary}; {outcome}", warning=True
+        )
+        log.warning("released pod refused by the scheduler", pod=pod.ref, node=node)
+        if recreate:
+            with contextlib.suppress(NotFound):
+                await self.client.delete(PODS, pod.name, namespace=pod.namespace, uid=pod.uid)
+            return
+        updated = pod.resource_version
+        if DEVICES_ANNOTATION in pod.annotations:
+            patched = await self.client.merge_patch(
+                PODS,
+                pod.name,
+                {"metadata": {"annotations": {DEVICES_ANNOTATION: None}}},
+                namespace=pod.namespace,
+                resource_version=pod.resource_version,
+            )
+            updated = patched["metadata"]["resourceVersion"]
+        condition = conditions.condition(CONDITION_TYPE, "False", REASON_REFUSED, summary)
+        with contextlib.suppress(Conflict, NotFound):
+            await self.client.request(
+                "PATCH",
+                PODS.path(pod.namespace, pod.name) + "/status",
+                body={
+                    "metadata": {"resourceVersion": updated},
+                    "status": {"conditions": [condition]},
+                },
+                content_type="application/strategic-merge-patch+json",
+            )
+
+    async def _release_claim(self, claim: ResourceClaim, uid: str) -> None:
+        """The pod leaves the claim's reservedFor; a claim nobody else uses is deallocated."""
+        assert claim.status is not None
+        kept = [r.to_kube() for r in claim.status.reserved_for if r.uid != uid]
+        status: dict[str, Any] = {"reservedFor": kept or None}
+        if not kept:
+            status["allocation"] = None
+            status["devices"] = None
+            remaining = claimstatus.without_condition(claim)
+            if remaining is not None:
+                status["conditions"] = remaining or None
+        updated = await self.client.merge_patch(
+            RESOURCE_CLAIMS,
+            claim.metadata.name or "",
+            {"status": status},
+            namespace=claim.metadata.namespace,
+            resource_version=claim.metadata.resource_version,
+            subresource="status",
+        )
+        self.claims.assume(updated)
+
+
+register_controller(
+    ReleasedPodsController.name,
+    lambda runtime: (
+        ReleasedPodsController(runtime) if runtime.settings.allocation_controller else None
+    ),
+)
