@@ -179,15 +179,13 @@ def prepare(
 ) -> PodFilter:
     """PreFilter: the counts the pod's inter-pod and spread rules need, over the cluster.
 
-    Pods without such rules pay only for the anti-affinity of existing pods (usually few);
-    the others walk the pods counted in ``usage`` once per decision.
+    Pods without such rules pay only for the anti-affinity of existing pods (usually none,
+    and then nothing at all); the others walk the pods counted in ``usage`` once.
     """
+    nodes = list(nodes) if (usage.repelling or pod.inter_pod or pod.spread) else []
+    node_labels = {node.name: node.labels for node in nodes}
     own_ns_labels = namespace_labels(pod.namespace)
     repelled: set[TopologyPair] = set()
-    node_labels: dict[str, Mapping[str, str]] = {}
-    nodes = list(nodes)
-    for node in nodes:
-        node_labels[node.name] = node.labels
     for other_key, (node_name, other) in usage.repelling.items():
         if other_key == key:
             continue

@@ -97,7 +97,8 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
         if name in pod_level:
             total[name] = pod_level[name]
     _add(total, parse_resource_list(spec.get("overhead")))
-    return {name: value for name, value in total.items() if value}
+    # In the order the scheduler reports shortfalls, so reasons need no sorting later.
+    return {name: total[name] for name in _ordered(total) if total[name]}
 
 
 def insufficient(
@@ -109,16 +110,14 @@ def insufficient(
     """NodeResourcesFit's reasons for one node, in the scheduler's words ('' list = fits).
 
     A resource the node does not list is allocatable 0 there, so a pod that asks for an
-    extended resource a node lacks gets ``Insufficient example.com/foo``.
+    extended resource a node lacks gets ``Insufficient example.com/foo``. ``requested`` is
+    iterated in its own order (:func:`pod_requests` gives the scheduler's).
     """
     reasons: list[str] = []
     if PODS in allocatable and pods_used + 1 > allocatable[PODS]:
         reasons.append("Too many pods")
-    for name in _ordered(requested):
-        want = requested[name]
-        if want <= 0 or name == PODS:
-            continue
-        if want > allocatable.get(name, 0) - used.get(name, 0):
+    for name, want in requested.items():
+        if want > 0 and name != PODS and want > allocatable.get(name, 0) - used.get(name, 0):
             reasons.append(f"Insufficient {name}")
     return reasons
 

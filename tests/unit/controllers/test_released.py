@@ -1,0 +1,92 @@
+"""A released pod that kube-scheduler keeps refusing: reported, claims released, and a
+controller-owned pod deleted so that its controller recreates it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from operators.controllers import released
+from operators.controllers.released import REASON_REFUSED, ReleasedPodsController
+from operators.kube import PODS, RESOURCE_CLAIMS, JsonDict
+
+from .fakes import FakeClient, allocated, claim, one_device_cluster, pod, put
+
+PIN = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}  # fmt: skip
+REFUSED = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/1 nodes are available: 1 Insufficient cpu.",
+}
+
+
+def released_pod(name: str, *, refused: bool = True, **metadata: Any) -> JsonDict:
+    raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"{name}-claim"}], gated=False)
+    raw["spec"]["affinity"] = PIN
+    raw["metadata"]["annotations"]["resource.dralloc.dev/devices"] = "[]"
+    raw["metadata"].update(metadata)
+    raw["status"] = {"phase": "Pending", "conditions": [REFUSED] if refused else []}
+    return raw
+
+
+def setup(client: FakeClient, name: str, **metadata: Any) -> ReleasedPodsController:
+    runtime = one_device_cluster(client, release_grace=0.0)
+    controller = ReleasedPodsController(runtime)
+    put(runtime, RESOURCE_CLAIMS, allocated(claim("ns", f"{name}-claim"), name, f"uid-p-{name}"))
+    put(runtime, PODS, released_pod(name, **metadata))
+    return controller
+
+
+async def run_once(controller: ReleasedPodsController, monkeypatch: Any) -> None:
+    monkeypatch.setattr(released, "CHECK_PERIOD", 0.01)
+    task = asyncio.create_task(controller._loop())
+    await asyncio.sleep(0.1)
+    task.cancel()
+
+
+async def test_a_bare_pod_is_reported_and_its_claim_deallocated(monkeypatch: Any) -> None:
+    client = FakeClient()
+    controller = setup(client, "p")
+    await run_once(controller, monkeypatch)
+    status = [c for c in client.writes(RESOURCE_CLAIMS.path("ns", "p-claim") + "/status")]
+    assert status and status[0].body["status"]["allocation"] is None
+    assert status[0].body["status"]["reservedFor"] is None
+    (event,) = [e for e in client.events if e["reason"] == REASON_REFUSED]
+    assert "Insufficient cpu" in event["message"] and "node n1" in event["message"]
+    pod_writes = client.writes(PODS.path("ns", "p"))
+    assert pod_writes[0].body == {
+        "metadata": {"annotations": {"resource.dralloc.dev/devices": None}}
+    }
+    assert REASON_REFUSED in str(pod_writes[-1].body)  # the condition
+    assert not [c for c in client.calls if c.method == "DELETE"]
+
+
+async def test_an_owned_pod_is_deleted_for_its_controller(monkeypatch: Any) -> None:
+    client = FakeClient()
+    owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}]  # fmt: skip
+    controller = setup(client, "p", ownerReferences=owner)
+    await run_once(controller, monkeypatch)
+    assert [c.path for c in client.calls if c.method == "DELETE"] == [PODS.path("ns", "p")]
+    (event,) = [e for e in client.events if e["reason"] == REASON_REFUSED]
+    assert "ReplicaSet/rs recreates it" in event["message"]
+
+
+async def test_nothing_happens_while_the_scheduler_has_not_refused(monkeypatch: Any) -> None:
+    client = FakeClient()
+    runtime = one_device_cluster(client, release_grace=0.0)
+    controller = ReleasedPodsController(runtime)
+    put(runtime, RESOURCE_CLAIMS, allocated(claim("ns", "p-claim"), "p", "uid-p-p"))
+    put(runtime, PODS, released_pod("p", refused=False))
+    await run_once(controller, monkeypatch)
+    assert not client.writes("")
+    # and nothing before the grace period, refusal or not
+    client = FakeClient()
+    runtime = one_device_cluster(client)
+    runtime.settings = dataclasses.replace(runtime.settings, release_grace=60.0)
+    controller = ReleasedPodsController(runtime)
+    put(runtime, PODS, released_pod("p"))
+    await run_once(controller, monkeypatch)
+    assert not client.writes("")
