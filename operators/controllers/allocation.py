@@ -58,7 +58,7 @@ from operators.cache.core import (
     PodClaim,
 )
 from operators.cache.informer import Change, Key, version_number
-from operators.controllers import claimrules, claimstatus, conditions, placement
+from operators.controllers import claimrules, claimstatus, placement, podcondition
 from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
@@ -79,7 +79,7 @@ from operators.settings import FeatureGates
 
 log = structlog.get_logger(__name__)
 
-CONDITION_TYPE = "resource.dralloc.dev/DevicesAllocated"
+CONDITION_TYPE = podcondition.CONDITION_TYPE
 REASON_FAILED = "FailedAllocation"
 REASON_ALLOCATED = "Allocated"
 BUSY_DELAY = 0.05
@@ -789,15 +789,16 @@ class AllocationController:
         *,
         resource_version: str | None = None,
     ) -> None:
-        condition = conditions.condition(CONDITION_TYPE, status, reason, message)
-        await self.client.request(
-            "PATCH",
-            PODS.path(pod.namespace, pod.name) + "/status",
-            body={
-                "metadata": {"resourceVersion": resource_version or pod.resource_version},
-                "status": {"conditions": [condition]},
-            },
-            content_type="application/strategic-merge-patch+json",
+        # A conflict is retried from a fresh read while the pod still needs this condition:
+        # True once it has devices, False while it has none (see podcondition).
+        await podcondition.set_condition(
+            self.client,
+            pod,
+            status,
+            reason,
+            message,
+            still_needed=podcondition.has_devices if status == "True" else podcondition.no_devices,
+            resource_version=resource_version,
         )
 
 
