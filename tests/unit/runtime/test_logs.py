@@ -46,6 +46,10 @@ def test_console_format_prints_the_line_and_the_traceback(
     logs.configure("INFO", "console")
     log_failure(structlog.get_logger("operators.test"))
     log_failure(logging.getLogger("kopf.test"))  # a foreign (stdlib) record
+    try:
+        fail_with_a_secret()
+    except ZeroDivisionError as error:  # as the work queue logs a failed sync
+        structlog.get_logger("operators.test").error("sync failed", exc_info=error)
     structlog.get_logger("operators.test").info("after", n=1)
     err = capsys.readouterr().err
     assert "Logging error" not in err, err
@@ -53,8 +57,9 @@ def test_console_format_prints_the_line_and_the_traceback(
     [ours] = [line for line in err.splitlines() if "write failed" in line]
     assert "pod=ns/p" in ours and "error" in ours
     assert any("kopf-style failure" in line for line in err.splitlines())
-    assert err.count("Traceback (most recent call last)") == 2
-    assert err.count("ZeroDivisionError: division by zero (18)") == 2
+    assert any("sync failed" in line for line in err.splitlines())
+    assert err.count("Traceback (most recent call last)") == 3
+    assert err.count("ZeroDivisionError: division by zero (18)") == 3
     assert "in fail_with_a_secret" in err
     assert "secret-token-value" not in err
     assert "after" in err.splitlines()[-1]
