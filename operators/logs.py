@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object a line, for our records and for kopf's and aiohttp's.
+"""Structured logs: one JSON object a line (or a console line, ``--log-format console``),
+for our records and for kopf's and aiohttp's.
 
 Log lines carry object references (``pod=ns/name``), never object bodies, and tracebacks are
 rendered without local variables (structlog's default would include them, and with them
@@ -33,20 +34,9 @@ def configure(level: str = "INFO", fmt: str = "json") -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    renderer: structlog.types.Processor
-    if fmt == "json":
-        renderer = structlog.processors.JSONRenderer()
-    else:
-        renderer = structlog.dev.ConsoleRenderer(colors=False)
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
-        processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.ExceptionRenderer(
-                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
-            ),
-            renderer,
-        ],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *_render(fmt)],
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)
@@ -56,3 +46,25 @@ def configure(level: str = "INFO", fmt: str = "json") -> None:
     # kopf's per-object "Handler succeeded" chatter and aiohttp's access log are noise here.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+def _render(fmt: str) -> list[structlog.types.Processor]:
+    """The last processors: the exception, then the line.
+
+    JSON carries the exception as structured frames. The console renderer wants text (given
+    the frames it fails on every record with an exception and the line is lost), so it
+    formats the exception itself, as a plain traceback: the default one, rich's, would
+    print local variables.
+    """
+    if fmt == "json":
+        return [
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            ),
+            structlog.processors.JSONRenderer(),
+        ]
+    return [
+        structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        )
+    ]

@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError, model_validator
 
 from operators.api.base import DNSLabel, DriverName, KubeModel, PoolName, RequestReference, ShareID
 from operators.api.errors import describe, field_error
+from operators.api.limits import POD_RESOURCE_CLAIMS_MAX_SIZE
 from operators.api.models import (
     GROUP,
     AllocationResult,
@@ -152,7 +153,11 @@ _devices_adapter: Final = TypeAdapter(tuple[PodClaimDevices, ...])
 
 
 def _parse_list(
-    annotation: str, text: str | None, adapter: TypeAdapter[tuple[M, ...]]
+    annotation: str,
+    text: str | None,
+    adapter: TypeAdapter[tuple[M, ...]],
+    *,
+    max_items: int | None = None,
 ) -> tuple[M, ...]:
     if text is None or not text.strip():
         raise AnnotationError(annotation, ["is empty; expected a JSON list"])
@@ -164,6 +169,10 @@ def _parse_list(
         ) from None
     if not isinstance(data, list):
         raise AnnotationError(annotation, [f"must be a JSON list, not a JSON {_json_type(data)}"])
+    if max_items is not None and len(data) > max_items:  # checked before any entry is
+        raise AnnotationError(
+            annotation, [f"has {len(data)} entries; at most {max_items} are allowed"]
+        )
     try:
         items = adapter.validate_python(data)
     except ValidationError as exc:
@@ -184,8 +193,11 @@ def _json_type(value: Any) -> str:
 
 
 def parse_pod_claims(text: str | None) -> tuple[PodResourceClaim, ...]:
-    """Parse the user's claims annotation; entry names must be unique."""
-    return _parse_list(CLAIMS_ANNOTATION, text, _claims_adapter)
+    """Parse the user's claims annotation; entry names must be unique, and there may be at
+    most :data:`~operators.api.limits.POD_RESOURCE_CLAIMS_MAX_SIZE` entries."""
+    return _parse_list(
+        CLAIMS_ANNOTATION, text, _claims_adapter, max_items=POD_RESOURCE_CLAIMS_MAX_SIZE
+    )
 
 
 def parse_claim_statuses(text: str | None) -> tuple[PodResourceClaimStatus, ...]:

@@ -53,6 +53,12 @@ NETWORK_DEVICE_DATA_MAX_IPS: Final = 16
 NETWORK_DEVICE_DATA_HARDWARE_ADDRESS_MAX_LENGTH: Final = 128
 DEVICE_TAINT_RULE_STATUS_MAX_CONDITIONS: Final = 8
 RESOURCE_CLAIM_STATUS_MAX_CONDITIONS: Final = 8  # dralloc extension (not upstream)
+# dralloc extension (not upstream): entries of the pod claims annotation, which mirrors
+# pod.spec.resourceClaims. Kubernetes 1.36 puts no count limit on that list (its pod
+# validation checks names and sources only); upstream's one count limit on a consumer's
+# claims is the PodGroup's (4). Without a limit one pod with thousands of entries keeps
+# the claim controller busy while every other pod waits. 32, as upstream's per-claim lists.
+POD_RESOURCE_CLAIMS_MAX_SIZE: Final = 32
 CAPACITY_REQUEST_POLICY_VALID_VALUES_MAX: Final = 10
 NODE_SELECTOR_TERMS_PER_SLICE: Final = 1
 LABEL_VALUE_MAX_LENGTH: Final = 63

@@ -58,7 +58,7 @@ from operators.cache.core import (
     PodClaim,
 )
 from operators.cache.informer import Change, Key, version_number
-from operators.controllers import claimrules, claimstatus, conditions, placement
+from operators.controllers import claimrules, claimstatus, placement, podcondition
 from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
@@ -81,7 +81,7 @@ from operators.settings import FeatureGates
 
 log = structlog.get_logger(__name__)
 
-CONDITION_TYPE = "resource.dralloc.dev/DevicesAllocated"
+CONDITION_TYPE = podcondition.CONDITION_TYPE
 REASON_FAILED = "FailedAllocation"
 REASON_ALLOCATED = "Allocated"
 BUSY_DELAY = 0.05
@@ -222,13 +222,8 @@ class AllocationController:
         now = _is_allocated(change.new)
         if was and not now:
             self._wake()  # devices were freed
-        unanswered = self.unanswered.get(change.key)
-        if unanswered is not None and (
-            change.new is None
-            or version_number(change.new.metadata.resource_version or "")
-            > version_number(unanswered.resource_version)
-        ):
-            self._settle_unanswered(change.key, change.new)
+        if change.key not in self.claims_in_flight:  # else the write's own answer decides
+            self._settle_if_newer(change.key, change.new)
         pods = set(self.pods.index_keys(POD_CLAIMS_INDEX, (change.key.namespace, change.key.name)))
         claim = change.new or change.old
         if claim is not None:
@@ -422,7 +417,11 @@ class AllocationController:
             for _, claim in _pending(entries):
                 key = _claim_key(claim)
                 if unanswered and key in self.unanswered:
-                    continue  # may have landed: keep its devices until we know
+                    # May have landed: keep its devices until we know (the watch may already
+                    # have shown it while the write was in flight).
+                    if (seen := self.claims.informer.get(key)) is not None:
+                        self._settle_if_newer(key, seen)
+                    continue
                 self.unanswered.pop(key, None)
                 if not self._write_landed(claim):
                     self.state.release(claim)
@@ -599,6 +598,16 @@ class AllocationController:
         current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))
         return current is not None and _is_allocated(current)
 
+    def _settle_if_newer(self, key: Key, current: ResourceClaim | None) -> None:
+        """Settle an unanswered write by a claim (None: deleted) newer than its precondition."""
+        unanswered = self.unanswered.get(key)
+        if unanswered is not None and (
+            current is None
+            or version_number(current.metadata.resource_version or "")
+            > version_number(unanswered.resource_version)
+        ):
+            self._settle_unanswered(key, current)
+
     def _settle_unanswered(self, key: Key, current: ResourceClaim | None) -> None:
         """We now know whether an unanswered allocation write landed; requeue its pods."""
         unanswered = self.unanswered.pop(key, None)
@@ -676,7 +685,7 @@ class AllocationController:
             resource_version=version,
             subresource="status",
         )
-        del self.unanswered[key]
+        self.unanswered.pop(key, None)  # answered: it landed, whatever the watch showed first
         stored = self.claims.assume(updated)
         assert stored.status is not None and stored.status.allocation is not None
         return stored.status.allocation
@@ -808,15 +817,16 @@ class AllocationController:
         *,
         resource_version: str | None = None,
     ) -> None:
-        condition = conditions.condition(CONDITION_TYPE, status, reason, message)
-        await self.client.request(
-            "PATCH",
-            PODS.path(pod.namespace, pod.name) + "/status",
-            body={
-                "metadata": {"resourceVersion": resource_version or pod.resource_version},
-                "status": {"conditions": [condition]},
-            },
-            content_type="application/strategic-merge-patch+json",
+        # A conflict is retried from a fresh read while the pod still needs this condition:
+        # True once it has devices, False while it has none (see podcondition).
+        await podcondition.set_condition(
+            self.client,
+            pod,
+            status,
+            reason,
+            message,
+            still_needed=podcondition.has_devices if status == "True" else podcondition.no_devices,
+            resource_version=resource_version,
         )
 
 

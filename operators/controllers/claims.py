@@ -11,7 +11,9 @@ Work is keyed ``("pod", key)`` / ``("claim", key)`` in one queue; every write ca
 resourceVersion or UID precondition. Failed requests requeue the key (the work queue's policy:
 a conflict at once, an unavailable API server with backoff); only a claim the API server or
 our own rules refuse to create becomes a Warning Event on the pod, and the pod is looked at
-again after a long delay, or sooner when its template or namespace changes.
+again after a long delay, or sooner when its template or namespace changes. A pod whose claims
+annotation is refused (malformed, or more entries than the limit) gets no claims, a Warning
+Event and the pod's DevicesAllocated=False condition with the reason.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from operators.cache.core import (
     parse_pod,
 )
 from operators.cache.informer import Change, Key
-from operators.controllers import claimrules, claimstatus
+from operators.controllers import claimrules, claimstatus, podcondition
 from operators.controllers.base import Runtime, register_controller
 from operators.controllers.claimrules import PodState
 from operators.controllers.workqueue import WorkQueue, run_workers
@@ -52,6 +54,7 @@ log = structlog.get_logger(__name__)
 
 WorkKey = tuple[str, Key]
 REASON_FAILED_CREATION = "FailedResourceClaimCreation"
+REASON_INVALID_CLAIMS = "InvalidClaims"  # the pod's DevicesAllocated=False condition
 REFUSED_RETRY_DELAY = (
     300.0  # a refused claim is retried this late (template/namespace events: at once)
 )
@@ -174,9 +177,17 @@ class ClaimController:
         pod = self.pods.get(key)
         if pod is None or pod.deleting or pod.done:
             return
-        if pod.claims_error:
+        if pod.claims_error:  # malformed, or over the limit of entries: no claims at all
             await self.runtime.events.post(
                 pod.involved(), REASON_FAILED_CREATION, pod.claims_error, warning=True
+            )
+            await podcondition.set_condition(
+                self.client,
+                pod,
+                "False",
+                REASON_INVALID_CLAIMS,
+                pod.claims_error,
+                still_needed=lambda fresh: bool(fresh.claims_error),
             )
             return
         updates: dict[str, str | None] = {}
