@@ -127,6 +127,14 @@ class Settings:
     requeue_max_delay: float = dataclasses.field(
         default=30.0, metadata=_doc("Upper bound in seconds for the retry delay.")
     )
+    decision_budget: float = dataclasses.field(
+        default=10.0,
+        metadata=_doc(
+            "Wall-clock seconds one pod's device decision may take (upstream's Filter gives "
+            "up after 10 s); past it the pod is told 'allocation search exceeded' and backs "
+            "off while other pods go on. 0 = no limit."
+        ),
+    )
     release_grace: float = dataclasses.field(
         default=30.0,
         metadata=_doc(

@@ -40,3 +40,16 @@ class SearchBudgetExceeded(NodeAllocationError):
         )
         self.node = node
         self.budget = budget
+
+
+class DecisionTimeout(Exception):
+    """One decision (find_node for one pod) ran past its wall-clock deadline.
+
+    Not an AllocationError: it says nothing about the claims or a node, only that this
+    attempt took too long, so it leaves every cache as it was and goes straight to the
+    caller, which tells the pod and tries again later.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"allocation search exceeded {seconds:g}s")
+        self.seconds = seconds

@@ -23,12 +23,18 @@ firstAvailable requests every score is 0 and the first node that fits wins.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from operators.allocator.compiled import CompiledClaim, CompiledRequest
-from operators.allocator.errors import AllocationError, NodeAllocationError
+from operators.allocator.errors import (
+    AllocationError,
+    DecisionTimeout,
+    NodeAllocationError,
+    SearchAborted,
+)
 from operators.allocator.explain import Explanation, NodeReason
 from operators.allocator.index import DeviceIndex, Signature
 from operators.allocator.nodes import NodeInfo
@@ -201,13 +207,15 @@ def find_node(
     policy: str = "binpack",
     max_searches: int | None = None,
     explain: bool = True,
+    deadline: tuple[float, float] | None = None,
 ) -> Placement:
+    """See AllocatorState.find_node; ``deadline`` is (monotonic time, budget seconds)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown placement policy {policy!r}; use one of {', '.join(POLICIES)}")
     plan = _plan(claims)
     fast = _bucket_order(index, plan, nodes, policy)
     if fast is not None:
-        return _try_nodes(state, claims, nodes, fast, max_searches, explain)
+        return _try_nodes(state, claims, nodes, fast, max_searches, explain, deadline=deadline)
     entries = {
         d.signature: index.entry(d.signature)
         for demands in (plan.plain, *plan.choices)
@@ -251,7 +259,7 @@ def find_node(
         top = None
         if not all(len(options) == 1 for options in plan.choices):
             top = _score_bound(index, plan)
-        return _first_fit(state, claims, nodes, rank_of, max_searches, explain, top)
+        return _first_fit(state, claims, nodes, rank_of, max_searches, explain, top, deadline)
     ranked: list[tuple[RankKey, NodeInfo]] = []
     for position, node in enumerate(nodes):
         rank = rank_of(node)
@@ -261,7 +269,7 @@ def find_node(
         value = left if policy == "binpack" else -left if policy == "spread" else position
         ranked.append(((-score, value, node.name), node))
     ranked.sort(key=lambda item: item[0])
-    return _try_nodes(state, claims, nodes, ranked, max_searches, explain)
+    return _try_nodes(state, claims, nodes, ranked, max_searches, explain, deadline=deadline)
 
 
 def _score_bound(index: DeviceIndex, plan: _Plan) -> int:
@@ -285,6 +293,7 @@ def _first_fit(
     max_searches: int | None,
     explain: bool,
     top: int | None = None,
+    deadline: tuple[float, float] | None = None,
 ) -> Placement:
     """The first node in the caller's order that passes the prefilter and the search.
 
@@ -317,6 +326,7 @@ def _first_fit(
         max_searches,
         explain,
         prefiltered=lambda: ruled_out,
+        deadline=deadline,
     )
 
 
@@ -328,6 +338,7 @@ def _try_nodes(
     max_searches: int | None,
     explain: bool,
     prefiltered: Callable[[], int] | None = None,
+    deadline: tuple[float, float] | None = None,
 ) -> Placement:
     """Search candidates in optimistic rank order; keep the best actual rank.
 
@@ -338,7 +349,8 @@ def _try_nodes(
     """
     errors: dict[str, str] = {}
     searched = 0
-    inputs = state.search_inputs()  # what state.allocate builds, made once for all nodes
+    # What state.allocate builds, made once for all nodes.
+    inputs = state.search_inputs(deadline[0] if deadline else None)
     ruled_out = len(nodes) - len(ranked) if isinstance(ranked, Sized) else 0
     best: tuple[RankKey, NodeInfo, list[ClaimAllocation]] | None = None
     for key, node in ranked:
@@ -351,6 +363,11 @@ def _try_nodes(
             ruled_out = prefiltered()
         try:
             results = Search(claims, node, state.pools_for(node), inputs).run()
+        except SearchAborted as err:
+            if deadline is not None and time.monotonic() > deadline[0]:
+                raise DecisionTimeout(deadline[1]) from err
+            errors[node.name] = str(err)
+            continue
         except NodeAllocationError as err:
             errors[node.name] = str(err)
             continue

@@ -8,10 +8,12 @@ fails the same way every time without being evaluated again.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from operators import cel
 from operators.allocator.compiled import AttributeValue, CompiledDevice
+from operators.allocator.errors import DecisionTimeout
 from operators.allocator.features import Features
 from operators.api.semver import Semver
 
@@ -42,6 +44,10 @@ class SelectorEvaluator:
         self._features = features
         self._programs: dict[str, Any] = {}
         self.evaluations = 0  # CEL evaluations actually run (cache misses)
+        self.deadline: tuple[float, float] | None = None
+        """(monotonic deadline, budget in seconds) of the decision running now, if any:
+        checked before each evaluation that is not cached (results already computed stay
+        valid, so a decision that runs out resumes from them the next time)."""
 
     def _program(self, expression: str) -> Any:
         program = self._programs.get(expression)
@@ -97,6 +103,8 @@ class SelectorEvaluator:
             if isinstance(view, SelectorRuntimeError):
                 cached = view
             else:
+                if self.deadline is not None and time.monotonic() > self.deadline[0]:
+                    raise DecisionTimeout(self.deadline[1])
                 self.evaluations += 1
                 try:
                     cached = bool(program.evaluate(view))

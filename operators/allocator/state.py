@@ -9,6 +9,7 @@ results are cached until the slices they depend on change.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -375,6 +376,7 @@ class AllocatorState:
         *,
         max_searches: int | None = None,
         explain: bool = True,
+        budget_seconds: float | None = None,
     ) -> Placement:
         """Pick a node for claims that must be allocated together (one pod).
 
@@ -383,17 +385,29 @@ class AllocatorState:
         search succeeds wins. When none does, ``Placement.explanation`` says
         why for every candidate. Fatal claim problems (missing class, bad CEL,
         too many devices) come back as ``explanation.fatal_error``.
+
+        With ``budget_seconds`` the whole decision (selector evaluations, searches,
+        the explanation) must end within that wall-clock time, or DecisionTimeout is
+        raised; what was computed until then (selector results) stays cached.
         """
         infos = _node_infos(nodes)
-        return find_node(
-            self,
-            self.device_index(),
-            self.compile_claims(claims),
-            infos,
-            policy,
-            max_searches=max_searches,
-            explain=explain,
-        )
+        deadline = None
+        if budget_seconds is not None:
+            deadline = (time.monotonic() + budget_seconds, budget_seconds)
+        self.evaluator.deadline = deadline
+        try:
+            return find_node(
+                self,
+                self.device_index(),
+                self.compile_claims(claims),
+                infos,
+                policy,
+                max_searches=max_searches,
+                explain=explain,
+                deadline=deadline,
+            )
+        finally:
+            self.evaluator.deadline = None
 
     def device_index(self) -> DeviceIndex:
         """The matching-device counts find_node prefilters with (built on first use)."""

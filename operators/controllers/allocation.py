@@ -30,15 +30,19 @@ overlap (a claim being written blocks other pods that use it until its writes ar
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from operators import metrics
+from operators.allocator.errors import DecisionTimeout
 from operators.allocator.features import GATE_TO_FIELD, Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
 from operators.allocator.results import ClaimAllocation
@@ -106,6 +110,18 @@ class UnansweredWrite:
     """The precondition of the write: any later version of the claim settles the question."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Candidates:
+    """The node filter's answer for one pod: what the device decision chooses among."""
+
+    total: int
+    """Nodes considered at all (all nodes; the pod's own node if it is bound)."""
+    rejections: list[str]
+    """Why the other nodes are out (the scheduler's words; a node may give several)."""
+    nodes: list[Node]
+    infos: list[NodeInfo]
+
+
 class StillWaiting(Exception):
     """No node fits, as when last explained; the explanation is not recomputed yet."""
 
@@ -131,6 +147,11 @@ class Unallocatable(Exception):
         self.details = details or []
         self.reason = reason
         self.claims = claims or {}
+
+
+class TooSlow(Unallocatable):
+    """The decision ran out of its wall-clock budget: the pod is told and backs off (it is
+    not woken by cluster changes, which would spend the budget again at once)."""
 
 
 def allocator_features(gates: FeatureGates) -> Features:
@@ -176,6 +197,10 @@ class AllocationController:
         # What the pods on each node hold (cpu, ports, ...), moved by pod events: the
         # scheduler's filters read it for every candidate node.
         self.usage = ClusterUsage()
+        # Decisions run in one thread of their own (see _decide_off_loop).
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._searches = 0
+        self._deferred: list[Callable[[], object]] = []
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         # Claims generated for a pod are found through their owner until the pod records
         # their names (we record them in our own pod write; see claims.py).
@@ -194,30 +219,30 @@ class AllocationController:
 
     def _on_slice(self, change: Change[Any]) -> None:
         if change.new is not None:
-            self.state.upsert_slice(change.new)
+            self._mutate(self.state.upsert_slice, change.new)
         elif change.old is not None:
-            self.state.remove_slice(change.old.metadata.uid or change.key.name)
+            self._mutate(self.state.remove_slice, change.old.metadata.uid or change.key.name)
         self._wake()
 
     def _on_class(self, change: Change[Any]) -> None:
         if change.new is not None:
-            self.state.upsert_class(change.new)
+            self._mutate(self.state.upsert_class, change.new)
         else:
-            self.state.remove_class(change.key.name)
+            self._mutate(self.state.remove_class, change.key.name)
         self._wake()
 
     def _on_rule(self, change: Change[Any]) -> None:
         if change.new is not None:
-            self.state.upsert_taint_rule(change.new)
+            self._mutate(self.state.upsert_taint_rule, change.new)
         else:
-            self.state.remove_taint_rule(change.key.name)
+            self._mutate(self.state.remove_taint_rule, change.key.name)
         self._wake()
 
     def _on_claim(self, change: Change[ResourceClaim]) -> None:
         if change.new is not None:
-            self.state.upsert_claim(change.new)
+            self._mutate(self.state.upsert_claim, change.new)
         elif change.old is not None:
-            self.state.remove_claim(change.old)
+            self._mutate(self.state.remove_claim, change.old)
         was = _is_allocated(change.old)
         now = _is_allocated(change.new)
         if was and not now:
@@ -286,6 +311,44 @@ class AllocationController:
             self.queue.add_after(key, WAKE_DELAY)
         self.waiting.clear()
 
+    # --- the decision thread ---------------------------------------------------------------
+
+    def _mutate(self, change: Callable[..., object], *args: Any) -> None:
+        """Change the allocator state now, or, while a decision reads it in the decision
+        thread, right after that decision (in event order)."""
+        if self._searches:
+            self._deferred.append(functools.partial(change, *args))
+        else:
+            change(*args)
+
+    async def _decide_off_loop(
+        self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]], candidates: Candidates
+    ) -> tuple[str, list[ClaimAllocation]]:
+        """``_decide`` in the decision thread (one for the controller's lifetime, so that
+        decisions never overlap, even across a lost and regained leadership), so that admission, probes, metrics, Lease
+        renewal and the watches go on while CEL and searches run (the thread holds the GIL
+        for at most the interpreter's switch interval at a time). The allocator state is
+        frozen meanwhile: changes to it queue up (``_mutate``) and are applied, in order,
+        when the thread is done, even if this coroutine is cancelled first."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="dralloc-decide"
+            )
+        loop = asyncio.get_running_loop()
+        self._searches += 1
+        work = self._executor.submit(self._decide, pod, entries, candidates)
+        # Counted down when the thread is really done (a cancelled await is not).
+        work.add_done_callback(lambda _: _call_soon(loop, self._decision_done))
+        return await asyncio.wrap_future(work)
+
+    def _decision_done(self) -> None:
+        self._searches -= 1
+        if self._searches:
+            return
+        deferred, self._deferred = self._deferred, []
+        for change in deferred:
+            change()
+
     # --- the loop --------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -320,7 +383,11 @@ class AllocationController:
         try:
             entries = self._resolve_claims(pod)
             started = time.perf_counter()
-            node, results = self._choose(pod, entries)
+            candidates = self._candidates(pod, entries)
+            if _pending(entries):
+                node, results = await self._decide_off_loop(pod, entries, candidates)
+            else:
+                node, results = self._decide(pod, entries, candidates)
             metrics.ALLOCATION_SECONDS.observe(time.perf_counter() - started)
         except NotReady:
             return  # an event about the missing claim will requeue it
@@ -329,6 +396,13 @@ class AllocationController:
             return
         except StillWaiting:
             self.waiting.add(key)
+            self.queue.retry(key)
+            return
+        except TooSlow as reason:
+            metrics.ALLOCATIONS.labels(result="timeout").inc()
+            log.warning("allocation decision over budget", pod=pod.ref, reason=reason.summary)
+            with contextlib.suppress(Conflict, NotFound):
+                await self._explain(pod, reason)
             self.queue.retry(key)
             return
         except Unallocatable as reason:
@@ -341,7 +415,7 @@ class AllocationController:
         # The devices (and the node's cpu, ports, ...) count as used from now on, even
         # before the API answers.
         for (_, claim), chosen in zip(_pending(entries), results, strict=True):
-            self.state.assume(claim, chosen)
+            self._mutate(self.state.assume, claim, chosen)
         if pod.gated:
             self.usage.assume(key, pod.needs, node)
         claim_keys = {Key(pod.namespace, claim.metadata.name or "") for _, claim in entries}
@@ -424,7 +498,7 @@ class AllocationController:
                     continue
                 self.unanswered.pop(key, None)
                 if not self._write_landed(claim):
-                    self.state.release(claim)
+                    self._mutate(self.state.release, claim)
             raise
         await self._write_pod(pod, node, entries, allocations)
         log.info(
@@ -497,7 +571,16 @@ class AllocationController:
     def _choose(
         self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]]
     ) -> tuple[str, list[ClaimAllocation]]:
-        """The node and the new allocations (one per unallocated claim, in order)."""
+        """The node and the new allocations (one per unallocated claim, in order).
+
+        The loop itself runs the two halves apart: the node filter here, on the event
+        loop (it reads caches the loop changes), the device decision in the decision
+        thread (see ``_decide_off_loop``).
+        """
+        return self._decide(pod, entries, self._candidates(pod, entries))
+
+    def _candidates(self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]]) -> Candidates:
+        """The nodes kube-scheduler would bind the pod to, and why the others are out."""
         selectors: list[NodeSelector] = []
         for _, claim in entries:
             allocation = claim.status.allocation if claim.status else None
@@ -551,11 +634,23 @@ class AllocationController:
                 else:
                     candidates.append(node)
                     infos.append(info)
+        return Candidates(len(all_nodes), rejections, candidates, infos)
+
+    def _decide(
+        self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]], candidates: Candidates
+    ) -> tuple[str, list[ClaimAllocation]]:
+        """The device decision among the candidates (the costly half: CEL, searches).
+
+        Reads only the allocator state (whose changes wait while it runs) and this pod's
+        own bookkeeping, so that it can run off the event loop.
+        """
+        key = Key(pod.namespace, pod.name)
+        total, rejections, infos = candidates.total, candidates.rejections, candidates.infos
         pending = [claim for _, claim in _pending(entries)]
         if not pending:
-            if not candidates:
-                raise Unallocatable(placement.summarize(len(all_nodes), rejections))
-            return candidates[0].name, []
+            if not candidates.nodes:
+                raise Unallocatable(placement.summarize(total, rejections))
+            return candidates.nodes[0].name, []
         # Explaining looks at every node and writes to the pod and its claims. A pod that
         # finds no room at first usually gets it moments later (devices of a pod that just
         # ended are being released), so it is explained only once it has waited
@@ -566,9 +661,20 @@ class AllocationController:
             waited >= EXPLAIN_GRACE
             and now - self.explained_at.get(key, -EXPLAIN_PERIOD) >= EXPLAIN_PERIOD
         )
-        found = self.state.find_node(
-            pending, infos, str(self.settings.node_policy), explain=explain
-        )
+        try:
+            found = self.state.find_node(
+                pending,
+                infos,
+                str(self.settings.node_policy),
+                explain=explain,
+                budget_seconds=self.settings.decision_budget or None,
+            )
+        except DecisionTimeout as error:
+            summary = f"0/{total} nodes: {error}; trying again later"
+            refs = [str(_claim_key(claim)) for claim in pending]
+            raise TooSlow(
+                summary, reason=claimstatus.REASON_FAILED, claims=dict.fromkeys(refs, summary)
+            ) from error
         if found.node is not None:
             self.explained_at.pop(key, None)
             self.failing_since.pop(key, None)
@@ -581,18 +687,18 @@ class AllocationController:
         explanation = found.explanation
         refs = [str(_claim_key(claim)) for claim in pending]
         if explanation is not None and explanation.fatal_error:
-            summary = f"0/{len(all_nodes)} nodes: {explanation.fatal_error}"
+            summary = f"0/{total} nodes: {explanation.fatal_error}"
             raise Unallocatable(
                 summary, reason=claimstatus.REASON_FAILED, claims=dict.fromkeys(refs, summary)
             )
         reasons = list(rejections)
         details: list[str] = []
-        claims = dict.fromkeys(refs, placement.summarize(len(all_nodes), reasons))
+        claims = dict.fromkeys(refs, placement.summarize(total, reasons))
         if explanation is not None:
             reasons += [r.summary for r in explanation.reasons]
             details = explanation.lines()[1:]
-            claims = claimstatus.claim_messages(explanation, refs, rejections, len(all_nodes))
-        raise Unallocatable(placement.summarize(len(all_nodes), reasons), details, claims=claims)
+            claims = claimstatus.claim_messages(explanation, refs, rejections, total)
+        raise Unallocatable(placement.summarize(total, reasons), details, claims=claims)
 
     def _write_landed(self, claim: ResourceClaim) -> bool:
         current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))
@@ -615,7 +721,7 @@ class AllocationController:
             return
         landed = _is_allocated(current)
         if not landed:
-            self.state.release(unanswered.claim)
+            self._mutate(self.state.release, unanswered.claim)
             self._wake()
         # If it landed, the devices stay assumed until the watch shows the allocation (a
         # late event of an older version must not make them look free in between).
@@ -835,6 +941,11 @@ _FAILURE_RESULT: dict[FailureKind | None, str] = {
     FailureKind.UNAVAILABLE: "unavailable",
     FailureKind.REJECTED: "refused",
 }
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
+        loop.call_soon_threadsafe(callback)
 
 
 def _claim_key(claim: ResourceClaim) -> Key:

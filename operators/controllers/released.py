@@ -29,8 +29,7 @@ import structlog
 from operators.api.models import ResourceClaim
 from operators.cache.core import DEVICES_ANNOTATION, Pod
 from operators.cache.informer import Change, Key
-from operators.controllers import claimstatus, conditions
-from operators.controllers.allocation import CONDITION_TYPE
+from operators.controllers import claimstatus, podcondition
 from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_kind
 
@@ -156,16 +155,15 @@ class ReleasedPodsController:
                 resource_version=pod.resource_version,
             )
             updated = patched["metadata"]["resourceVersion"]
-        condition = conditions.condition(CONDITION_TYPE, "False", REASON_REFUSED, summary)
-        with contextlib.suppress(Conflict, NotFound):
-            await self.client.request(
-                "PATCH",
-                PODS.path(pod.namespace, pod.name) + "/status",
-                body={
-                    "metadata": {"resourceVersion": updated},
-                    "status": {"conditions": [condition]},
-                },
-                content_type="application/strategic-merge-patch+json",
+        with contextlib.suppress(Conflict):  # retried from fresh reads; then it changed
+            await podcondition.set_condition(
+                self.client,
+                pod,
+                "False",
+                REASON_REFUSED,
+                summary,
+                resource_version=updated,
+                still_needed=is_released_unbound,
             )
 
     async def _release_claim(self, claim: ResourceClaim, uid: str) -> None:

@@ -1,0 +1,143 @@
+"""Device decisions run off the event loop, with a wall-clock budget.
+
+- While one pod's decision runs (CEL, searches), the event loop goes on: other coroutines
+  (the webhook, probes, Lease renewal, watches) are not stalled.
+- Changes to the allocator state that arrive meanwhile wait and are applied in order after
+  the decision, so the decision reads a consistent state.
+- A decision over its budget gives the pod a reason and backs off; it is not woken by every
+  cluster change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from operators.cache.informer import Key
+from operators.controllers.allocation import AllocationController, TooSlow
+from operators.kube import RESOURCE_SLICES
+
+from .fakes import FakeClient, one_device_cluster, resource_slice
+from .test_allocation_failures import add_pod, sync
+
+
+def controller_with(client: FakeClient, **settings: Any) -> AllocationController:
+    return AllocationController(one_device_cluster(client, **settings))
+
+
+async def test_the_event_loop_runs_while_a_decision_is_made(monkeypatch: Any) -> None:
+    client = FakeClient()
+    controller = controller_with(client)
+    key = add_pod(controller, "p", "c1")
+    real = controller.state.find_node
+
+    def slow_find_node(*args: Any, **kwargs: Any) -> Any:
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:  # pure CPU, as a costly selector is
+            pass
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(controller.state, "find_node", slow_find_node)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    beat = asyncio.create_task(ticker())
+    await sync(controller, key)
+    beat.cancel()
+    # On the loop, the ticker would get no turn at all for 0.5 s.
+    assert ticks >= 10, f"the event loop was stalled: {ticks} ticks in 0.5 s"
+    assert controller.allocated_pods == 1
+
+
+async def test_state_changes_wait_for_the_decision_and_keep_their_order(
+    monkeypatch: Any,
+) -> None:
+    client = FakeClient()
+    controller = controller_with(client)
+    key = add_pod(controller, "p", "c1")
+    entered, release = threading.Event(), threading.Event()
+    real = controller.state.find_node
+
+    def blocked_find_node(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert release.wait(5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(controller.state, "find_node", blocked_find_node)
+    task = asyncio.create_task(sync(controller, key))
+    while not entered.is_set():
+        await asyncio.sleep(0.005)
+    slices = controller.runtime.cache[RESOURCE_SLICES]
+    slices.apply("ADDED", resource_slice("n2", devices=1))
+    slices.apply("DELETED", resource_slice("n2", devices=1))
+    slices.apply("ADDED", resource_slice("n3", devices=2))
+    assert set(controller.state.node_names()) == {"n1"}, "changed under a running decision"
+    release.set()
+    await task
+    assert set(controller.state.node_names()) == {"n1", "n3"}
+    assert controller._deferred == []
+
+
+async def test_a_cancelled_wait_does_not_unfreeze_the_state_early(monkeypatch: Any) -> None:
+    client = FakeClient()
+    controller = controller_with(client)
+    add_pod(controller, "p", "c1")
+    entered, release = threading.Event(), threading.Event()
+    real = controller.state.find_node
+
+    def blocked_find_node(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert release.wait(5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(controller.state, "find_node", blocked_find_node)
+    pod = controller.pods.get(Key("ns", "p"))
+    assert pod is not None
+    entries = controller._resolve_claims(pod)
+    waiter = asyncio.create_task(
+        controller._decide_off_loop(pod, entries, controller._candidates(pod, entries))
+    )
+    while not entered.is_set():
+        await asyncio.sleep(0.005)
+    waiter.cancel()  # leadership lost, say
+    await asyncio.sleep(0.02)
+    controller.runtime.cache[RESOURCE_SLICES].apply("ADDED", resource_slice("n2", devices=1))
+    assert "n2" not in controller.state.node_names(), "the thread still reads the state"
+    release.set()
+    for _ in range(200):
+        if "n2" in controller.state.node_names():
+            break
+        await asyncio.sleep(0.01)
+    assert "n2" in controller.state.node_names()
+
+
+async def test_a_decision_over_budget_is_reported_and_backs_off() -> None:
+    client = FakeClient()
+    controller = controller_with(client, decision_budget=1e-9)
+    # Two devices: the budget is checked before each selector evaluation that is not cached.
+    controller.runtime.cache[RESOURCE_SLICES].apply("MODIFIED", _two_devices())
+    key = add_pod(controller, "p", "c1", selectors=[{"cel": {"expression": "true"}}])
+    pod = controller.pods.get(key)
+    assert pod is not None
+    with pytest.raises(TooSlow, match=r"allocation search exceeded 1e-09s"):
+        controller._choose(pod, controller._resolve_claims(pod))
+    await sync(controller, key)
+    assert any("allocation search exceeded" in e["message"] for e in client.events)
+    assert key not in controller.waiting, "woken by every change, it would spend its budget again"
+    assert controller.queue.due_in(key) > 0
+    assert controller.allocated_pods == 0
+
+
+def _two_devices() -> Any:
+    raw = resource_slice("n1", devices=2)
+    raw["metadata"]["resourceVersion"] = "2"
+    return raw
