@@ -86,3 +86,74 @@ def test_a_pod_with_too_many_claim_entries_is_refused_and_others_go_on(
     }
     assert owners == {"normal"}, f"claims were created for {owners - {'normal'}}"
     assert operator.process is not None and operator.process.poll() is None, "operator died"
+
+
+# Four nested all() over 10 items, device-dependent: under upstream's cost limit (so it is
+# accepted), 20-40 ms per device here. Over 960 devices one decision needs 20-40 s of CPU,
+# well over the 10 s budget.
+ITEMS = "[" + ",".join(str(i) for i in range(10)) + "]"
+COSTLY = (
+    f"{ITEMS}.all(a, {ITEMS}.all(b, {ITEMS}.all(c, {ITEMS}.all(d, "
+    'device.driver != "" && a + b + c + d >= 0))))'
+)
+
+
+def _create_seconds(testbed: Testbed, body: dict[str, object]) -> float:
+    started = time.monotonic()
+    testbed.kubectl("create", "-f", "-", input=json.dumps(body))
+    return time.monotonic() - started
+
+
+def _renew_time(testbed: Testbed, lease: str) -> str:
+    found = testbed.get("lease", lease, "--namespace=default") or {}
+    return str((found.get("spec") or {}).get("renewTime") or "")
+
+
+def test_a_costly_selector_stalls_neither_admission_nor_leadership_nor_other_pods(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = make_pool(testbed, nodes=8, devices=120)
+    testbed.apply(template(namespace, "plain", pool))
+    testbed.apply(template(namespace, "costly", pool, selectors=[{"cel": {"expression": COSTLY}}]))
+    baseline = _create_seconds(
+        testbed,
+        pod(namespace, "before", pool, [{"name": "dev", "resourceClaimTemplateName": "plain"}]),
+    )
+    wait_bound(testbed, namespace, "before")
+    log_mark = len(operator.log())
+    testbed.apply(
+        pod(namespace, "costly", pool, [{"name": "dev", "resourceClaimTemplateName": "costly"}])
+    )
+    wait_for(
+        "the costly pod's claim",
+        lambda: [c for c in claims_in(testbed, namespace) if "costly" in c["metadata"]["name"]],
+        timeout=30,
+    )
+    time.sleep(1.0)  # its decision is now evaluating the selector on every device
+    renewed_before = _renew_time(testbed, operator.lease)
+    during = _create_seconds(
+        testbed,
+        pod(namespace, "during", pool, [{"name": "dev", "resourceClaimTemplateName": "plain"}]),
+    )
+    print(
+        f"\n[responsive] pod creation {during:.2f} s during the costly decision ({baseline:.2f} s before)"
+    )
+    assert during - baseline < 1.0, f"admission took {during:.1f} s (baseline {baseline:.1f} s)"
+    time.sleep(3.0)
+    assert _renew_time(testbed, operator.lease) != renewed_before, "the Lease was not renewed"
+    wait_bound(testbed, namespace, "during", timeout=60)
+
+    # The costly pod's decision really ran over its budget (so the checks above overlapped
+    # it), and the pod was told so.
+    [event] = wait_for(
+        "the budget Event on the costly pod",
+        lambda: [
+            e
+            for e in events(testbed, namespace, "costly", "FailedAllocation")
+            if "allocation search exceeded" in str(e.get("message"))
+        ],
+        timeout=60,
+    )[:1]
+    assert event["type"] == "Warning"
+    assert "leadership lost" not in operator.log()[log_mark:].lower()
+    assert operator.process is not None and operator.process.poll() is None, "operator died"
