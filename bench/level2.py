@@ -192,15 +192,23 @@ class Operator:
     log_path: Path
 
     @classmethod
-    def start(cls, testbed: Testbed) -> Operator:
+    def start(cls, testbed: Testbed, *, webhook: bool = False) -> Operator:
         log_path = testbed.state_dir / "operator.log"
         args = [
             sys.executable, "-m", "operators",
             f"--kubeconfig={testbed.kubeconfig}",
-            "--metrics-port=0", "--probe-port=0", "--no-webhook",
+            "--metrics-port=0", "--probe-port=0",
             "--lease-name=dralloc-bench", "--lease-namespace=default",
             "--log-format=json", "--log-level=INFO",
         ]  # fmt: skip
+        if webhook:  # kopf serves it on loopback and writes its configuration
+            args += [
+                "--webhook-addr=127.0.0.1",
+                "--webhook-port=0",
+                "--webhook-managed=bench.dralloc.dev",
+            ]
+        else:
+            args.append("--no-webhook")
         with log_path.open("ab") as log:
             env = {**os.environ, "KUBECONFIG": str(testbed.kubeconfig)}
             process = subprocess.Popen(
@@ -208,6 +216,8 @@ class Operator:
             )
         operator = cls(process, log_path)
         operator.wait_for("controllers starting", timeout=120)
+        if webhook:
+            operator.wait_for("Reconfiguring the mutating webhook", timeout=60)
         return operator
 
     def log(self) -> str:

@@ -94,7 +94,8 @@ EXPLAIN_PERIOD = 10.0  # seconds between explanations of one waiting pod
 EXPLAIN_GRACE = 1.0  # seconds a pod waits for room before it is explained at all
 MAX_CONCURRENT_WRITES = 64  # pods whose writes are in flight at once
 MAX_DETAIL_LINES = 5  # per-node-group lines in the Event after the summary
-WAKE_DELAY = 0.02  # coalesces a burst of cluster changes into one retry of waiting pods
+WAKE_DELAY = 0.02
+DECISION_SLICE = 0.5  # seconds of one decision attempt; a pod's budget spans several  # coalesces a burst of cluster changes into one retry of waiting pods
 
 
 class NotReady(Exception):
@@ -149,6 +150,10 @@ class Unallocatable(Exception):
         self.claims = claims or {}
 
 
+class SliceUsed(Exception):
+    """The pod's decision used up one slice of its budget; it goes to the back of the queue."""
+
+
 class TooSlow(Unallocatable):
     """The decision ran out of its wall-clock budget: the pod is told and backs off (it is
     not woken by cluster changes, which would spend the budget again at once)."""
@@ -201,6 +206,7 @@ class AllocationController:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._searches = 0
         self._deferred: list[Callable[[], object]] = []
+        self.decision_spent: dict[Key, float] = {}  # seconds of budget used, per pod
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         # Claims generated for a pod are found through their owner until the pod records
         # their names (we record them in our own pod write; see claims.py).
@@ -299,6 +305,7 @@ class AllocationController:
             self.written.pop(change.key, None)
             self.explained_at.pop(change.key, None)
             self.failing_since.pop(change.key, None)
+            self.decision_spent.pop(change.key, None)
             return
         written = self.written.get(change.key)
         if written is not None and version_number(pod.resource_version) >= written:
@@ -397,6 +404,9 @@ class AllocationController:
         except StillWaiting:
             self.waiting.add(key)
             self.queue.retry(key)
+            return
+        except SliceUsed:
+            self.queue.add(key)  # behind the pods already waiting (it is being processed)
             return
         except TooSlow as reason:
             metrics.ALLOCATIONS.labels(result="timeout").inc()
@@ -661,20 +671,33 @@ class AllocationController:
             waited >= EXPLAIN_GRACE
             and now - self.explained_at.get(key, -EXPLAIN_PERIOD) >= EXPLAIN_PERIOD
         )
+        # A costly pod decides in slices: when one runs out it goes to the back of the
+        # queue, keeping what it computed (selector results stay cached), so the pods behind
+        # it wait for one slice, not for its whole budget.
+        budget = self.settings.decision_budget
+        spent = self.decision_spent.get(key, 0.0)
+        attempt = min(DECISION_SLICE, budget - spent) if budget else None
         try:
             found = self.state.find_node(
                 pending,
                 infos,
                 str(self.settings.node_policy),
                 explain=explain,
-                budget_seconds=self.settings.decision_budget or None,
+                budget_seconds=attempt,
             )
         except DecisionTimeout as error:
-            summary = f"0/{total} nodes: {error}; trying again later"
+            assert attempt is not None
+            spent += attempt
+            if spent < budget:
+                self.decision_spent[key] = spent
+                raise SliceUsed() from error
+            self.decision_spent.pop(key, None)
+            summary = f"0/{total} nodes: allocation search exceeded {budget:g}s; trying again later"
             refs = [str(_claim_key(claim)) for claim in pending]
             raise TooSlow(
                 summary, reason=claimstatus.REASON_FAILED, claims=dict.fromkeys(refs, summary)
             ) from error
+        self.decision_spent.pop(key, None)
         if found.node is not None:
             self.explained_at.pop(key, None)
             self.failing_since.pop(key, None)

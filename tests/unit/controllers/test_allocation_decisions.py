@@ -141,3 +141,22 @@ def _two_devices() -> Any:
     raw = resource_slice("n1", devices=2)
     raw["metadata"]["resourceVersion"] = "2"
     return raw
+
+
+async def test_a_costly_decision_goes_in_slices_behind_the_other_pods(monkeypatch: Any) -> None:
+    from operators.controllers import allocation
+
+    monkeypatch.setattr(allocation, "DECISION_SLICE", 1e-9)
+    client = FakeClient()
+    controller = controller_with(client, decision_budget=3e-9)
+    controller.runtime.cache[RESOURCE_SLICES].apply("MODIFIED", _two_devices())
+    key = add_pod(controller, "p", "c1", selectors=[{"cel": {"expression": "true"}}])
+    await sync(controller, key)  # slice 1 of 3: back in the queue, nothing said yet
+    assert controller.decision_spent[key] == pytest.approx(1e-9)
+    assert client.events == []
+    assert controller.queue.due_in(key) == 0.0
+    await sync(controller, key)  # slice 2
+    await sync(controller, key)  # slice 3: the budget is spent, the pod is told
+    assert any("allocation search exceeded 3e-09s" in e["message"] for e in client.events)
+    assert key not in controller.decision_spent
+    assert controller.queue.due_in(key) > 0
