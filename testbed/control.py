@@ -13,7 +13,9 @@ there, checking each pid's start time so a recycled pid is never signalled.
 Usage (through the wrappers next to this file):
   testbed/up [--dir DIR] [--dra] [--nodes N] [--bin DIR]   prints the kubeconfig path last
   testbed/down DIR
-  testbed/nodes --kubeconfig PATH [--bin DIR] [--prefix P] [--label k=v ...] N
+  testbed/nodes --kubeconfig PATH [--bin DIR] [--prefix P] [--label k=v ...]
+                [--cpu Q] [--memory Q] [--pods N] [--ephemeral-storage Q]
+                [--extended NAME=Q ...] N
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -538,8 +541,52 @@ def _reap(pid: int) -> None:
 # nodes
 
 
-def node_manifest(name: str, labels: dict[str, str]) -> dict[str, object]:
-    capacity = {"cpu": "1000", "memory": "4Ti", "pods": "100000"}
+# Big enough that nothing but devices limits a test or benchmark by default.
+DEFAULT_CAPACITY = {"cpu": "1000", "memory": "4Ti", "pods": "100000"}
+# A Kubernetes quantity: a decimal number, then a binary or decimal suffix or an exponent.
+QUANTITY = re.compile(
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+)
+
+
+def node_capacity(
+    cpu: str | None = None,
+    memory: str | None = None,
+    pods: int | None = None,
+    ephemeral_storage: str | None = None,
+    extended: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """Capacity (and allocatable, the same) of a fake node: the defaults with these replaced.
+
+    Quantities are checked for their syntax and extended resources for a domain-prefixed
+    name here, so a typo fails before anything is created; the API server checks the rest
+    (e.g. that an extended resource is a whole number).
+    """
+    for resource in extended or {}:
+        if "/" not in resource:
+            raise TestbedError(
+                f"extended resource {resource!r} has no domain prefix (like example.com/foo)"
+            )
+    capacity = dict(DEFAULT_CAPACITY)
+    given = {"cpu": cpu, "memory": memory, "ephemeral-storage": ephemeral_storage}
+    given.update(extended or {})
+    for resource, quantity in given.items():
+        if quantity is None:
+            continue
+        if not QUANTITY.fullmatch(quantity):
+            raise TestbedError(f"{resource}: {quantity!r} is not a Kubernetes quantity")
+        capacity[resource] = quantity
+    if pods is not None:
+        if pods < 0:
+            raise TestbedError(f"pods: {pods} is negative")
+        capacity["pods"] = str(pods)
+    return capacity
+
+
+def node_manifest(
+    name: str, labels: dict[str, str], capacity: dict[str, str] | None = None
+) -> dict[str, object]:
+    capacity = dict(DEFAULT_CAPACITY if capacity is None else capacity)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -554,16 +601,26 @@ def node_manifest(name: str, labels: dict[str, str]) -> dict[str, object]:
             },
             "annotations": {"kwok.x-k8s.io/node": "fake"},
         },
-        # Status is accepted on create; kwok then keeps the node Ready.
-        "status": {"allocatable": capacity, "capacity": capacity},
+        # Status is accepted on create; kwok then keeps the node Ready and keeps both maps.
+        "status": {"allocatable": capacity, "capacity": dict(capacity)},
     }
 
 
 def create_nodes(
-    kubeconfig: Path, bin_dir: Path, count: int, prefix: str, labels: dict[str, str]
+    kubeconfig: Path,
+    bin_dir: Path,
+    count: int,
+    prefix: str,
+    labels: dict[str, str],
+    capacity: dict[str, str] | None = None,
 ) -> list[str]:
+    """Apply N nodes; ``capacity`` (default DEFAULT_CAPACITY) is also their allocatable.
+
+    The API server ignores status on updates of a Node, so the capacity of a node that
+    already exists is not changed: delete it first to resize it.
+    """
     names = [f"{prefix}-{i}" for i in range(count)]
-    items = [node_manifest(name, labels) for name in names]
+    items = [node_manifest(name, labels, capacity) for name in names]
     manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
     result = subprocess.run(
         [str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", "apply", "--server-side",
@@ -586,13 +643,17 @@ def default_state_dir() -> Path:
 
 
 def parse_labels(pairs: Sequence[str]) -> dict[str, str]:
-    labels = {}
+    return parse_pairs(pairs, "label")
+
+
+def parse_pairs(pairs: Sequence[str], what: str) -> dict[str, str]:
+    out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"label {pair!r} is not key=value")
-        labels[key] = value
-    return labels
+        if not sep or not key:
+            raise SystemExit(f"{what} {pair!r} is not key=value")
+        out[key] = value
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -618,6 +679,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_nodes.add_argument("--bin", type=Path)
     p_nodes.add_argument("--prefix", default="kwok-node")
     p_nodes.add_argument("--label", action="append", default=[], help="key=value (repeatable)")
+    size = "capacity and allocatable of each node (a Kubernetes quantity; default: "
+    p_nodes.add_argument("--cpu", metavar="Q", help=size + DEFAULT_CAPACITY["cpu"] + ")")
+    p_nodes.add_argument("--memory", metavar="Q", help=size + DEFAULT_CAPACITY["memory"] + ")")
+    p_nodes.add_argument("--pods", metavar="N", type=int, help="pods each node takes "
+                         f"(default: {DEFAULT_CAPACITY['pods']})")  # fmt: skip
+    p_nodes.add_argument("--ephemeral-storage", metavar="Q", help=size + "none)")
+    p_nodes.add_argument("--extended", metavar="NAME=Q", action="append", default=[],
+                         help="an extended resource, e.g. example.com/foo=4 (repeatable)")  # fmt: skip
     args = parser.parse_args(argv)
 
     try:
@@ -644,9 +713,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.kubeconfig is None:
                 raise TestbedError("--kubeconfig (or $KUBECONFIG) is required")
             bin_dir = args.bin or default_bin_dir()
+            capacity = node_capacity(
+                args.cpu, args.memory, args.pods, args.ephemeral_storage,
+                parse_pairs(args.extended, "extended resource"),
+            )  # fmt: skip
             names = create_nodes(
-                args.kubeconfig, bin_dir, args.count, args.prefix, parse_labels(args.label)
-            )
+                args.kubeconfig, bin_dir, args.count, args.prefix, parse_labels(args.label),
+                capacity,
+            )  # fmt: skip
             print("\n".join(names))
     except TestbedError as exc:
         print(f"testbed {args.command}: {exc}", file=sys.stderr)

@@ -6,9 +6,11 @@ built, every such test is skipped with the build's reason):
 - `testbed` (session): a running control plane with in-tree DRA off, a `Testbed` with
   `.kubeconfig` (Path), `.bin` (Path of kubectl & co.), `.kubectl(*args, input=None,
   check=True) -> CompletedProcess[str]`, `.apply(*dicts)`, `.get(*args) -> dict | None`,
-  `.create_nodes(count, labels, prefix) -> names` and `.env()` (environ with KUBECONFIG and
-  PATH for subprocesses such as `kopf run`). Started once per session with `testbed/up` and
-  stopped at the end; set `DRALLOC_KUBECONFIG` to reuse a running one instead (never stopped).
+  `.create_nodes(count, labels, prefix, cpu=None, memory=None, pods=None) -> names` (node
+  size: capacity = allocatable; None keeps the testbed's huge default) and `.env()` (environ
+  with KUBECONFIG and PATH for subprocesses such as `kopf run`). Started once per session
+  with `testbed/up` and stopped at the end; set `DRALLOC_KUBECONFIG` to reuse a running one
+  instead (never stopped).
 - `dra_testbed` (session): a second control plane with in-tree DRA on, started only when a
   test asks for it (`DRALLOC_DRA_KUBECONFIG` reuses one).
 - `kubectl`: shorthand for `testbed.kubectl`.

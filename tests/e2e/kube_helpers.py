@@ -119,12 +119,27 @@ class Testbed:
         obj: JsonObject = json.loads(result.stdout)
         return obj
 
-    def create_nodes(self, count: int, labels: Mapping[str, str], prefix: str) -> list[str]:
-        """Create kwok fake nodes through `testbed/nodes`; returns their names."""
+    def create_nodes(
+        self,
+        count: int,
+        labels: Mapping[str, str],
+        prefix: str,
+        *,
+        cpu: str | int | None = None,
+        memory: str | None = None,
+        pods: int | None = None,
+    ) -> list[str]:
+        """Create kwok fake nodes through `testbed/nodes`; returns their names.
+
+        cpu, memory (Kubernetes quantities) and pods set capacity and allocatable; None keeps
+        the script's defaults (sized so that only devices limit a pod).
+        """
         label_args = [arg for k, v in labels.items() for arg in ("--label", f"{k}={v}")]
+        size = {"--cpu": cpu, "--memory": memory, "--pods": pods}
+        size_args = [f"{flag}={value}" for flag, value in size.items() if value is not None]
         result = subprocess.run(
             [str(TESTBED_DIR / "nodes"), f"--kubeconfig={self.kubeconfig}", f"--bin={self.bin}",
-             f"--prefix={prefix}", *label_args, str(count)],
+             f"--prefix={prefix}", *label_args, *size_args, str(count)],
             capture_output=True, text=True, check=False, timeout=KUBECTL_TIMEOUT_S,
         )  # fmt: skip
         if result.returncode != 0:

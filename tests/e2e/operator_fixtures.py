@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ class OperatorProcess:
     lease: str
     webhook: bool = True
     extra: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # on top of the testbed's environment
     identity: str = ""
     process: subprocess.Popen[bytes] | None = None
 
@@ -81,7 +82,11 @@ class OperatorProcess:
         args += self.extra
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            args, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.testbed.env()
+            args,
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**self.testbed.env(), **self.env},
         )
         return self
 
@@ -116,9 +121,25 @@ class OperatorProcess:
 def operator(
     testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
+    yield from running_operator(testbed, tmp_path_factory)
+
+
+def running_operator(
+    testbed: Testbed,
+    tmp_path_factory: pytest.TempPathFactory,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[OperatorProcess]:
+    """The body of the ``operator`` fixture, for modules that need the operator started with
+    settings of their own in its environment (``DRALLOC_<NAME>``): such a module defines its
+    own module-scoped ``operator`` fixture that yields from this."""
     install_crds(testbed)
     lease = unique_name("dralloc-e2e")
-    proc = OperatorProcess(testbed, tmp_path_factory.mktemp("operator") / "operator.log", lease)
+    proc = OperatorProcess(
+        testbed,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        lease,
+        env=dict(env or {}),
+    )
     proc.start()
     try:
         proc.wait_ready()
@@ -138,16 +159,52 @@ class Pool:
     device_class: str
     label: str
     nodes: list[str]
+    roles: dict[str, str] = field(default_factory=dict)  # make_sized_pool: role -> node name
 
     @property
     def node_selector(self) -> dict[str, str]:
         return {"e2e-pool": self.label}
 
+    def node(self, role: str) -> str:
+        """The node made for ``role`` by make_sized_pool."""
+        return self.roles[role]
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """One node of a make_sized_pool: its role in the test, devices and size (capacity =
+    allocatable). The defaults are a realistic worker, not the testbed's huge default."""
+
+    role: str
+    devices: int
+    cpu: str = "8"
+    memory: str = "32Gi"
+    pods: int = 110
+
 
 def make_pool(testbed: Testbed, nodes: int, devices: int, *, prefix: str = "e2e") -> Pool:
     label = unique_name(prefix)
-    driver = f"{label}.example.com"
     names = testbed.create_nodes(nodes, {"e2e-pool": label}, prefix=label)
+    return _publish_devices(testbed, label, dict.fromkeys(names, devices))
+
+
+def make_sized_pool(testbed: Testbed, shapes: Sequence[NodeShape], *, prefix: str = "e2e") -> Pool:
+    """A pool of one node per shape, named ``<label>-<role>-0``, in the order given."""
+    label = unique_name(prefix)
+    roles: dict[str, str] = {}
+    for shape in shapes:
+        (roles[shape.role],) = testbed.create_nodes(
+            1, {"e2e-pool": label}, prefix=f"{label}-{shape.role}",
+            cpu=shape.cpu, memory=shape.memory, pods=shape.pods,
+        )  # fmt: skip
+    pool = _publish_devices(testbed, label, {roles[s.role]: s.devices for s in shapes})
+    pool.roles.update(roles)
+    return pool
+
+
+def _publish_devices(testbed: Testbed, label: str, devices: Mapping[str, int]) -> Pool:
+    """The pool's DeviceClass and one ResourceSlice per node (also for 0 devices)."""
+    driver = f"{label}.example.com"
     device_class = label
     testbed.apply(
         {
@@ -156,9 +213,9 @@ def make_pool(testbed: Testbed, nodes: int, devices: int, *, prefix: str = "e2e"
             "metadata": {"name": device_class},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
         },
-        *[slice_manifest(driver, node, devices) for node in names],
+        *[slice_manifest(driver, node, count) for node, count in devices.items()],
     )
-    return Pool(testbed, driver, device_class, label, names)
+    return Pool(testbed, driver, device_class, label, list(devices))
 
 
 def slice_manifest(driver: str, node: str, devices: int) -> dict[str, Any]:
@@ -206,21 +263,39 @@ def claim(namespace: str, name: str, pool: Pool, **request: Any) -> dict[str, An
 
 
 def pod(
-    namespace: str, name: str, pool: Pool, claims: list[dict[str, str]], **spec: Any
+    namespace: str,
+    name: str,
+    pool: Pool,
+    claims: list[dict[str, str]],
+    *,
+    labels: Mapping[str, str] | None = None,
+    resources: Mapping[str, Any] | None = None,
+    ports: Sequence[Mapping[str, Any]] | None = None,
+    owner_references: Sequence[Mapping[str, Any]] | None = None,
+    **spec: Any,
 ) -> dict[str, Any]:
+    """A pod asking for ``claims`` on the pool's nodes (``nodeSelector`` in ``spec`` replaces
+    the pool's selector). ``resources`` and ``ports`` go to its one container; ``spec`` takes
+    any other pod field, e.g. ``affinity`` or ``topologySpreadConstraints``."""
+    container: dict[str, Any] = {"name": "c", "image": "registry.invalid/fake"}
+    if resources is not None:
+        container["resources"] = dict(resources)
+    if ports is not None:
+        container["ports"] = [dict(p) for p in ports]
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "annotations": {CLAIMS_ANNOTATION: json.dumps(claims)},
+    }
+    if labels is not None:
+        metadata["labels"] = dict(labels)
+    if owner_references is not None:
+        metadata["ownerReferences"] = [dict(o) for o in owner_references]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": {CLAIMS_ANNOTATION: json.dumps(claims)},
-        },
-        "spec": {
-            "containers": [{"name": "c", "image": "registry.invalid/fake"}],
-            "nodeSelector": pool.node_selector,
-            **spec,
-        },
+        "metadata": metadata,
+        "spec": {"containers": [container], "nodeSelector": pool.node_selector, **spec},
     }
 
 

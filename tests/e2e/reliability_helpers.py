@@ -8,13 +8,14 @@ would see.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -98,18 +99,37 @@ def restart_apiserver(testbed: Testbed, down_for: float = 2.0) -> float:
     The new process is recorded in the testbed's state.json, so ``testbed/down`` and the
     owner watchdog stop it like the original. Skips for a reused testbed (not ours).
     """
+    started = time.monotonic()
+    with stopped(testbed, "kube-apiserver"):
+        time.sleep(down_for)
+    wait_for(
+        "kube-apiserver ready again",
+        lambda: testbed.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
+        timeout=60,
+        interval=0.5,
+    )
+    return time.monotonic() - started
+
+
+@contextlib.contextmanager
+def stopped(testbed: Testbed, name: str) -> Iterator[None]:
+    """A control-plane component stopped for the ``with`` block (SIGTERM to its process group,
+    SIGKILL after 10 s, as ``testbed/down`` does), then started again with the same command
+    and environment, also when the block fails. The caller waits for it to be ready.
+
+    The new process is recorded in the testbed's state.json, so ``testbed/down`` and the
+    owner watchdog stop it like the original. Skips for a reused testbed (not ours).
+    """
     if testbed.state_dir is None:
-        pytest.skip(
-            "API server restart needs a testbed started by this run (DRALLOC_KUBECONFIG set)"
-        )
+        pytest.skip(f"stopping {name} needs a testbed started by this run (DRALLOC_KUBECONFIG set)")
     control = _control_module()
     state = control.State.load(testbed.state_dir)
     current = [
         c
         for c in state.components
-        if c.name == "kube-apiserver" and control.process_start_time(c.pid) == c.start_time
+        if c.name == name and control.process_start_time(c.pid) == c.start_time
     ]
-    assert current, "no running kube-apiserver recorded in state.json"
+    assert current, f"no running {name} recorded in state.json"
     component = current[-1]
     proc = Path(f"/proc/{component.pid}")
     argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
@@ -122,22 +142,26 @@ def restart_apiserver(testbed: Testbed, down_for: float = 2.0) -> float:
     def gone() -> bool:
         return bool(control.process_start_time(component.pid) != component.start_time)
 
-    started = time.monotonic()
     os.killpg(component.pid, signal.SIGTERM)
     try:  # the grace `testbed/down` gives too; open watches can hold it up for longer
-        wait_for("kube-apiserver to exit", gone, timeout=10, interval=0.1)
+        wait_for(f"{name} to exit", gone, timeout=10, interval=0.1)
     except AssertionError:
         os.killpg(component.pid, signal.SIGKILL)
-        wait_for("kube-apiserver to be killed", gone, timeout=10, interval=0.1)
-    time.sleep(down_for)
-    control.start(state, "kube-apiserver", argv, env)
-    wait_for(
-        "kube-apiserver ready again",
-        lambda: testbed.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
-        timeout=60,
-        interval=0.5,
+        wait_for(f"{name} to be killed", gone, timeout=10, interval=0.1)
+    try:
+        yield
+    finally:
+        control.start(state, name, argv, env)
+
+
+def scheduler_healthy(testbed: Testbed) -> bool:
+    """kube-scheduler's /healthz answers (it serves it on a self-signed certificate)."""
+    assert testbed.state_dir is not None
+    control = _control_module()
+    port = control.State.load(testbed.state_dir).ports.scheduler
+    return bool(
+        control.http_ok(f"https://127.0.0.1:{port}/healthz", control.insecure_tls_context())
     )
-    return time.monotonic() - started
 
 
 def json_patch(

@@ -6,6 +6,7 @@ the garbage collector follows owner references, and in-tree DRA works when switc
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
-from .kube_helpers import REPO_ROOT, JsonObject, Testbed, unique_name, wait_for
+from .kube_helpers import REPO_ROOT, TESTBED_DIR, JsonObject, Testbed, unique_name, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -114,6 +115,68 @@ def _try_apply(testbed: Testbed, obj: JsonObject) -> bool:
     doc = json.dumps(obj)
     result = testbed.kubectl("apply", "--server-side", "-f", "-", input=doc, check=False)
     return result.returncode == 0
+
+
+def ready_node(testbed: Testbed, name: str) -> JsonObject:
+    """The node once kwok has marked it Ready (kwok's node stage rewrites its status)."""
+
+    def probe() -> JsonObject | None:
+        obj = testbed.get("node", name)
+        conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        return obj if ready else None
+
+    found: JsonObject = wait_for(f"node {name} Ready", probe, timeout=30)
+    return found
+
+
+def test_nodes_keep_the_size_they_were_given_once_ready(testbed: Testbed) -> None:
+    prefix = unique_name("sized")
+    result = subprocess.run(
+        [str(TESTBED_DIR / "nodes"), f"--kubeconfig={testbed.kubeconfig}", f"--bin={testbed.bin}",
+         f"--prefix={prefix}", f"--label=e2e-pool={prefix}", "--cpu=2", "--memory=8Gi",
+         "--pods=110", "--ephemeral-storage=100Gi", "--extended=example.com/foo=4",
+         "--extended=example.com/bar=2", "1"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (node,) = result.stdout.split()
+    size = {
+        "cpu": "2",
+        "memory": "8Gi",
+        "pods": "110",
+        "ephemeral-storage": "100Gi",
+        "example.com/foo": "4",
+        "example.com/bar": "2",
+    }
+    status = ready_node(testbed, node)["status"]
+    assert (status["capacity"], status["allocatable"]) == (size, size)
+
+    # The fixture helper passes cpu, memory and pods through; no size keeps the old default.
+    (helper,) = testbed.create_nodes(
+        1, {"e2e-pool": prefix}, f"{prefix}-helper", cpu="3500m", memory="32Gi", pods=20
+    )
+    (default,) = testbed.create_nodes(1, {"e2e-pool": prefix}, f"{prefix}-default")
+    expected = {
+        helper: {"cpu": "3500m", "memory": "32Gi", "pods": "20"},
+        default: {"cpu": "1k", "memory": "4Ti", "pods": "100k"},
+    }
+    for name, want in expected.items():
+        status = ready_node(testbed, name)["status"]
+        assert (status["capacity"], status["allocatable"]) == (want, want), name
+
+
+def test_node_size_that_is_no_quantity_creates_nothing(testbed: Testbed) -> None:
+    prefix = unique_name("badsize")
+    with pytest.raises(AssertionError, match="'2 cores' is not a Kubernetes quantity"):
+        testbed.create_nodes(1, {}, prefix, cpu="2 cores")
+    result = subprocess.run(
+        [str(TESTBED_DIR / "nodes"), f"--kubeconfig={testbed.kubeconfig}", f"--bin={testbed.bin}",
+         f"--prefix={prefix}", "--extended=foo=1", "1"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0 and "has no domain prefix" in result.stderr, result
+    assert testbed.get("node", f"{prefix}-0") is None
 
 
 def test_pod_is_bound_to_kwok_node_runs_and_is_deleted(testbed: Testbed, namespace: str) -> None:
