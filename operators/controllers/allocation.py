@@ -95,6 +95,11 @@ class NotReady(Exception):
     """The pod cannot be considered yet (its claims are not all there); no message."""
 
 
+class AlreadyAllocated(NotReady):
+    """A bound pod whose claims are all allocated and reserved for it: nothing to allocate
+    (the claim controller keeps its devices annotation in step with the claims)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class UnansweredWrite:
     """A claim whose allocation write got no answer; its devices stay assumed until known."""
@@ -458,6 +463,8 @@ class AllocationController:
                     "(Pod is not owner)"
                 )
             entries.append((entry, claim))
+        if not pod.gated and all(claimrules.reserved_for(c, pod.uid) for _, c in entries):
+            raise AlreadyAllocated()
         return entries
 
     def _claim_name(self, pod: Pod, entry: PodClaim) -> str | None:
@@ -714,6 +721,15 @@ class AllocationController:
         self.written[Key(pod.namespace, pod.name)] = version_number(
             updated["metadata"]["resourceVersion"]
         )
+        if pod.annotations.get(DEVICES_ANNOTATION) not in (None, devices):
+            # Not ours (the claims were not allocated for the pod until now): say so.
+            await self.runtime.events.post(
+                pod.involved(),
+                claimrules.REASON_DEVICES_CORRECTED,
+                f"annotation {DEVICES_ANNOTATION} did not match the pod's ResourceClaims; "
+                "rewritten from them",
+                warning=True,
+            )
         if _condition(pod) is not None:
             with contextlib.suppress(Conflict, NotFound):
                 await self._set_condition(
@@ -816,9 +832,9 @@ def _is_allocated(claim: ResourceClaim | None) -> bool:
 def _wants_allocation(pod: Pod) -> bool:
     if not pod.claims or pod.done or pod.deleting:
         return False
-    if pod.gated:
-        return True
-    return bool(pod.node_name) and not pod.allocated
+    # A bound pod is looked at whatever its devices annotation says (anyone who may edit the
+    # pod could have written it): its claims tell whether it is allocated (_resolve_claims).
+    return pod.gated or bool(pod.node_name)
 
 
 def _condition(pod: Pod) -> dict[str, Any] | None:

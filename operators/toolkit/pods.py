@@ -21,6 +21,7 @@ from typing import Any
 from operators.api.annotations import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
+    DEVICES_ANNOTATION,
     SCHEDULING_GATE,
     AnnotationError,
     parse_claim_statuses,
@@ -77,6 +78,9 @@ class PodInfo:
     gated: bool = False
     protocol: str = "dralloc"
     """``dralloc`` (annotations) or ``in-tree`` (pod.spec.resourceClaims)."""
+    devices_annotation: str | None = None
+    """The ``resource.dralloc.dev/devices`` annotation as written (dralloc's output, which
+    ``dralloc check`` compares with the claims; never read as proof of an allocation)."""
 
     @property
     def key(self) -> str:
@@ -139,6 +143,7 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
         gated=SCHEDULING_GATE in gates,
         protocol=protocol,
+        devices_annotation=annotations.get(DEVICES_ANNOTATION),
     )
 
 
