@@ -170,6 +170,7 @@ class AllocationController:
         self.unanswered: dict[Key, UnansweredWrite] = {}
         self.explained_at: dict[Key, float] = {}
         self.failing_since: dict[Key, float] = {}  # pods no node could take, since when
+        self.missing_since: dict[Key, float] = {}  # pods naming a claim that does not exist
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
         self.allocated_pods = 0
@@ -274,6 +275,7 @@ class AllocationController:
             self.written.pop(change.key, None)
             self.explained_at.pop(change.key, None)
             self.failing_since.pop(change.key, None)
+            self.missing_since.pop(change.key, None)
             return
         written = self.written.get(change.key)
         if written is not None and version_number(pod.resource_version) >= written:
@@ -440,7 +442,9 @@ class AllocationController:
                 raise NotReady()  # settled by the watch or a live read, which requeue the pod
             claim = self.claims.get(Key(pod.namespace, name))
             if claim is None:
-                raise NotReady()
+                if entry.resource_claim_name is not None:
+                    self._missing_claim(pod, entry.name, name)
+                raise NotReady()  # generated: the claim controller creates it, or says why
             if not _is_allocated(claim):
                 namespace: Namespace | None = self.namespaces.get(Key("", pod.namespace))
                 refusal = claimrules.admin_access_refusal(
@@ -463,9 +467,23 @@ class AllocationController:
                     "(Pod is not owner)"
                 )
             entries.append((entry, claim))
+        self.missing_since.pop(Key(pod.namespace, pod.name), None)
         if not pod.gated and all(claimrules.reserved_for(c, pod.uid) for _, c in entries):
             raise AlreadyAllocated()
         return entries
+
+    def _missing_claim(self, pod: Pod, entry_name: str, claim_name: str) -> None:
+        """A claim the pod names does not exist: after EXPLAIN_GRACE (it may be created just
+        after the pod), the pod is told which one, on its condition and in an Event. A name
+        always means the pod's own namespace; the claim's creation requeues the pod."""
+        key = Key(pod.namespace, pod.name)
+        now = time.monotonic()
+        if now - self.missing_since.setdefault(key, now) < EXPLAIN_GRACE:
+            raise StillWaiting()
+        raise Unallocatable(
+            f'claim entry "{entry_name}": resourceclaim "{claim_name}" not found in '
+            f'namespace "{pod.namespace}"'
+        )
 
     def _claim_name(self, pod: Pod, entry: PodClaim) -> str | None:
         """The claim an entry refers to: recorded on the pod, or generated for it (found

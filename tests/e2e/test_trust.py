@@ -341,3 +341,75 @@ def test_without_the_identity_configmap_the_policy_fails_closed(
         ),
         timeout=30,
     )
+
+
+# --- truth lives in claims: an annotation that got past admission changes nothing ----------
+# (written here by the testbed admin, whom the policy trusts as the operator's identity: the
+# case of a misconfigured identity, or of a cluster without the policy)
+
+
+def pod_devices(testbed: Testbed, namespace: str, name: str) -> str | None:
+    found = testbed.get("pod", name, f"--namespace={namespace}") or {}
+    return ((found.get("metadata") or {}).get("annotations") or {}).get(DEVICES)
+
+
+def corrected(testbed: Testbed, namespace: str, name: str) -> list[str]:
+    found = testbed.get(
+        "events", f"--namespace={namespace}",
+        f"--field-selector=involvedObject.name={name},reason=DevicesAnnotationCorrected",
+    )  # fmt: skip
+    return [str(e.get("message")) for e in (found or {}).get("items") or []]
+
+
+def test_a_forged_annotation_on_a_bound_pod_is_rewritten_from_its_claims(
+    testbed: Testbed, namespace: str, operator: Any, pool: Pool
+) -> None:
+    testbed.apply(template(namespace, "one", pool))
+    body = pod(
+        namespace, "forger", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}],
+        nodeName=pool.nodes[0],
+    )  # fmt: skip
+    body["metadata"]["annotations"][DEVICES] = FORGED
+    testbed.kubectl("create", "-f", "-", input=json.dumps(body))
+
+    def truthful() -> list[dict[str, Any]] | None:
+        raw = pod_devices(testbed, namespace, "forger")
+        entries = json.loads(raw) if raw else []
+        return (
+            entries
+            if entries and entries[0]["resourceClaimName"] != "someone-elses-claim"
+            else None
+        )
+
+    (entry,) = wait_for("the devices annotation rewritten from the claim", truthful, timeout=60)
+    (generated,) = claims_in(testbed, namespace)
+    assert entry["resourceClaimName"] == generated["metadata"]["name"]
+    result = generated["status"]["allocation"]["devices"]["results"][0]
+    assert entry["devices"][0]["device"] == result["device"]
+    messages = wait_for(
+        "a Warning about the rewrite", lambda: corrected(testbed, namespace, "forger")
+    )
+    assert any("did not match the pod's ResourceClaims" in m for m in messages), messages
+
+
+def test_a_forged_annotation_without_devices_behind_it_is_removed(
+    testbed: Testbed, namespace: str, operator: Any
+) -> None:
+    # A node of its own with no devices at all: nothing can be allocated for the pod there.
+    bare = make_pool(testbed, 1, 0, prefix="bare")
+    testbed.apply(template(namespace, "one", bare))
+    body = pod(
+        namespace, "forger", bare, [{"name": "dev", "resourceClaimTemplateName": "one"}],
+        nodeName=bare.nodes[0],
+    )  # fmt: skip
+    body["metadata"]["annotations"][DEVICES] = FORGED
+    testbed.kubectl("create", "-f", "-", input=json.dumps(body))
+    wait_for(
+        "the forged devices annotation removed",
+        lambda: pod_devices(testbed, namespace, "forger") is None,
+        timeout=60,
+    )
+    messages = wait_for(
+        "a Warning about the removal", lambda: corrected(testbed, namespace, "forger")
+    )
+    assert any("removed" in m and "is not allocated" in m for m in messages), messages
