@@ -19,6 +19,7 @@ from typing import Any
 
 import kopf
 
+from operators.api.annotations import AnnotationError, parse_pod_claims
 from operators.cache.core import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from operators.settings import Settings
 
@@ -26,11 +27,26 @@ WEBHOOK_ID = "scheduling-gate"
 
 
 def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, str]] | None:
-    """The schedulingGates value a new pod should have, or None if nothing to change."""
+    """The schedulingGates value a new pod should have, or None if nothing to change.
+
+    No gate for what it cannot serve: a pod created with ``spec.nodeName`` is bound already
+    (the API server refuses gates on it; dralloc allocates on that node), and ``[]`` asks for
+    no claims (nobody would ever lift the gate). A claims annotation that does not parse is
+    gated all the same: the pod must not run without the devices it meant to ask for, and
+    the claim controller reports the problem on it.
+    """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if CLAIMS_ANNOTATION not in annotations:
         return None
-    gates = list((pod.get("spec") or {}).get("schedulingGates") or [])
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return None
+    try:
+        if not parse_pod_claims(annotations[CLAIMS_ANNOTATION]):
+            return None
+    except AnnotationError:
+        pass
+    gates = list(spec.get("schedulingGates") or [])
     if any(gate.get("name") == SCHEDULING_GATE for gate in gates):
         return None
     return [*gates, {"name": SCHEDULING_GATE}]

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
 
 from operators.api.base import DNSLabel, DriverName, KubeModel, PoolName, RequestReference, ShareID
 from operators.api.errors import describe, field_error
@@ -63,7 +63,12 @@ class AnnotationError(ValueError):
 
 
 class PodResourceClaim(KubeModel):
-    """One entry of the claims annotation (as pod.spec.resourceClaims[])."""
+    """One entry of the claims annotation (as pod.spec.resourceClaims[]).
+
+    Written by users, so an unknown field is refused by name (a misspelt
+    ``resourceClaimName`` must not read as an entry without a claim)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: DNSLabel
     """Name of the entry, unique in the pod; containers refer to it."""

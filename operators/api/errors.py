@@ -103,6 +103,8 @@ def _message(error: ErrorDetails) -> str:
         return "must be a JSON object"
     if kind == "missing":
         return "required value"
+    if kind == "extra_forbidden":
+        return "unknown field"
     if kind == "literal_error":
         return f"unsupported value {error.get('input')!r}: must be {ctx.get('expected')}"
     if kind == "value_error":

@@ -121,10 +121,6 @@ class Pod:
         """Upstream's rule: finished, or being deleted before it was ever scheduled."""
         return self.phase in ("Succeeded", "Failed") or (self.deleting and not self.node_name)
 
-    @property
-    def allocated(self) -> bool:
-        return DEVICES_ANNOTATION in self.annotations
-
     def claim_name(self, pod_claim: PodClaim) -> str | None:
         """The ResourceClaim name an entry refers to, if known yet."""
         if pod_claim.resource_claim_name is not None:

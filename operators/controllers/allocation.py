@@ -102,6 +102,11 @@ class NotReady(Exception):
     """The pod cannot be considered yet (its claims are not all there); no message."""
 
 
+class AlreadyAllocated(NotReady):
+    """A bound pod whose claims are all allocated and reserved for it: nothing to allocate
+    (the claim controller keeps its devices annotation in step with the claims)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class UnansweredWrite:
     """A claim whose allocation write got no answer; its devices stay assumed until known."""
@@ -193,6 +198,7 @@ class AllocationController:
         self.unanswered: dict[Key, UnansweredWrite] = {}
         self.explained_at: dict[Key, float] = {}
         self.failing_since: dict[Key, float] = {}  # pods no node could take, since when
+        self.missing_since: dict[Key, float] = {}  # pods naming a claim that does not exist
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
         self.allocated_pods = 0
@@ -306,6 +312,7 @@ class AllocationController:
             self.explained_at.pop(change.key, None)
             self.failing_since.pop(change.key, None)
             self.decision_spent.pop(change.key, None)
+            self.missing_since.pop(change.key, None)
             return
         written = self.written.get(change.key)
         if written is not None and version_number(pod.resource_version) >= written:
@@ -532,7 +539,9 @@ class AllocationController:
                 raise NotReady()  # settled by the watch or a live read, which requeue the pod
             claim = self.claims.get(Key(pod.namespace, name))
             if claim is None:
-                raise NotReady()
+                if entry.resource_claim_name is not None:
+                    self._missing_claim(pod, entry.name, name)
+                raise NotReady()  # generated: the claim controller creates it, or says why
             if not _is_allocated(claim):
                 namespace: Namespace | None = self.namespaces.get(Key("", pod.namespace))
                 refusal = claimrules.admin_access_refusal(
@@ -555,7 +564,23 @@ class AllocationController:
                     "(Pod is not owner)"
                 )
             entries.append((entry, claim))
+        self.missing_since.pop(Key(pod.namespace, pod.name), None)
+        if not pod.gated and all(claimrules.reserved_for(c, pod.uid) for _, c in entries):
+            raise AlreadyAllocated()
         return entries
+
+    def _missing_claim(self, pod: Pod, entry_name: str, claim_name: str) -> None:
+        """A claim the pod names does not exist: after EXPLAIN_GRACE (it may be created just
+        after the pod), the pod is told which one, on its condition and in an Event. A name
+        always means the pod's own namespace; the claim's creation requeues the pod."""
+        key = Key(pod.namespace, pod.name)
+        now = time.monotonic()
+        if now - self.missing_since.setdefault(key, now) < EXPLAIN_GRACE:
+            raise StillWaiting()
+        raise Unallocatable(
+            f'claim entry "{entry_name}": resourceclaim "{claim_name}" not found in '
+            f'namespace "{pod.namespace}"'
+        )
 
     def _claim_name(self, pod: Pod, entry: PodClaim) -> str | None:
         """The claim an entry refers to: recorded on the pod, or generated for it (found
@@ -880,6 +905,15 @@ class AllocationController:
         self.written[Key(pod.namespace, pod.name)] = version_number(
             updated["metadata"]["resourceVersion"]
         )
+        if pod.annotations.get(DEVICES_ANNOTATION) not in (None, devices):
+            # Not ours (the claims were not allocated for the pod until now): say so.
+            await self.runtime.events.post(
+                pod.involved(),
+                claimrules.REASON_DEVICES_CORRECTED,
+                f"annotation {DEVICES_ANNOTATION} did not match the pod's ResourceClaims; "
+                "rewritten from them",
+                warning=True,
+            )
         if _condition(pod) is not None:
             with contextlib.suppress(Conflict, NotFound):
                 await self._set_condition(
@@ -988,9 +1022,9 @@ def _is_allocated(claim: ResourceClaim | None) -> bool:
 def _wants_allocation(pod: Pod) -> bool:
     if not pod.claims or pod.done or pod.deleting:
         return False
-    if pod.gated:
-        return True
-    return bool(pod.node_name) and not pod.allocated
+    # A bound pod is looked at whatever its devices annotation says (anyone who may edit the
+    # pod could have written it): its claims tell whether it is allocated (_resolve_claims).
+    return pod.gated or bool(pod.node_name)
 
 
 def _condition(pod: Pod) -> dict[str, Any] | None:

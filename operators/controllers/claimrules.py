@@ -1,7 +1,9 @@
 """Pure decisions of the resource-claim controller (no I/O, unit-tested on their own).
 
 Naming and truncation of generated claims, the claim body built from a template, the
-admin-access rule, which ``reservedFor`` entries are stale, and what a claim needs next.
+admin-access rule, which ``reservedFor`` entries are stale, and what a claim needs next;
+which claims are a pod's own, and what its devices annotation must say (DESIGN.md "Trust":
+the claims are the truth, the annotation only reports them).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import enum
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from operators.api.annotations import PodClaimDevices, format_pod_devices
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.cache.core import (
     CLAIM_STATUSES_ANNOTATION,
@@ -19,9 +22,12 @@ from operators.cache.core import (
     ClaimStatus,
     Namespace,
     Pod,
+    PodClaim,
     render_claim_statuses,
 )
 
+REASON_DEVICES_CORRECTED = "DevicesAnnotationCorrected"
+"""Event reason: a pod's devices annotation disagreed with its claims and was corrected."""
 MAX_GENERATE_NAME_BASE = 57  # 63 minus a hyphen and the API server's 5 random characters
 
 
@@ -144,6 +150,75 @@ def generated_claim_name(owned: Iterable[ResourceClaim], pod_claim_name: str) ->
         if pod_claim_name_of(claim) == pod_claim_name:
             return claim.metadata.name or None
     return None
+
+
+def own_claim(
+    pod: Pod,
+    entry: PodClaim,
+    get: Callable[[str], ResourceClaim | None],
+    owned: Iterable[ResourceClaim],
+) -> ResourceClaim | None:
+    """The claim behind one of the pod's entries, if it is the pod's to use.
+
+    A named claim (``resourceClaimName``) is looked up in the pod's namespace: a name cannot
+    point anywhere else. A template entry's claim must have been generated for this pod (the
+    pod is its controlling owner), whatever the pod's claim-statuses annotation says: a name
+    recorded there that belongs to another pod's claim is not this pod's claim. ``get`` looks
+    a claim up by name in the pod's namespace; ``owned`` are the claims the pod owns.
+    """
+    if entry.resource_claim_name is not None:
+        return get(entry.resource_claim_name)
+    owned = list(owned)
+    for name in (pod.claim_name(entry), generated_claim_name(owned, entry.name)):
+        claim = get(name) if name else None
+        if claim is not None and owner_pod_uid(claim) == pod.uid:
+            return claim
+    return None
+
+
+def reserved_for(claim: ResourceClaim, pod_uid: str) -> bool:
+    """Is the claim allocated and reserved for the pod with this UID? (DESIGN.md "Trust")"""
+    status = claim.status
+    return (
+        status is not None
+        and status.allocation is not None
+        and any(entry.uid == pod_uid for entry in status.reserved_for)
+    )
+
+
+def claim_problem(claim: ResourceClaim | None, pod_uid: str) -> str:
+    """Why a pod entry's claim does not give the pod devices ('' when it does)."""
+    if claim is None:
+        return "has no claim of its own"
+    name = claim.metadata.name
+    if claim.status is None or claim.status.allocation is None:
+        return f"claim {name} is not allocated"
+    if not reserved_for(claim, pod_uid):
+        return f"claim {name} is not reserved for the pod"
+    return ""
+
+
+def devices_annotation(
+    pod: Pod, claims: Iterable[tuple[PodClaim, ResourceClaim | None]]
+) -> str | None:
+    """What the pod's devices annotation must say, from its claims (the truth): every entry's
+    devices when each of the pod's own claims is allocated and reserved for it, else None
+    (no annotation: the pod has no devices until all of them are allocated for it).
+
+    The same rendering as the allocation controller's pod write, so an annotation dralloc
+    wrote always agrees with this.
+    """
+    items = []
+    for entry, claim in claims:
+        if claim is None or not reserved_for(claim, pod.uid):
+            return None
+        assert claim.status is not None and claim.status.allocation is not None
+        items.append(
+            PodClaimDevices.from_allocation(
+                entry.name, claim.metadata.name or "", claim.status.allocation
+            )
+        )
+    return format_pod_devices(items) if items else None
 
 
 def merged_statuses(

@@ -3,7 +3,10 @@
 For pods with the claims annotation it creates claims from templates (owned by the pod) and
 records them in the pod's claim-statuses annotation (for a gated pod, only if the allocation
 controller has not recorded them with the allocation within ``STATUSES_DEFER`` seconds: one
-pod write instead of two); for claims it trims ``reservedFor``
+pod write instead of two); for a pod that is bound to a node it reserves the pod's own
+allocated claims and keeps the devices annotation in step with them (claims are the truth:
+an annotation that disagrees is rewritten from them, or removed, with a Warning Event); for
+claims it trims ``reservedFor``
 entries of pods that are gone, replaced or done, deallocates claims nobody uses any more
 (allocation cleared, then our finalizer dropped), and deletes generated claims of done pods.
 
@@ -28,10 +31,12 @@ from operators import metrics
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.cache.core import (
     CLAIM_STATUSES_ANNOTATION,
+    DEVICES_ANNOTATION,
     FINALIZER,
     POD_CLAIMS_INDEX,
     Namespace,
     Pod,
+    PodClaim,
     parse_pod,
 )
 from operators.cache.informer import Change, Key
@@ -55,6 +60,7 @@ log = structlog.get_logger(__name__)
 WorkKey = tuple[str, Key]
 REASON_FAILED_CREATION = "FailedResourceClaimCreation"
 REASON_INVALID_CLAIMS = "InvalidClaims"  # the pod's DevicesAllocated=False condition
+REASON_DEVICES_CORRECTED = claimrules.REASON_DEVICES_CORRECTED
 REFUSED_RETRY_DELAY = (
     300.0  # a refused claim is retried this late (template/namespace events: at once)
 )
@@ -102,7 +108,8 @@ class ClaimController:
 
     def _on_pod(self, change: Change[Pod]) -> None:
         pod = change.new or change.old
-        if pod is None or not pod.uses_claims:
+        # A devices annotation on a pod that asks for no claims is a forgery to correct.
+        if pod is None or not (pod.uses_claims or DEVICES_ANNOTATION in pod.annotations):
             return
         if change.new is None:
             self.statuses_deferred.pop(change.key, None)
@@ -126,8 +133,9 @@ class ClaimController:
         claim = change.new or change.old
         if claim is not None:
             owner = claimrules.owner_pod_uid(claim)
-            if owner and change.new is None:
-                for pod in self.pods.by_index(claimrules.PODS_BY_UID_INDEX, owner):
+            for pod in self.pods.by_index(claimrules.PODS_BY_UID_INDEX, owner) if owner else ():
+                # Bound owners keep their devices annotation in step with their claims.
+                if change.new is None or (pod.node_name and not pod.done):
                     self.queue.add(("pod", Key(pod.namespace, pod.name)))
 
     def _on_template(self, change: Change[ResourceClaimTemplate]) -> None:
@@ -189,6 +197,8 @@ class ClaimController:
                 pod.claims_error,
                 still_needed=lambda fresh: bool(fresh.claims_error),
             )
+            if pod.node_name:
+                await self._correct_devices_annotation(pod, pod.resource_version)
             return
         updates: dict[str, str | None] = {}
         refused = False
@@ -210,19 +220,22 @@ class ClaimController:
                 refused = True
                 break
         rendered = claimrules.statuses_annotation(pod, updates)
+        version = pod.resource_version
         if rendered is not None:
             if not refused and self._leave_statuses_to_allocation(key, pod):
                 return
-            await self.client.merge_patch(
+            updated = await self.client.merge_patch(
                 PODS,
                 pod.name,
                 {"metadata": {"annotations": {CLAIM_STATUSES_ANNOTATION: rendered}}},
                 namespace=pod.namespace,
-                resource_version=pod.resource_version,
+                resource_version=version,
             )
+            version = updated["metadata"]["resourceVersion"]
         self.statuses_deferred.pop(key, None)
         if pod.node_name:
             await self._reserve_for_bound_pod(pod)
+            await self._correct_devices_annotation(pod, version)
         if refused:
             # The user may fix it without an event we watch (an RBAC rule, a quota).
             self.queue.add_after(("pod", key), REFUSED_RETRY_DELAY)
@@ -287,25 +300,84 @@ class ClaimController:
         log.info("claim created", pod=pod.ref, claim=claim.metadata.name, entry=pod_claim_name)
         return claim.metadata.name or ""
 
+    def _own_claim(self, pod: Pod, entry: PodClaim) -> ResourceClaim | None:
+        """The claim of one pod entry, if it is the pod's own (see claimrules.own_claim)."""
+        return claimrules.own_claim(
+            pod,
+            entry,
+            lambda name: self.claims.get(Key(pod.namespace, name)),
+            self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid),
+        )
+
     async def _reserve_for_bound_pod(self, pod: Pod) -> None:
-        """A pod bound by someone else: reserve its allocated claims for it (upstream does)."""
-        for name in pod.claim_names():
-            claim = self.claims.get(Key(pod.namespace, name))
+        """A pod bound by someone else: reserve its allocated claims for it (upstream does).
+
+        Only the pod's own claims: one it names, in its namespace, or one generated for it. A
+        generated claim of another pod, recorded in this pod's claim-statuses annotation by
+        whoever could write it, is never reserved for this pod.
+        """
+        for entry in pod.claims:
+            claim = self._own_claim(pod, entry)
             if claim is None or claim.status is None or claim.status.allocation is None:
                 continue
-            if any(entry.uid == pod.uid for entry in claim.status.reserved_for):
+            if any(reserved.uid == pod.uid for reserved in claim.status.reserved_for):
                 continue
-            reserved = [entry.to_kube() for entry in claim.status.reserved_for]
+            reserved = [reserved.to_kube() for reserved in claim.status.reserved_for]
             reserved.append({"resource": "pods", "name": pod.name, "uid": pod.uid})
             updated = await self.client.merge_patch(
                 RESOURCE_CLAIMS,
-                name,
+                claim.metadata.name or "",
                 {"status": {"reservedFor": reserved}},
                 namespace=pod.namespace,
                 resource_version=claim.metadata.resource_version,
                 subresource="status",
             )
             self.claims.assume(updated)
+
+    async def _correct_devices_annotation(self, pod: Pod, version: str) -> None:
+        """A bound pod's devices annotation says what its claims say, or nothing.
+
+        The workload reads its devices from the annotation; the claims (allocation and a
+        reservation for the pod's UID) are what was really allocated. An annotation that
+        disagrees (written by someone else, or stale) is rewritten from the claims, or
+        removed when the pod's claims are not all allocated for it, with a Warning Event. An
+        annotation that is merely missing is written without one (the allocation
+        controller's pod write may not have happened yet, or the pod was bound by someone
+        else).
+        """
+        claims = [(entry, self._own_claim(pod, entry)) for entry in pod.claims]
+        expected = claimrules.devices_annotation(pod, claims)
+        current = pod.annotations.get(DEVICES_ANNOTATION)
+        if current == expected:
+            return
+        await self.client.merge_patch(
+            PODS,
+            pod.name,
+            {"metadata": {"annotations": {DEVICES_ANNOTATION: expected}}},
+            namespace=pod.namespace,
+            resource_version=version,
+        )
+        if current is None:
+            return
+        if expected is not None:
+            message = (
+                f"annotation {DEVICES_ANNOTATION} did not match the pod's ResourceClaims; "
+                "rewritten from them"
+            )
+        else:
+            problems = [
+                f"claim entry {entry.name}: {claimrules.claim_problem(claim, pod.uid)}"
+                for entry, claim in claims
+                if claimrules.claim_problem(claim, pod.uid)
+            ]
+            message = (
+                f"annotation {DEVICES_ANNOTATION} removed: the pod's ResourceClaims are not "
+                f"allocated for it ({'; '.join(problems)})"
+            )
+        log.warning("devices annotation corrected", pod=pod.ref, removed=expected is None)
+        await self.runtime.events.post(
+            pod.involved(), REASON_DEVICES_CORRECTED, message, warning=True
+        )
 
     # --- claims ----------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from operators.cache.core import Pod, parse_pod
+from operators.cache.core import DEVICES_ANNOTATION, Pod, parse_pod
 from operators.controllers import conditions
 from operators.kube import PODS, STRATEGIC_MERGE_PATCH, Conflict, KubeClient, NotFound
 
@@ -47,13 +47,16 @@ def says(pod: Pod, status: str, reason: str, message: str) -> bool:
 
 
 def has_devices(pod: Pod) -> bool:
-    """The True condition is still needed: the pod has its devices."""
-    return pod.allocated
+    """The True condition is still needed: the pod still shows the devices we wrote.
+
+    Only whether to retry a condition write hangs on this; whether the pod is allocated is
+    its claims' answer, never the annotation's."""
+    return DEVICES_ANNOTATION in pod.annotations
 
 
 def no_devices(pod: Pod) -> bool:
-    """The False condition is still needed: the pod has no devices (yet)."""
-    return not pod.allocated
+    """The False condition is still needed: the pod shows no devices (yet)."""
+    return DEVICES_ANNOTATION not in pod.annotations
 
 
 async def set_condition(

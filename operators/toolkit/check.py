@@ -20,6 +20,11 @@ Rules (names are stable; tests and users grep for them):
   so deleting it could free devices a pod still uses;
 - ``gated-pod-claim-missing``: a pod waiting at the allocation gate refers to a claim (by
   name, or generated and recorded in its claim statuses) that does not exist;
+- ``devices-annotation-mismatch``: a pod's ``resource.dralloc.dev/devices`` annotation says
+  something its claims do not: devices of a claim that is not the pod's own (a generated claim
+  of another pod), not allocated, or not reserved for the pod, other devices than the claim's
+  allocation, or no entry for a claim that is allocated for the pod. The claims are the truth
+  (DESIGN.md "Trust"); the operator rewrites such an annotation, this names it;
 - ``bound-pod-claim-not-reserved`` (opt-in, for settled clusters): a running pod bound to a
   node whose claims are missing, unallocated, or not reserved for it.
 
@@ -36,8 +41,15 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from operators.api import Quantity, ResourceClaim, ResourceSlice
-from operators.api.annotations import FINALIZER, KUBERNETES_FINALIZER
+from operators.api.annotations import (
+    DEVICES_ANNOTATION,
+    FINALIZER,
+    KUBERNETES_FINALIZER,
+    AnnotationError,
+    parse_pod_devices,
+)
 from operators.api.models import KUBERNETES_GROUP, Device
+from operators.toolkit.pods import PodInfo
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import RawObject
 
@@ -47,6 +59,7 @@ COUNTERS_EXCEEDED: Final = "counters-exceeded"
 RESERVED_FOR_MISSING_POD: Final = "reserved-for-missing-pod"
 ALLOCATED_WITHOUT_FINALIZER: Final = "allocated-without-finalizer"
 GATED_POD_CLAIM_MISSING: Final = "gated-pod-claim-missing"
+DEVICES_ANNOTATION_MISMATCH: Final = "devices-annotation-mismatch"
 BOUND_POD_CLAIM_NOT_RESERVED: Final = "bound-pod-claim-not-reserved"
 
 DEFAULT_RULES: Final = (
@@ -56,6 +69,7 @@ DEFAULT_RULES: Final = (
     RESERVED_FOR_MISSING_POD,
     ALLOCATED_WITHOUT_FINALIZER,
     GATED_POD_CLAIM_MISSING,
+    DEVICES_ANNOTATION_MISMATCH,
 )
 ALL_RULES: Final = (*DEFAULT_RULES, BOUND_POD_CLAIM_NOT_RESERVED)
 
@@ -480,6 +494,83 @@ def _bound_pods(
     return found, examined
 
 
+def _devices_annotations(
+    snapshot: Snapshot, devices: _DeviceIndex, uses: Mapping[DeviceId, list[_Use]]
+) -> _Found:
+    found: list[Violation] = []
+    examined = 0
+    for key in sorted(snapshot.pods):
+        pod = snapshot.pods[key]
+        if pod.devices_annotation is None or not pod.active:
+            continue
+        examined += 1
+        for problem in _annotation_problems(snapshot, pod):
+            found.append(Violation(DEVICES_ANNOTATION_MISMATCH, f"Pod {key}", problem))
+    return found, examined
+
+
+def _annotation_problems(snapshot: Snapshot, pod: PodInfo) -> list[str]:
+    """How a pod's devices annotation disagrees with its claims (empty: it agrees)."""
+    try:
+        listed = {item.name: item for item in parse_pod_devices(pod.devices_annotation)}
+    except AnnotationError as error:
+        return [f"annotation {DEVICES_ANNOTATION} is not valid: {'; '.join(error.problems)}"]
+    problems: list[str] = []
+    for entry in pod.claims:
+        item = listed.pop(entry.name, None)
+        name = pod.generated_claim_name(entry)
+        claim = snapshot.claims.get(f"{pod.namespace}/{name}") if name else None
+        if claim is None:
+            problem = f"claim {name} does not exist" if name else "has no claim"
+        elif entry.template_name is not None and not _owned_by(claim, pod.uid):
+            problem = f"claim {name} was not generated for this pod (another pod owns it)"
+        elif claim.status is None or claim.status.allocation is None:
+            problem = f"claim {name} is not allocated"
+        elif all(r.uid != pod.uid for r in claim.status.reserved_for):
+            problem = f"claim {name} is not reserved for the pod (uid {pod.uid})"
+        else:
+            problem = ""
+        where = f"claim entry {entry.name}"
+        if item is None:
+            if not problem:
+                problems.append(f"{where}: claim {name} is allocated for the pod, but the "
+                                "annotation does not list it")  # fmt: skip
+            continue
+        if problem:
+            problems.append(f"{where}: the annotation lists devices, but {problem}")
+            continue
+        assert claim is not None and claim.status is not None
+        assert claim.status.allocation is not None
+        if item.resource_claim_name != name:
+            problems.append(
+                f"{where}: the annotation names claim {item.resource_claim_name}, "
+                f"the pod's claim is {name}"
+            )
+            continue
+        said = sorted(
+            (d.request, f"{d.driver}/{d.pool}/{d.device}", d.share_id or "") for d in item.devices
+        )
+        truth = sorted(
+            (r.request, f"{r.driver}/{r.pool}/{r.device}", r.share_id or "")
+            for r in claim.status.allocation.devices.results
+        )
+        if said != truth:
+            problems.append(
+                f"{where}: the annotation lists {', '.join(d for _, d, _ in said) or 'none'}, "
+                f"claim {name} has {', '.join(d for _, d, _ in truth) or 'none'}"
+            )
+    for extra in sorted(listed):
+        problems.append(f"the annotation lists claim entry {extra}, which the pod does not have")
+    return problems
+
+
+def _owned_by(claim: ResourceClaim, uid: str) -> bool:
+    return any(
+        owner.controller and owner.kind == "Pod" and owner.uid == uid
+        for owner in claim.metadata.owner_references or ()
+    )
+
+
 _RULES: Final = {
     DEVICE_ALLOCATED_TWICE: _devices_twice,
     CAPACITY_EXCEEDED: _capacity,
@@ -487,6 +578,7 @@ _RULES: Final = {
     RESERVED_FOR_MISSING_POD: _reserved_for,
     ALLOCATED_WITHOUT_FINALIZER: _finalizers,
     GATED_POD_CLAIM_MISSING: _gated_pods,
+    DEVICES_ANNOTATION_MISMATCH: _devices_annotations,
     BOUND_POD_CLAIM_NOT_RESERVED: _bound_pods,
 }
 

@@ -59,6 +59,11 @@ def explain(
         pod = snapshot.pods.get(key)
         if pod is None:
             raise ToolkitError(f"Pod {key} is not in the snapshot")
+        if not pod.claims and pod.protocol == "dralloc":
+            raise ToolkitError(
+                f"Pod {key} asks for no claims (resource.dralloc.dev/claims is an empty list): "
+                "it is not gated, and kube-scheduler places it like any other pod"
+            )
         if not pod.claims:
             raise ToolkitError(f"Pod {key} uses no claims (no resource.dralloc.dev/claims)")
         return _explain_pod(cluster, pod, f"pod/{key}")

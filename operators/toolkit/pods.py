@@ -23,6 +23,7 @@ from operators.allocator.nodes import NodeSelector, NodeSelectorError
 from operators.api.annotations import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
+    DEVICES_ANNOTATION,
     SCHEDULING_GATE,
     AnnotationError,
     parse_claim_statuses,
@@ -82,6 +83,9 @@ class PodInfo:
     """``dralloc`` (annotations) or ``in-tree`` (pod.spec.resourceClaims)."""
     needs: PodNeeds | None = None
     """What the scheduler's filters read; None for pods the toolkit makes up itself."""
+    devices_annotation: str | None = None
+    """The ``resource.dralloc.dev/devices`` annotation as written (dralloc's output, which
+    ``dralloc check`` compares with the claims; never read as proof of an allocation)."""
 
     def scheduling_needs(self) -> PodNeeds:
         """The filters' view of this pod as it is now (simulated copies of a pod get their
@@ -183,6 +187,7 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         gated=SCHEDULING_GATE in gates,
         protocol=protocol,
         needs=parse_pod_needs(body),
+        devices_annotation=annotations.get(DEVICES_ANNOTATION),
     )
 
 

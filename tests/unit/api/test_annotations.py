@@ -122,3 +122,23 @@ def test_devices_annotation_rejects_bad_device_names() -> None:
         ann.AnnotationError, match=r"\[0\]\.devices\[0\]\.device: must be a DNS label"
     ):
         ann.parse_pod_devices(text)
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        (
+            {"name": "gpu", "resourceClaimName": "c", "resourceClaimname": "typo"},
+            "resourceClaimname",
+        ),
+        ({"name": "gpu", "resourceClaimTemplateName": "t", "count": 2}, "count"),
+    ],
+)
+def test_unknown_fields_in_a_claims_entry_are_refused_by_name(
+    entry: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ann.AnnotationError) as caught:
+        ann.parse_pod_claims(json.dumps([{"name": "ok", "resourceClaimName": "x"}, entry]))
+    message = str(caught.value)
+    assert message.startswith("annotation resource.dralloc.dev/claims: ")
+    assert f"[1].{field}: unknown field" in message, message

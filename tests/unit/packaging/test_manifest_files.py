@@ -55,6 +55,8 @@ def test_namespaced_objects_live_in_the_operator_namespace(base: list[dict[str, 
         "ClusterRole",
         "ClusterRoleBinding",
         "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     }
     for obj in base:
         if obj["kind"] not in cluster_scoped:

@@ -34,3 +34,16 @@ def test_certificate_loads_and_names_hosts() -> None:
     names = {value for _, value in decoded["subjectAltName"]}
     assert {"localhost", "127.0.0.1"} <= names
     assert "0.0.0.0" not in names
+
+
+def test_no_gate_for_what_dralloc_cannot_serve_or_the_api_server_refuses() -> None:
+    # An empty list asks for nothing: nobody would ever lift the gate.
+    empty = {"metadata": {"annotations": {"resource.dralloc.dev/claims": "[]"}}, "spec": {}}
+    assert gate_patch(empty) is None
+    # A pod created with spec.nodeName is bound already; the API server refuses gates on it.
+    bound = {"metadata": {"annotations": CLAIMS}, "spec": {"nodeName": "node-1"}}
+    assert gate_patch(bound) is None
+    # A malformed list is still gated: the pod must not run without the devices it meant to
+    # ask for, and the claim controller reports the problem on it.
+    broken = {"metadata": {"annotations": {"resource.dralloc.dev/claims": "[{"}}, "spec": {}}
+    assert gate_patch(broken) == [{"name": "resource.dralloc.dev/allocation"}]

@@ -392,3 +392,110 @@ def test_tolerant_snapshot_leaves_out_only_what_does_not_parse() -> None:
     report = check.check_snapshot(snapshot, unreadable=unreadable)
     assert report.ok and report.unreadable == unreadable
     assert "left out (does not parse)" in check.render_report(report)
+
+
+def devices(*entries: tuple[str, str, list[str]]) -> str:
+    """A devices annotation: (entry name, claim name, device names on node-a)."""
+    return json.dumps(
+        [
+            {
+                "name": entry,
+                "resourceClaimName": claim_name,
+                "devices": [
+                    {"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": d}
+                    for d in names
+                ],
+            }
+            for entry, claim_name, names in entries
+        ]
+    )
+
+
+def with_devices(body: dict[str, Any], annotation: str) -> dict[str, Any]:
+    body["metadata"]["annotations"]["resource.dralloc.dev/devices"] = annotation
+    return body
+
+
+def test_a_devices_annotation_that_agrees_with_the_claims_passes() -> None:
+    objects = healthy()
+    with_devices(objects[3], devices(("gpu", "c0", ["gpu-0"])))
+    report = check.check_snapshot(snapshot_of(*objects))
+    assert report.ok, report.violations
+    assert report.checked[check.DEVICES_ANNOTATION_MISMATCH] == 1
+
+
+def test_devices_annotations_that_disagree_with_the_claims_are_reported_by_pod() -> None:
+    victim_claim = claim("victim-gpu-x1", ["gpu-1"], reserved_for=[("victim", "uid-victim")])
+    victim_claim["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "victim", "uid": "uid-victim",
+         "controller": True},
+    ]  # fmt: skip
+    objects = [
+        slice_("node-a-gpus", [{"name": f"gpu-{i}"} for i in range(4)]),
+        claim("c0", ["gpu-0"], reserved_for=[("p0", "uid-p0")]),
+        claim("free", []),
+        victim_claim,
+        # devices of another GPU than its claim's
+        with_devices(
+            pod("p0", [{"name": "gpu", "resourceClaimName": "c0"}], node="node-a"),
+            devices(("gpu", "c0", ["gpu-3"])),
+        ),
+        # forged on a pod whose claim was never allocated
+        with_devices(
+            pod("forger", [{"name": "gpu", "resourceClaimName": "free"}], node="node-a"),
+            devices(("gpu", "free", ["gpu-2"])),
+        ),
+        # another pod's generated claim recorded in the claim statuses (the hijack)
+        with_devices(
+            pod(
+                "hijacker",
+                [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                node="node-a",
+                statuses=[{"name": "gpu", "resourceClaimName": "victim-gpu-x1"}],
+            ),
+            devices(("gpu", "victim-gpu-x1", ["gpu-1"])),
+        ),
+        # an entry the pod does not have
+        with_devices(pod("extra", [], node="node-a"), devices(("gpu", "c0", ["gpu-0"]))),
+        with_devices(pod("garbled", [], node="node-a"), "{not json"),
+    ]
+    violations = check.check_snapshot(snapshot_of(*objects)).by_rule(
+        check.DEVICES_ANNOTATION_MISMATCH
+    )
+    assert [(v.subject, v.message) for v in violations] == [
+        (
+            "Pod team/extra",
+            "the annotation lists claim entry gpu, which the pod does not have",
+        ),
+        ("Pod team/forger", "claim entry gpu: the annotation lists devices, but claim free "
+         "is not allocated"),
+        ("Pod team/garbled", "annotation resource.dralloc.dev/devices is not valid: is not "
+         "valid JSON: Expecting property name enclosed in double quotes at character 1"),
+        ("Pod team/hijacker", "claim entry gpu: the annotation lists devices, but claim "
+         "victim-gpu-x1 was not generated for this pod (another pod owns it)"),
+        ("Pod team/p0", "claim entry gpu: the annotation lists gpu.example.com/node-a/gpu-3, "
+         "claim c0 has gpu.example.com/node-a/gpu-0"),
+    ]  # fmt: skip
+
+
+def test_a_missing_entry_for_an_allocated_claim_is_reported() -> None:
+    objects = [
+        slice_("node-a-gpus", [{"name": "gpu-0"}, {"name": "gpu-1"}]),
+        claim("a", ["gpu-0"], reserved_for=[("p", "uid-p")]),
+        claim("b", ["gpu-1"], reserved_for=[("p", "uid-p")]),
+        with_devices(
+            pod(
+                "p",
+                [
+                    {"name": "one", "resourceClaimName": "a"},
+                    {"name": "two", "resourceClaimName": "b"},
+                ],
+                node="node-a",
+            ),
+            devices(("one", "a", ["gpu-0"])),
+        ),
+    ]
+    [violation] = check.check_snapshot(snapshot_of(*objects)).violations
+    assert violation.message == (
+        "claim entry two: claim b is allocated for the pod, but the annotation does not list it"
+    )

@@ -58,3 +58,21 @@ def test_subject_errors() -> None:
         parse_subject("deployment/x")
     with pytest.raises(ToolkitError, match="expected pod/NAME"):
         parse_subject("west-pair")
+
+
+def test_a_pod_with_an_empty_claims_list_is_explained_as_asking_for_nothing() -> None:
+    from operators.toolkit.errors import ObjectRef
+    from operators.toolkit.sources import RawObject
+
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team", "annotations": {
+            "resource.dralloc.dev/claims": "[]"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }  # fmt: skip
+    snapshot = build_snapshot([RawObject(ObjectRef("test", 1), body)])
+    with pytest.raises(
+        ToolkitError, match=r"asks for no claims .* is an empty list\): it is not gated"
+    ):
+        explain(snapshot, "pod/p", "team")
