@@ -1,40 +1,34 @@
 """The claim allocator loop: choose a node and devices for gated pods, write, ungate.
 
-Pods enter the queue when they carry the scheduling gate (or are bound without an
-allocation) and all their claims exist. For each, the loop picks candidate nodes as
-kube-scheduler would (selector, required affinity, taints, unschedulable, nodes of claims
-already allocated), asks the allocator for each candidate, picks one by the node policy, then
-writes in this order, each write conditional on the resourceVersion it read:
+Pods enter the queue when they carry the scheduling gate (or are bound) and all their
+claims exist. For each, the loop decides in two halves:
 
-1. per claim being allocated: our finalizer, then ``status.allocation`` + ``reservedFor``;
-2. per claim already allocated (shared claims): the pod appended to ``reservedFor``;
-3. the pod: devices annotation, required node affinity pinned to the node, gate removed.
+1. on the event loop, the node filter (:mod:`operators.scheduling`): the nodes kube-scheduler
+   would bind the pod to (selector, affinity, taints, cpu/memory/pods, host ports, inter-pod
+   affinity, topology spread), and those its allocated claims allow;
+2. in the decision thread (:mod:`.decisions`), the device decision among them by the node
+   policy, with a wall-clock budget spent in slices so that a costly pod never holds up the
+   pods behind it for long.
 
-A crash between writes leaves claims allocated *and reserved for this pod*, which the next
-sync reads as "already allocated, pin the pod there" and so finishes the job; if the pod went
-away instead, the claim controller trims the reservation and deallocates. A conflict requeues
-at once, an unavailable API server with backoff, a refused write with an Event and a long
-delay. A claim write that got no answer may still have been applied: its devices stay
-counted as used until the watch or a live read tells which it was.
+Then it writes (:mod:`.allocwrites`: claims first, the pod last, each write conditional on
+what it read) or tells the user why not (:mod:`.allocexplain`). A conflict requeues at once,
+an unavailable API server with backoff, a refused write with an Event and a long delay.
 
 Claims requesting adminAccess are allocated only with the DRAAdminAccess gate on and in a
 namespace labelled for it (upstream refuses other such claims at admission; claims from
 templates are already refused by the claim controller, this covers claims written directly).
 
-Devices are counted as used from the moment they are chosen (the allocator state's assume
-cache), so the loop never hands a device out twice while the watch catches up. Decisions are
-made by a single worker, serially and deterministically; the writes of several pods then
-overlap (a claim being written blocks other pods that use it until its writes are done).
+Devices, and the node's cpu, ports and the like, are counted as used from the moment they are
+chosen (the allocator state's and the usage's assumptions), so the loop never hands a device
+out twice while the watch catches up. Decisions are made one at a time, deterministically;
+the writes of several pods then overlap (a claim being written blocks other pods that use
+it until its writes are done).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import dataclasses
-import datetime
-import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,15 +41,10 @@ from operators.allocator.features import GATE_TO_FIELD, Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.state import AllocatorState
-from operators.api.annotations import PodClaimDevices, format_pod_devices
 from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
-from operators.api.models import AllocationResult, ResourceClaim
+from operators.api.models import ResourceClaim
 from operators.cache.core import (
-    CLAIM_STATUSES_ANNOTATION,
-    DEVICES_ANNOTATION,
-    FINALIZER,
     POD_CLAIMS_INDEX,
-    SCHEDULING_GATE,
     Namespace,
     Node,
     Pod,
@@ -63,7 +52,26 @@ from operators.cache.core import (
 )
 from operators.cache.informer import Change, Key, version_number
 from operators.controllers import claimrules, claimstatus, placement, podcondition
+from operators.controllers.allocexplain import REASON_FAILED, Explanations
+from operators.controllers.allocwrites import (
+    ClaimWrites,
+    UnansweredWrite,
+    claim_key,
+    is_allocated,
+    pending,
+)
 from operators.controllers.base import Runtime, register_controller, retry_forever
+from operators.controllers.decisions import (
+    AlreadyAllocated,
+    Candidates,
+    ClaimBusy,
+    DecisionThread,
+    NotReady,
+    SliceUsed,
+    StillWaiting,
+    TooSlow,
+    Unallocatable,
+)
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
     DEVICE_CLASSES,
@@ -77,7 +85,6 @@ from operators.kube import (
     FailureKind,
     NotFound,
     failure_kind,
-    timestamp,
 )
 from operators.scheduling import filters
 from operators.scheduling.usage import ClusterUsage
@@ -86,82 +93,12 @@ from operators.settings import FeatureGates
 log = structlog.get_logger(__name__)
 
 CONDITION_TYPE = podcondition.CONDITION_TYPE
-REASON_FAILED = "FailedAllocation"
-REASON_ALLOCATED = "Allocated"
 BUSY_DELAY = 0.05
-CONFIRM_PERIOD = 1.0  # seconds between live reads of claims whose write got no answer
 EXPLAIN_PERIOD = 10.0  # seconds between explanations of one waiting pod
 EXPLAIN_GRACE = 1.0  # seconds a pod waits for room before it is explained at all
 MAX_CONCURRENT_WRITES = 64  # pods whose writes are in flight at once
-MAX_DETAIL_LINES = 5  # per-node-group lines in the Event after the summary
-WAKE_DELAY = 0.02
-DECISION_SLICE = 0.5  # seconds of one decision attempt; a pod's budget spans several  # coalesces a burst of cluster changes into one retry of waiting pods
-
-
-class NotReady(Exception):
-    """The pod cannot be considered yet (its claims are not all there); no message."""
-
-
-class AlreadyAllocated(NotReady):
-    """A bound pod whose claims are all allocated and reserved for it: nothing to allocate
-    (the claim controller keeps its devices annotation in step with the claims)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class UnansweredWrite:
-    """A claim whose allocation write got no answer; its devices stay assumed until known."""
-
-    claim: ResourceClaim
-    resource_version: str
-    """The precondition of the write: any later version of the claim settles the question."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Candidates:
-    """The node filter's answer for one pod: what the device decision chooses among."""
-
-    total: int
-    """Nodes considered at all (all nodes; the pod's own node if it is bound)."""
-    rejections: list[str]
-    """Why the other nodes are out (the scheduler's words; a node may give several)."""
-    nodes: list[Node]
-    infos: list[NodeInfo]
-
-
-class StillWaiting(Exception):
-    """No node fits, as when last explained; the explanation is not recomputed yet."""
-
-
-class ClaimBusy(Exception):
-    """A claim of the pod is being written for another pod; look again in a moment."""
-
-
-class Unallocatable(Exception):
-    """No node fits now: a one-line summary (pod condition), per-node-group details (Event),
-    and what each claim concerned is told (its condition; by claim ``namespace/name``)."""
-
-    def __init__(
-        self,
-        summary: str,
-        details: list[str] | None = None,
-        *,
-        reason: str = claimstatus.REASON_UNSCHEDULABLE,
-        claims: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(summary)
-        self.summary = summary
-        self.details = details or []
-        self.reason = reason
-        self.claims = claims or {}
-
-
-class SliceUsed(Exception):
-    """The pod's decision used up one slice of its budget; it goes to the back of the queue."""
-
-
-class TooSlow(Unallocatable):
-    """The decision ran out of its wall-clock budget: the pod is told and backs off (it is
-    not woken by cluster changes, which would spend the budget again at once)."""
+WAKE_DELAY = 0.02  # coalesces a burst of cluster changes into one retry of waiting pods
+DECISION_SLICE = 0.5  # seconds of one decision attempt; a pod's budget spans several
 
 
 def allocator_features(gates: FeatureGates) -> Features:
@@ -171,7 +108,7 @@ def allocator_features(gates: FeatureGates) -> Features:
     )
 
 
-class AllocationController:
+class AllocationController(ClaimWrites, Explanations):
     name = "allocation"
 
     def __init__(self, runtime: Runtime) -> None:
@@ -208,10 +145,8 @@ class AllocationController:
         # What the pods on each node hold (cpu, ports, ...), moved by pod events: the
         # scheduler's filters read it for every candidate node.
         self.usage = ClusterUsage()
-        # Decisions run in one thread of their own (see _decide_off_loop).
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._searches = 0
-        self._deferred: list[Callable[[], object]] = []
+        # Decisions run in one thread of their own (see decisions.py).
+        self.decisions = DecisionThread()
         self.decision_spent: dict[Key, float] = {}  # seconds of budget used, per pod
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         # Claims generated for a pod are found through their owner until the pod records
@@ -255,8 +190,8 @@ class AllocationController:
             self._mutate(self.state.upsert_claim, change.new)
         elif change.old is not None:
             self._mutate(self.state.remove_claim, change.old)
-        was = _is_allocated(change.old)
-        now = _is_allocated(change.new)
+        was = is_allocated(change.old)
+        now = is_allocated(change.new)
         if was and not now:
             self._wake()  # devices were freed
         if change.key not in self.claims_in_flight:  # else the write's own answer decides
@@ -271,7 +206,7 @@ class AllocationController:
     def _on_claim_written(self, key: Key, claim: ResourceClaim) -> None:
         """A claim just created for a pod (by the claim controller): its pod can be decided
         now, without waiting for the watch to show the claim."""
-        if not _is_allocated(claim):
+        if not is_allocated(claim):
             for pod_key in self._owner_pods(claim):
                 self.queue.add(pod_key)
 
@@ -328,40 +263,14 @@ class AllocationController:
     # --- the decision thread ---------------------------------------------------------------
 
     def _mutate(self, change: Callable[..., object], *args: Any) -> None:
-        """Change the allocator state now, or, while a decision reads it in the decision
-        thread, right after that decision (in event order)."""
-        if self._searches:
-            self._deferred.append(functools.partial(change, *args))
-        else:
-            change(*args)
+        """Change the allocator state, after the running decision if there is one."""
+        self.decisions.mutate(change, *args)
 
     async def _decide_off_loop(
         self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]], candidates: Candidates
     ) -> tuple[str, list[ClaimAllocation]]:
-        """``_decide`` in the decision thread (one for the controller's lifetime, so that
-        decisions never overlap, even across a lost and regained leadership), so that admission, probes, metrics, Lease
-        renewal and the watches go on while CEL and searches run (the thread holds the GIL
-        for at most the interpreter's switch interval at a time). The allocator state is
-        frozen meanwhile: changes to it queue up (``_mutate``) and are applied, in order,
-        when the thread is done, even if this coroutine is cancelled first."""
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="dralloc-decide"
-            )
-        loop = asyncio.get_running_loop()
-        self._searches += 1
-        work = self._executor.submit(self._decide, pod, entries, candidates)
-        # Counted down when the thread is really done (a cancelled await is not).
-        work.add_done_callback(lambda _: _call_soon(loop, self._decision_done))
-        return await asyncio.wrap_future(work)
-
-    def _decision_done(self) -> None:
-        self._searches -= 1
-        if self._searches:
-            return
-        deferred, self._deferred = self._deferred, []
-        for change in deferred:
-            change()
+        """``_decide`` in the decision thread, while the event loop goes on."""
+        return await self.decisions.run(self._decide, pod, entries, candidates)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -398,7 +307,7 @@ class AllocationController:
             entries = self._resolve_claims(pod)
             started = time.perf_counter()
             candidates = self._candidates(pod, entries)
-            if _pending(entries):
+            if pending(entries):
                 node, results = await self._decide_off_loop(pod, entries, candidates)
             else:
                 node, results = self._decide(pod, entries, candidates)
@@ -431,7 +340,7 @@ class AllocationController:
             return
         # The devices (and the node's cpu, ports, ...) count as used from now on, even
         # before the API answers.
-        for (_, claim), chosen in zip(_pending(entries), results, strict=True):
+        for (_, claim), chosen in zip(pending(entries), results, strict=True):
             self._mutate(self.state.assume, claim, chosen)
         if pod.gated:
             self.usage.assume(key, pod.needs, node)
@@ -478,53 +387,6 @@ class AllocationController:
                 self.resync.discard(key)
                 self.queue.add(key)
 
-    async def _write_all(
-        self,
-        pod: Pod,
-        node: str,
-        entries: list[tuple[PodClaim, ResourceClaim]],
-        results: list[ClaimAllocation],
-    ) -> None:
-        """The writes, in order; an error releases what was assumed but not written."""
-        allocations: dict[str, AllocationResult] = {}
-        new = {
-            claim.metadata.name: result
-            for (_, claim), result in zip(_pending(entries), results, strict=True)
-        }
-        try:
-            for entry, claim in entries:
-                allocation = claim.status.allocation if claim.status else None
-                fresh = new.get(claim.metadata.name)
-                if fresh is not None:
-                    allocation = await self._write_allocation(pod, node, claim, fresh)
-                elif not any(r.uid == pod.uid for r in claim.status.reserved_for):  # type: ignore[union-attr]
-                    await self._write_reservation(pod, claim)
-                assert allocation is not None
-                allocations[entry.name] = allocation
-        except BaseException as error:
-            unanswered = isinstance(error, Exception) and (
-                failure_kind(error) is FailureKind.UNAVAILABLE
-            )
-            for _, claim in _pending(entries):
-                key = _claim_key(claim)
-                if unanswered and key in self.unanswered:
-                    # May have landed: keep its devices until we know (the watch may already
-                    # have shown it while the write was in flight).
-                    if (seen := self.claims.informer.get(key)) is not None:
-                        self._settle_if_newer(key, seen)
-                    continue
-                self.unanswered.pop(key, None)
-                if not self._write_landed(claim):
-                    self._mutate(self.state.release, claim)
-            raise
-        await self._write_pod(pod, node, entries, allocations)
-        log.info(
-            "pod allocated",
-            pod=pod.ref,
-            node=node,
-            claims=[claim.metadata.name for _, claim in entries],
-        )
-
     # --- reading ---------------------------------------------------------------------------
 
     def _resolve_claims(self, pod: Pod) -> list[tuple[PodClaim, ResourceClaim]]:
@@ -542,7 +404,7 @@ class AllocationController:
                 if entry.resource_claim_name is not None:
                     self._missing_claim(pod, entry.name, name)
                 raise NotReady()  # generated: the claim controller creates it, or says why
-            if not _is_allocated(claim):
+            if not is_allocated(claim):
                 namespace: Namespace | None = self.namespaces.get(Key("", pod.namespace))
                 refusal = claimrules.admin_access_refusal(
                     claim.spec, namespace, self.settings.feature_gates["DRAAdminAccess"]
@@ -681,8 +543,8 @@ class AllocationController:
         """
         key = Key(pod.namespace, pod.name)
         total, rejections, infos = candidates.total, candidates.rejections, candidates.infos
-        pending = [claim for _, claim in _pending(entries)]
-        if not pending:
+        waiting_claims = [claim for _, claim in pending(entries)]
+        if not waiting_claims:
             if not candidates.nodes:
                 raise Unallocatable(placement.summarize(total, rejections))
             return candidates.nodes[0].name, []
@@ -704,7 +566,7 @@ class AllocationController:
         attempt = min(DECISION_SLICE, budget - spent) if budget else None
         try:
             found = self.state.find_node(
-                pending,
+                waiting_claims,
                 infos,
                 str(self.settings.node_policy),
                 explain=explain,
@@ -718,7 +580,7 @@ class AllocationController:
                 raise SliceUsed() from error
             self.decision_spent.pop(key, None)
             summary = f"0/{total} nodes: allocation search exceeded {budget:g}s; trying again later"
-            refs = [str(_claim_key(claim)) for claim in pending]
+            refs = [str(claim_key(claim)) for claim in waiting_claims]
             raise TooSlow(
                 summary, reason=claimstatus.REASON_FAILED, claims=dict.fromkeys(refs, summary)
             ) from error
@@ -733,7 +595,7 @@ class AllocationController:
             raise StillWaiting()
         self.explained_at[key] = time.monotonic()
         explanation = found.explanation
-        refs = [str(_claim_key(claim)) for claim in pending]
+        refs = [str(claim_key(claim)) for claim in waiting_claims]
         if explanation is not None and explanation.fatal_error:
             summary = f"0/{total} nodes: {explanation.fatal_error}"
             raise Unallocatable(
@@ -748,249 +610,7 @@ class AllocationController:
             claims = claimstatus.claim_messages(explanation, refs, rejections, total)
         raise Unallocatable(placement.summarize(total, reasons), details, claims=claims)
 
-    def _write_landed(self, claim: ResourceClaim) -> bool:
-        current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))
-        return current is not None and _is_allocated(current)
-
-    def _settle_if_newer(self, key: Key, current: ResourceClaim | None) -> None:
-        """Settle an unanswered write by a claim (None: deleted) newer than its precondition."""
-        unanswered = self.unanswered.get(key)
-        if unanswered is not None and (
-            current is None
-            or version_number(current.metadata.resource_version or "")
-            > version_number(unanswered.resource_version)
-        ):
-            self._settle_unanswered(key, current)
-
-    def _settle_unanswered(self, key: Key, current: ResourceClaim | None) -> None:
-        """We now know whether an unanswered allocation write landed; requeue its pods."""
-        unanswered = self.unanswered.pop(key, None)
-        if unanswered is None:
-            return
-        landed = _is_allocated(current)
-        if not landed:
-            self._mutate(self.state.release, unanswered.claim)
-            self._wake()
-        # If it landed, the devices stay assumed until the watch shows the allocation (a
-        # late event of an older version must not make them look free in between).
-        log.info("unanswered allocation write settled", claim=str(key), landed=landed)
-        for pod_key in self.pods.index_keys(POD_CLAIMS_INDEX, (key.namespace, key.name)):
-            self.queue.add(pod_key)
-
-    async def _confirm_unanswered(self) -> None:
-        """Read claims whose allocation write got no answer, until each is settled."""
-        while True:
-            await asyncio.sleep(CONFIRM_PERIOD)
-            for key in sorted(self.unanswered):
-                if key in self.claims_in_flight:
-                    continue  # its write is being retried right now
-                try:
-                    raw = await self.client.get(RESOURCE_CLAIMS, key.name, key.namespace)
-                except NotFound:
-                    self._settle_unanswered(key, None)
-                    continue
-                except Exception as error:
-                    if failure_kind(error) is None:
-                        raise
-                    break  # still unavailable: try again next period
-                self._settle_unanswered(key, self.claims.assume(raw))
-
     # --- writing ---------------------------------------------------------------------------
-
-    async def _write_allocation(
-        self, pod: Pod, node: str, claim: ResourceClaim, result: ClaimAllocation
-    ) -> AllocationResult:
-        namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
-        version = claim.metadata.resource_version
-        finalizers = list(claim.metadata.finalizers or ())
-        if FINALIZER not in finalizers:
-            updated = await self.client.merge_patch(
-                RESOURCE_CLAIMS,
-                name,
-                {"metadata": {"finalizers": [*finalizers, FINALIZER]}},
-                namespace=namespace,
-                resource_version=version,
-            )
-            version = updated["metadata"]["resourceVersion"]
-            self.claims.assume(updated)
-        allocation = result.to_dict()
-        allocation["allocationTimestamp"] = timestamp()
-        reserved = [
-            entry.to_kube() for entry in (claim.status.reserved_for if claim.status else ())
-        ]
-        reserved.append(_consumer(pod))
-        status: dict[str, Any] = {"allocation": allocation, "reservedFor": reserved}
-        claim_conditions = claimstatus.updated_conditions(
-            claim,
-            "True",
-            claimstatus.REASON_ALLOCATED,
-            f"allocated on node {node}",
-            datetime.datetime.now(datetime.UTC),
-        )
-        if claim_conditions is not None:
-            status["conditions"] = claim_conditions
-        key = Key(namespace, name)
-        self.unanswered[key] = UnansweredWrite(claim, str(version))
-        updated = await self.client.merge_patch(
-            RESOURCE_CLAIMS,
-            name,
-            {"status": status},
-            namespace=namespace,
-            resource_version=version,
-            subresource="status",
-        )
-        self.unanswered.pop(key, None)  # answered: it landed, whatever the watch showed first
-        stored = self.claims.assume(updated)
-        assert stored.status is not None and stored.status.allocation is not None
-        return stored.status.allocation
-
-    async def _write_reservation(self, pod: Pod, claim: ResourceClaim) -> None:
-        assert claim.status is not None
-        reserved = [entry.to_kube() for entry in claim.status.reserved_for]
-        reserved.append(_consumer(pod))
-        updated = await self.client.merge_patch(
-            RESOURCE_CLAIMS,
-            claim.metadata.name or "",
-            {"status": {"reservedFor": reserved}},
-            namespace=claim.metadata.namespace,
-            resource_version=claim.metadata.resource_version,
-            subresource="status",
-        )
-        self.claims.assume(updated)
-
-    async def _write_pod(
-        self,
-        pod: Pod,
-        node: str,
-        entries: list[tuple[PodClaim, ResourceClaim]],
-        allocations: dict[str, AllocationResult],
-    ) -> None:
-        devices = format_pod_devices(
-            PodClaimDevices.from_allocation(
-                entry.name, claim.metadata.name or "", allocations[entry.name]
-            )
-            for entry, claim in entries
-        )
-        annotations = {DEVICES_ANNOTATION: devices}
-        rendered = claimrules.statuses_annotation(
-            pod,
-            {
-                entry.name: claim.metadata.name
-                for entry, claim in entries
-                if entry.resource_claim_template_name is not None
-            },
-        )
-        if rendered is not None:
-            annotations[CLAIM_STATUSES_ANNOTATION] = rendered  # see claims.py: one write
-        patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
-        if pod.gated:
-            remaining = [{"name": g} for g in pod.scheduling_gates if g != SCHEDULING_GATE]
-            patch["spec"] = {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": placement.pin_affinity(
-                            pod.required_affinity, node
-                        )
-                    }
-                },
-                "schedulingGates": remaining or None,
-            }
-        updated = await self.client.merge_patch(
-            PODS,
-            pod.name,
-            patch,
-            namespace=pod.namespace,
-            resource_version=pod.resource_version,
-        )
-        self.written[Key(pod.namespace, pod.name)] = version_number(
-            updated["metadata"]["resourceVersion"]
-        )
-        if pod.annotations.get(DEVICES_ANNOTATION) not in (None, devices):
-            # Not ours (the claims were not allocated for the pod until now): say so.
-            await self.runtime.events.post(
-                pod.involved(),
-                claimrules.REASON_DEVICES_CORRECTED,
-                f"annotation {DEVICES_ANNOTATION} did not match the pod's ResourceClaims; "
-                "rewritten from them",
-                warning=True,
-            )
-        if _condition(pod) is not None:
-            with contextlib.suppress(Conflict, NotFound):
-                await self._set_condition(
-                    pod,
-                    "True",
-                    REASON_ALLOCATED,
-                    f"allocated on node {node}",
-                    resource_version=updated["metadata"]["resourceVersion"],
-                )
-
-    async def _explain(self, pod: Pod, reason: Unallocatable) -> None:
-        """Tell the user why, where they look: pod and claim conditions, Events on both."""
-        await self._set_claim_conditions(pod, reason)
-        message = reason.summary
-        current = _condition(pod)
-        if current is not None and current.get("message") == message:
-            return  # unchanged: no write, no new Event
-        log.info("pod not allocatable", pod=pod.ref, reason=message)
-        detailed = "\n".join([message, *reason.details[:MAX_DETAIL_LINES]])
-        await self.runtime.events.post(pod.involved(), REASON_FAILED, detailed, warning=True)
-        for entry in pod.claims:
-            name = self._claim_name(pod, entry)
-            claim = self.claims.get(Key(pod.namespace, name)) if name else None
-            if claim is not None and not _is_allocated(claim):
-                await self.runtime.events.post(
-                    _claim_ref(claim), REASON_FAILED, f"pod {pod.ref}: {message}", warning=True
-                )
-        # A conflict means the pod changed; the next sync explains again if still needed.
-        with contextlib.suppress(Conflict, NotFound):
-            await self._set_condition(pod, "False", "Unallocatable", message)
-
-    async def _set_claim_conditions(self, pod: Pod, reason: Unallocatable) -> None:
-        """Each waiting claim's Allocated=False condition, written only when it changes."""
-        now = datetime.datetime.now(datetime.UTC)
-        for entry in pod.claims:
-            name = self._claim_name(pod, entry)
-            claim = self.claims.get(Key(pod.namespace, name)) if name else None
-            message = reason.claims.get(str(Key(pod.namespace, name or "")))
-            if claim is None or message is None or _is_allocated(claim):
-                continue
-            updated_conditions = claimstatus.updated_conditions(
-                claim, "False", reason.reason, message, now
-            )
-            if updated_conditions is None:
-                continue
-            # A conflict means the claim changed; the next explanation writes it again.
-            with contextlib.suppress(Conflict, NotFound):
-                updated = await self.client.merge_patch(
-                    RESOURCE_CLAIMS,
-                    name or "",
-                    {"status": {"conditions": updated_conditions}},
-                    namespace=pod.namespace,
-                    resource_version=claim.metadata.resource_version,
-                    subresource="status",
-                )
-                self.claims.assume(updated)
-
-    async def _set_condition(
-        self,
-        pod: Pod,
-        status: str,
-        reason: str,
-        message: str,
-        *,
-        resource_version: str | None = None,
-    ) -> None:
-        # A conflict is retried from a fresh read while the pod still needs this condition:
-        # True once it has devices, False while it has none (see podcondition).
-        await podcondition.set_condition(
-            self.client,
-            pod,
-            status,
-            reason,
-            message,
-            still_needed=podcondition.has_devices if status == "True" else podcondition.no_devices,
-            resource_version=resource_version,
-        )
 
 
 _FAILURE_RESULT: dict[FailureKind | None, str] = {
@@ -998,25 +618,6 @@ _FAILURE_RESULT: dict[FailureKind | None, str] = {
     FailureKind.UNAVAILABLE: "unavailable",
     FailureKind.REJECTED: "refused",
 }
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
-        loop.call_soon_threadsafe(callback)
-
-
-def _claim_key(claim: ResourceClaim) -> Key:
-    return Key(claim.metadata.namespace or "", claim.metadata.name or "")
-
-
-def _pending(
-    entries: list[tuple[PodClaim, ResourceClaim]],
-) -> list[tuple[PodClaim, ResourceClaim]]:
-    return [(entry, claim) for entry, claim in entries if not _is_allocated(claim)]
-
-
-def _is_allocated(claim: ResourceClaim | None) -> bool:
-    return claim is not None and claim.status is not None and claim.status.allocation is not None
 
 
 def _wants_allocation(pod: Pod) -> bool:
@@ -1032,23 +633,6 @@ def _condition(pod: Pod) -> dict[str, Any] | None:
         if condition.get("type") == CONDITION_TYPE:
             return dict(condition)
     return None
-
-
-def _consumer(pod: Pod) -> dict[str, str]:
-    return {"resource": "pods", "name": pod.name, "uid": pod.uid}
-
-
-def _claim_ref(claim: ResourceClaim) -> dict[str, Any]:
-    return {
-        "apiVersion": claim.api_version,
-        "kind": "ResourceClaim",
-        "metadata": {
-            "namespace": claim.metadata.namespace,
-            "name": claim.metadata.name,
-            "uid": claim.metadata.uid,
-            "resourceVersion": claim.metadata.resource_version,
-        },
-    }
 
 
 register_controller(

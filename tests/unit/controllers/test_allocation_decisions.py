@@ -84,7 +84,7 @@ async def test_state_changes_wait_for_the_decision_and_keep_their_order(
     release.set()
     await task
     assert set(controller.state.node_names()) == {"n1", "n3"}
-    assert controller._deferred == []
+    assert controller.decisions.deferred == []
 
 
 async def test_a_cancelled_wait_does_not_unfreeze_the_state_early(monkeypatch: Any) -> None:

@@ -1,0 +1,120 @@
+"""Telling the user why a pod waits: its condition, its claims' conditions, Events on both.
+
+:class:`Explanations` is a part of the allocation controller (a mixin, for the file's sake).
+Each write happens only when what it says changes, so a waiting pod costs no writes while
+nothing changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from operators.api.models import ResourceClaim
+from operators.cache.assume import AssumeCache
+from operators.cache.core import Pod, PodClaim
+from operators.cache.informer import Key
+from operators.controllers import claimstatus, podcondition
+from operators.controllers.allocwrites import is_allocated
+from operators.controllers.base import Runtime
+from operators.controllers.decisions import Unallocatable
+from operators.kube import RESOURCE_CLAIMS, Conflict, KubeClient, NotFound
+
+log = structlog.get_logger("operators.controllers.allocation")
+
+REASON_FAILED = "FailedAllocation"
+MAX_DETAIL_LINES = 5  # per-node-group lines in the Event after the summary
+
+
+class Explanations:
+    """The reporting of :class:`operators.controllers.allocation.AllocationController`."""
+
+    runtime: Runtime
+    client: KubeClient
+    claims: AssumeCache[ResourceClaim]
+    _claim_name: Callable[[Pod, PodClaim], str | None]
+
+    async def _explain(self, pod: Pod, reason: Unallocatable) -> None:
+        """Tell the user why, where they look: pod and claim conditions, Events on both."""
+        await self._set_claim_conditions(pod, reason)
+        message = reason.summary
+        current = podcondition.current(pod)
+        if current is not None and current.get("message") == message:
+            return  # unchanged: no write, no new Event
+        log.info("pod not allocatable", pod=pod.ref, reason=message)
+        detailed = "\n".join([message, *reason.details[:MAX_DETAIL_LINES]])
+        await self.runtime.events.post(pod.involved(), REASON_FAILED, detailed, warning=True)
+        for entry in pod.claims:
+            name = self._claim_name(pod, entry)
+            claim = self.claims.get(Key(pod.namespace, name)) if name else None
+            if claim is not None and not is_allocated(claim):
+                await self.runtime.events.post(
+                    _claim_ref(claim), REASON_FAILED, f"pod {pod.ref}: {message}", warning=True
+                )
+        # A conflict means the pod changed; the next sync explains again if still needed.
+        with contextlib.suppress(Conflict, NotFound):
+            await self._set_condition(pod, "False", "Unallocatable", message)
+
+    async def _set_claim_conditions(self, pod: Pod, reason: Unallocatable) -> None:
+        """Each waiting claim's Allocated=False condition, written only when it changes."""
+        now = datetime.datetime.now(datetime.UTC)
+        for entry in pod.claims:
+            name = self._claim_name(pod, entry)
+            claim = self.claims.get(Key(pod.namespace, name)) if name else None
+            message = reason.claims.get(str(Key(pod.namespace, name or "")))
+            if claim is None or message is None or is_allocated(claim):
+                continue
+            updated_conditions = claimstatus.updated_conditions(
+                claim, "False", reason.reason, message, now
+            )
+            if updated_conditions is None:
+                continue
+            # A conflict means the claim changed; the next explanation writes it again.
+            with contextlib.suppress(Conflict, NotFound):
+                updated = await self.client.merge_patch(
+                    RESOURCE_CLAIMS,
+                    name or "",
+                    {"status": {"conditions": updated_conditions}},
+                    namespace=pod.namespace,
+                    resource_version=claim.metadata.resource_version,
+                    subresource="status",
+                )
+                self.claims.assume(updated)
+
+    async def _set_condition(
+        self,
+        pod: Pod,
+        status: str,
+        reason: str,
+        message: str,
+        *,
+        resource_version: str | None = None,
+    ) -> None:
+        # A conflict is retried from a fresh read while the pod still needs this condition:
+        # True once it has devices, False while it has none (see podcondition).
+        await podcondition.set_condition(
+            self.client,
+            pod,
+            status,
+            reason,
+            message,
+            still_needed=podcondition.has_devices if status == "True" else podcondition.no_devices,
+            resource_version=resource_version,
+        )
+
+
+def _claim_ref(claim: ResourceClaim) -> dict[str, Any]:
+    return {
+        "apiVersion": claim.api_version,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "namespace": claim.metadata.namespace,
+            "name": claim.metadata.name,
+            "uid": claim.metadata.uid,
+            "resourceVersion": claim.metadata.resource_version,
+        },
+    }

@@ -1,0 +1,327 @@
+"""The allocation's writes, in the order that makes a crash between them harmless.
+
+Each write is conditional on the resourceVersion it read:
+
+1. per claim being allocated: our finalizer, then ``status.allocation`` + ``reservedFor``;
+2. per claim already allocated (shared claims): the pod appended to ``reservedFor``;
+3. the pod: devices annotation, claim statuses, node affinity pinned to the node, gate removed.
+
+A crash between writes leaves claims allocated *and reserved for this pod*, which the next
+sync reads as "already allocated, pin the pod there" and so finishes the job. A claim write
+that got no answer may still have been applied: its devices stay counted as used
+(:class:`UnansweredWrite`) until the watch or a live read tells which it was.
+
+:class:`ClaimWrites` is a part of the allocation controller (a mixin, for the file's sake):
+it uses the controller's client, caches, allocator state and bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from operators.allocator.results import ClaimAllocation
+from operators.allocator.state import AllocatorState
+from operators.api.annotations import PodClaimDevices, format_pod_devices
+from operators.api.models import AllocationResult, ResourceClaim
+from operators.cache.assume import AssumeCache
+from operators.cache.core import (
+    CLAIM_STATUSES_ANNOTATION,
+    DEVICES_ANNOTATION,
+    FINALIZER,
+    POD_CLAIMS_INDEX,
+    SCHEDULING_GATE,
+    Pod,
+    PodClaim,
+)
+from operators.cache.informer import Informer, Key, version_number
+from operators.controllers import claimrules, claimstatus, placement, podcondition
+from operators.controllers.base import Runtime
+from operators.controllers.workqueue import WorkQueue
+from operators.kube import (
+    PODS,
+    RESOURCE_CLAIMS,
+    Conflict,
+    FailureKind,
+    KubeClient,
+    NotFound,
+    failure_kind,
+    timestamp,
+)
+
+log = structlog.get_logger("operators.controllers.allocation")
+
+CONFIRM_PERIOD = 1.0  # seconds between live reads of claims whose write got no answer
+REASON_ALLOCATED = "Allocated"
+
+
+@dataclasses.dataclass(frozen=True)
+class UnansweredWrite:
+    """A claim whose allocation write got no answer; its devices stay assumed until known."""
+
+    claim: ResourceClaim
+    resource_version: str
+    """The precondition of the write: any later version of the claim settles the question."""
+
+
+class ClaimWrites:
+    """The write protocol of :class:`operators.controllers.allocation.AllocationController`."""
+
+    runtime: Runtime
+    client: KubeClient
+    pods: Informer[Pod]
+    claims: AssumeCache[ResourceClaim]
+    state: AllocatorState
+    queue: WorkQueue[Key]
+    unanswered: dict[Key, UnansweredWrite]
+    written: dict[Key, int]
+    claims_in_flight: set[Key]
+    _mutate: Callable[..., None]
+    _wake: Callable[[], None]
+    _set_condition: Callable[..., Any]
+
+    async def _write_all(
+        self,
+        pod: Pod,
+        node: str,
+        entries: list[tuple[PodClaim, ResourceClaim]],
+        results: list[ClaimAllocation],
+    ) -> None:
+        """The writes, in order; an error releases what was assumed but not written."""
+        allocations: dict[str, AllocationResult] = {}
+        new = {
+            claim.metadata.name: result
+            for (_, claim), result in zip(pending(entries), results, strict=True)
+        }
+        try:
+            for entry, claim in entries:
+                allocation = claim.status.allocation if claim.status else None
+                fresh = new.get(claim.metadata.name)
+                if fresh is not None:
+                    allocation = await self._write_allocation(pod, node, claim, fresh)
+                elif not any(r.uid == pod.uid for r in claim.status.reserved_for):  # type: ignore[union-attr]
+                    await self._write_reservation(pod, claim)
+                assert allocation is not None
+                allocations[entry.name] = allocation
+        except BaseException as error:
+            unanswered = isinstance(error, Exception) and (
+                failure_kind(error) is FailureKind.UNAVAILABLE
+            )
+            for _, claim in pending(entries):
+                key = claim_key(claim)
+                if unanswered and key in self.unanswered:
+                    # May have landed: keep its devices until we know (the watch may already
+                    # have shown it while the write was in flight).
+                    if (seen := self.claims.informer.get(key)) is not None:
+                        self._settle_if_newer(key, seen)
+                    continue
+                self.unanswered.pop(key, None)
+                if not self._write_landed(claim):
+                    self._mutate(self.state.release, claim)
+            raise
+        await self._write_pod(pod, node, entries, allocations)
+        log.info(
+            "pod allocated",
+            pod=pod.ref,
+            node=node,
+            claims=[claim.metadata.name for _, claim in entries],
+        )
+
+    def _write_landed(self, claim: ResourceClaim) -> bool:
+        current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))
+        return current is not None and is_allocated(current)
+
+    def _settle_if_newer(self, key: Key, current: ResourceClaim | None) -> None:
+        """Settle an unanswered write by a claim (None: deleted) newer than its precondition."""
+        unanswered = self.unanswered.get(key)
+        if unanswered is not None and (
+            current is None
+            or version_number(current.metadata.resource_version or "")
+            > version_number(unanswered.resource_version)
+        ):
+            self._settle_unanswered(key, current)
+
+    def _settle_unanswered(self, key: Key, current: ResourceClaim | None) -> None:
+        """We now know whether an unanswered allocation write landed; requeue its pods."""
+        unanswered = self.unanswered.pop(key, None)
+        if unanswered is None:
+            return
+        landed = is_allocated(current)
+        if not landed:
+            self._mutate(self.state.release, unanswered.claim)
+            self._wake()
+        # If it landed, the devices stay assumed until the watch shows the allocation (a
+        # late event of an older version must not make them look free in between).
+        log.info("unanswered allocation write settled", claim=str(key), landed=landed)
+        for pod_key in self.pods.index_keys(POD_CLAIMS_INDEX, (key.namespace, key.name)):
+            self.queue.add(pod_key)
+
+    async def _confirm_unanswered(self) -> None:
+        """Read claims whose allocation write got no answer, until each is settled."""
+        while True:
+            await asyncio.sleep(CONFIRM_PERIOD)
+            for key in sorted(self.unanswered):
+                if key in self.claims_in_flight:
+                    continue  # its write is being retried right now
+                try:
+                    raw = await self.client.get(RESOURCE_CLAIMS, key.name, key.namespace)
+                except NotFound:
+                    self._settle_unanswered(key, None)
+                    continue
+                except Exception as error:
+                    if failure_kind(error) is None:
+                        raise
+                    break  # still unavailable: try again next period
+                self._settle_unanswered(key, self.claims.assume(raw))
+
+    async def _write_allocation(
+        self, pod: Pod, node: str, claim: ResourceClaim, result: ClaimAllocation
+    ) -> AllocationResult:
+        namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
+        version = claim.metadata.resource_version
+        finalizers = list(claim.metadata.finalizers or ())
+        if FINALIZER not in finalizers:
+            updated = await self.client.merge_patch(
+                RESOURCE_CLAIMS,
+                name,
+                {"metadata": {"finalizers": [*finalizers, FINALIZER]}},
+                namespace=namespace,
+                resource_version=version,
+            )
+            version = updated["metadata"]["resourceVersion"]
+            self.claims.assume(updated)
+        allocation = result.to_dict()
+        allocation["allocationTimestamp"] = timestamp()
+        reserved = [
+            entry.to_kube() for entry in (claim.status.reserved_for if claim.status else ())
+        ]
+        reserved.append(consumer(pod))
+        status: dict[str, Any] = {"allocation": allocation, "reservedFor": reserved}
+        claim_conditions = claimstatus.updated_conditions(
+            claim,
+            "True",
+            claimstatus.REASON_ALLOCATED,
+            f"allocated on node {node}",
+            datetime.datetime.now(datetime.UTC),
+        )
+        if claim_conditions is not None:
+            status["conditions"] = claim_conditions
+        key = Key(namespace, name)
+        self.unanswered[key] = UnansweredWrite(claim, str(version))
+        updated = await self.client.merge_patch(
+            RESOURCE_CLAIMS,
+            name,
+            {"status": status},
+            namespace=namespace,
+            resource_version=version,
+            subresource="status",
+        )
+        self.unanswered.pop(key, None)  # answered: it landed, whatever the watch showed first
+        stored = self.claims.assume(updated)
+        assert stored.status is not None and stored.status.allocation is not None
+        return stored.status.allocation
+
+    async def _write_reservation(self, pod: Pod, claim: ResourceClaim) -> None:
+        assert claim.status is not None
+        reserved = [entry.to_kube() for entry in claim.status.reserved_for]
+        reserved.append(consumer(pod))
+        updated = await self.client.merge_patch(
+            RESOURCE_CLAIMS,
+            claim.metadata.name or "",
+            {"status": {"reservedFor": reserved}},
+            namespace=claim.metadata.namespace,
+            resource_version=claim.metadata.resource_version,
+            subresource="status",
+        )
+        self.claims.assume(updated)
+
+    async def _write_pod(
+        self,
+        pod: Pod,
+        node: str,
+        entries: list[tuple[PodClaim, ResourceClaim]],
+        allocations: dict[str, AllocationResult],
+    ) -> None:
+        devices = format_pod_devices(
+            PodClaimDevices.from_allocation(
+                entry.name, claim.metadata.name or "", allocations[entry.name]
+            )
+            for entry, claim in entries
+        )
+        annotations = {DEVICES_ANNOTATION: devices}
+        rendered = claimrules.statuses_annotation(
+            pod,
+            {
+                entry.name: claim.metadata.name
+                for entry, claim in entries
+                if entry.resource_claim_template_name is not None
+            },
+        )
+        if rendered is not None:
+            annotations[CLAIM_STATUSES_ANNOTATION] = rendered  # see claims.py: one write
+        patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
+        if pod.gated:
+            remaining = [{"name": g} for g in pod.scheduling_gates if g != SCHEDULING_GATE]
+            patch["spec"] = {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": placement.pin_affinity(
+                            pod.required_affinity, node
+                        )
+                    }
+                },
+                "schedulingGates": remaining or None,
+            }
+        updated = await self.client.merge_patch(
+            PODS,
+            pod.name,
+            patch,
+            namespace=pod.namespace,
+            resource_version=pod.resource_version,
+        )
+        self.written[Key(pod.namespace, pod.name)] = version_number(
+            updated["metadata"]["resourceVersion"]
+        )
+        if pod.annotations.get(DEVICES_ANNOTATION) not in (None, devices):
+            # Not ours (the claims were not allocated for the pod until now): say so.
+            await self.runtime.events.post(
+                pod.involved(),
+                claimrules.REASON_DEVICES_CORRECTED,
+                f"annotation {DEVICES_ANNOTATION} did not match the pod's ResourceClaims; "
+                "rewritten from them",
+                warning=True,
+            )
+        if podcondition.current(pod) is not None:
+            with contextlib.suppress(Conflict, NotFound):
+                await self._set_condition(
+                    pod,
+                    "True",
+                    REASON_ALLOCATED,
+                    f"allocated on node {node}",
+                    resource_version=updated["metadata"]["resourceVersion"],
+                )
+
+
+def pending(
+    entries: list[tuple[PodClaim, ResourceClaim]],
+) -> list[tuple[PodClaim, ResourceClaim]]:
+    """The entries whose claims are not allocated yet."""
+    return [(entry, claim) for entry, claim in entries if not is_allocated(claim)]
+
+
+def is_allocated(claim: ResourceClaim | None) -> bool:
+    return claim is not None and claim.status is not None and claim.status.allocation is not None
+
+
+def claim_key(claim: ResourceClaim) -> Key:
+    return Key(claim.metadata.namespace or "", claim.metadata.name or "")
+
+
+def consumer(pod: Pod) -> dict[str, str]:
+    return {"resource": "pods", "name": pod.name, "uid": pod.uid}
