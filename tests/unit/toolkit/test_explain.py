@@ -76,3 +76,23 @@ def test_a_pod_with_an_empty_claims_list_is_explained_as_asking_for_nothing() ->
         ToolkitError, match=r"asks for no claims .* is an empty list\): it is not gated"
     ):
         explain(snapshot, "pod/p", "team")
+
+
+def test_node_resources_and_running_pods_count(write_snapshot: Callable[..., Path]) -> None:
+    """explain and simulate use the scheduler's filters: a pod that needs cpu 4 is not
+    placed on a node with cpu 2, nor beside a running pod that holds the cpu."""
+    items = load_items()
+    for name, cpu in (("node-a", "8"), ("node-b", "2"), ("node-c", "8")):
+        find(items, "Node", name)["status"] = {"allocatable": {"cpu": cpu, "pods": "110"}}
+    west = find(items, "Pod", "west-pair")
+    del west["spec"]["nodeSelector"]
+    west["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4"}}
+    trainer = find(items, "Pod", "trainer")
+    trainer["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "6"}}
+    snapshot = build_snapshot(read_objects([write_snapshot(items)]))
+    result = explain(snapshot, "pod/west-pair", "team-a")
+    verdicts = {v.node: v for v in result.nodes}
+    assert verdicts["node-b"].reasons == ("Insufficient cpu",)
+    assert verdicts["node-a"].reasons == ("Insufficient cpu",)  # the trainer holds 6 of 8
+    assert result.status == "pending"
+    assert "2 Insufficient cpu" in result.summary, result.summary
