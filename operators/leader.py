@@ -25,6 +25,13 @@ from operators.kube import LEASES, ApiError, Conflict, JsonDict, KubeClient, Not
 
 log = structlog.get_logger(__name__)
 
+LEASE_RBAC = "get, create and update on leases.coordination.k8s.io"
+
+
+class LeaseUnusable(Exception):
+    """The Lease cannot be read or written where the settings put it: a setup error, not a
+    passing one. The message is one line naming the Lease, the problem and the fix."""
+
 
 @dataclasses.dataclass(frozen=True)
 class LeaseRecord:
@@ -148,6 +155,54 @@ class LeaderElector:
             "metadata": metadata,
             "spec": spec,
         }
+
+    async def preflight(self) -> None:
+        """Check once, at startup, that this identity can use the Lease where it is.
+
+        Reads the Lease, then creates it (or, if it exists, updates it unchanged) as a dry
+        run, so nothing changes: a missing namespace or missing RBAC becomes a
+        :class:`LeaseUnusable` at once, instead of an operator that waits for leadership
+        forever. An API server that does not answer yet is waited for.
+        """
+        while True:
+            method = "GET"
+            try:
+                try:
+                    lease: JsonDict | None = await self.client.get(
+                        LEASES, self.name, self.namespace
+                    )
+                except NotFound:
+                    lease = None
+                if lease is None:
+                    body = self._lease_body(None, None)
+                    path, method = LEASES.path(self.namespace), "POST"
+                else:
+                    body = lease
+                    path, method = LEASES.path(self.namespace, self.name), "PUT"
+                await self.client.request(method, path, params={"dryRun": "All"}, body=body)
+                return
+            except Conflict:
+                pass  # created or renewed by someone else meanwhile: look again
+            except ApiError as error:
+                if isinstance(error, NotFound) and method == "POST":
+                    raise LeaseUnusable(
+                        self._unusable(f'namespace "{self.namespace}" does not exist')
+                    ) from None
+                if error.status in (401, 403):
+                    raise LeaseUnusable(
+                        self._unusable(f"forbidden ({error.message or error.reason})")
+                    ) from None
+                self._log.warning("lease check failed; retrying", error=str(error)[:200])
+            except Exception as error:
+                self._log.warning("lease check failed; retrying", error=str(error)[:200])
+            await asyncio.sleep(self.retry_period)
+
+    def _unusable(self, problem: str) -> str:
+        return (
+            f"cannot use the leader-election Lease {self.namespace}/{self.name}: {problem}; "
+            f"the operator's identity needs {LEASE_RBAC} in namespace {self.namespace} "
+            "(manifests/base/role-leases.yaml), or set --lease-namespace"
+        )
 
     async def acquire(self) -> None:
         """Return once this candidate holds the lease."""

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,11 +30,14 @@ from operators.controllers.base import (
     current_settings,
     runtime_from,
 )
+from operators.leader import LeaseUnusable
 from operators.settings import Settings
 
 log = structlog.get_logger(__name__)
 
 TASK_KEY = "dralloc_runtime_task"
+EXIT_SETUP = 2  # the operator cannot run as configured (the message says why)
+_setup_errors: list[str] = []
 
 
 @kopf.on.startup(id="dralloc.runtime")
@@ -45,6 +49,16 @@ async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: A
     gcpause.configure(ours.gc_young_threshold)  # here, so that `kopf run` gets it too
     webhooks.configure_admission(settings, ours)
     runtime = await runtime_from(memo)
+    if runtime.elector is not None:
+        try:
+            await runtime.elector.preflight()
+        except LeaseUnusable as error:
+            # One line where a person looks, whatever the log format; kopf then stops with a
+            # failed startup (`kopf run` exits non-zero, main() with EXIT_SETUP).
+            _setup_errors.append(str(error))
+            log.error("leader election impossible", error=str(error))
+            print(f"dralloc: {error}", file=sys.stderr, flush=True)
+            raise kopf.PermanentError(str(error)) from None
     memo[TASK_KEY] = asyncio.create_task(_supervise(runtime), name="dralloc-runtime")
 
 
@@ -110,4 +124,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         feature_gates=settings.feature_gates.render(),
         node_policy=str(settings.node_policy),
     )
-    asyncio.run(operate(settings))
+    try:
+        asyncio.run(operate(settings))
+    except Exception:  # kopf's ActivityError for a failed startup handler (not public API)
+        if not _setup_errors:
+            raise
+        sys.exit(EXIT_SETUP)  # the reason is on stderr already

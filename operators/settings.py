@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 ENV_PREFIX = "DRALLOC_"
+DEFAULT_LEASE_NAMESPACE = "dralloc-system"
+"""The operator's namespace in manifests/base, and where every operator's Lease lives."""
 
 #: Upstream's gate defaults (Kubernetes 1.37) for the gates dralloc looks at.
 DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
@@ -172,7 +174,11 @@ class Settings:
         default="dralloc-operator", metadata=_doc("Name of the leader-election Lease.")
     )
     lease_namespace: str = dataclasses.field(
-        default="", metadata=_doc("Namespace of the Lease; empty = $POD_NAMESPACE or 'default'.")
+        default=DEFAULT_LEASE_NAMESPACE,
+        metadata=_doc(
+            "Namespace of the Lease: one location for every way of running (in-cluster, "
+            "python -m operators, kopf run), so two operators never both act; it must exist."
+        ),
     )
     lease_duration: float = dataclasses.field(
         default=15.0, metadata=_doc("Seconds a standby waits before taking a stale Lease.")
@@ -252,7 +258,9 @@ class Settings:
 
     @property
     def effective_lease_namespace(self) -> str:
-        return self.lease_namespace or os.environ.get("POD_NAMESPACE", "") or "default"
+        # Never $POD_NAMESPACE or "default": an operator run from a laptop next to the
+        # in-cluster Deployment would hold a Lease of its own and allocate too.
+        return self.lease_namespace or DEFAULT_LEASE_NAMESPACE
 
     @property
     def effective_identity(self) -> str:

@@ -46,9 +46,24 @@ def install_crds(testbed: Testbed) -> None:
     )  # fmt: skip
 
 
+LEASE_NAMESPACE = "dralloc-system"
+"""Where every operator keeps its Lease unless told otherwise (settings.lease_namespace)."""
+
+
+def ensure_lease_namespace(testbed: Testbed) -> None:
+    """The operator's namespace, as manifests/base creates it (the Lease lives there)."""
+    if testbed.get("namespace", LEASE_NAMESPACE) is None:
+        testbed.kubectl("create", "namespace", LEASE_NAMESPACE, check=False)
+
+
 @dataclass
 class OperatorProcess:
-    """``python -m operators`` against the testbed; logs go to a file for failure reports."""
+    """``python -m operators`` against the testbed; logs go to a file for failure reports.
+
+    ``lease`` is the Lease name (each test module its own, so modules never share a leader);
+    empty means the operator's default. The Lease lives in the operator's default namespace
+    unless ``extra`` says otherwise; ``env`` adds to the process environment.
+    """
 
     testbed: Testbed
     log_path: Path
@@ -60,22 +75,24 @@ class OperatorProcess:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
+        ensure_lease_namespace(self.testbed)
         args = [
             sys.executable, "-m", "operators",
             f"--kubeconfig={self.testbed.kubeconfig}",
             "--metrics-port=0", "--probe-port=0",
-            f"--lease-name={self.lease}", "--lease-namespace=default",
             "--lease-duration=8", "--renew-deadline=6", "--retry-period=1",
             "--requeue-max-delay=2",
             "--log-format=console", "--log-level=INFO",
         ]  # fmt: skip
+        if self.lease:
+            args.append(f"--lease-name={self.lease}")
         if self.identity:
             args.append(f"--identity={self.identity}")
         if self.webhook:
             args += [
                 "--webhook-addr=127.0.0.1",
                 "--webhook-port=0",
-                f"--webhook-managed={self.lease}.dralloc.test",
+                f"--webhook-managed={self.lease or 'dralloc-operator'}.dralloc.test",
             ]
         else:
             args.append("--no-webhook")

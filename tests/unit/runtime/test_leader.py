@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
-from operators.kube import Conflict, NotFound
-from operators.leader import LeaderElector, LeaseRecord, Observation, decide
+import pytest
+
+from operators.kube import ApiError, Conflict, NotFound
+from operators.leader import LeaderElector, LeaseRecord, LeaseUnusable, Observation, decide
 
 
 def record(holder: str, duration: float = 10.0) -> LeaseRecord:
@@ -91,3 +94,87 @@ async def test_two_candidates_one_leader_then_takeover() -> None:
     assert api.lease["spec"]["leaseTransitions"] == 1
     clock[0] = 16.0
     assert not await a.try_acquire_or_renew()  # the old leader sees b now
+
+
+class LeaseApi:
+    """Answers the preflight's read and dry-run write the way a given cluster would."""
+
+    def __init__(self, *, read: Exception | None = None, write: Exception | None = None,
+                 exists: bool = False) -> None:  # fmt: skip
+        self.read, self.write, self.exists = read, write, exists
+        self.calls: list[tuple[str, str, dict[str, str] | None]] = []
+
+    async def get(self, resource: Any, name: str, namespace: str) -> dict[str, Any]:
+        self.calls.append(("GET", resource.path(namespace, name), None))
+        if self.read is not None:
+            raise self.read
+        if not self.exists:
+            raise NotFound(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+        return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": "7"}}
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append((method, path, kwargs.get("params")))
+        if self.write is not None:
+            raise self.write
+        return {}
+
+
+def preflight_elector(api: LeaseApi) -> LeaderElector:
+    return LeaderElector(
+        api, name="dralloc-operator", namespace="dralloc-system", identity="me",  # type: ignore[arg-type]
+        retry_period=0.01,
+    )  # fmt: skip
+
+
+async def test_preflight_passes_with_dry_runs_only() -> None:
+    for exists, method in ((False, "POST"), (True, "PUT")):
+        api = LeaseApi(exists=exists)
+        await preflight_elector(api).preflight()
+        [(read, _, _), (write, _, params)] = api.calls
+        assert (read, write, params) == ("GET", method, {"dryRun": "All"})
+
+
+@pytest.mark.parametrize(
+    ("api", "problem"),
+    [
+        (
+            LeaseApi(write=NotFound(404, "NotFound", 'namespaces "dralloc-system" not found')),
+            'namespace "dralloc-system" does not exist',
+        ),
+        (
+            LeaseApi(
+                read=ApiError(403, "Forbidden", 'leases.coordination.k8s.io "x" is forbidden')
+            ),
+            "forbidden",
+        ),
+        (
+            LeaseApi(exists=True, write=ApiError(403, "Forbidden", "cannot update")),
+            "forbidden",
+        ),
+    ],
+    ids=["no-namespace", "no-get", "no-update"],
+)
+async def test_preflight_names_the_lease_and_the_rbac_needed(api: LeaseApi, problem: str) -> None:
+    with pytest.raises(LeaseUnusable) as caught:
+        await preflight_elector(api).preflight()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "cannot use the leader-election Lease dralloc-system/dralloc-operator: "
+    )
+    assert problem in message
+    assert (
+        "get, create and update on leases.coordination.k8s.io in namespace dralloc-system"
+        in message
+    )
+    assert "--lease-namespace" in message
+
+
+async def test_preflight_waits_out_an_unavailable_api_server() -> None:
+    api = LeaseApi(read=ApiError(503, "ServiceUnavailable", "starting"))
+    elector = preflight_elector(api)
+    task = asyncio.create_task(elector.preflight())
+    await asyncio.sleep(0.05)
+    assert not task.done() and len(api.calls) >= 2
+    api.read = None
+    await asyncio.wait_for(task, 1)

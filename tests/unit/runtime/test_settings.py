@@ -56,3 +56,18 @@ def test_bad_values_are_refused(env: dict[str, str]) -> None:
 def test_gates_render_round_trip() -> None:
     gates = FeatureGates.parse("DRADeviceTaints=false")
     assert FeatureGates.parse(gates.render()) == gates
+
+
+@pytest.mark.parametrize("pod_namespace", ["", "team-a", "dralloc-system"])
+def test_one_lease_location_for_every_way_of_running(
+    monkeypatch: pytest.MonkeyPatch, pod_namespace: str
+) -> None:
+    """In-cluster ($POD_NAMESPACE set), python -m operators and kopf run (not set) share a Lease."""
+    monkeypatch.setenv("POD_NAMESPACE", pod_namespace)
+    for settings in (Settings.from_sources({}, {"POD_NAMESPACE": pod_namespace}), Settings()):
+        assert (settings.lease_name, settings.effective_lease_namespace) == (
+            "dralloc-operator",
+            "dralloc-system",
+        )
+    moved = Settings.from_argv(["--lease-namespace=ops"], {})
+    assert moved.effective_lease_namespace == "ops"

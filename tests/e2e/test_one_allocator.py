@@ -1,0 +1,88 @@
+"""One allocator: every way of running the operator meets at one Lease (issue 13).
+
+The realistic case of two active allocators was the in-cluster Deployment ($POD_NAMESPACE set
+to its namespace) plus `kopf run` from a laptop (no $POD_NAMESPACE, so "default"): two Leases,
+two leaders. Now the Lease is dralloc-system/dralloc-operator by default whatever the
+environment, and an operator that cannot use its Lease stops at once with one line saying
+which namespace and which permissions it needs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from .kube_helpers import Testbed, unique_name, wait_for
+from .operator_fixtures import LEASE_NAMESPACE, OperatorProcess, install_crds
+
+LEADING = "controllers starting"
+
+
+@pytest.fixture
+def two_namespaces(testbed: Testbed) -> list[str]:
+    names = [unique_name("home-a"), unique_name("home-b")]
+    for name in names:
+        testbed.kubectl("create", "namespace", name)
+    return names
+
+
+def test_two_operators_with_default_lease_settings_elect_one_leader(
+    testbed: Testbed, tmp_path: Path, two_namespaces: list[str]
+) -> None:
+    install_crds(testbed)
+    operators = [
+        OperatorProcess(
+            testbed,
+            tmp_path / f"{home}.log",
+            lease="",
+            webhook=False,
+            identity=home,
+            env={"POD_NAMESPACE": home},
+        )
+        for home in two_namespaces
+    ]
+    try:
+        for proc in operators:
+            proc.start()
+        wait_for("a leader", lambda: any(LEADING in p.log() for p in operators), timeout=60)
+        time.sleep(10)  # longer than the lease duration (8 s): a second Lease would be won
+        leaders = [p.identity for p in operators if LEADING in p.log()]
+        assert len(leaders) == 1, f"{len(leaders)} leaders: {leaders}"
+        lease = testbed.get("lease", "dralloc-operator", f"--namespace={LEASE_NAMESPACE}")
+        assert lease is not None and lease["spec"]["holderIdentity"] == leaders[0]
+        for home in two_namespaces:
+            assert testbed.get("lease", "dralloc-operator", f"--namespace={home}") is None
+        (standby,) = [p for p in operators if p.identity != leaders[0]]
+        assert "waiting for leadership" in standby.log()
+    finally:
+        for proc in operators:
+            proc.stop()
+
+
+def test_an_operator_that_cannot_use_its_lease_stops_with_one_line(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    install_crds(testbed)
+    missing = unique_name("no-such-namespace")
+    proc = OperatorProcess(
+        testbed, tmp_path / "operator.log", lease="", webhook=False,
+        extra=[f"--lease-namespace={missing}"],
+    )  # fmt: skip
+    proc.start()
+    try:
+        assert proc.process is not None
+        code = proc.process.wait(timeout=60)
+    except Exception:
+        proc.stop()
+        raise AssertionError(f"the operator kept running:\n{proc.log()[-2000:]}") from None
+    assert code != 0
+    lines = [line for line in proc.log().splitlines() if line.startswith("dralloc: ")]
+    assert len(lines) == 1, proc.log()[-3000:]
+    assert lines[0] == (
+        f"dralloc: cannot use the leader-election Lease {missing}/dralloc-operator: "
+        f'namespace "{missing}" does not exist; the operator\'s identity needs get, create and '
+        f"update on leases.coordination.k8s.io in namespace {missing} "
+        "(manifests/base/role-leases.yaml), or set --lease-namespace"
+    ), lines[0]
