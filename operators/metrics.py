@@ -6,9 +6,13 @@ figures are prefixed ``dralloc_``.
 
 from __future__ import annotations
 
+import socketserver
+import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -76,6 +80,51 @@ def register_claims_gauge(source: Callable[[], Iterable[ClaimLabels]]) -> None:
         _claims_gauge.source = source
 
 
+LEADERSHIP_LOSSES = Counter(
+    "dralloc_leadership_losses",
+    "Times this replica lost the Lease (or the API server long enough to lose it) and stood by.",
+)
+
+_acting = threading.Event()
+
+
+def set_acting(acting: bool) -> None:
+    """Whether this replica's controllers run (it holds the Lease): ``/readyz`` and
+    ``dralloc_leader`` say so."""
+    LEADER.set(1 if acting else 0)
+    if acting:
+        _acting.set()
+    else:
+        _acting.clear()
+
+
+def _readiness(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    if _acting.is_set():
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"acting\n"]
+    start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+    return [b"standing by: this replica does not hold the Lease\n"]
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Probes every few seconds are no news."""
+
+
 def serve(port: int, addr: str = "0.0.0.0") -> None:
-    if port:
-        start_http_server(port, addr)
+    """``/metrics`` for Prometheus and ``/readyz`` (200 while acting, 503 standing by)."""
+    if not port:
+        return
+    metrics_app = make_wsgi_app()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/readyz":
+            return _readiness(environ, start_response)
+        return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+
+    server = make_server(addr, port, app, server_class=_Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

@@ -24,7 +24,6 @@ from operators import gcpause, logs, metrics, webhooks
 from operators.controllers import allocation, claims, released, taints  # noqa: F401  (handlers)
 from operators.controllers.base import (
     MEMO_KEY,
-    LeadershipLost,
     Runtime,
     configure,
     current_settings,
@@ -65,9 +64,6 @@ async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: A
 async def _supervise(runtime: Runtime) -> None:
     try:
         await runtime.run()
-    except* LeadershipLost:
-        log.error("leadership lost; stopping the process so that it restarts clean")
-        os.kill(os.getpid(), signal.SIGTERM)
     except* Exception:
         log.exception("runtime failed; stopping the process")
         os.kill(os.getpid(), signal.SIGTERM)

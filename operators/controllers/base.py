@@ -30,10 +30,6 @@ log = structlog.get_logger(__name__)
 MEMO_KEY = "dralloc_runtime"
 
 
-class LeadershipLost(Exception):
-    """The Lease was lost; this replica must stop acting at once."""
-
-
 class Controller(Protocol):
     name: str
 
@@ -87,6 +83,7 @@ class Runtime:
         self.events = EventRecorder(client)
         self.controllers: list[Controller] = []
         self.leading = asyncio.Event()
+        self.leadership_losses = 0
         self.elector: LeaderElector | None = None
         if settings.leader_election:
             self.elector = LeaderElector(
@@ -110,14 +107,27 @@ class Runtime:
         self.controllers.append(controller)
 
     async def run(self) -> None:
-        """Cache always; controllers while leader. Raises LeadershipLost when it ends."""
+        """Cache always; controllers while leader, for as long as the process runs.
+
+        Losing the Lease (or the API server, which loses the Lease once the renewal deadline
+        passes) stops the controllers at once, and this replica stands by: the cache keeps
+        relisting and the elector keeps trying, and the controllers start again from the
+        cache when the Lease is held again. Only a configuration error ends the process.
+        """
         async with asyncio.TaskGroup() as group:
             group.create_task(self.cache.run(on_synced=self._record_sync), name="shared-cache")
             if self.elector is None:
                 await self._lead()
-            else:
+                return
+            while True:
                 await self.elector.run_while_leader(self._lead)
-                raise LeadershipLost(self.elector.identity)
+                self.leadership_losses += 1
+                metrics.LEADERSHIP_LOSSES.inc()
+                log.warning(
+                    "leadership lost; standing by until this replica holds the Lease again",
+                    identity=self.elector.identity,
+                    losses=self.leadership_losses,
+                )
 
     def _record_sync(self) -> None:
         if self.cache.sync_seconds is not None:
@@ -127,7 +137,7 @@ class Runtime:
     async def _lead(self) -> None:
         await self.cache.wait_synced()
         self.leading.set()
-        metrics.LEADER.set(1)
+        metrics.set_acting(True)
         log.info("controllers starting", controllers=[c.name for c in self.controllers])
         try:
             async with asyncio.TaskGroup() as group:
@@ -136,7 +146,7 @@ class Runtime:
                 await asyncio.Event().wait()  # until cancelled (leadership lost or shutdown)
         finally:
             self.leading.clear()
-            metrics.LEADER.set(0)
+            metrics.set_acting(False)
 
     def health(self) -> dict[str, Any]:
         return {

@@ -164,6 +164,12 @@ class ClaimController:
     # --- the loop --------------------------------------------------------------------------
 
     async def run(self) -> None:
+        # Everything once more: after a lost and regained Lease, work that was cancelled
+        # half-way (or that another replica left) is picked up from the cache.
+        for key, pod in self.pods.items():
+            self._on_pod(Change(PODS, key, None, pod))
+        for key, _ in self.claims.informer.items():
+            self.queue.add(("claim", key))
         await run_workers(self.queue, self.sync, workers=self.workers, name=self.name)
 
     def health(self) -> dict[str, Any]:

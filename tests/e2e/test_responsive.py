@@ -157,3 +157,28 @@ def test_a_costly_selector_stalls_neither_admission_nor_leadership_nor_other_pod
     assert event["type"] == "Warning"
     assert "leadership lost" not in operator.log()[log_mark:].lower()
     assert operator.process is not None and operator.process.poll() is None, "operator died"
+
+
+def test_the_operator_outlives_an_api_server_outage_and_finishes_every_pod(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    """30 s without an API server is longer than the Lease (8 s in these tests): the
+    operator loses it, stands by instead of exiting, leads again and finishes the pods that
+    were created just before the outage and the ones created after it."""
+    from .reliability_helpers import restart_apiserver
+
+    pool = make_pool(testbed, nodes=2, devices=4)
+    testbed.apply(template(namespace, "one", pool))
+    entry = [{"name": "dev", "resourceClaimTemplateName": "one"}]
+    mark = len(operator.log())
+    testbed.apply(*[pod(namespace, f"before-{i}", pool, entry) for i in range(3)])
+    outage = restart_apiserver(testbed, down_for=30.0)
+    print(f"\n[responsive] API server away for {outage:.1f} s")
+    assert operator.process is not None and operator.process.poll() is None, "operator exited"
+    testbed.apply(*[pod(namespace, f"after-{i}", pool, entry) for i in range(3)])
+    for name in [*(f"before-{i}" for i in range(3)), *(f"after-{i}" for i in range(3))]:
+        wait_bound(testbed, namespace, name, timeout=90)
+    log = operator.log()[mark:]
+    assert "standing by until this replica holds the Lease again" in log, "the Lease was kept?"
+    assert log.count("became leader") >= 1
+    assert operator.process.poll() is None, "operator exited"
