@@ -18,6 +18,7 @@ from .kube_helpers import Testbed, wait_for
 from .operator_fixtures import (
     CLAIMS_ANNOTATION,
     GROUP,
+    LEASE_NAMESPACE,
     OperatorProcess,
     claims_in,
     events,
@@ -105,7 +106,7 @@ def _create_seconds(testbed: Testbed, body: dict[str, object]) -> float:
 
 
 def _renew_time(testbed: Testbed, lease: str) -> str:
-    found = testbed.get("lease", lease, "--namespace=default") or {}
+    found = testbed.get("lease", lease, f"--namespace={LEASE_NAMESPACE}") or {}
     return str((found.get("spec") or {}).get("renewTime") or "")
 
 
