@@ -101,6 +101,8 @@ class LeaderElector:
         self.clock = clock
         self.observation = Observation()
         self.is_leader = False
+        self.term = 0
+        """The Lease's transition count when this candidate last took it (its term)."""
         self._log = log.bind(lease=f"{namespace}/{name}", identity=identity)
 
     async def try_acquire_or_renew(self) -> bool:
@@ -117,6 +119,7 @@ class LeaderElector:
                 self._log.info("lease create lost", error=str(error)[:200])
                 return False
             self.observation.see(LeaseRecord.of(body), now)
+            self.term = LeaseRecord.of(body).transitions
             return True
         record = LeaseRecord.of(lease)
         self.observation.see(record, now)
@@ -128,6 +131,7 @@ class LeaderElector:
         except (Conflict, NotFound):
             return False
         self.observation.see(LeaseRecord.of(updated), self.clock())
+        self.term = LeaseRecord.of(updated).transitions
         return True
 
     def _lease_body(self, lease: JsonDict | None, record: LeaseRecord | None) -> JsonDict:

@@ -85,6 +85,11 @@ LEADERSHIP_LOSSES = Counter(
     "Times this replica lost the Lease (or the API server long enough to lose it) and stood by.",
 )
 
+FENCED = Counter(
+    "dralloc_fenced",
+    "Times this replica stopped allocating because another allocator's records appeared.",
+)
+
 _acting = threading.Event()
 
 

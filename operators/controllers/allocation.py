@@ -73,6 +73,7 @@ from operators.controllers.decisions import (
     Unallocatable,
 )
 from operators.controllers.workqueue import WorkQueue, run_workers
+from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord
 from operators.kube import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
@@ -97,6 +98,7 @@ BUSY_DELAY = 0.05
 EXPLAIN_PERIOD = 10.0  # seconds between explanations of one waiting pod
 EXPLAIN_GRACE = 1.0  # seconds a pod waits for room before it is explained at all
 MAX_CONCURRENT_WRITES = 64  # pods whose writes are in flight at once
+REASON_OTHER_ALLOCATOR = "AnotherAllocator"
 WAKE_DELAY = 0.02  # coalesces a burst of cluster changes into one retry of waiting pods
 DECISION_SLICE = 0.5  # seconds of one decision attempt; a pod's budget spans several
 
@@ -147,6 +149,7 @@ class AllocationController(ClaimWrites, Explanations):
         self.usage = ClusterUsage()
         # Decisions run in one thread of their own (see decisions.py).
         self.decisions = DecisionThread()
+        self._reports: set[asyncio.Task[None]] = set()  # Events posted from watch handlers
         self.decision_spent: dict[Key, float] = {}  # seconds of budget used, per pod
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         # Claims generated for a pod are found through their owner until the pod records
@@ -202,6 +205,9 @@ class AllocationController(ClaimWrites, Explanations):
             pods.update(self._owner_pods(claim))
         for key in sorted(pods):
             self.queue.add(key)
+            pod = self.pods.get(key) if now else None
+            if pod is not None and ALLOCATED_BY_ANNOTATION in pod.annotations:
+                self._check_allocator(pod)  # the claim may come after its pod
 
     def _on_claim_written(self, key: Key, claim: ResourceClaim) -> None:
         """A claim just created for a pod (by the claim controller): its pod can be decided
@@ -237,6 +243,8 @@ class AllocationController(ClaimWrites, Explanations):
 
     def _on_pod(self, change: Change[Pod]) -> None:
         pod = change.new
+        if pod is not None and ALLOCATED_BY_ANNOTATION in pod.annotations:
+            self._check_allocator(pod)
         left = self.usage.node_of(change.key)
         self.usage.update(change.key, pod.needs if pod is not None else None)
         if left and self.usage.node_of(change.key) != left:
@@ -254,6 +262,35 @@ class AllocationController(ClaimWrites, Explanations):
             del self.written[change.key]
         if _wants_allocation(pod):
             self.queue.add(change.key)
+
+    def _check_allocator(self, pod: Pod) -> None:
+        """A pod allocated by another allocator while this one leads: one of them stops."""
+        record = AllocationRecord.parse(pod.annotations.get(ALLOCATED_BY_ANNOTATION))
+        if record is None or self.runtime.mark in (None, record.by):
+            return
+        # Only a record the claims bear out counts: a pod's own annotation (which the
+        # admission policy guards, but that may not be installed) must not stop an operator.
+        names = pod.claim_names()
+        claims = [self.claims.get(Key(pod.namespace, name)) for name in names]
+        if not names or not all(
+            c is not None and is_allocated(c) and claimrules.reserved_for(c, pod.uid)
+            for c in claims
+        ):
+            return
+        if not self.runtime.saw_allocation(record, pod.ref):
+            return
+        ours = self.runtime.mark
+        message = (
+            f"allocated by another allocator ({record.by.describe()}) while "
+            f"{ours.describe() if ours else 'this replica'} was acting: two operators are "
+            "configured with different Leases; this one stops allocating while the other "
+            "acts (give every operator the same --lease-namespace and --lease-name)"
+        )
+        task = asyncio.get_running_loop().create_task(
+            self.runtime.events.post(pod.involved(), REASON_OTHER_ALLOCATOR, message, warning=True)
+        )
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
 
     def _wake(self) -> None:
         for key in self.waiting:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,7 @@ from operators.cache.informer import Informer, Key, version_number
 from operators.controllers import claimrules, claimstatus, placement, podcondition
 from operators.controllers.base import Runtime
 from operators.controllers.workqueue import WorkQueue
+from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord
 from operators.kube import (
     PODS,
     RESOURCE_CLAIMS,
@@ -255,6 +257,9 @@ class ClaimWrites:
             for entry, claim in entries
         )
         annotations = {DEVICES_ANNOTATION: devices}
+        mark = self.runtime.mark
+        if mark is not None:  # who allocated it: another allocator seeing this stands down
+            annotations[ALLOCATED_BY_ANNOTATION] = AllocationRecord(mark, time.time()).render()
         rendered = claimrules.statuses_annotation(
             pod,
             {

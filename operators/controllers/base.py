@@ -21,6 +21,7 @@ import structlog
 from operators import gcpause, metrics
 from operators.cache.kinds import PARSERS
 from operators.cache.shared import SharedCache
+from operators.fencing import AllocationRecord, AllocatorMark, stands_down
 from operators.kube import REQUEST_ERRORS, JsonDict, KubeClient
 from operators.leader import LeaderElector
 from operators.settings import Settings
@@ -84,6 +85,8 @@ class Runtime:
         self.controllers: list[Controller] = []
         self.leading = asyncio.Event()
         self.leadership_losses = 0
+        self.fenced_until = 0.0  # monotonic: standing by for another allocator until then
+        self._fence = asyncio.Event()
         self.elector: LeaderElector | None = None
         if settings.leader_election:
             self.elector = LeaderElector(
@@ -121,6 +124,9 @@ class Runtime:
                 return
             while True:
                 await self.elector.run_while_leader(self._lead)
+                while time.monotonic() < self.fenced_until:  # extended while they act
+                    await asyncio.sleep(min(1.0, self.fenced_until - time.monotonic()))
+                self._fence.clear()
                 self.leadership_losses += 1
                 metrics.LEADERSHIP_LOSSES.inc()
                 log.warning(
@@ -134,6 +140,39 @@ class Runtime:
             metrics.CACHE_SYNC_SECONDS.set(self.cache.sync_seconds)
         gcpause.settle()  # the cluster as first listed stays: no collection needs to walk it
 
+    @property
+    def mark(self) -> AllocatorMark | None:
+        """This replica as an allocator while it leads (None without leader election)."""
+        if self.elector is None:
+            return None
+        lease = f"{self.elector.namespace}/{self.elector.name}"
+        return AllocatorMark(lease, self.elector.identity, self.elector.term)
+
+    def saw_allocation(self, record: AllocationRecord, where: str) -> bool:
+        """Another allocator's record on ``where`` (a pod): stand down if it wins (see
+        :mod:`operators.fencing`). Returns True when this replica stops because of it just
+        now (False also while it already stands by: the record only extends that)."""
+        ours = self.mark
+        # Records from the last two Lease durations tell of an allocator acting now (one
+        # that acted long ago is history); this holds before this replica leads, too, so a
+        # replica that starts next to an active allocator never begins.
+        recent = record.at >= time.time() - 2 * self.settings.lease_duration
+        if ours is None or not recent or not stands_down(ours, record.by):
+            return False
+        until = time.monotonic() + self.settings.lease_duration
+        first = not self._fence.is_set()
+        self.fenced_until = max(self.fenced_until, until)
+        self._fence.set()
+        if first:
+            metrics.FENCED.inc()
+            log.error(
+                "another allocator is acting; this replica stops allocating until it is gone",
+                theirs=record.by.describe(),
+                ours=ours.describe(),
+                seen_on=where,
+            )
+        return first
+
     async def _lead(self) -> None:
         await self.cache.wait_synced()
         self.leading.set()
@@ -143,7 +182,8 @@ class Runtime:
             async with asyncio.TaskGroup() as group:
                 for controller in self.controllers:
                     group.create_task(controller.run(), name=f"controller-{controller.name}")
-                await asyncio.Event().wait()  # until cancelled (leadership lost or shutdown)
+                # Until cancelled (leadership lost, shutdown) or fenced by another allocator.
+                await self._fence.wait()
         finally:
             self.leading.clear()
             metrics.set_acting(False)

@@ -86,3 +86,53 @@ def test_an_operator_that_cannot_use_its_lease_stops_with_one_line(
         f"update on leases.coordination.k8s.io in namespace {missing} "
         "(manifests/base/role-leases.yaml), or set --lease-namespace"
     ), lines[0]
+
+
+def test_two_operators_told_different_leases_do_not_both_allocate(
+    testbed: Testbed, tmp_path: Path, two_namespaces: list[str], namespace: str
+) -> None:
+    """The second line: each allocation records its allocator, and an operator that sees a
+    recent one from an allocator that wins (here: whose Lease sorts first) stops allocating
+    and says so. 0 devices end up allocated twice."""
+    from .operator_fixtures import allocated_devices, make_pool, pod, template, wait_bound
+
+    install_crds(testbed)
+    first, second = sorted(two_namespaces)  # the first Lease wins
+    operators = {
+        home: OperatorProcess(
+            testbed, tmp_path / f"{home}.log", lease="", webhook=False, identity=home,
+            extra=[f"--lease-namespace={home}"],
+        )
+        for home in (first, second)
+    }  # fmt: skip
+    pool = make_pool(testbed, nodes=2, devices=12)
+    testbed.apply(template(namespace, "one", pool))
+    entry = [{"name": "dev", "resourceClaimTemplateName": "one"}]
+    gate = {"schedulingGates": [{"name": "resource.dralloc.dev/allocation"}]}  # no webhook
+    try:
+        operators[first].start()
+        operators[first].wait_until(LEADING)
+        testbed.apply(*[pod(namespace, f"early-{i}", pool, entry, **gate) for i in range(4)])
+        for i in range(4):
+            wait_bound(testbed, namespace, f"early-{i}")
+        operators[second].start()  # leads its own Lease, sees the records, stops
+        wait_for(
+            "the second operator standing down",
+            lambda: "another allocator is acting" in operators[second].log(),
+            timeout=60,
+        )
+        testbed.apply(*[pod(namespace, f"late-{i}", pool, entry, **gate) for i in range(16)])
+        for i in range(16):
+            wait_bound(testbed, namespace, f"late-{i}", timeout=90)
+        devices = allocated_devices(testbed, namespace)
+        assert len(devices) == 20, devices
+        assert len(set(devices)) == 20, "a device was allocated twice"
+        found = testbed.get(
+            "events", f"--namespace={namespace}", "--field-selector=reason=AnotherAllocator"
+        )
+        assert (found or {}).get("items"), "the standing-down operator did not say why"
+        assert "another allocator is acting" not in operators[first].log()
+        assert "pod allocated" not in operators[second].log(), "the second operator allocated"
+    finally:
+        for proc in operators.values():
+            proc.stop()

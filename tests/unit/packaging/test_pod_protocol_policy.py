@@ -116,12 +116,19 @@ def pod(
     return body
 
 
+from operators.fencing import ALLOCATED_BY_ANNOTATION  # noqa: E402
+
 CLAIMS = {CLAIMS_ANNOTATION: '[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]'}
 
 
 def test_the_policy_names_the_protocol_constants(policy: dict[str, Any]) -> None:
     text = json.dumps(policy)
-    for name in (DEVICES_ANNOTATION, CLAIM_STATUSES_ANNOTATION, SCHEDULING_GATE):
+    for name in (
+        DEVICES_ANNOTATION,
+        CLAIM_STATUSES_ANNOTATION,
+        ALLOCATED_BY_ANNOTATION,
+        SCHEDULING_GATE,
+    ):
         assert name in text
 
 
@@ -153,11 +160,13 @@ def test_shipped_identity_is_the_deployments_service_account(params: dict[str, A
     assert params["data"]["usernames"] == f"system:serviceaccount:{namespace}:{account}"
 
 
-@pytest.mark.parametrize("name", [DEVICES_ANNOTATION, CLAIM_STATUSES_ANNOTATION])
+@pytest.mark.parametrize(
+    "name", [DEVICES_ANNOTATION, CLAIM_STATUSES_ANNOTATION, ALLOCATED_BY_ANNOTATION]
+)
 def test_creating_a_pod_with_a_forged_annotation_is_refused(
     policy: dict[str, Any], params: dict[str, Any], name: str
 ) -> None:
-    value = DEVICES if name == DEVICES_ANNOTATION else STATUSES
+    value = {DEVICES_ANNOTATION: DEVICES, CLAIM_STATUSES_ANNOTATION: STATUSES}.get(name, "{}")
     message = admit(policy, params, operation="CREATE", obj=pod({**CLAIMS, name: value}))
     assert message is not None
     assert message.startswith(f"annotation {name}: only the dralloc operator may set")
@@ -179,6 +188,7 @@ def test_an_ordinary_pod_and_one_that_asks_for_claims_are_admitted(
         ({DEVICES_ANNOTATION: DEVICES}, {}),  # removed
         ({}, {CLAIM_STATUSES_ANNOTATION: STATUSES}),
         ({CLAIM_STATUSES_ANNOTATION: "[]"}, {CLAIM_STATUSES_ANNOTATION: STATUSES}),
+        ({}, {ALLOCATED_BY_ANNOTATION: "{}"}),  # a forged record could fence the operator
     ],
 )
 @pytest.mark.parametrize("sub_resource", ["", "status"])

@@ -1,0 +1,75 @@
+"""Who made an allocation, and when a replica must stop because another allocator acts.
+
+The Lease keeps one allocator acting, but only among replicas that use the *same* Lease.
+Two operators told different Lease names or namespaces (a laptop's ``kopf run`` next to the
+in-cluster Deployment) would both lead and hand out devices twice. So every pod dralloc
+allocates records its allocator (:data:`ALLOCATED_BY_ANNOTATION`: the Lease, the holder and
+its term, the Lease's transition count when it took it), and every replica watches those
+records. Seeing another allocator's record, the replica decides with :func:`stands_down`:
+
+- same Lease, later term: someone took the Lease over; this replica is stale and stops now
+  (its own renewal would find out a moment later);
+- another Lease: two allocators are configured; exactly one goes on, the one whose Lease
+  sorts first, so the outcome does not depend on timing; the other stops, says so, and stays
+  standing by while the other's records keep coming.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+ALLOCATED_BY_ANNOTATION = "resource.dralloc.dev/allocated-by"
+
+
+@dataclasses.dataclass(frozen=True)
+class AllocatorMark:
+    """An allocator: its Lease (``namespace/name``), the holder identity and its term."""
+
+    lease: str
+    holder: str
+    term: int
+
+    def describe(self) -> str:
+        return f"Lease {self.lease} held by {self.holder} (term {self.term})"
+
+
+@dataclasses.dataclass(frozen=True)
+class AllocationRecord:
+    """What a pod's :data:`ALLOCATED_BY_ANNOTATION` says: who allocated it, and when (wall
+    clock seconds: records older than a replica's own leadership say nothing about now)."""
+
+    by: AllocatorMark
+    at: float
+
+    def render(self) -> str:
+        return json.dumps(
+            {"lease": self.by.lease, "holder": self.by.holder, "term": self.by.term,
+             "at": round(self.at, 3)},
+            separators=(",", ":"),
+            sort_keys=True,
+        )  # fmt: skip
+
+    @classmethod
+    def parse(cls, text: str | None) -> AllocationRecord | None:
+        """None for a missing or malformed record (it is never trusted for anything else)."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            mark = AllocatorMark(str(data["lease"]), str(data["holder"]), int(data["term"]))
+            return cls(mark, float(data["at"]))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+
+def stands_down(ours: AllocatorMark, theirs: AllocatorMark) -> bool:
+    """Must the allocator ``ours`` stop, having seen a recent allocation made by ``theirs``?
+
+    Exactly one of two allocators that see each other's records stands down.
+    """
+    if theirs == ours:
+        return False
+    if theirs.lease == ours.lease:
+        return (theirs.term, theirs.holder) > (ours.term, ours.holder)
+    return theirs.lease < ours.lease
