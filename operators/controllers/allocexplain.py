@@ -22,7 +22,7 @@ from operators.controllers import claimstatus, podcondition
 from operators.controllers.allocwrites import is_allocated
 from operators.controllers.base import Runtime
 from operators.controllers.decisions import Unallocatable
-from operators.kube import RESOURCE_CLAIMS, Conflict, KubeClient, NotFound
+from operators.kube import Conflict, KubeClient, NotFound
 
 log = structlog.get_logger("operators.controllers.allocation")
 
@@ -75,15 +75,14 @@ class Explanations:
                 continue
             # A conflict means the claim changed; the next explanation writes it again.
             with contextlib.suppress(Conflict, NotFound):
-                updated = await self.client.merge_patch(
-                    RESOURCE_CLAIMS,
+                await claimstatus.patch_status(
+                    self.client,
+                    self.claims,
                     name or "",
-                    {"status": {"conditions": updated_conditions}},
-                    namespace=pod.namespace,
-                    resource_version=claim.metadata.resource_version,
-                    subresource="status",
+                    pod.namespace,
+                    claim.metadata.resource_version,
+                    {"conditions": updated_conditions},
                 )
-                self.claims.assume(updated)
 
     async def _set_condition(
         self,

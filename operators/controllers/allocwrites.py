@@ -233,15 +233,14 @@ class ClaimWrites:
         assert claim.status is not None
         reserved = [entry.to_kube() for entry in claim.status.reserved_for]
         reserved.append(consumer(pod))
-        updated = await self.client.merge_patch(
-            RESOURCE_CLAIMS,
+        await claimstatus.patch_status(
+            self.client,
+            self.claims,
             claim.metadata.name or "",
-            {"status": {"reservedFor": reserved}},
-            namespace=claim.metadata.namespace,
-            resource_version=claim.metadata.resource_version,
-            subresource="status",
+            claim.metadata.namespace,
+            claim.metadata.resource_version,
+            {"reservedFor": reserved},
         )
-        self.claims.assume(updated)
 
     async def _write_pod(
         self,

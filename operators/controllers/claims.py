@@ -330,15 +330,14 @@ class ClaimController:
                 continue
             reserved = [reserved.to_kube() for reserved in claim.status.reserved_for]
             reserved.append({"resource": "pods", "name": pod.name, "uid": pod.uid})
-            updated = await self.client.merge_patch(
-                RESOURCE_CLAIMS,
+            await claimstatus.patch_status(
+                self.client,
+                self.claims,
                 claim.metadata.name or "",
-                {"status": {"reservedFor": reserved}},
-                namespace=pod.namespace,
-                resource_version=claim.metadata.resource_version,
-                subresource="status",
+                pod.namespace,
+                claim.metadata.resource_version,
+                {"reservedFor": reserved},
             )
-            self.claims.assume(updated)
 
     async def _correct_devices_annotation(self, pod: Pod, version: str) -> None:
         """A bound pod's devices annotation says what its claims say, or nothing.

@@ -16,7 +16,9 @@ from typing import Any
 from operators.allocator.explain import Explanation
 from operators.api.meta import Condition
 from operators.api.models import ResourceClaim
+from operators.cache.assume import AssumeCache
 from operators.controllers import conditions, placement
+from operators.kube import RESOURCE_CLAIMS, JsonDict, KubeClient
 
 CONDITION_TYPE = "Allocated"
 REASON_ALLOCATED = "Allocated"
@@ -84,3 +86,25 @@ def without_condition(claim: ResourceClaim) -> list[dict[str, Any]] | None:
 
 def _conditions_of(claim: ResourceClaim) -> tuple[Condition, ...]:
     return claim.status.conditions if claim.status is not None else ()
+
+
+async def patch_status(
+    client: KubeClient,
+    claims: AssumeCache[ResourceClaim],
+    name: str,
+    namespace: str | None,
+    resource_version: str | None,
+    status: Any,
+) -> JsonDict:
+    """A merge patch of a claim's status at ``resource_version``; the answer goes into the
+    assume cache at once (so the next decision sees it before the watch does)."""
+    updated = await client.merge_patch(
+        RESOURCE_CLAIMS,
+        name,
+        {"status": status},
+        namespace=namespace,
+        resource_version=resource_version,
+        subresource="status",
+    )
+    claims.assume(updated)
+    return updated

@@ -177,15 +177,14 @@ class ReleasedPodsController:
             remaining = claimstatus.without_condition(claim)
             if remaining is not None:
                 status["conditions"] = remaining or None
-        updated = await self.client.merge_patch(
-            RESOURCE_CLAIMS,
+        await claimstatus.patch_status(
+            self.client,
+            self.claims,
             claim.metadata.name or "",
-            {"status": status},
-            namespace=claim.metadata.namespace,
-            resource_version=claim.metadata.resource_version,
-            subresource="status",
+            claim.metadata.namespace,
+            claim.metadata.resource_version,
+            status,
         )
-        self.claims.assume(updated)
 
 
 register_controller(
