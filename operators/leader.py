@@ -205,7 +205,8 @@ class LeaderElector:
         return (
             f"cannot use the leader-election Lease {self.namespace}/{self.name}: {problem}; "
             f"the operator's identity needs {LEASE_RBAC} in namespace {self.namespace} "
-            "(manifests/base/role-leases.yaml), or set --lease-namespace"
+            "(manifests/base/role-leases.yaml), or set --lease-namespace "
+            "(DRALLOC_LEASE_NAMESPACE)"
         )
 
     async def acquire(self) -> None:

@@ -31,7 +31,8 @@ GATE = f"{GROUP}/allocation"
 
 
 def install_crds(testbed: Testbed) -> None:
-    """Apply crds/ (or the directory in $DRALLOC_E2E_CRDS, for debugging a CRD change)."""
+    """Apply crds/ (or the directory in $DRALLOC_E2E_CRDS, for debugging a CRD change), and
+    create the namespace of the operators' Lease."""
     override = os.environ.get("DRALLOC_E2E_CRDS")
     files = sorted(Path(override).glob("*.yaml") if override else CRDS_DIR.glob("*.yaml"))
     crd_files = [f for f in files if f.name != "kustomization.yaml"]
@@ -44,6 +45,7 @@ def install_crds(testbed: Testbed) -> None:
             f"crd/{p.stem.split('_', 1)[1]}.{GROUP}" for p in crd_files
         ]
     )  # fmt: skip
+    ensure_lease_namespace(testbed)  # every module installs the CRDs before its operators
 
 
 LEASE_NAMESPACE = "dralloc-system"
@@ -52,8 +54,8 @@ LEASE_NAMESPACE = "dralloc-system"
 
 def ensure_lease_namespace(testbed: Testbed) -> None:
     """The operator's namespace, as manifests/base creates it (the Lease lives there)."""
-    if testbed.get("namespace", LEASE_NAMESPACE) is None:
-        testbed.kubectl("create", "namespace", LEASE_NAMESPACE, check=False)
+    result = testbed.kubectl("create", "namespace", LEASE_NAMESPACE, check=False)
+    assert result.returncode == 0 or "AlreadyExists" in result.stderr, result.stderr
 
 
 @dataclass
@@ -75,7 +77,6 @@ class OperatorProcess:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
-        ensure_lease_namespace(self.testbed)
         args = [
             sys.executable, "-m", "operators",
             f"--kubeconfig={self.testbed.kubeconfig}",

@@ -84,7 +84,8 @@ def test_an_operator_that_cannot_use_its_lease_stops_with_one_line(
         f"dralloc: cannot use the leader-election Lease {missing}/dralloc-operator: "
         f'namespace "{missing}" does not exist; the operator\'s identity needs get, create and '
         f"update on leases.coordination.k8s.io in namespace {missing} "
-        "(manifests/base/role-leases.yaml), or set --lease-namespace"
+        "(manifests/base/role-leases.yaml), or set --lease-namespace "
+        "(DRALLOC_LEASE_NAMESPACE)"
     ), lines[0]
 
 
