@@ -149,7 +149,6 @@ class AllocationController(ClaimWrites, Explanations):
         self.usage = ClusterUsage()
         # Decisions run in one thread of their own (see decisions.py).
         self.decisions = DecisionThread()
-        self._reports: set[asyncio.Task[None]] = set()  # Events posted from watch handlers
         self.decision_spent: dict[Key, float] = {}  # seconds of budget used, per pod
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         # Claims generated for a pod are found through their owner until the pod records
@@ -277,6 +276,13 @@ class AllocationController(ClaimWrites, Explanations):
             for c in claims
         ):
             return
+        if not self.runtime.would_stand_down(record):
+            return
+        self.runtime.check_allocator(self._stand_down_for(record, pod))
+
+    async def _stand_down_for(self, record: AllocationRecord, pod: Pod) -> None:
+        if not await self.runtime.allocator_is_live(record.by):
+            return  # no such allocator: a record someone made up
         if not self.runtime.saw_allocation(record, pod.ref):
             return
         ours = self.runtime.mark
@@ -286,11 +292,9 @@ class AllocationController(ClaimWrites, Explanations):
             "configured with different Leases; this one stops allocating while the other "
             "acts (give every operator the same --lease-namespace and --lease-name)"
         )
-        task = asyncio.get_running_loop().create_task(
-            self.runtime.events.post(pod.involved(), REASON_OTHER_ALLOCATOR, message, warning=True)
+        await self.runtime.events.post(
+            pod.involved(), REASON_OTHER_ALLOCATOR, message, warning=True
         )
-        self._reports.add(task)
-        task.add_done_callback(self._reports.discard)
 
     def _wake(self) -> None:
         for key in self.waiting:
@@ -375,6 +379,8 @@ class AllocationController(ClaimWrites, Explanations):
                 await self._explain(pod, reason)
             self.queue.retry(key)  # safety net; cluster changes wake it sooner
             return
+        # A write slot first: cancelled while waiting for one, nothing is left assumed.
+        await self.slots.acquire()
         # The devices (and the node's cpu, ports, ...) count as used from now on, even
         # before the API answers.
         for (_, claim), chosen in zip(pending(entries), results, strict=True):
@@ -383,7 +389,6 @@ class AllocationController(ClaimWrites, Explanations):
             self.usage.assume(key, pod.needs, node)
         claim_keys = {Key(pod.namespace, claim.metadata.name or "") for _, claim in entries}
         self.claims_in_flight |= claim_keys
-        await self.slots.acquire()
         self.in_flight.add(key)
         assert self._writers is not None
         self._writers.create_task(self._commit(key, pod, node, entries, results, claim_keys))
@@ -399,6 +404,9 @@ class AllocationController(ClaimWrites, Explanations):
     ) -> None:
         try:
             await self._write_all(pod, node, entries, results)
+        except asyncio.CancelledError:
+            self.usage.forget(key)  # the pod counts where the watch says (pinned or not)
+            raise
         except Exception as error:
             kind = failure_kind(error)
             metrics.ALLOCATIONS.labels(result=_FAILURE_RESULT.get(kind, "error")).inc()
@@ -559,10 +567,17 @@ class AllocationController(ClaimWrites, Explanations):
                 self._namespace_labels,
                 key=key,
             )
+            refused = (
+                self.runtime.refusals.nodes(pod.namespace, pod.controller, time.monotonic())
+                if pod.controller
+                else set()
+            )
             for node, info in all_nodes:
                 reasons = pod_filter.reasons(node, info)
                 if not reasons and any(not s.matches(info) for s in selectors):
                     reasons = [placement.REASON_CLAIM_ELSEWHERE]
+                if not reasons and node.name in refused:
+                    reasons = [placement.REASON_REFUSED_HERE]
                 if reasons:
                     rejections += reasons
                 else:
@@ -600,7 +615,9 @@ class AllocationController(ClaimWrites, Explanations):
         # it wait for one slice, not for its whole budget.
         budget = self.settings.decision_budget
         spent = self.decision_spent.get(key, 0.0)
-        attempt = min(DECISION_SLICE, budget - spent) if budget else None
+        # Each slice as long as all before it together: a search that restarts from scratch
+        # (only selector results are kept) still gets through within the budget.
+        attempt = min(max(DECISION_SLICE, spent), budget - spent) if budget else None
         try:
             found = self.state.find_node(
                 waiting_claims,

@@ -112,8 +112,10 @@ class ClaimWrites:
                 assert allocation is not None
                 allocations[entry.name] = allocation
         except BaseException as error:
-            unanswered = isinstance(error, Exception) and (
-                failure_kind(error) is FailureKind.UNAVAILABLE
+            # No answer: the server may have applied it. A write cut off by our own
+            # cancellation (a lost Lease, shutdown) is as unknown as a dropped connection.
+            unanswered = isinstance(error, asyncio.CancelledError) or (
+                isinstance(error, Exception) and failure_kind(error) is FailureKind.UNAVAILABLE
             )
             for _, claim in pending(entries):
                 key = claim_key(claim)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 import kopf
@@ -21,14 +21,16 @@ import structlog
 from operators import gcpause, metrics
 from operators.cache.kinds import PARSERS
 from operators.cache.shared import SharedCache
+from operators.controllers import placement
 from operators.fencing import AllocationRecord, AllocatorMark, stands_down
-from operators.kube import REQUEST_ERRORS, JsonDict, KubeClient
+from operators.kube import LEASES, REQUEST_ERRORS, ApiError, JsonDict, KubeClient, NotFound
 from operators.leader import LeaderElector
 from operators.settings import Settings
 
 log = structlog.get_logger(__name__)
 
 MEMO_KEY = "dralloc_runtime"
+MAX_CLOCK_SKEW = 60.0  # seconds an allocation record may be ahead of this replica's clock
 
 
 class Controller(Protocol):
@@ -87,6 +89,9 @@ class Runtime:
         self.leadership_losses = 0
         self.fenced_until = 0.0  # monotonic: standing by for another allocator until then
         self._fence = asyncio.Event()
+        self._live_allocators: dict[AllocatorMark, tuple[bool, float]] = {}
+        self.refusals = placement.RecentRefusals()
+        self._checks: set[asyncio.Task[None]] = set()
         self.elector: LeaderElector | None = None
         if settings.leader_election:
             self.elector = LeaderElector(
@@ -148,17 +153,32 @@ class Runtime:
         lease = f"{self.elector.namespace}/{self.elector.name}"
         return AllocatorMark(lease, self.elector.identity, self.elector.term)
 
-    def saw_allocation(self, record: AllocationRecord, where: str) -> bool:
-        """Another allocator's record on ``where`` (a pod): stand down if it wins (see
-        :mod:`operators.fencing`). Returns True when this replica stops because of it just
-        now (False also while it already stands by: the record only extends that)."""
+    def would_stand_down(self, record: AllocationRecord) -> bool:
+        """Whether another allocator's record, if true, says this replica must stop (see
+        :mod:`operators.fencing`)."""
         ours = self.mark
-        # Records from the last two Lease durations tell of an allocator acting now (one
-        # that acted long ago is history); this holds before this replica leads, too, so a
-        # replica that starts next to an active allocator never begins.
-        recent = record.at >= time.time() - 2 * self.settings.lease_duration
-        if ours is None or not recent or not stands_down(ours, record.by):
+        if ours is None:
             return False
+        # Records from the last two Lease durations tell of an allocator acting now (one
+        # that acted long ago is history, and one from the future is made up). Another
+        # Lease's records count before this replica leads, too, so that a replica starting
+        # next to an active allocator never begins; its own Lease's records only while it
+        # leads (a standby's term is not its leader's, and the Lease settles the rest).
+        now = time.time()
+        recent = now - 2 * self.settings.lease_duration <= record.at <= now + MAX_CLOCK_SKEW
+        same_lease = record.by.lease == ours.lease
+        if not recent or (same_lease and not self.leading.is_set()):
+            return False
+        return stands_down(ours, record.by)
+
+    def saw_allocation(self, record: AllocationRecord, where: str) -> bool:
+        """Another allocator's record on ``where`` (a pod): stand down if it wins. Returns
+        True when this replica stops because of it just now (False also while it already
+        stands by: the record only extends that)."""
+        if not self.would_stand_down(record):
+            return False
+        ours = self.mark
+        assert ours is not None
         until = time.monotonic() + self.settings.lease_duration
         first = not self._fence.is_set()
         self.fenced_until = max(self.fenced_until, until)
@@ -173,17 +193,56 @@ class Runtime:
             )
         return first
 
+    async def allocator_is_live(self, mark: AllocatorMark) -> bool:
+        """Whether another allocator's Lease exists and ``mark.holder`` holds it now, so a
+        record naming it is no invention (answers are kept for a few seconds). A Lease this
+        replica may not read counts as live: the admission policy guards the records, and
+        stopping is the safe side of a second allocator."""
+        now = time.monotonic()
+        known = self._live_allocators.get(mark)
+        if known is not None and known[1] > now:
+            return known[0]
+        namespace, _, name = mark.lease.partition("/")
+        try:
+            lease = await self.client.get(LEASES, name, namespace)
+            spec = lease.get("spec") or {}
+            live = spec.get("holderIdentity") == mark.holder
+        except NotFound:
+            live = False
+        except ApiError as error:
+            live = error.status in (401, 403)
+        except REQUEST_ERRORS:
+            return False  # not now; the next record asks again
+        self._live_allocators[mark] = (live, now + self.settings.retry_period)
+        return live
+
+    def check_allocator(self, check: Coroutine[Any, Any, None]) -> None:
+        """Run a check of another allocator's record in the background; a replica about to
+        lead waits for the checks of what its cache has shown so far (see _lead)."""
+        task = asyncio.get_running_loop().create_task(check)
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
     async def _lead(self) -> None:
         await self.cache.wait_synced()
+        if self._checks:  # another allocator's records in the cache: know before acting
+            await asyncio.wait(list(self._checks), timeout=self.settings.retry_period)
+        if self._fence.is_set():
+            return  # another allocator acts: never start (run() waits for it to go)
         self.leading.set()
         metrics.set_acting(True)
         log.info("controllers starting", controllers=[c.name for c in self.controllers])
         try:
             async with asyncio.TaskGroup() as group:
-                for controller in self.controllers:
+                tasks = [
                     group.create_task(controller.run(), name=f"controller-{controller.name}")
-                # Until cancelled (leadership lost, shutdown) or fenced by another allocator.
+                    for controller in self.controllers
+                ]
+                # Until cancelled (leadership lost, shutdown) or fenced by another allocator;
+                # the controllers never end by themselves, so a fence must stop them.
                 await self._fence.wait()
+                for task in tasks:
+                    task.cancel()
         finally:
             self.leading.clear()
             metrics.set_acting(False)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 REASON_CLAIM_ELSEWHERE = "allocated claim not available on the node"
+REASON_REFUSED_HERE = "node(s) refused a pod of the same controller recently (kube-scheduler)"
 
 
 def summarize(total: int, reasons: Iterable[str]) -> str:
@@ -42,3 +43,25 @@ def pin_affinity(required: Mapping[str, Any] | None, node_name: str) -> dict[str
             fields.append(requirement)
         term["matchFields"] = fields
     return {"nodeSelectorTerms": terms}
+
+
+class RecentRefusals:
+    """Nodes kube-scheduler refused a controller's pod on, for a while: the controller's
+    next pod (which dralloc would otherwise pin to the same node, deterministically) keeps
+    off them, so a refusal dralloc cannot model does not become a delete-recreate loop."""
+
+    def __init__(self) -> None:
+        self._until: dict[tuple[str, str], dict[str, float]] = {}
+
+    def add(self, namespace: str, controller: str, node: str, until: float) -> None:
+        self._until.setdefault((namespace, controller), {})[node] = until
+
+    def nodes(self, namespace: str, controller: str, now: float) -> set[str]:
+        found = self._until.get((namespace, controller))
+        if not found:
+            return set()
+        for node in [n for n, until in found.items() if until <= now]:
+            del found[node]
+        if not found:
+            del self._until[(namespace, controller)]
+        return set(found)

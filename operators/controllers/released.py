@@ -37,6 +37,7 @@ log = structlog.get_logger(__name__)
 
 REASON_REFUSED = "SchedulerRefused"
 CHECK_PERIOD = 1.0
+REFUSAL_MEMORY = 300.0  # seconds a controller's new pods keep off a node that refused one
 
 
 def scheduler_refusal(pod: Pod) -> str | None:
@@ -52,10 +53,12 @@ def scheduler_refusal(pod: Pod) -> str | None:
 
 
 def is_released_unbound(pod: Pod) -> bool:
-    """Released by the allocation loop (ungated, pinned to one node) and not bound yet."""
+    """Released by the allocation loop (ungated, pinned to one node, its devices written)
+    and not bound yet."""
     needs = pod.needs
     return (
         bool(pod.claims)
+        and DEVICES_ANNOTATION in pod.annotations
         and not pod.gated
         and not pod.node_name
         and not pod.done
@@ -121,32 +124,29 @@ class ReleasedPodsController:
                 self.undone += 1
 
     async def _undo(self, pod: Pod, message: str) -> None:
+        """Each first write is conditional on the pod version that was refused: if the
+        scheduler binds the pod meanwhile, it fails (Conflict) and nothing is undone."""
         node = pod.needs.pinned_node
-        released: list[str] = []
-        for name in pod.claim_names():
-            claim = self.claims.get(Key(pod.namespace, name))
-            if claim is None or not _reserved_for(claim, pod.uid):
-                continue
-            await self._release_claim(claim, pod.uid)
-            released.append(name)
         recreate = bool(pod.controller) and self.settings.recreate_refused_pods
         summary = (
             f"kube-scheduler did not bind the pod to node {node} within "
             f"{self.settings.release_grace:g}s: {message}"
         )
-        outcome = f"claims released: {', '.join(released)}" if released else "no claims were held"
         if recreate:
-            outcome += f"; the pod is deleted so that {pod.controller} recreates it"
-        await self.runtime.events.post(
-            pod.involved(), REASON_REFUSED, f"{summary}; {outcome}", warning=True
-        )
-        log.warning("released pod refused by the scheduler", pod=pod.ref, node=node)
-        if recreate:
-            with contextlib.suppress(NotFound):
-                await self.client.delete(PODS, pod.name, namespace=pod.namespace, uid=pod.uid)
-            return
-        updated = pod.resource_version
-        if DEVICES_ANNOTATION in pod.annotations:
+            # Its claims go with it (the claim controller frees them once the pod is gone);
+            # its controller's next pod keeps off this node for a while.
+            await self.client.delete(
+                PODS,
+                pod.name,
+                namespace=pod.namespace,
+                uid=pod.uid,
+                resource_version=pod.resource_version,
+            )
+            self.runtime.refusals.add(
+                pod.namespace, pod.controller, node, time.monotonic() + REFUSAL_MEMORY
+            )
+            outcome = f"the pod is deleted so that {pod.controller} recreates it"
+        else:
             patched = await self.client.merge_patch(
                 PODS,
                 pod.name,
@@ -154,17 +154,28 @@ class ReleasedPodsController:
                 namespace=pod.namespace,
                 resource_version=pod.resource_version,
             )
-            updated = patched["metadata"]["resourceVersion"]
-        with contextlib.suppress(Conflict):  # retried from fresh reads; then it changed
-            await podcondition.set_condition(
-                self.client,
-                pod,
-                "False",
-                REASON_REFUSED,
-                summary,
-                resource_version=updated,
-                still_needed=is_released_unbound,
-            )
+            released: list[str] = []
+            for name in pod.claim_names():
+                claim = self.claims.get(Key(pod.namespace, name))
+                if claim is None or not _reserved_for(claim, pod.uid):
+                    continue
+                await self._release_claim(claim, pod.uid)
+                released.append(name)
+            outcome = f"claims released: {', '.join(released)}" if released else "no claims held"
+            with contextlib.suppress(Conflict):  # retried from fresh reads; then it changed
+                await podcondition.set_condition(
+                    self.client,
+                    pod,
+                    "False",
+                    REASON_REFUSED,
+                    summary,
+                    resource_version=patched["metadata"]["resourceVersion"],
+                    still_needed=lambda fresh: not fresh.node_name,
+                )
+        await self.runtime.events.post(
+            pod.involved(), REASON_REFUSED, f"{summary}; {outcome}", warning=True
+        )
+        log.warning("released pod refused by the scheduler", pod=pod.ref, node=node)
 
     async def _release_claim(self, claim: ResourceClaim, uid: str) -> None:
         """The pod leaves the claim's reservedFor; a claim nobody else uses is deallocated."""

@@ -267,7 +267,9 @@ def _spread_counts(
                 continue
             value = node.labels[constraint.topology_key]
             matching = 0
-            if constraint.selector is not None:
+            # An empty selector counts no other pod (as the scheduler counts), yet the pod
+            # matches it itself.
+            if constraint.selector is not None and constraint.selector.requirements:
                 for other_key, other in usage.on_node(node.name).members.items():
                     if (
                         other_key != key

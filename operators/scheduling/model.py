@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.allocator.nodes import NODE_NAME_FIELD, NodeSelector, NodeSelectorError
+from operators.api.annotations import DEVICES_ANNOTATION
 from operators.scheduling import resources
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -152,20 +153,24 @@ class PodNeeds:
     spread: tuple[SpreadConstraint, ...] = ()
     pinned_node: str = ""
     """The one node its required node affinity allows by name (dralloc's pin), if any."""
+    released: bool = False
+    """dralloc allocated it and lifted its gate (it carries dralloc's devices annotation)."""
 
     @property
     def placed_node(self) -> str:
         """The node this pod occupies in the scheduler's eyes ('' = none yet).
 
-        A bound pod occupies its node until it finishes. An ungated pod pinned to one node
-        by name will go there or nowhere, so it is counted there before it is bound: the
-        pods dralloc released must not be forgotten while kube-scheduler catches up.
+        A bound pod occupies its node until it finishes. A pod dralloc released, pinned to
+        one node, will go there or nowhere, so it is counted there before it is bound: the
+        pods dralloc released must not be forgotten while kube-scheduler catches up. Other
+        unbound pods (a pinned DaemonSet pod stuck Pending, a release dralloc undid) hold
+        nothing, for the scheduler as for us.
         """
         if self.terminal:
             return ""
         if self.node_name:
             return self.node_name
-        if self.pinned_node and not self.gated and not self.deleting:
+        if self.pinned_node and self.released and not self.gated and not self.deleting:
             return self.pinned_node
         return ""
 
@@ -218,6 +223,7 @@ def parse_pod_needs(raw: Mapping[str, Any]) -> PodNeeds:
             if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
         ),
         pinned_node=_pinned_node(node_affinity),
+        released=DEVICES_ANNOTATION in (metadata.get("annotations") or {}),
     )
 
 

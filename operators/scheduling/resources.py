@@ -28,6 +28,7 @@ Resources = Mapping[str, int]
 
 # Resources a pod may also request for itself (spec.resources, PodLevelResources).
 _POD_LEVEL = (CPU, MEMORY)
+HUGEPAGES_PREFIX = "hugepages-"
 
 
 def amount(name: str, value: Any) -> int:
@@ -93,9 +94,9 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     _add(total, sidecars)
     _max_into(total, init_peak)
     pod_level = parse_resource_list((spec.get("resources") or {}).get("requests"))
-    for name in _POD_LEVEL:
-        if name in pod_level:
-            total[name] = pod_level[name]
+    for name, value in pod_level.items():
+        if name in _POD_LEVEL or name.startswith(HUGEPAGES_PREFIX):
+            total[name] = value
     _add(total, parse_resource_list(spec.get("overhead")))
     # In the order the scheduler reports shortfalls, so reasons need no sorting later.
     return {name: total[name] for name in _ordered(total) if total[name]}

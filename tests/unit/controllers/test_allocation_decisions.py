@@ -148,15 +148,16 @@ async def test_a_costly_decision_goes_in_slices_behind_the_other_pods(monkeypatc
 
     monkeypatch.setattr(allocation, "DECISION_SLICE", 1e-9)
     client = FakeClient()
-    controller = controller_with(client, decision_budget=3e-9)
+    controller = controller_with(client, decision_budget=4e-9)
     controller.runtime.cache[RESOURCE_SLICES].apply("MODIFIED", _two_devices())
     key = add_pod(controller, "p", "c1", selectors=[{"cel": {"expression": "true"}}])
-    await sync(controller, key)  # slice 1 of 3: back in the queue, nothing said yet
+    await sync(controller, key)  # slice 1 (1e-9): back in the queue, nothing said yet
     assert controller.decision_spent[key] == pytest.approx(1e-9)
     assert client.events == []
     assert controller.queue.due_in(key) == 0.0
-    await sync(controller, key)  # slice 2
-    await sync(controller, key)  # slice 3: the budget is spent, the pod is told
-    assert any("allocation search exceeded 3e-09s" in e["message"] for e in client.events)
+    await sync(controller, key)  # slice 2, as long as all before it: 1e-9
+    assert controller.decision_spent[key] == pytest.approx(2e-9)
+    await sync(controller, key)  # slice 3: 2e-9, and the budget is spent: the pod is told
+    assert any("allocation search exceeded 4e-09s" in e["message"] for e in client.events)
     assert key not in controller.decision_spent
     assert controller.queue.due_in(key) > 0

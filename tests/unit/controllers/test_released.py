@@ -90,3 +90,31 @@ async def test_nothing_happens_while_the_scheduler_has_not_refused(monkeypatch: 
     put(runtime, PODS, released_pod("p"))
     await run_once(controller, monkeypatch)
     assert not client.writes("")
+
+
+async def test_a_pod_bound_meanwhile_keeps_its_devices(monkeypatch: Any) -> None:
+    """The first write is conditional on the refused version: a bind in between makes it
+    conflict, and no claim is touched."""
+    from operators.kube import Conflict
+
+    client = FakeClient()
+    controller = setup(client, "p")
+    client.fail = lambda method, path, _body: (
+        Conflict(409, "Conflict", "the object has been modified")
+        if method == "PATCH" and path == PODS.path("ns", "p")
+        else None
+    )
+    await run_once(controller, monkeypatch)
+    assert not client.writes(RESOURCE_CLAIMS.path("ns")), "claims released under a bound pod"
+    assert not [e for e in client.events if e["reason"] == REASON_REFUSED]
+
+
+def test_refused_nodes_are_remembered_per_controller_for_a_while() -> None:
+    from operators.controllers.placement import RecentRefusals
+
+    refusals = RecentRefusals()
+    refusals.add("ns", "ReplicaSet/rs", "n1", until=100.0)
+    assert refusals.nodes("ns", "ReplicaSet/rs", now=50.0) == {"n1"}
+    assert refusals.nodes("ns", "ReplicaSet/other", now=50.0) == set()
+    assert refusals.nodes("other", "ReplicaSet/rs", now=50.0) == set()
+    assert refusals.nodes("ns", "ReplicaSet/rs", now=100.0) == set()

@@ -105,3 +105,49 @@ def test_readiness_says_whether_this_replica_acts() -> None:
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as answer:
         assert b"dralloc_leader 1.0" in answer.read()
     metrics.set_acting(False)
+
+
+async def test_a_fence_stops_the_running_controllers(monkeypatch: Any) -> None:
+    import time
+
+    from operators.fencing import AllocationRecord, AllocatorMark
+
+    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), FakeClient())  # type: ignore[arg-type]
+
+    class Leading:
+        namespace, name, identity, term = "zzz", "dralloc-operator", "me", 0
+
+        async def run_while_leader(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+            await work()
+            await asyncio.Event().wait()
+
+    runtime.elector = Leading()  # type: ignore[assignment]
+
+    async def cache_forever(**_: Any) -> None:
+        await asyncio.Event().wait()
+
+    async def synced() -> None:
+        return None
+
+    monkeypatch.setattr(runtime.cache, "run", cache_forever)
+    monkeypatch.setattr(runtime.cache, "wait_synced", synced)
+    controller = CountingController()
+    runtime.add(controller)
+    task = asyncio.create_task(runtime.run())
+    for _ in range(100):
+        if controller.running:
+            break
+        await asyncio.sleep(0.01)
+    assert controller.running and runtime.leading.is_set()
+    other = AllocationRecord(AllocatorMark("aaa/dralloc-operator", "them", 0), time.time())
+    assert runtime.saw_allocation(other, "ns/p")
+    for _ in range(100):
+        if not controller.running:
+            break
+        await asyncio.sleep(0.01)
+    assert not controller.running, "fenced, the controllers kept running"
+    assert not runtime.leading.is_set()
+    assert metrics.LEADER._value.get() == 0  # type: ignore[attr-defined]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -118,8 +118,16 @@ def test_a_node_without_allocatable_is_not_refused_for_resources() -> None:
 def test_pinned_pods_count_before_they_are_bound_and_assumed_ones_too() -> None:
     pin = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}  # fmt: skip
-    released = pod("released", cpu="3", affinity=pin)
+    released = parse_pod_needs(
+        {
+            "metadata": {"namespace": "ns", "name": "released",
+                         "annotations": {"resource.dralloc.dev/devices": "[]"}},
+            "spec": {"affinity": pin, "containers": [{"resources": {"requests": {"cpu": "3"}}}]},
+        }
+    )  # fmt: skip
     assert released.placed_node == "n1"
+    stuck = pod("stuck-daemon", cpu="3", affinity=pin)  # pinned by someone else, unbound
+    assert stuck.placed_node == "", "an unbound pod dralloc did not release holds nothing"
     gated = pod("gated", cpu="3", affinity=pin, schedulingGates=[{"name": "g"}])
     assert gated.placed_node == ""
     nodes = [node("n1")]
@@ -270,3 +278,10 @@ def test_topology_spread_honours_node_affinity_policy_and_min_domains() -> None:
     assert verdicts(plain, nodes, full) == {"a": [], "b": [], "c": []}
     min_domains = pod("w3", {"app": "w"}, topologySpreadConstraints=spread(minDomains=4))
     assert verdicts(min_domains, nodes, full) == {key: [filters.REASON_SPREAD] for key in "abc"}
+
+
+def test_an_empty_spread_selector_counts_no_other_pod() -> None:
+    nodes = [node("a"), node("b")]
+    placed = [pod("w0", {"app": "w"}, node_name="a"), pod("w1", {"app": "w"}, node_name="a")]
+    empty = pod("w2", {"app": "w"}, topologySpreadConstraints=spread(labelSelector={}))
+    assert verdicts(empty, nodes, placed) == {"a": [], "b": []}
