@@ -66,6 +66,7 @@ from operators.controllers.decisions import (
     Candidates,
     ClaimBusy,
     DecisionThread,
+    NeedsThread,
     NotReady,
     SliceUsed,
     StillWaiting,
@@ -101,6 +102,7 @@ MAX_CONCURRENT_WRITES = 64  # pods whose writes are in flight at once
 REASON_OTHER_ALLOCATOR = "AnotherAllocator"
 WAKE_DELAY = 0.02  # coalesces a burst of cluster changes into one retry of waiting pods
 DECISION_SLICE = 0.5  # seconds of one decision attempt; a pod's budget spans several
+INLINE_SLICE = 0.02  # seconds a decision may take on the event loop before it moves off it
 
 
 def allocator_features(gates: FeatureGates) -> Features:
@@ -348,10 +350,12 @@ class AllocationController(ClaimWrites, Explanations):
             entries = self._resolve_claims(pod)
             started = time.perf_counter()
             candidates = self._candidates(pod, entries)
-            if pending(entries):
+            try:
+                # Quick decisions are made right here; only one that needs more than a few
+                # milliseconds moves to the decision thread (a hand-off costs a GIL switch).
+                node, results = self._decide(pod, entries, candidates, inline=True)
+            except NeedsThread:
                 node, results = await self._decide_off_loop(pod, entries, candidates)
-            else:
-                node, results = self._decide(pod, entries, candidates)
             metrics.ALLOCATION_SECONDS.observe(time.perf_counter() - started)
         except NotReady:
             return  # an event about the missing claim will requeue it
@@ -586,7 +590,12 @@ class AllocationController(ClaimWrites, Explanations):
         return Candidates(len(all_nodes), rejections, candidates, infos)
 
     def _decide(
-        self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]], candidates: Candidates
+        self,
+        pod: Pod,
+        entries: list[tuple[PodClaim, ResourceClaim]],
+        candidates: Candidates,
+        *,
+        inline: bool = False,
     ) -> tuple[str, list[ClaimAllocation]]:
         """The device decision among the candidates (the costly half: CEL, searches).
 
@@ -618,6 +627,8 @@ class AllocationController(ClaimWrites, Explanations):
         # Each slice as long as all before it together: a search that restarts from scratch
         # (only selector results are kept) still gets through within the budget.
         attempt = min(max(DECISION_SLICE, spent), budget - spent) if budget else None
+        if inline:  # a first try on the loop itself: most decisions take a few milliseconds
+            attempt = min(attempt, INLINE_SLICE) if attempt is not None else INLINE_SLICE
         try:
             found = self.state.find_node(
                 waiting_claims,
@@ -627,6 +638,8 @@ class AllocationController(ClaimWrites, Explanations):
                 budget_seconds=attempt,
             )
         except DecisionTimeout as error:
+            if inline:
+                raise NeedsThread() from error  # nothing charged: the thread starts afresh
             assert attempt is not None
             spent += attempt
             if spent < budget:

@@ -72,6 +72,10 @@ class Unallocatable(Exception):
         self.claims = claims or {}
 
 
+class NeedsThread(Exception):
+    """The decision did not end within the event loop's short slice: make it in the thread."""
+
+
 class SliceUsed(Exception):
     """The pod's decision used up one slice of its budget; it goes to the back of the queue."""
 

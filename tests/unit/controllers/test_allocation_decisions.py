@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from operators.allocator.errors import DecisionTimeout
 from operators.cache.informer import Key
-from operators.controllers.allocation import AllocationController, TooSlow
+from operators.controllers.allocation import INLINE_SLICE, AllocationController, TooSlow
 from operators.kube import RESOURCE_SLICES
 
 from .fakes import FakeClient, one_device_cluster, resource_slice
@@ -36,9 +37,11 @@ async def test_the_event_loop_runs_while_a_decision_is_made(monkeypatch: Any) ->
     real = controller.state.find_node
 
     def slow_find_node(*args: Any, **kwargs: Any) -> Any:
-        until = time.monotonic() + 0.5
-        while time.monotonic() < until:  # pure CPU, as a costly selector is
-            pass
+        started = time.monotonic()
+        budget = kwargs.get("budget_seconds")
+        while time.monotonic() < started + 0.5:  # pure CPU, as a costly selector is
+            if budget is not None and time.monotonic() > started + budget:
+                raise DecisionTimeout(budget)  # as the allocator's deadline checks do
         return real(*args, **kwargs)
 
     monkeypatch.setattr(controller.state, "find_node", slow_find_node)
@@ -68,6 +71,8 @@ async def test_state_changes_wait_for_the_decision_and_keep_their_order(
     real = controller.state.find_node
 
     def blocked_find_node(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("budget_seconds") == INLINE_SLICE:
+            raise DecisionTimeout(INLINE_SLICE)  # the first try, on the loop, runs out
         entered.set()
         assert release.wait(5)
         return real(*args, **kwargs)
@@ -95,6 +100,8 @@ async def test_a_cancelled_wait_does_not_unfreeze_the_state_early(monkeypatch: A
     real = controller.state.find_node
 
     def blocked_find_node(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("budget_seconds") == INLINE_SLICE:
+            raise DecisionTimeout(INLINE_SLICE)  # the first try, on the loop, runs out
         entered.set()
         assert release.wait(5)
         return real(*args, **kwargs)
@@ -161,3 +168,12 @@ async def test_a_costly_decision_goes_in_slices_behind_the_other_pods(monkeypatc
     assert any("allocation search exceeded 4e-09s" in e["message"] for e in client.events)
     assert key not in controller.decision_spent
     assert controller.queue.due_in(key) > 0
+
+
+async def test_a_quick_decision_is_made_on_the_loop_without_a_thread() -> None:
+    client = FakeClient()
+    controller = controller_with(client)
+    key = add_pod(controller, "p", "c1")
+    await sync(controller, key)
+    assert controller.allocated_pods == 1
+    assert controller.decisions._executor is None, "a hand-off for a decision of milliseconds"
