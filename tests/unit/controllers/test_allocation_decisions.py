@@ -30,6 +30,25 @@ def controller_with(client: FakeClient, **settings: Any) -> AllocationController
     return AllocationController(one_device_cluster(client, **settings))
 
 
+def block_decisions(
+    controller: AllocationController, monkeypatch: Any
+) -> tuple[threading.Event, threading.Event]:
+    """Decisions in the thread wait for ``release`` (after setting ``entered``); the first
+    try on the loop runs out of its slice at once, as a costly decision's would."""
+    entered, release = threading.Event(), threading.Event()
+    real = controller.state.find_node
+
+    def blocked_find_node(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("budget_seconds") == INLINE_SLICE:
+            raise DecisionTimeout(INLINE_SLICE)
+        entered.set()
+        assert release.wait(5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(controller.state, "find_node", blocked_find_node)
+    return entered, release
+
+
 async def test_the_event_loop_runs_while_a_decision_is_made(monkeypatch: Any) -> None:
     client = FakeClient()
     controller = controller_with(client)
@@ -67,17 +86,7 @@ async def test_state_changes_wait_for_the_decision_and_keep_their_order(
     client = FakeClient()
     controller = controller_with(client)
     key = add_pod(controller, "p", "c1")
-    entered, release = threading.Event(), threading.Event()
-    real = controller.state.find_node
-
-    def blocked_find_node(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("budget_seconds") == INLINE_SLICE:
-            raise DecisionTimeout(INLINE_SLICE)  # the first try, on the loop, runs out
-        entered.set()
-        assert release.wait(5)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(controller.state, "find_node", blocked_find_node)
+    entered, release = block_decisions(controller, monkeypatch)
     task = asyncio.create_task(sync(controller, key))
     while not entered.is_set():
         await asyncio.sleep(0.005)
@@ -96,17 +105,7 @@ async def test_a_cancelled_wait_does_not_unfreeze_the_state_early(monkeypatch: A
     client = FakeClient()
     controller = controller_with(client)
     add_pod(controller, "p", "c1")
-    entered, release = threading.Event(), threading.Event()
-    real = controller.state.find_node
-
-    def blocked_find_node(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("budget_seconds") == INLINE_SLICE:
-            raise DecisionTimeout(INLINE_SLICE)  # the first try, on the loop, runs out
-        entered.set()
-        assert release.wait(5)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(controller.state, "find_node", blocked_find_node)
+    entered, release = block_decisions(controller, monkeypatch)
     pod = controller.pods.get(Key("ns", "p"))
     assert pod is not None
     entries = controller._resolve_claims(pod)

@@ -37,6 +37,19 @@ class FlakyElector:
             await task
 
 
+def without_cluster(runtime: Runtime, monkeypatch: Any) -> None:
+    """The shared cache as if synced and watching, with no API server behind it."""
+
+    async def cache_forever(**_: Any) -> None:
+        await asyncio.Event().wait()
+
+    async def synced() -> None:
+        return None
+
+    monkeypatch.setattr(runtime.cache, "run", cache_forever)
+    monkeypatch.setattr(runtime.cache, "wait_synced", synced)
+
+
 @dataclasses.dataclass
 class CountingController:
     name: str = "counting"
@@ -60,14 +73,7 @@ async def test_the_controllers_stop_and_start_again_with_the_lease(monkeypatch: 
     elector = FlakyElector(terms=3)
     runtime.elector = elector  # type: ignore[assignment]
 
-    async def cache_forever(**_: Any) -> None:
-        await asyncio.Event().wait()
-
-    async def synced() -> None:
-        return None
-
-    monkeypatch.setattr(runtime.cache, "run", cache_forever)
-    monkeypatch.setattr(runtime.cache, "wait_synced", synced)
+    without_cluster(runtime, monkeypatch)
     controller = CountingController()
     runtime.add(controller)
     task = asyncio.create_task(runtime.run())
@@ -123,14 +129,7 @@ async def test_a_fence_stops_the_running_controllers(monkeypatch: Any) -> None:
 
     runtime.elector = Leading()  # type: ignore[assignment]
 
-    async def cache_forever(**_: Any) -> None:
-        await asyncio.Event().wait()
-
-    async def synced() -> None:
-        return None
-
-    monkeypatch.setattr(runtime.cache, "run", cache_forever)
-    monkeypatch.setattr(runtime.cache, "wait_synced", synced)
+    without_cluster(runtime, monkeypatch)
     controller = CountingController()
     runtime.add(controller)
     task = asyncio.create_task(runtime.run())
