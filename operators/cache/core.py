@@ -92,9 +92,7 @@ class Pod:
     phase: str
     deleting: bool
     scheduling_gates: tuple[str, ...]
-    node_selector: Mapping[str, str]
     required_affinity: Mapping[str, Any] | None
-    tolerations: tuple[Mapping[str, Any], ...]
     conditions: tuple[Mapping[str, Any], ...]
     claims: tuple[PodClaim, ...]
     claims_error: str
@@ -178,9 +176,7 @@ def parse_pod(raw: JsonDict) -> Pod:
         phase=status.get("phase") or "",
         deleting=bool(metadata.get("deletionTimestamp")),
         scheduling_gates=gates,
-        node_selector=dict(spec.get("nodeSelector") or {}),
         required_affinity=affinity,
-        tolerations=tuple(spec.get("tolerations") or ()),
         conditions=tuple(status.get("conditions") or ()),
         claims=claims,
         claims_error=error,

@@ -274,8 +274,7 @@ class AllocationController(ClaimWrites, Explanations):
         names = pod.claim_names()
         claims = [self.claims.get(Key(pod.namespace, name)) for name in names]
         if not names or not all(
-            c is not None and is_allocated(c) and claimrules.reserved_for(c, pod.uid)
-            for c in claims
+            c is not None and claimrules.reserved_for(c, pod.uid) for c in claims
         ):
             return
         if not self.runtime.would_stand_down(record):
@@ -693,13 +692,6 @@ def _wants_allocation(pod: Pod) -> bool:
     # A bound pod is looked at whatever its devices annotation says (anyone who may edit the
     # pod could have written it): its claims tell whether it is allocated (_resolve_claims).
     return pod.gated or bool(pod.node_name)
-
-
-def _condition(pod: Pod) -> dict[str, Any] | None:
-    for condition in pod.conditions:
-        if condition.get("type") == CONDITION_TYPE:
-            return dict(condition)
-    return None
 
 
 register_controller(
