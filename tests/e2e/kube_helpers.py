@@ -61,7 +61,9 @@ class Testbed:
     bin: directory holding kubectl, kube-apiserver, ... from `testbed/build`.
     state_dir: the `testbed/up` state directory (logs in `logs/`), or None for a testbed that
         was reused via an environment variable and is not ours to stop.
-    dra: whether in-tree DRA (scheduler plugin + resourceclaim controller) is on.
+    dra: whether in-tree DRA (scheduler plugin + kcm's DRA controllers) is on.
+    kcm_controllers: kube-controller-manager's --controllers as given to `testbed/up
+        --kcm-controllers`, or None for the testbed's default (`state.json` records the list).
     """
 
     __test__: ClassVar[bool] = False  # not a test class, despite the name
@@ -70,6 +72,7 @@ class Testbed:
     bin: Path
     state_dir: Path | None
     dra: bool
+    kcm_controllers: str | None = None
 
     def env(self) -> dict[str, str]:
         """os.environ plus KUBECONFIG and PATH pointing at this testbed (for subprocesses)."""
@@ -150,7 +153,9 @@ class Testbed:
         return f" (component logs: {self.state_dir / 'logs'})" if self.state_dir else ""
 
 
-def start_testbed(state_dir: Path, bin_dir: Path, *, dra: bool) -> Testbed:
+def start_testbed(
+    state_dir: Path, bin_dir: Path, *, dra: bool, kcm_controllers: str | None = None
+) -> Testbed:
     """Run `testbed/up` into state_dir; raises with its stderr if the control plane fails.
 
     The testbed stops itself when the calling process exits, even without `stop_testbed`.
@@ -164,11 +169,19 @@ def start_testbed(state_dir: Path, bin_dir: Path, *, dra: bool) -> Testbed:
     ]
     if dra:
         args.append("--dra")
+    if kcm_controllers is not None:
+        args.append(f"--kcm-controllers={kcm_controllers}")
     result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=UP_TIMEOUT_S)
     if result.returncode != 0:
         raise RuntimeError(f"testbed/up failed:\n{result.stderr.strip()}")
     kubeconfig = Path(result.stdout.strip().splitlines()[-1])
-    return Testbed(kubeconfig=kubeconfig, bin=bin_dir, state_dir=state_dir, dra=dra)
+    return Testbed(
+        kubeconfig=kubeconfig,
+        bin=bin_dir,
+        state_dir=state_dir,
+        dra=dra,
+        kcm_controllers=kcm_controllers,
+    )
 
 
 def stop_testbed(testbed: Testbed) -> None:
