@@ -91,11 +91,9 @@ class ClaimController:
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
         # Gated pods whose claim statuses we left to the allocation controller, since when.
         self.statuses_deferred: dict[Key, float] = {}
-        # In-tree the statuses live in the pod's status subresource: never in the
-        # allocation's pod write, so nothing is gained by waiting for it.
-        self.allocation_records_statuses = (
-            runtime.settings.allocation_controller and self.protocol.statuses_in_pod_patch
-        )
+        # In-tree the allocation writes them to the status subresource just before its pod
+        # write: still one write instead of two racing ones (and a conflict) per pod.
+        self.allocation_records_statuses = runtime.settings.allocation_controller
         self.synced = 0
         self.pods.ensure_index(claimrules.PODS_BY_UID_INDEX, claimrules.pod_uid_keys)
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
