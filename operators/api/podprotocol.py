@@ -123,9 +123,12 @@ class PodProtocol:
         return not self.claims_in_spec
 
 
+_SPEC_CLAIM_FIELDS: Final = frozenset({"name", "resourceClaimName", "resourceClaimTemplateName"})
+
+
 def _spec_claims(entries: Any) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
-    # The API server has validated spec.resourceClaims; this only turns it into our model
-    # (and would name the field if a future API version added something we do not know).
+    # The API server has validated spec.resourceClaims; this only turns it into our model.
+    # Fields a later API version may add are not ours to refuse: only the known ones are read.
     if not isinstance(entries, list):
         return (), "spec.resourceClaims: must be a list"
     if len(entries) > POD_RESOURCE_CLAIMS_MAX_SIZE:
@@ -135,7 +138,9 @@ def _spec_claims(entries: Any) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
         )
     try:
         return tuple(
-            ann.PodResourceClaim.model_validate({k: v for k, v in e.items() if v is not None})
+            ann.PodResourceClaim.model_validate(
+                {k: v for k, v in e.items() if k in _SPEC_CLAIM_FIELDS and v is not None}
+            )
             for e in entries
         ), ""
     except (ValidationError, AttributeError) as error:
