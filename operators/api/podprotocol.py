@@ -51,6 +51,9 @@ class PodProtocol:
     """Annotation of a generated claim naming the pod's claim entry."""
     admin_access_label: str
     """Namespace label (value ``"true"``) required for adminAccess requests there."""
+    claim_conditions: bool
+    """Claims carry dralloc's ``status.conditions`` (our CRDs; resource.k8s.io/v1 has no
+    such field, and the API server drops it: writing it would be a request for nothing)."""
     claims_in_spec: bool
     """Pods ask with ``spec.resourceClaims`` (in-tree) instead of the claims annotation."""
     pins_node: bool
@@ -153,6 +156,7 @@ DRALLOC: Final = PodProtocol(
     finalizer=ann.FINALIZER,
     pod_claim_name_annotation=ann.POD_CLAIM_NAME_ANNOTATION,
     admin_access_label=ann.ADMIN_ACCESS_LABEL,
+    claim_conditions=True,
     claims_in_spec=False,
     pins_node=True,
 )
@@ -163,6 +167,7 @@ KUBERNETES: Final = PodProtocol(
     finalizer=ann.KUBERNETES_FINALIZER,
     pod_claim_name_annotation=ann.KUBERNETES_POD_CLAIM_NAME_ANNOTATION,
     admin_access_label=ann.KUBERNETES_ADMIN_ACCESS_LABEL,
+    claim_conditions=False,
     claims_in_spec=True,
     pins_node=False,
 )

@@ -130,10 +130,11 @@ class ReleasedPodsController:
     async def _undo(self, pod: Pod, message: str) -> None:
         """Each first write is conditional on the pod version that was refused: if the
         scheduler binds the pod meanwhile, it fails (Conflict) and nothing is undone."""
-        node = pod.needs.pinned_node
-        # Unpinned (in-tree), the pod needs no new self: once its claims are free,
-        # kube-scheduler allocates them itself wherever the pod fits.
-        recreate = bool(pod.controller and node) and self.settings.recreate_refused_pods
+        node = pod.needs.pinned_node  # '' in-tree: released pods are not pinned there
+        # Deleting (with the refused version as precondition) is the one undo that cannot
+        # race kube-scheduler binding the pod meanwhile; freeing the claims of a bare pod
+        # can, and a pod bound then is served on its node as any bound pod.
+        recreate = bool(pod.controller) and self.settings.recreate_refused_pods
         where = f" to node {node}" if node else ""
         summary = (
             f"kube-scheduler did not bind the pod{where} within "
@@ -149,9 +150,10 @@ class ReleasedPodsController:
                 uid=pod.uid,
                 resource_version=pod.resource_version,
             )
-            self.runtime.refusals.add(
-                pod.namespace, pod.controller, node, time.monotonic() + REFUSAL_MEMORY
-            )
+            if node:
+                self.runtime.refusals.add(
+                    pod.namespace, pod.controller, node, time.monotonic() + REFUSAL_MEMORY
+                )
             outcome = f"the pod is deleted so that {pod.controller} recreates it"
         else:
             patched = await self.client.merge_patch(
