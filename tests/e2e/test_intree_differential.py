@@ -975,3 +975,64 @@ def test_a_waiting_claim_costs_no_status_writes(dralloc: Observed) -> None:
         assert claim_status_patches(testbed) == before
     finally:
         testbed.kubectl("delete", "pod", "waiting", "-n", run.namespace, "--wait=false")
+
+
+def settle_after_pods_end(observed: Observed, pods: tuple[str, ...]) -> dict[str, JsonObject]:
+    """Delete ``pods`` and wait until their claims are released (generated ones deleted,
+    reservations trimmed, a claim nobody uses deallocated); the claims left, by key."""
+    testbed, namespace = observed.testbed, observed.run.namespace
+    testbed.kubectl("delete", "pods", *pods, "-n", namespace, "--wait=false")
+    ended = set(pods)
+    remaining = [p for p in POD_NAMES if p not in ended]
+
+    def released() -> dict[str, JsonObject] | None:
+        claims = {claim_key(c): c for c in items(testbed, "resourceclaims", "-n", namespace)}
+        if any(key.split("/")[0] in ended for key in claims):
+            return None  # a generated claim of an ended pod is still there
+        for claim in claims.values():
+            status = claim.get("status") or {}
+            users = {r["name"] for r in status.get("reservedFor") or []}
+            if users - set(remaining):
+                return None
+            if not users and (status.get("allocation") or claim["metadata"].get("finalizers")):
+                return None
+        return claims
+
+    found: dict[str, JsonObject] = wait_for(
+        f"{observed.run.system}: claims released after {', '.join(pods)} ended",
+        released,
+        timeout=90,
+    )
+    return found
+
+
+@pytest.fixture(scope="module")
+def released() -> dict[str, JsonObject]:
+    """Per system, what :func:`test_claims_are_released_alike_when_their_pods_end` found
+    (the in-tree run's pods end once, for both dralloc systems)."""
+    return {}
+
+
+def test_claims_are_released_alike_when_their_pods_end(
+    in_tree: Observed, dralloc: Observed, released: dict[str, JsonObject]
+) -> None:
+    """Run last (it deletes pods): what kcm's claim controller does when pods end, dralloc's
+    (where it replaces kcm's) does the same: generated claims go, reservations are trimmed,
+    a shared claim is deallocated and let go (finalizer removed) with its last user."""
+    shapes = released
+    for seen in (in_tree, dralloc):
+        if seen.run.system in shapes:
+            continue
+        first = settle_after_pods_end(seen, ("plain-0", "shared-a", "tolerating"))
+        assert first["shared"]["status"]["reservedFor"][0]["name"] == "shared-b"
+        assert first["shared"]["status"].get("allocation"), "deallocated while still in use"
+        last = settle_after_pods_end(seen, ("shared-b",))
+        shared = last["shared"]
+        shapes[seen.run.system] = {
+            "claims left": sorted(last),
+            "shared status": shared.get("status") or {},
+            "shared finalizers": shared["metadata"].get("finalizers") or [],
+        }
+    expected, got = shapes[IN_TREE], shapes[dralloc.run.system]
+    assert expected["shared status"] == {} and expected["shared finalizers"] == []
+    assert got == expected
