@@ -91,11 +91,11 @@ class ClaimController:
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
         # Gated pods whose claim statuses we left to the allocation controller, since when.
         self.statuses_deferred: dict[Key, float] = {}
-        # In-tree the statuses live in the pod's status subresource: never in the
-        # allocation's pod write, so nothing is gained by waiting for it.
-        self.allocation_records_statuses = (
-            runtime.settings.allocation_controller and self.protocol.statuses_in_pod_patch
-        )
+        # The allocation controller records a gated pod's statuses just before it lifts the
+        # gate: in its one pod write on our CRDs, in a status write of its own in-tree.
+        # Writing them here as well made that write conflict (its pod was the version
+        # before ours), a wasted request and a second sync for every pod.
+        self.allocation_records_statuses = runtime.settings.allocation_controller
         self.synced = 0
         self.pods.ensure_index(claimrules.PODS_BY_UID_INDEX, claimrules.pod_uid_keys)
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
