@@ -7,6 +7,10 @@ write carrying a precondition (``resourceVersion`` in a merge patch or a JSON-pa
 ``uid`` in delete options), and watches as plain async iterators. The kubeconfig and in-cluster
 loaders of kubernetes_asyncio are reused only to find the server and credentials.
 
+The API mode is a setting of this seam: controllers name the DRA kinds by dralloc's group
+(:data:`RESOURCE_CLAIMS` and the rest), and a client made with ``api_group="resource.k8s.io"``
+sends every such request to the in-tree kinds instead (same schema, other group).
+
 Errors come back as :class:`ApiError` subclasses named after what the caller does next:
 :class:`Conflict` (requeue), :class:`NotFound`, :class:`Gone` (relist). :func:`failure_kind`
 sorts any exception a request can raise into the three answers a controller has for it: read
@@ -200,10 +204,17 @@ class KubeClient:
     """A small async JSON client for the API server; one aiohttp session per process."""
 
     def __init__(
-        self, connection: Connection, *, request_timeout: float = 30.0, user_agent: str = "dralloc"
+        self,
+        connection: Connection,
+        *,
+        request_timeout: float = 30.0,
+        user_agent: str = "dralloc",
+        api_group: str = DRALLOC_GROUP,
     ) -> None:
         self.connection = connection
         self.request_timeout = request_timeout
+        self.api_group = api_group
+        self._resolved: dict[Resource, Resource] = {}
         self._session = aiohttp.ClientSession(
             base_url=connection.server,
             headers={**connection.headers, "User-Agent": user_agent, "Accept": "application/json"},
@@ -225,6 +236,16 @@ class KubeClient:
         await self.close()
 
     # --- plumbing --------------------------------------------------------------------------
+
+    def resolve(self, resource: Resource) -> Resource:
+        """The resource as served in this client's API mode (DRA kinds change group)."""
+        resolved = self._resolved.get(resource)
+        if resolved is None:
+            resolved = resource
+            if resource.group == DRALLOC_GROUP and self.api_group != DRALLOC_GROUP:
+                resolved = dataclasses.replace(resource, group=self.api_group)
+            self._resolved[resource] = resolved
+        return resolved
 
     async def request(
         self,
@@ -254,7 +275,7 @@ class KubeClient:
     # --- reads -----------------------------------------------------------------------------
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> JsonDict:
-        return await self.request("GET", resource.path(namespace, name))
+        return await self.request("GET", self.resolve(resource).path(namespace, name))
 
     async def list(
         self,
@@ -266,6 +287,7 @@ class KubeClient:
         limit: int = 500,
     ) -> tuple[list[JsonDict], str]:
         """All objects (paginated) and the list's resourceVersion to watch from."""
+        resource = self.resolve(resource)
         items: list[JsonDict] = []
         params: dict[str, str] = {"limit": str(limit)}
         if label_selector:
@@ -294,6 +316,7 @@ class KubeClient:
         timeout_seconds: int = 300,
     ) -> AsyncIterator[WatchEvent]:
         """One watch request; ends when the server closes it. Raises Gone on 410."""
+        resource = self.resolve(resource)
         params = {
             "watch": "1",
             "resourceVersion": resource_version,
@@ -330,6 +353,9 @@ class KubeClient:
     async def create(
         self, resource: Resource, body: JsonDict, namespace: str | None = None
     ) -> JsonDict:
+        resource = self.resolve(resource)
+        if body.get("apiVersion") != resource.api_version and resource.group:
+            body = {**body, "apiVersion": resource.api_version}
         return await self.request("POST", resource.path(namespace), body=body)
 
     async def merge_patch(
@@ -347,7 +373,8 @@ class KubeClient:
             metadata = dict(patch.get("metadata") or {})
             metadata["resourceVersion"] = resource_version
             patch = {**patch, "metadata": metadata}
-        path = resource.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        path = self.resolve(resource).path(namespace, name)
+        path += f"/{subresource}" if subresource else ""
         return await self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
 
     async def json_patch(
@@ -366,19 +393,22 @@ class KubeClient:
             ops.insert(
                 0, {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
             )
-        path = resource.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        path = self.resolve(resource).path(namespace, name)
+        path += f"/{subresource}" if subresource else ""
         return await self.request("PATCH", path, body=ops, content_type=JSON_PATCH)
 
     async def replace_status(self, resource: Resource, body: JsonDict) -> JsonDict:
         """PUT the status subresource; the body's resourceVersion is the precondition."""
         metadata = body["metadata"]
-        path = resource.path(metadata.get("namespace"), metadata["name"]) + "/status"
+        path = self.resolve(resource).path(metadata.get("namespace"), metadata["name"]) + "/status"
         return await self.request("PUT", path, body=body)
 
     async def replace(self, resource: Resource, body: JsonDict) -> JsonDict:
         metadata = body["metadata"]
         return await self.request(
-            "PUT", resource.path(metadata.get("namespace"), metadata["name"]), body=body
+            "PUT",
+            self.resolve(resource).path(metadata.get("namespace"), metadata["name"]),
+            body=body,
         )
 
     async def delete(
@@ -399,7 +429,7 @@ class KubeClient:
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if preconditions:
             body["preconditions"] = preconditions  # type: ignore[assignment]
-        return await self.request("DELETE", resource.path(namespace, name), body=body)
+        return await self.request("DELETE", self.resolve(resource).path(namespace, name), body=body)
 
     async def post_event(
         self,

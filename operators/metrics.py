@@ -90,6 +90,13 @@ FENCED = Counter(
     "Times this replica stopped allocating because another allocator's records appeared.",
 )
 
+DOUBLE_ALLOCATIONS = Counter(
+    "dralloc_double_allocations",
+    "Devices found allocated to two claims at once (another allocator, or a forged write), "
+    "by what was done: deallocated, evicted, or reported (bare pods are not deleted).",
+    ["outcome"],
+)
+
 _acting = threading.Event()
 
 

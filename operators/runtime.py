@@ -21,7 +21,13 @@ import kopf
 import structlog
 
 from operators import gcpause, logs, metrics, webhooks
-from operators.controllers import allocation, claims, released, taints  # noqa: F401  (handlers)
+from operators.controllers import (  # noqa: F401  (handlers)
+    allocation,
+    claims,
+    doubles,
+    released,
+    taints,
+)
 from operators.controllers.base import (
     MEMO_KEY,
     Runtime,

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 ENV_PREFIX = "DRALLOC_"
+API_GROUPS = ("resource.dralloc.dev", "resource.k8s.io")
+"""The API modes: dralloc's CRDs (the default) and in-tree DRA."""
 DEFAULT_LEASE_NAMESPACE = "dralloc-system"
 """The operator's namespace in manifests/base, and where every operator's Lease lives."""
 
@@ -88,6 +90,24 @@ def _doc(doc: str, **extra: str) -> dict[str, str]:
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Everything the operator process can be told at startup."""
+
+    # --- which API ---------------------------------------------------------------------------
+    api_group: str = dataclasses.field(
+        default=API_GROUPS[0],
+        metadata=_doc(
+            "API group of the DRA kinds: resource.dralloc.dev (dralloc's CRDs; pods ask with "
+            "the resource.dralloc.dev/claims annotation) or resource.k8s.io (in-tree DRA; pods "
+            "ask with spec.resourceClaims, and the kubelet and DRA drivers prepare what "
+            "dralloc allocated)."
+        ),
+    )
+    gate_namespace_label: str = dataclasses.field(
+        default="",
+        metadata=_doc(
+            "KEY=VALUE: the webhook gates only pods in namespaces with this label (others are "
+            "left to kube-scheduler's own DRA allocation in-tree); empty = every namespace."
+        ),
+    )
 
     # --- which parts run -------------------------------------------------------------------
     claims_controller: bool = dataclasses.field(
@@ -266,7 +286,22 @@ class Settings:
     def effective_identity(self) -> str:
         return self.identity or f"{socket.gethostname()}-{os.getpid()}"
 
+    @property
+    def gate_namespace_selector(self) -> tuple[str, str] | None:
+        """``(key, value)`` of :attr:`gate_namespace_label`, or None for every namespace."""
+        if not self.gate_namespace_label:
+            return None
+        key, _, value = self.gate_namespace_label.partition("=")
+        return key.strip(), value.strip()
+
     def __post_init__(self) -> None:
+        if self.api_group not in API_GROUPS:
+            raise SettingsError(f"api_group must be one of {', '.join(API_GROUPS)}")
+        if self.gate_namespace_label and (
+            "=" not in self.gate_namespace_label
+            or not self.gate_namespace_label.partition("=")[0].strip()
+        ):
+            raise SettingsError("gate_namespace_label must be KEY=VALUE")
         if self.max_evictions_per_minute < 0:
             raise SettingsError("max_evictions_per_minute must be >= 0")
         if not self.lease_duration > self.renew_deadline > self.retry_period > 0:

@@ -12,51 +12,89 @@ generates a self-signed certificate for its hostnames. kopf would do that throug
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 import kopf
 
-from operators.api.annotations import AnnotationError, parse_pod_claims
-from operators.cache.core import CLAIMS_ANNOTATION, SCHEDULING_GATE
+from operators.api.podprotocol import DRALLOC, PodProtocol, protocol_for
+from operators.cache.core import SCHEDULING_GATE, Namespace
+from operators.cache.informer import Key
+from operators.certificates import build_self_signed_certificate
+from operators.controllers.base import MEMO_KEY, current_settings
+from operators.kube import NAMESPACES
 from operators.settings import Settings
 
 WEBHOOK_ID = "scheduling-gate"
 
 
-def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, str]] | None:
+def gate_patch(
+    pod: Mapping[str, Any], protocol: PodProtocol = DRALLOC
+) -> list[dict[str, str]] | None:
     """The schedulingGates value a new pod should have, or None if nothing to change.
 
     No gate for what it cannot serve: a pod created with ``spec.nodeName`` is bound already
-    (the API server refuses gates on it; dralloc allocates on that node), and ``[]`` asks for
-    no claims (nobody would ever lift the gate). A claims annotation that does not parse is
-    gated all the same: the pod must not run without the devices it meant to ask for, and
-    the claim controller reports the problem on it.
+    (the API server refuses gates on it; dralloc allocates on that node), and an empty
+    request asks for no claims (nobody would ever lift the gate). A claims annotation that
+    does not parse is gated all the same: the pod must not run without the devices it meant
+    to ask for, and the claim controller reports the problem on it.
     """
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if CLAIMS_ANNOTATION not in annotations:
+    if not protocol.asks_for_claims(pod):
         return None
     spec = pod.get("spec") or {}
     if spec.get("nodeName"):
         return None
-    try:
-        if not parse_pod_claims(annotations[CLAIMS_ANNOTATION]):
-            return None
-    except AnnotationError:
-        pass
+    claims, error = protocol.pod_claims(pod)
+    if not claims and not error:
+        return None
     gates = list(spec.get("schedulingGates") or [])
     if any(gate.get("name") == SCHEDULING_GATE for gate in gates):
         return None
     return [*gates, {"name": SCHEDULING_GATE}]
 
 
+def namespace_selected(labels: Mapping[str, str] | None, selector: tuple[str, str] | None) -> bool:
+    """Whether pods of a namespace with ``labels`` are gated (``selector``: see
+    :attr:`~operators.settings.Settings.gate_namespace_selector`)."""
+    if selector is None:
+        return True
+    key, value = selector
+    return labels is not None and labels.get(key) == value
+
+
 @kopf.on.mutate("v1", "pods", id=WEBHOOK_ID, operations=["CREATE"], ignore_failures=True)
-def add_scheduling_gate(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    gates = gate_patch(body)
-    if gates is not None:
-        patch.spec["schedulingGates"] = gates
+async def add_scheduling_gate(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    settings = current_settings()
+    gates = gate_patch(body, protocol_for(settings.api_group))
+    if gates is None:
+        return
+    selector = settings.gate_namespace_selector
+    if selector is not None:
+        namespace = (body.get("metadata") or {}).get("namespace") or ""
+        labels = await _namespace_labels(memo, namespace)
+        # Labels unknown (no answer): gate. An ungated pod would pass dralloc by; a gated
+        # one of another namespace is still served, by dralloc.
+        if labels is not None and not namespace_selected(labels, selector):
+            return  # left to kube-scheduler (in-tree), or to whoever serves that namespace
+    patch.spec["schedulingGates"] = gates
+
+
+async def _namespace_labels(memo: Any, name: str) -> Mapping[str, str] | None:
+    """A namespace's labels from the shared cache, read live if the cache lacks it yet;
+    None if they cannot be known now."""
+    runtime = memo.get(MEMO_KEY)
+    if runtime is None:
+        return None
+    cached: Namespace | None = runtime.cache[NAMESPACES].get(Key("", name))
+    if cached is not None:
+        return cached.labels
+    try:
+        raw = await runtime.client.get(NAMESPACES, name)
+    except Exception:
+        return None
+    return dict((raw.get("metadata") or {}).get("labels") or {})
 
 
 class SelfSignedWebhookServer(kopf.WebhookServer):
@@ -67,50 +105,6 @@ class SelfSignedWebhookServer(kopf.WebhookServer):
         hostnames: Collection[str], password: str | None = None
     ) -> tuple[bytes, bytes]:
         return build_self_signed_certificate(list(hostnames))
-
-
-def build_self_signed_certificate(hostnames: Sequence[str]) -> tuple[bytes, bytes]:
-    """A CA-capable self-signed certificate valid for the hostnames and IPs given."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    names: list[x509.GeneralName] = []
-    common_name = ""
-    for hostname in dict.fromkeys(hostnames):
-        try:
-            address = ipaddress.ip_address(hostname)
-        except ValueError:
-            names.append(x509.DNSName(hostname))
-            common_name = common_name or hostname
-            continue
-        if not address.is_unspecified:
-            names.append(x509.IPAddress(address))
-            common_name = common_name or str(address)
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or "dralloc")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_pem = certificate.public_bytes(serialization.Encoding.PEM)
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return cert_pem, key_pem
 
 
 async def _no_server(fn: Any) -> AsyncIterator[Any]:

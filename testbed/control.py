@@ -7,11 +7,13 @@ must come up without Docker or downloads. Only the Python standard library and t
 command are used, so it runs before the project's virtualenv exists.
 
 Everything a run creates lives in one state directory: PKI, etcd data, logs, the kubeconfig and
-`state.json` (ports, pids with their start times). `down` stops exactly the processes recorded
-there, checking each pid's start time so a recycled pid is never signalled.
+`state.json` (ports, pids with their start times, kube-controller-manager's controller list).
+`down` stops exactly the processes recorded there, checking each pid's start time so a recycled
+pid is never signalled.
 
 Usage (through the wrappers next to this file):
-  testbed/up [--dir DIR] [--dra] [--nodes N] [--bin DIR]   prints the kubeconfig path last
+  testbed/up [--dir DIR] [--dra] [--kcm-controllers LIST] [--nodes N] [--bin DIR]
+             prints the kubeconfig path last
   testbed/down DIR
   testbed/nodes --kubeconfig PATH [--bin DIR] [--prefix P] [--label k=v ...]
                 [--cpu Q] [--memory Q] [--pods N] [--ephemeral-storage Q]
@@ -46,6 +48,30 @@ STOP_GRACE_S = 10.0
 SERVICE_CIDR = "10.96.0.0/16"
 # Wide enough for thousands of fake pods (kwok's default is a /24).
 POD_CIDR = "10.64.0.0/10"
+# kube-controller-manager's controllers unless --kcm-controllers says otherwise: the garbage
+# collector and namespace deletion always; with --dra also both in-tree DRA controllers, as
+# upstream ships them. Nothing else: most other controllers need parts the testbed lacks.
+BASE_KCM_CONTROLLERS = ("garbage-collector-controller", "namespace-controller")
+DRA_KCM_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller")
+
+
+def default_kcm_controllers(dra: bool) -> list[str]:
+    return [*BASE_KCM_CONTROLLERS, *(DRA_KCM_CONTROLLERS if dra else ())]
+
+
+def parse_kcm_controllers(text: str) -> list[str]:
+    """Split a --controllers value (kcm's syntax: names, '*', '-name') into its items.
+
+    Only the shape is checked here (no empty items); kube-controller-manager itself refuses
+    unknown names, and `up` then fails with its log.
+    """
+    items = text.split(",")
+    if not text or any(not item or item != item.strip() for item in items):
+        raise TestbedError(
+            f"--kcm-controllers {text!r}: expected comma-separated controller names, '*' "
+            "or '-name' without spaces or empty items"
+        )
+    return items
 
 
 class TestbedError(RuntimeError):
@@ -79,6 +105,8 @@ class State:
     server: str
     ports: Ports
     components: list[Component] = field(default_factory=list)
+    # The items of kube-controller-manager's --controllers, as passed (may hold '*', '-name').
+    kcm_controllers: list[str] = field(default_factory=list)
 
     def save(self) -> None:
         path = Path(self.dir) / "state.json"
@@ -316,8 +344,14 @@ def scheduler_config(state: State, kubeconfig: Path) -> Path:
 
 
 def up(
-    state_dir: Path, bin_dir: Path, dra: bool, nodes: int, owner_pid: int | None = None
+    state_dir: Path,
+    bin_dir: Path,
+    dra: bool,
+    nodes: int,
+    owner_pid: int | None = None,
+    kcm_controllers: Sequence[str] | None = None,
 ) -> State:
+    """Start the control plane; kcm_controllers replaces default_kcm_controllers(dra)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     if (state_dir / "state.json").exists():
         raise TestbedError(f"{state_dir} already holds a testbed; run testbed/down {state_dir}")
@@ -328,7 +362,11 @@ def up(
     kubeconfig = state_dir / "kubeconfig"
     ports = Ports(*free_ports(6))
     server = f"https://127.0.0.1:{ports.apiserver}"
-    state = State(str(state_dir), str(bin_dir), dra, str(kubeconfig), server, ports)
+    controllers = list(default_kcm_controllers(dra) if kcm_controllers is None else kcm_controllers)
+    state = State(
+        str(state_dir), str(bin_dir), dra, str(kubeconfig), server, ports,
+        kcm_controllers=controllers,
+    )  # fmt: skip
     state.save()
     try:
         _start_all(state, bin_dir, pki, kubeconfig)
@@ -433,9 +471,6 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             *common,
         ],
     )
-    controllers = ["garbage-collector-controller", "namespace-controller"]
-    if state.dra:
-        controllers.append("resourceclaim-controller")
     controller_manager = start(
         state,
         "kube-controller-manager",
@@ -444,7 +479,10 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             f"--kubeconfig={kubeconfig}",
             "--leader-elect=false",
             f"--secure-port={ports.controller_manager}",
-            f"--controllers={','.join(controllers)}",
+            f"--controllers={','.join(state.kcm_controllers)}",
+            # The volume controllers ('*' runs them) would otherwise create this directory
+            # under /usr/libexec on the host.
+            f"--flex-volume-plugin-dir={state_dir / 'flexvolume'}",
             "--kube-api-qps=1000",
             "--kube-api-burst=2000",
             *common,
@@ -664,6 +702,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "$DRALLOC_TESTBED_RUN or ~/.cache/dralloc/run)")  # fmt: skip
     p_up.add_argument("--bin", type=Path, help="binaries (default: the current testbed/build)")
     p_up.add_argument("--dra", action="store_true", help="turn on in-tree DRA")
+    p_up.add_argument(
+        "--kcm-controllers", metavar="LIST",
+        help="kube-controller-manager's --controllers, passed as given (default: "
+        f"{','.join(BASE_KCM_CONTROLLERS)}; with --dra also {','.join(DRA_KCM_CONTROLLERS)})",
+    )  # fmt: skip
     p_up.add_argument("--nodes", type=int, default=0, help="create N kwok nodes kwok-node-<i>")
     p_up.add_argument("--owner-pid", type=int, help="stop the testbed when this process exits")
     p_watch = sub.add_parser("watch", help=argparse.SUPPRESS)
@@ -691,13 +734,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.command == "up":
+            controllers = (
+                None if args.kcm_controllers is None
+                else parse_kcm_controllers(args.kcm_controllers)
+            )  # fmt: skip
             bin_dir = args.bin or default_bin_dir()
             state_dir = (args.dir or default_state_dir()).resolve()
             began = time.monotonic()
-            state = up(state_dir, bin_dir, args.dra, args.nodes, args.owner_pid)
+            state = up(state_dir, bin_dir, args.dra, args.nodes, args.owner_pid, controllers)
             print(
                 f"testbed up in {time.monotonic() - began:.1f} s: {state.server} "
-                f"(dra={'on' if state.dra else 'off'}); stop with: testbed/down {state_dir}",
+                f"(dra={'on' if state.dra else 'off'}, kcm controllers: "
+                f"{','.join(state.kcm_controllers)}); stop with: testbed/down {state_dir}",
                 file=sys.stderr,
             )
             print(state.kubeconfig)

@@ -28,6 +28,7 @@ from operators.api.annotations import (
     parse_claim_statuses,
     parse_pod_claims,
 )
+from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.kube import JsonDict
 from operators.scheduling.model import Node, PodNeeds, parse_node, parse_pod_needs
 
@@ -155,12 +156,12 @@ class Pod:
         }
 
 
-def parse_pod(raw: JsonDict) -> Pod:
+def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
     metadata = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
     annotations = dict(metadata.get("annotations") or {})
-    claims, error = parse_pod_claims_safe(annotations.get(CLAIMS_ANNOTATION))
+    claims, error = protocol.pod_claims(raw)
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
@@ -180,7 +181,7 @@ def parse_pod(raw: JsonDict) -> Pod:
         conditions=tuple(status.get("conditions") or ()),
         claims=claims,
         claims_error=error,
-        claim_statuses=parse_claim_statuses_safe(annotations.get(CLAIM_STATUSES_ANNOTATION)),
+        claim_statuses=protocol.claim_statuses(raw),
         needs=parse_pod_needs(raw),
         controller=next(
             (
@@ -197,12 +198,18 @@ def parse_pod(raw: JsonDict) -> Pod:
 class Namespace:
     name: str
     labels: Mapping[str, str]
+    admin_access_label: str = ADMIN_ACCESS_LABEL
+    """The label that allows adminAccess here, in the API mode's name."""
 
     @property
     def allows_admin_access(self) -> bool:
-        return self.labels.get(ADMIN_ACCESS_LABEL) == "true"
+        return self.labels.get(self.admin_access_label) == "true"
 
 
-def parse_namespace(raw: JsonDict) -> Namespace:
+def parse_namespace(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Namespace:
     metadata = raw.get("metadata") or {}
-    return Namespace(name=metadata.get("name") or "", labels=dict(metadata.get("labels") or {}))
+    return Namespace(
+        name=metadata.get("name") or "",
+        labels=dict(metadata.get("labels") or {}),
+        admin_access_label=protocol.admin_access_label,
+    )

@@ -26,11 +26,13 @@ import aiohttp
 import structlog
 
 from operators.cache.backoff import Backoff
-from operators.kube import ApiError, Gone, JsonDict, KubeClient, Resource
+from operators.kube import ApiError, Gone, JsonDict, KubeClient, NotFound, Resource
 
 T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
+
+NOT_SERVED_RECHECK = 60.0  # seconds between lists of an optional kind the server lacks
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -100,9 +102,13 @@ class Informer(Generic[T]):
         *,
         watch_timeout: int = 300,
         backoff: Backoff | None = None,
+        optional: bool = False,
     ) -> None:
         self.client = client
         self.resource = resource
+        self.optional = optional
+        """A kind the server may not serve (404): then it reads as empty, checked again
+        every :data:`NOT_SERVED_RECHECK` seconds."""
         self.parse = parse
         self.watch_timeout = watch_timeout
         self.backoff = backoff or Backoff(base=0.2, cap=30.0)
@@ -267,12 +273,29 @@ class Informer(Generic[T]):
             except Gone:
                 self._log.info("watch expired, relisting")
                 resource_version = ""
+            except NotFound as error:
+                resource_version = ""
+                if self.optional:
+                    await self._not_served()
+                else:
+                    await self._back_off(error)
             except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as error:
-                delay = self.backoff.next()
-                self._log.warning("list/watch failed", error=str(error)[:300], retry_in=delay)
-                if self.backoff.failures > 3:
+                if await self._back_off(error):
                     resource_version = ""  # a long gap: relist rather than trust the old version
-                await asyncio.sleep(delay)
+
+    async def _back_off(self, error: BaseException) -> bool:
+        """Wait before the next attempt; True once failures have gone on for a while."""
+        delay = self.backoff.next()
+        self._log.warning("list/watch failed", error=str(error)[:300], retry_in=delay)
+        await asyncio.sleep(delay)
+        return self.backoff.failures > 3
+
+    async def _not_served(self) -> None:
+        if self._objects or not self.synced.is_set():
+            self._log.info("kind not served here; read as empty", resource=self.resource.plural)
+        self.replace([])
+        self.synced.set()
+        await asyncio.sleep(NOT_SERVED_RECHECK)
 
     async def _watch_once(self, resource_version: str) -> str:
         async for event in self.client.watch(

@@ -1,7 +1,13 @@
-"""The kinds the shared cache watches, and how each is validated into its frozen form."""
+"""The kinds the shared cache watches, and how each is validated into its frozen form.
+
+The DRA kinds are named by dralloc's group here; the client resolves them to the API mode's
+group (:class:`operators.kube.KubeClient`), and their models read either group alike. Pods
+and namespaces are read in the mode's own fields (:mod:`operators.api.podprotocol`).
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +18,7 @@ from operators.api.models import (
     ResourceClaimTemplate,
     ResourceSlice,
 )
+from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.cache.core import parse_namespace, parse_node, parse_pod
 from operators.cache.informer import Parser
 from operators.kube import (
@@ -26,13 +33,28 @@ from operators.kube import (
     Resource,
 )
 
-PARSERS: Mapping[Resource, Parser[Any]] = {
-    PODS: parse_pod,
-    NODES: parse_node,
-    NAMESPACES: parse_namespace,
+
+def parsers(protocol: PodProtocol = DRALLOC) -> Mapping[Resource, Parser[Any]]:
+    """The parser of every watched kind, for one API mode."""
+    return {
+        PODS: functools.partial(parse_pod, protocol=protocol),
+        NODES: parse_node,
+        NAMESPACES: functools.partial(parse_namespace, protocol=protocol),
+        **_DRA_PARSERS,
+    }
+
+
+_DRA_PARSERS: Mapping[Resource, Parser[Any]] = {
     DEVICE_CLASSES: DeviceClass.model_validate,
     RESOURCE_CLAIMS: ResourceClaim.model_validate,
     RESOURCE_CLAIM_TEMPLATES: ResourceClaimTemplate.model_validate,
     RESOURCE_SLICES: ResourceSlice.model_validate,
     DEVICE_TAINT_RULES: DeviceTaintRule.model_validate,
 }
+
+PARSERS: Mapping[Resource, Parser[Any]] = parsers()
+"""The parsers of dralloc's own API mode."""
+
+OPTIONAL: frozenset[Resource] = frozenset({DEVICE_TAINT_RULES})
+"""Kinds a server may not serve: in-tree DeviceTaintRule reached resource.k8s.io/v1 only in
+Kubernetes 1.37 (before, v1beta2 behind an off-by-default gate). Missing, they read as empty."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -32,6 +32,7 @@ class SharedCache:
         parsers: Mapping[Resource, Parser[Any]],
         *,
         watch_timeout: int = 300,
+        optional: Collection[Resource] = (),
     ) -> None:
         self.client = client
         self.informers: dict[Resource, Informer[Any]] = {
@@ -41,6 +42,7 @@ class SharedCache:
                 parse,
                 watch_timeout=watch_timeout,
                 backoff=Backoff(base=0.2, cap=30.0),
+                optional=resource in optional,
             )
             for resource, parse in parsers.items()
         }

@@ -498,7 +498,9 @@ class AllocationController(ClaimWrites, Explanations):
         name = pod.claim_name(entry)
         if not name and entry.resource_claim_template_name is not None:
             name = claimrules.generated_claim_name(
-                self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid), entry.name
+                self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid),
+                entry.name,
+                self.runtime.protocol,
             )
         return name
 

@@ -102,6 +102,7 @@ class Explanations:
             reason,
             message,
             still_needed=podcondition.has_devices if status == "True" else podcondition.no_devices,
+            protocol=self.runtime.protocol,
             resource_version=resource_version,
         )
 

@@ -4,7 +4,9 @@ Each write is conditional on the resourceVersion it read:
 
 1. per claim being allocated: our finalizer, then ``status.allocation`` + ``reservedFor``;
 2. per claim already allocated (shared claims): the pod appended to ``reservedFor``;
-3. the pod: devices annotation, claim statuses, node affinity pinned to the node, gate removed.
+3. the pod: devices annotation, claim statuses, node affinity pinned to the node (where the
+   API mode pins: :attr:`~operators.api.podprotocol.PodProtocol.pins_node`), gate removed.
+   In-tree, claim statuses live in the pod's status subresource: that write comes first.
 
 A crash between writes leaves claims allocated *and reserved for this pod*, which the next
 sync reads as "already allocated, pin the pod there" and so finishes the job. A claim write
@@ -33,9 +35,7 @@ from operators.api.annotations import PodClaimDevices, format_pod_devices
 from operators.api.models import AllocationResult, ResourceClaim
 from operators.cache.assume import AssumeCache
 from operators.cache.core import (
-    CLAIM_STATUSES_ANNOTATION,
     DEVICES_ANNOTATION,
-    FINALIZER,
     POD_CLAIMS_INDEX,
     SCHEDULING_GATE,
     Pod,
@@ -190,11 +190,12 @@ class ClaimWrites:
         namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
         version = claim.metadata.resource_version
         finalizers = list(claim.metadata.finalizers or ())
-        if FINALIZER not in finalizers:
+        finalizer = self.runtime.protocol.finalizer
+        if finalizer not in finalizers:
             updated = await self.client.merge_patch(
                 RESOURCE_CLAIMS,
                 name,
-                {"metadata": {"finalizers": [*finalizers, FINALIZER]}},
+                {"metadata": {"finalizers": [*finalizers, finalizer]}},
                 namespace=namespace,
                 resource_version=version,
             )
@@ -261,7 +262,10 @@ class ClaimWrites:
         mark = self.runtime.mark
         if mark is not None:  # who allocated it: another allocator seeing this stands down
             annotations[ALLOCATED_BY_ANNOTATION] = AllocationRecord(mark, time.time()).render()
-        rendered = claimrules.statuses_annotation(
+        protocol = self.runtime.protocol
+        version = pod.resource_version
+        patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
+        statuses = claimrules.statuses_update(
             pod,
             {
                 entry.name: claim.metadata.name
@@ -269,27 +273,39 @@ class ClaimWrites:
                 if entry.resource_claim_template_name is not None
             },
         )
-        if rendered is not None:
-            annotations[CLAIM_STATUSES_ANNOTATION] = rendered  # see claims.py: one write
-        patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
+        if statuses is not None:
+            recorded, subresource = protocol.statuses_write(statuses)
+            if protocol.statuses_in_pod_patch:
+                patch = merge(patch, recorded)  # see claims.py: one write
+            else:
+                # Before the gate goes: kube-scheduler and the kubelet find the generated
+                # claims by these names.
+                written = await self.client.merge_patch(
+                    PODS,
+                    pod.name,
+                    recorded,
+                    namespace=pod.namespace,
+                    resource_version=version,
+                    subresource=subresource,
+                )
+                version = written["metadata"]["resourceVersion"]
         if pod.gated:
             remaining = [{"name": g} for g in pod.scheduling_gates if g != SCHEDULING_GATE]
-            patch["spec"] = {
-                "affinity": {
+            patch["spec"] = {"schedulingGates": remaining or None}
+            if protocol.pins_node:
+                patch["spec"]["affinity"] = {
                     "nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": placement.pin_affinity(
                             pod.required_affinity, node
                         )
                     }
-                },
-                "schedulingGates": remaining or None,
-            }
+                }
         updated = await self.client.merge_patch(
             PODS,
             pod.name,
             patch,
             namespace=pod.namespace,
-            resource_version=pod.resource_version,
+            resource_version=version,
         )
         self.written[Key(pod.namespace, pod.name)] = version_number(
             updated["metadata"]["resourceVersion"]
@@ -312,6 +328,17 @@ class ClaimWrites:
                     f"allocated on node {node}",
                     resource_version=updated["metadata"]["resourceVersion"],
                 )
+
+
+def merge(patch: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """Two merge patches as one (nested objects merged, ``more`` wins)."""
+    out = dict(patch)
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def pending(

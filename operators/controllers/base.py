@@ -19,7 +19,8 @@ import kopf
 import structlog
 
 from operators import gcpause, metrics
-from operators.cache.kinds import PARSERS
+from operators.api.podprotocol import PodProtocol, protocol_for
+from operators.cache.kinds import OPTIONAL, parsers
 from operators.cache.shared import SharedCache
 from operators.controllers import placement
 from operators.fencing import AllocationRecord, AllocatorMark, stands_down
@@ -82,7 +83,14 @@ class Runtime:
     def __init__(self, settings: Settings, client: KubeClient) -> None:
         self.settings = settings
         self.client = client
-        self.cache = SharedCache(client, PARSERS, watch_timeout=settings.watch_timeout)
+        self.protocol: PodProtocol = protocol_for(settings.api_group)
+        """How pods ask for devices and what the claims carry, in this API mode."""
+        self.cache = SharedCache(
+            client,
+            parsers(self.protocol),
+            watch_timeout=settings.watch_timeout,
+            optional=OPTIONAL,
+        )
         self.events = EventRecorder(client)
         self.controllers: list[Controller] = []
         self.leading = asyncio.Event()
@@ -107,7 +115,9 @@ class Runtime:
     @classmethod
     async def connect(cls, settings: Settings) -> Runtime:
         client = await KubeClient.connect(
-            settings.kubeconfig, request_timeout=settings.request_timeout
+            settings.kubeconfig,
+            request_timeout=settings.request_timeout,
+            api_group=settings.api_group,
         )
         return cls(settings, client)
 

@@ -15,15 +15,12 @@ from typing import Any
 
 from operators.api.annotations import PodClaimDevices, format_pod_devices
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
+from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.cache.core import (
-    CLAIM_STATUSES_ANNOTATION,
-    FINALIZER,
-    POD_CLAIM_NAME_ANNOTATION,
     ClaimStatus,
     Namespace,
     Pod,
     PodClaim,
-    render_claim_statuses,
 )
 
 REASON_DEVICES_CORRECTED = "DevicesAnnotationCorrected"
@@ -67,30 +64,35 @@ def admin_access_refusal(spec: Any, namespace: Namespace | None, gate_enabled: b
             "admin access is requested, but the feature is disabled (feature gate DRAAdminAccess)"
         )
     if namespace is None or not namespace.allows_admin_access:
-        ns = namespace.name if namespace else "?"
+        ns, label = (namespace.name, namespace.admin_access_label) if namespace else ("?", "")
         return (
             f'admin access is requested, but namespace "{ns}" does not have the label '
-            '"resource.dralloc.dev/admin-access: true"'
+            f'"{label or DRALLOC.admin_access_label}: true"'
         )
     return ""
 
 
-def claim_body(pod: Pod, pod_claim_name: str, template: ResourceClaimTemplate) -> dict[str, Any]:
+def claim_body(
+    pod: Pod,
+    pod_claim_name: str,
+    template: ResourceClaimTemplate,
+    protocol: PodProtocol = DRALLOC,
+) -> dict[str, Any]:
     """The ResourceClaim to create for one template entry of a pod.
 
-    It carries our delete-protection finalizer from the start: upstream's scheduler adds it
+    It carries the mode's delete-protection finalizer from the start: upstream's scheduler adds it
     in a write of its own just before the allocation, and for a claim made to be allocated
     that write is pure cost (one request, one watch event, one more step before the pod can
     run). If the claim goes away unallocated, :func:`plan_claim` drops the finalizer.
     """
     template_meta = template.spec.metadata
     annotations = dict(template_meta.annotations or {})
-    annotations[POD_CLAIM_NAME_ANNOTATION] = pod_claim_name
+    annotations[protocol.pod_claim_name_annotation] = pod_claim_name
     metadata: dict[str, Any] = {
         "generateName": generate_name(pod.name, pod_claim_name),
         "namespace": pod.namespace,
         "annotations": annotations,
-        "finalizers": [FINALIZER],
+        "finalizers": [protocol.finalizer],
         "ownerReferences": [
             {
                 "apiVersion": "v1",
@@ -120,8 +122,8 @@ def owner_pod_uid(claim: ResourceClaim) -> str | None:
     return None
 
 
-def pod_claim_name_of(claim: ResourceClaim) -> str | None:
-    return (claim.metadata.annotations or {}).get(POD_CLAIM_NAME_ANNOTATION)
+def pod_claim_name_of(claim: ResourceClaim, protocol: PodProtocol = DRALLOC) -> str | None:
+    return (claim.metadata.annotations or {}).get(protocol.pod_claim_name_annotation)
 
 
 CLAIMS_BY_OWNER_INDEX = "claims-by-owner"
@@ -139,7 +141,9 @@ def pod_uid_keys(pod: Pod) -> list[str]:
     return [pod.uid]
 
 
-def generated_claim_name(owned: Iterable[ResourceClaim], pod_claim_name: str) -> str | None:
+def generated_claim_name(
+    owned: Iterable[ResourceClaim], pod_claim_name: str, protocol: PodProtocol = DRALLOC
+) -> str | None:
     """Among the claims a pod owns, the one generated for its entry ``pod_claim_name``.
 
     The pod's claim-statuses annotation records the same name, but may not be written yet:
@@ -147,7 +151,7 @@ def generated_claim_name(owned: Iterable[ResourceClaim], pod_claim_name: str) ->
     two), so it finds the claim this way in the meantime.
     """
     for claim in owned:
-        if pod_claim_name_of(claim) == pod_claim_name:
+        if pod_claim_name_of(claim, protocol) == pod_claim_name:
             return claim.metadata.name or None
     return None
 
@@ -157,6 +161,7 @@ def own_claim(
     entry: PodClaim,
     get: Callable[[str], ResourceClaim | None],
     owned: Iterable[ResourceClaim],
+    protocol: PodProtocol = DRALLOC,
 ) -> ResourceClaim | None:
     """The claim behind one of the pod's entries, if it is the pod's to use.
 
@@ -169,7 +174,7 @@ def own_claim(
     if entry.resource_claim_name is not None:
         return get(entry.resource_claim_name)
     owned = list(owned)
-    for name in (pod.claim_name(entry), generated_claim_name(owned, entry.name)):
+    for name in (pod.claim_name(entry), generated_claim_name(owned, entry.name, protocol)):
         claim = get(name) if name else None
         if claim is not None and owner_pod_uid(claim) == pod.uid:
             return claim
@@ -234,15 +239,14 @@ def merged_statuses(
     )
 
 
-def statuses_annotation(pod: Pod, updates: dict[str, str | None]) -> str | None:
-    """The pod's claim-statuses annotation with ``updates`` merged in, or None if that is
-    what it already says (or there is nothing to record): the write both the claim
-    controller and the allocation controller make, each only when it changes something."""
+def statuses_update(pod: Pod, updates: dict[str, str | None]) -> tuple[ClaimStatus, ...] | None:
+    """The pod's claim statuses with ``updates`` merged in, or None if that is what is
+    recorded already (or there is nothing to record): the write both the claim controller
+    and the allocation controller make, each only when it changes something."""
     statuses = merged_statuses(pod.claim_statuses, updates, (c.name for c in pod.claims))
-    rendered = render_claim_statuses(statuses)
-    if not statuses or rendered == pod.annotations.get(CLAIM_STATUSES_ANNOTATION):
+    if not statuses or statuses == pod.claim_statuses:
         return None
-    return rendered
+    return statuses
 
 
 class PodState(enum.Enum):
@@ -282,6 +286,7 @@ def plan_claim(
     claim: ResourceClaim,
     pod_state: Callable[[str, str], PodState],
     owner_state: PodState | None,
+    protocol: PodProtocol = DRALLOC,
 ) -> ClaimPlan:
     """Decide trimming, deallocation, finalizer removal and deletion for one claim.
 
@@ -298,7 +303,7 @@ def plan_claim(
             continue
         kept.append(entry.to_kube())
     trimmed = len(kept) != len(reserved)
-    has_finalizer = FINALIZER in (claim.metadata.finalizers or ())
+    has_finalizer = protocol.finalizer in (claim.metadata.finalizers or ())
     deleting = claim.metadata.deletion_timestamp is not None
     # Only a trim or a deletion releases a claim: a finalizer on an unallocated claim is
     # otherwise there from its creation (generated claims) or the allocator's first write,

@@ -30,9 +30,7 @@ import structlog
 from operators import metrics
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.cache.core import (
-    CLAIM_STATUSES_ANNOTATION,
     DEVICES_ANNOTATION,
-    FINALIZER,
     POD_CLAIMS_INDEX,
     Namespace,
     Pod,
@@ -77,6 +75,7 @@ class ClaimController:
     def __init__(self, runtime: Runtime, *, workers: int = 32) -> None:
         self.runtime = runtime
         self.client = runtime.client
+        self.protocol = runtime.protocol
         cache = runtime.cache
         self.pods = cache[PODS]
         self.templates = cache[RESOURCE_CLAIM_TEMPLATES]
@@ -92,6 +91,8 @@ class ClaimController:
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
         # Gated pods whose claim statuses we left to the allocation controller, since when.
         self.statuses_deferred: dict[Key, float] = {}
+        # In-tree the allocation writes them to the status subresource just before its pod
+        # write: still one write instead of two racing ones (and a conflict) per pod.
         self.allocation_records_statuses = runtime.settings.allocation_controller
         self.synced = 0
         self.pods.ensure_index(claimrules.PODS_BY_UID_INDEX, claimrules.pod_uid_keys)
@@ -157,7 +158,8 @@ class ClaimController:
         for claim in self.claims.informer.values():
             allocated = claim.status is not None and claim.status.allocation is not None
             admin = claimrules.requests_admin_access(claim.spec)
-            source = "resource_claim_template" if claimrules.pod_claim_name_of(claim) else ""
+            generated = claimrules.pod_claim_name_of(claim, self.protocol)
+            source = "resource_claim_template" if generated else ""
             labels.append((str(allocated).lower(), str(admin).lower(), source))
         return labels
 
@@ -202,6 +204,7 @@ class ClaimController:
                 REASON_INVALID_CLAIMS,
                 pod.claims_error,
                 still_needed=lambda fresh: bool(fresh.claims_error),
+                protocol=self.protocol,
             )
             if pod.node_name:
                 await self._correct_devices_annotation(pod, pod.resource_version)
@@ -225,17 +228,19 @@ class ClaimController:
                 log.info("claim not created", pod=pod.ref, claim=pod_claim.name, error=str(error))
                 refused = True
                 break
-        rendered = claimrules.statuses_annotation(pod, updates)
+        statuses = claimrules.statuses_update(pod, updates)
         version = pod.resource_version
-        if rendered is not None:
+        if statuses is not None:
             if not refused and self._leave_statuses_to_allocation(key, pod):
                 return
+            patch, subresource = self.protocol.statuses_write(statuses)
             updated = await self.client.merge_patch(
                 PODS,
                 pod.name,
-                {"metadata": {"annotations": {CLAIM_STATUSES_ANNOTATION: rendered}}},
+                patch,
                 namespace=pod.namespace,
                 resource_version=version,
+                subresource=subresource,
             )
             version = updated["metadata"]["resourceVersion"]
         self.statuses_deferred.pop(key, None)
@@ -276,7 +281,9 @@ class ClaimController:
                     )
                 return recorded
         generated = claimrules.generated_claim_name(
-            self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid), pod_claim_name
+            self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid),
+            pod_claim_name,
+            self.protocol,
         )
         if generated:
             return generated
@@ -291,7 +298,7 @@ class ClaimController:
         if refusal:
             metrics.CLAIM_CREATES.labels(status="failure", admin_access=admin).inc()
             raise ClaimError(refusal)
-        body = claimrules.claim_body(pod, pod_claim_name, template)
+        body = claimrules.claim_body(pod, pod_claim_name, template, self.protocol)
         try:
             created = await self.client.create(RESOURCE_CLAIMS, body, pod.namespace)
         except Exception as error:
@@ -313,6 +320,7 @@ class ClaimController:
             entry,
             lambda name: self.claims.get(Key(pod.namespace, name)),
             self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid),
+            self.protocol,
         )
 
     async def _reserve_for_bound_pod(self, pod: Pod) -> None:
@@ -398,7 +406,9 @@ class ClaimController:
         owner_state = None
         if owner_uid is not None:
             owner_state = self._cached_owner_state(key.namespace, owner_uid)
-        plan = claimrules.plan_claim(claim, lambda _name, uid: states[uid], owner_state)
+        plan = claimrules.plan_claim(
+            claim, lambda _name, uid: states[uid], owner_state, self.protocol
+        )
         if plan.nothing:
             return
         version = claim.metadata.resource_version
@@ -428,7 +438,8 @@ class ClaimController:
                 kept=len(plan.reserved_for or ()),
             )
         if plan.remove_finalizer:
-            finalizers = [f for f in claim.metadata.finalizers or () if f != FINALIZER]
+            finalizer = self.protocol.finalizer
+            finalizers = [f for f in claim.metadata.finalizers or () if f != finalizer]
             updated = await self.client.merge_patch(
                 RESOURCE_CLAIMS,
                 key.name,
@@ -450,7 +461,7 @@ class ClaimController:
             if uid in self.deleted_pod_uids:
                 return PodState.GONE
             try:
-                pod = parse_pod(await self.client.get(PODS, name, namespace))
+                pod = parse_pod(await self.client.get(PODS, name, namespace), self.protocol)
             except NotFound:
                 return PodState.GONE
         return claimrules.reservation_state(uid, pod)

@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.cache.core import DEVICES_ANNOTATION, Pod, parse_pod
 from operators.controllers import conditions
 from operators.kube import PODS, STRATEGIC_MERGE_PATCH, Conflict, KubeClient, NotFound
@@ -68,6 +69,7 @@ async def set_condition(
     *,
     still_needed: Callable[[Pod], bool],
     resource_version: str | None = None,
+    protocol: PodProtocol = DRALLOC,
 ) -> bool:
     """Write the condition on ``pod`` (at ``resource_version``, default the pod's own).
 
@@ -98,7 +100,7 @@ async def set_condition(
             if attempt == MAX_ATTEMPTS:
                 raise
         try:
-            fresh = parse_pod(await client.get(PODS, pod.name, pod.namespace))
+            fresh = parse_pod(await client.get(PODS, pod.name, pod.namespace), protocol)
         except NotFound:
             return False
         if fresh.uid != pod.uid or not still_needed(fresh) or says(fresh, status, reason, message):

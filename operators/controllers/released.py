@@ -171,6 +171,7 @@ class ReleasedPodsController:
                     summary,
                     resource_version=patched["metadata"]["resourceVersion"],
                     still_needed=lambda fresh: not fresh.node_name,
+                    protocol=self.runtime.protocol,
                 )
         await self.runtime.events.post(
             pod.involved(), REASON_REFUSED, f"{summary}; {outcome}", warning=True

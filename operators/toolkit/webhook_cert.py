@@ -97,7 +97,7 @@ async def ensure_webhook_certificate(
     cert_pem = base64.b64decode(data.get("tls.crt", "")) if data.get("tls.crt") else b""
     usable, not_after = certificate_status(cert_pem, hostnames, now, renew_days)
     if existing is None or not usable or "tls.key" not in data:
-        from operators.webhooks import build_self_signed_certificate
+        from operators.certificates import build_self_signed_certificate
 
         cert_pem, key_pem = build_self_signed_certificate(hostnames)
         _, not_after = certificate_status(cert_pem, hostnames, now, 0)

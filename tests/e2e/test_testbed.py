@@ -1,12 +1,17 @@
 """The testbed behaves like the cluster dralloc relies on: CRDs get served, kube-scheduler binds
 pods to kwok nodes (honouring scheduling gates and node affinity), kwok runs and deletes them,
-the garbage collector follows owner references, and in-tree DRA works when switched on.
+the garbage collector follows owner references, in-tree DRA works when switched on, and
+`--kcm-controllers` decides which kube-controller-manager controllers run.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +19,17 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
-from .kube_helpers import REPO_ROOT, TESTBED_DIR, JsonObject, Testbed, unique_name, wait_for
+from .kube_helpers import (
+    REPO_ROOT,
+    TESTBED_DIR,
+    JsonObject,
+    Testbed,
+    find_binaries,
+    start_testbed,
+    stop_testbed,
+    unique_name,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -277,6 +292,40 @@ def test_garbage_collector_removes_object_owned_by_deleted_pod(
     assert testbed.get("configmap", "unowned", "-n", namespace) is not None
 
 
+def claim_template(namespace: str, device_class: str) -> JsonObject:
+    """A ResourceClaimTemplate "one-gpu" with one request for a device of device_class."""
+    request = {"name": "gpu", "exactly": {"deviceClassName": device_class}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+
+
+def pod_with_template_claim(name: str, namespace: str, **spec: Any) -> JsonObject:
+    """A pod whose claim "gpu" comes from the template "one-gpu" (in-tree spec.resourceClaims)."""
+    pod = pod_manifest(
+        name,
+        namespace,
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+        **spec,
+    )
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    return pod
+
+
+def generated_claim_name(testbed: Testbed, namespace: str, pod: str) -> str | None:
+    """The claim kcm's resourceclaim controller recorded in pod.status.resourceClaimStatuses."""
+    obj = testbed.get("pod", pod, "-n", namespace)
+    assert obj is not None, f"pod {namespace}/{pod} disappeared"
+    statuses = obj.get("status", {}).get("resourceClaimStatuses", [])
+    name: str | None = next(
+        (s.get("resourceClaimName") for s in statuses if s["name"] == "gpu"), None
+    )
+    return name
+
+
 def test_in_tree_dra_allocates_claim_from_template(dra_testbed: Testbed) -> None:
     tb = dra_testbed
     namespace = unique_name("e2e-dra")
@@ -303,32 +352,15 @@ def test_in_tree_dra_allocates_claim_from_template(dra_testbed: Testbed) -> None
             "devices": [{"name": "gpu-0", "attributes": {"model": {"string": "e2e"}}}],
         },
     }
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "one-gpu", "namespace": namespace},
-        "spec": {
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": driver}}]}
-            }
-        },
-    }
-    pod = pod_manifest(
-        "dra",
-        namespace,
-        nodeSelector={"e2e-pool": pool},
-        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-    )
-    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    template = claim_template(namespace, driver)
+    pod = pod_with_template_claim("dra", namespace, nodeSelector={"e2e-pool": pool})
     tb.apply(device_class, resource_slice, template, pod)
 
-    def claim_name() -> str | None:
-        obj = tb.get("pod", "dra", "-n", namespace)
-        assert obj is not None
-        statuses = obj.get("status", {}).get("resourceClaimStatuses", [])
-        return next((s.get("resourceClaimName") for s in statuses if s["name"] == "gpu"), None)
-
-    claim = wait_for("the claim to be generated from the template", claim_name, timeout=60)
+    claim = wait_for(
+        "the claim to be generated from the template",
+        lambda: generated_claim_name(tb, namespace, "dra"),
+        timeout=60,
+    )
     bound = wait_for("the pod to be bound", lambda: node_of(tb, namespace, "dra"), timeout=60)
     assert bound == with_device
 
@@ -341,6 +373,97 @@ def test_in_tree_dra_allocates_claim_from_template(dra_testbed: Testbed) -> None
     assert [r["name"] for r in obj["status"].get("reservedFor", [])] == ["dra"]
     tb.kubectl("delete", "namespace", namespace, "--wait=false")
     tb.kubectl("delete", "resourceslice", resource_slice["metadata"]["name"], "--wait=false")
+
+
+NARROW_KCM_CONTROLLERS = "garbage-collector-controller,namespace-controller"
+
+
+@pytest.fixture(scope="module")
+def narrow_dra_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """In-tree DRA in the scheduler, but kcm runs neither of its DRA controllers."""
+    state_dir = tmp_path_factory.mktemp("testbed-dra-narrow")
+    testbed = start_testbed(
+        state_dir, find_binaries(), dra=True, kcm_controllers=NARROW_KCM_CONTROLLERS
+    )
+    try:
+        yield testbed
+    finally:
+        stop_testbed(testbed)
+
+
+def recorded_kcm_controllers(testbed: Testbed) -> list[str]:
+    assert testbed.state_dir is not None
+    state = json.loads((testbed.state_dir / "state.json").read_text())
+    controllers: list[str] = state["kcm_controllers"]
+    return controllers
+
+
+def kcm_work_queues(testbed: Testbed) -> set[str]:
+    """Names of kube-controller-manager's work queues, from its /metrics (one per controller
+    that started; the testbed allows /metrics without credentials)."""
+    assert testbed.state_dir is not None
+    state = json.loads((testbed.state_dir / "state.json").read_text())
+    url = f"https://127.0.0.1:{state['ports']['controller_manager']}/metrics"
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE  # kcm serves on a self-signed certificate of its own
+    with urllib.request.urlopen(url, timeout=10, context=insecure) as response:
+        text = response.read().decode()
+    prefix = 'workqueue_adds_total{name="'
+    return {
+        line[len(prefix) :].split('"', 1)[0]
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+def test_kcm_controllers_replace_the_default_list(
+    dra_testbed: Testbed, narrow_dra_testbed: Testbed
+) -> None:
+    narrow = narrow_dra_testbed
+    assert recorded_kcm_controllers(narrow) == NARROW_KCM_CONTROLLERS.split(",")
+    if dra_testbed.state_dir is not None:  # not a reused testbed: its state is ours to read
+        assert recorded_kcm_controllers(dra_testbed) == [
+            "garbage-collector-controller",
+            "namespace-controller",
+            "resourceclaim-controller",
+            "device-taint-eviction-controller",
+        ]
+        assert {"resource_claim", "device-taint-eviction-controller"} <= kcm_work_queues(
+            dra_testbed
+        )
+    queues = kcm_work_queues(narrow)
+    assert "namespace" in queues and "garbage_collector_graph_changes" in queues, queues
+    assert not {"resource_claim", "device-taint-eviction-controller"} & queues, queues
+
+    # The same pod on both: the default --dra testbed generates its claim, the narrow one not.
+    namespace = unique_name("e2e-kcm")
+    for tb in (dra_testbed, narrow):
+        tb.kubectl("create", "namespace", namespace)
+        tb.apply(claim_template(namespace, "absent.e2e.dralloc.test"))
+        tb.apply(pod_with_template_claim("p", namespace))
+    began = time.monotonic()
+    wait_for(
+        "the default --dra testbed to generate the claim",
+        lambda: generated_claim_name(dra_testbed, namespace, "p"),
+        timeout=60,
+    )
+    # Give the narrow testbed several times as long (at least 10 s) to prove it does nothing.
+    deadline = time.monotonic() + max(10.0, 3 * (time.monotonic() - began))
+    while time.monotonic() < deadline:
+        assert generated_claim_name(narrow, namespace, "p") is None
+        claims = narrow.get("resourceclaims.resource.k8s.io", "-n", namespace)
+        assert claims is not None and claims["items"] == [], "a claim was generated"
+        time.sleep(0.5)
+
+    # kcm itself runs there: its namespace controller finishes a deletion.
+    for tb in (dra_testbed, narrow):
+        tb.kubectl("delete", "namespace", namespace, "--wait=false")
+    wait_for(
+        "the namespace to be deleted on the narrow testbed",
+        lambda: narrow.get("namespace", namespace) is None,
+        timeout=90,
+    )
 
 
 async def test_api_client_fixture_talks_to_the_testbed(api_client: ApiClient) -> None:

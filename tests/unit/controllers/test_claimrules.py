@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
+from operators.api.podprotocol import DRALLOC, KUBERNETES
 from operators.cache.core import (
     FINALIZER,
     ClaimStatus,
@@ -46,7 +47,7 @@ def pod(**overrides: Any) -> Any:
     raw["metadata"].update(overrides.pop("metadata", {}))
     raw["status"].update(overrides.pop("status", {}))
     raw["spec"].update(overrides.pop("spec", {}))
-    return parse_pod(raw)
+    return parse_pod(raw, overrides.pop("protocol", DRALLOC))
 
 
 def template(admin: bool = False) -> ResourceClaimTemplate:
@@ -233,11 +234,14 @@ def test_reservation_state() -> None:
     assert claimrules.reservation_state("pod-uid", scheduled) is PodState.IN_USE
 
 
-def test_statuses_annotation_is_written_only_when_it_changes() -> None:
+def test_claim_statuses_are_written_only_when_they_change() -> None:
     entries = '[{"name": "gpu", "resourceClaimTemplateName": "t"}]'
     fresh = pod(metadata={"annotations": {"resource.dralloc.dev/claims": entries}})
-    rendered = claimrules.statuses_annotation(fresh, {"gpu": "web-gpu-x"})
-    assert rendered is not None
+    statuses = claimrules.statuses_update(fresh, {"gpu": "web-gpu-x"})
+    assert statuses is not None
+    patch, subresource = DRALLOC.statuses_write(statuses)
+    assert subresource == ""
+    rendered = patch["metadata"]["annotations"]["resource.dralloc.dev/claim-statuses"]
     assert json.loads(rendered) == [{"name": "gpu", "resourceClaimName": "web-gpu-x"}]
     recorded = pod(
         metadata={
@@ -247,5 +251,38 @@ def test_statuses_annotation_is_written_only_when_it_changes() -> None:
             }
         }
     )
-    assert claimrules.statuses_annotation(recorded, {"gpu": "web-gpu-x"}) is None
-    assert claimrules.statuses_annotation(fresh, {}) is None  # nothing to record
+    assert claimrules.statuses_update(recorded, {"gpu": "web-gpu-x"}) is None
+    assert claimrules.statuses_update(fresh, {}) is None  # nothing to record
+
+
+def test_in_tree_claim_statuses_go_to_the_pod_status() -> None:
+    entries = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    fresh = pod(protocol=KUBERNETES, spec={"resourceClaims": entries})
+    assert [c.name for c in fresh.claims] == ["gpu"]
+    statuses = claimrules.statuses_update(fresh, {"gpu": "web-gpu-x"})
+    assert statuses is not None
+    patch, subresource = KUBERNETES.statuses_write(statuses)
+    assert subresource == "status"
+    written = patch["status"]["resourceClaimStatuses"]
+    assert written == [{"name": "gpu", "resourceClaimName": "web-gpu-x"}]
+    recorded = pod(
+        protocol=KUBERNETES,
+        spec={"resourceClaims": entries},
+        status={"resourceClaimStatuses": written},
+    )
+    assert recorded.claim_name(recorded.claims[0]) == "web-gpu-x"
+    assert claimrules.statuses_update(recorded, {"gpu": "web-gpu-x"}) is None
+    # The CRD mode's annotation means nothing in-tree (anyone may write annotations).
+    forged = pod(
+        protocol=KUBERNETES,
+        spec={"resourceClaims": entries},
+        metadata={"annotations": {"resource.dralloc.dev/claim-statuses": json.dumps(written)}},
+    )
+    assert forged.claim_statuses == ()
+
+
+def test_in_tree_generated_claims_carry_upstream_names() -> None:
+    body = claimrules.claim_body(pod(), "gpu", template(), KUBERNETES)
+    assert body["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
+    assert body["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "gpu"
+    assert "resource.dralloc.dev/pod-claim-name" not in body["metadata"]["annotations"]

@@ -193,3 +193,48 @@ def test_cert_manager_overlay_writes_the_mounted_secret(base: list[dict[str, Any
         for doc in yaml.safe_load_all((overlay / "without-webhook-cert-job.yaml").read_text())
     ]
     assert set(deleted) == {CERT_JOB}
+
+
+KUSTOMIZE_DIRS = sorted(
+    path.parent
+    for pattern in ("overlays/*/kustomization.yaml", "components/*/kustomization.yaml")
+    for path in (REPO / "manifests").glob(pattern)
+)
+
+
+@pytest.mark.parametrize(
+    "directory", KUSTOMIZE_DIRS, ids=lambda path: f"{path.parent.name}/{path.name}"
+)
+def test_every_overlay_and_component_file_is_used(directory: Path) -> None:
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    named = set(kustomization.get("resources", []))
+    named |= {patch["path"] for patch in kustomization.get("patches", []) if "path" in patch}
+    on_disk = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml"}
+    assert on_disk <= named, on_disk - named
+
+
+def flat_rules(rules: list[dict[str, Any]], rename: dict[str, str]) -> set[tuple[str, str, str]]:
+    return {
+        (rename.get(group, group), resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_in_tree_role_is_the_base_role_on_the_in_tree_group(base: list[dict[str, Any]]) -> None:
+    """components/in-tree replaces the operator's ClusterRole: it must keep every grant of the
+    base (on resource.k8s.io instead of resource.dralloc.dev) and add only the binding check
+    of Kubernetes 1.36+, so that a rule added to the base is not forgotten here."""
+    path = REPO / "manifests" / "components" / "in-tree" / "clusterrole.yaml"
+    in_tree = yaml.safe_load(path.read_text())
+    assert in_tree["metadata"]["name"] == only(base, "ClusterRole", OPERATOR)["metadata"]["name"]
+    for rule in in_tree["rules"]:
+        for field in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[field]
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+    base_rules = only(base, "ClusterRole", OPERATOR)["rules"]
+    expected = flat_rules(base_rules, {"resource.dralloc.dev": "resource.k8s.io"})
+    expected.add(("resource.k8s.io", "resourceclaims/binding", "patch"))
+    assert flat_rules(in_tree["rules"], {}) == expected

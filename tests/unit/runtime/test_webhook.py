@@ -6,7 +6,8 @@ import ssl
 import tempfile
 from pathlib import Path
 
-from operators.webhooks import build_self_signed_certificate, gate_patch
+from operators.api.podprotocol import KUBERNETES
+from operators.webhooks import build_self_signed_certificate, gate_patch, namespace_selected
 
 CLAIMS = {"resource.dralloc.dev/claims": '[{"name":"a","resourceClaimName":"c"}]'}
 
@@ -47,3 +48,22 @@ def test_no_gate_for_what_dralloc_cannot_serve_or_the_api_server_refuses() -> No
     # ask for, and the claim controller reports the problem on it.
     broken = {"metadata": {"annotations": {"resource.dralloc.dev/claims": "[{"}}, "spec": {}}
     assert gate_patch(broken) == [{"name": "resource.dralloc.dev/allocation"}]
+
+
+def test_in_tree_pods_are_gated_by_their_spec_resource_claims() -> None:
+    entries = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    asking = {"metadata": {}, "spec": {"resourceClaims": entries}}
+    assert gate_patch(asking, KUBERNETES) == [{"name": "resource.dralloc.dev/allocation"}]
+    # The annotation is the CRD mode's request, not the in-tree one; and vice versa.
+    assert gate_patch({"metadata": {"annotations": CLAIMS}, "spec": {}}, KUBERNETES) is None
+    assert gate_patch(asking) is None
+    assert gate_patch({"metadata": {}, "spec": {"resourceClaims": []}}, KUBERNETES) is None
+    bound = {"metadata": {}, "spec": {"resourceClaims": entries, "nodeName": "n"}}
+    assert gate_patch(bound, KUBERNETES) is None
+
+
+def test_namespace_selection() -> None:
+    assert namespace_selected({}, None)
+    assert namespace_selected({"dralloc": "on"}, ("dralloc", "on"))
+    assert not namespace_selected({"dralloc": "off"}, ("dralloc", "on"))
+    assert not namespace_selected({}, ("dralloc", "on"))

@@ -1,0 +1,173 @@
+"""How pods and dralloc talk in each API mode: the one place the two modes differ for pods.
+
+dralloc runs on its own CRDs (``resource.dralloc.dev``) or on the in-tree kinds
+(``resource.k8s.io``). The controllers and the allocator are the same in both; what differs is
+where a pod asks for devices, where the names of its generated claims are recorded, and the
+names upstream's kubelet, kube-scheduler and kube-controller-manager look for:
+
+=====================  ===========================================  =====================================
+                       ``resource.dralloc.dev`` (CRDs)              ``resource.k8s.io`` (in-tree)
+=====================  ===========================================  =====================================
+pod asks for claims    annotation ``resource.dralloc.dev/claims``   ``spec.resourceClaims``
+claim names recorded   annotation ``.../claim-statuses``            ``status.resourceClaimStatuses``
+generated claim        ``resource.dralloc.dev/pod-claim-name``      ``resource.kubernetes.io/pod-claim-name``
+finalizer              ``resource.dralloc.dev/delete-protection``   ``resource.kubernetes.io/delete-protection``
+adminAccess namespace  ``resource.dralloc.dev/admin-access``        ``resource.kubernetes.io/admin-access``
+released pod           pinned to the node by a node affinity        not pinned (see :attr:`pins_node`)
+=====================  ===========================================  =====================================
+
+The gate, the devices annotation and the allocation record are dralloc's own and the same in
+both modes. A :class:`PodProtocol` is chosen once at startup from the API group setting and
+handed to whatever reads or writes pods; nothing else asks which mode it is in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from operators.api import annotations as ann
+from operators.api.common import KUBERNETES_GROUP
+from operators.api.errors import describe
+from operators.api.limits import POD_RESOURCE_CLAIMS_MAX_SIZE
+from operators.api.models import GROUP
+
+JsonDict = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class PodProtocol:
+    """The pod-facing names and fields of one API mode."""
+
+    group: str
+    """API group of the DRA kinds: ``resource.dralloc.dev`` or ``resource.k8s.io``."""
+    finalizer: str
+    """Finalizer held on a claim while it is allocated (kcm's claim controller, where it
+    runs, deallocates only claims that carry it)."""
+    pod_claim_name_annotation: str
+    """Annotation of a generated claim naming the pod's claim entry."""
+    admin_access_label: str
+    """Namespace label (value ``"true"``) required for adminAccess requests there."""
+    claims_in_spec: bool
+    """Pods ask with ``spec.resourceClaims`` (in-tree) instead of the claims annotation."""
+    pins_node: bool
+    """Whether a released pod gets a required node affinity for the chosen node.
+
+    On our CRDs nothing but that affinity keeps kube-scheduler on the node whose devices were
+    allocated. In-tree, kube-scheduler's DRA plugin itself refuses nodes outside the claim's
+    ``allocation.nodeSelector``; and if the pod then fits nowhere, the plugin deallocates the
+    claim and allocates it afresh (its own fallback), which a pinned pod would defeat: it
+    would wait on the pinned node forever, and a gate cannot be put back."""
+
+    @property
+    def where_claims(self) -> str:
+        """Where a pod asks for claims, for messages."""
+        return "spec.resourceClaims" if self.claims_in_spec else ann.CLAIMS_ANNOTATION
+
+    def pod_claims(self, raw: Mapping[str, Any]) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
+        """The pod's claim entries and an error message ('' if they are fine)."""
+        if self.claims_in_spec:
+            entries = (raw.get("spec") or {}).get("resourceClaims")
+            if not entries:
+                return (), ""
+            return _spec_claims(entries)
+        text = ((raw.get("metadata") or {}).get("annotations") or {}).get(ann.CLAIMS_ANNOTATION)
+        if text is None:
+            return (), ""
+        try:
+            return ann.parse_pod_claims(text), ""
+        except ann.AnnotationError as error:
+            return (), str(error)
+
+    def asks_for_claims(self, raw: Mapping[str, Any]) -> bool:
+        """Whether a pod opted in (with an empty or malformed request too)."""
+        if self.claims_in_spec:
+            return bool((raw.get("spec") or {}).get("resourceClaims"))
+        return ann.CLAIMS_ANNOTATION in ((raw.get("metadata") or {}).get("annotations") or {})
+
+    def claim_statuses(self, raw: Mapping[str, Any]) -> tuple[ann.PodResourceClaimStatus, ...]:
+        """The recorded claim names; anything malformed reads as nothing recorded."""
+        if self.claims_in_spec:
+            entries = (raw.get("status") or {}).get("resourceClaimStatuses") or ()
+            try:
+                return tuple(ann.PodResourceClaimStatus.model_validate(e) for e in entries)
+            except ValidationError:
+                return ()
+        text = ((raw.get("metadata") or {}).get("annotations") or {}).get(
+            ann.CLAIM_STATUSES_ANNOTATION
+        )
+        if not text:
+            return ()
+        try:
+            return ann.parse_claim_statuses(text)
+        except ann.AnnotationError:
+            return ()
+
+    def statuses_write(
+        self, statuses: Sequence[ann.PodResourceClaimStatus]
+    ) -> tuple[JsonDict, str]:
+        """The merge patch that records ``statuses`` on a pod, and its subresource."""
+        if self.claims_in_spec:
+            # As kcm writes it: the status subresource (the list replaces the old one whole).
+            return {"status": {"resourceClaimStatuses": [s.to_kube() for s in statuses]}}, "status"
+        rendered = ann.format_claim_statuses(statuses)
+        return {"metadata": {"annotations": {ann.CLAIM_STATUSES_ANNOTATION: rendered}}}, ""
+
+    @property
+    def statuses_in_pod_patch(self) -> bool:
+        """Whether the claim statuses can ride in the allocation's one pod write (metadata
+        and spec); in-tree they live in the status subresource, a write of its own."""
+        return not self.claims_in_spec
+
+
+def _spec_claims(entries: Any) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
+    # The API server has validated spec.resourceClaims; this only turns it into our model
+    # (and would name the field if a future API version added something we do not know).
+    if not isinstance(entries, list):
+        return (), "spec.resourceClaims: must be a list"
+    if len(entries) > POD_RESOURCE_CLAIMS_MAX_SIZE:
+        return (), (
+            f"spec.resourceClaims: has {len(entries)} entries; at most "
+            f"{POD_RESOURCE_CLAIMS_MAX_SIZE} are allowed"
+        )
+    try:
+        return tuple(
+            ann.PodResourceClaim.model_validate({k: v for k, v in e.items() if v is not None})
+            for e in entries
+        ), ""
+    except (ValidationError, AttributeError) as error:
+        problems = describe(error) if isinstance(error, ValidationError) else [str(error)]
+        return (), f"spec.resourceClaims: {'; '.join(str(p) for p in problems)}"
+
+
+DRALLOC: Final = PodProtocol(
+    group=GROUP,
+    finalizer=ann.FINALIZER,
+    pod_claim_name_annotation=ann.POD_CLAIM_NAME_ANNOTATION,
+    admin_access_label=ann.ADMIN_ACCESS_LABEL,
+    claims_in_spec=False,
+    pins_node=True,
+)
+"""dralloc's CRDs and the annotation protocol (DESIGN.md "The pod protocol")."""
+
+KUBERNETES: Final = PodProtocol(
+    group=KUBERNETES_GROUP,
+    finalizer=ann.KUBERNETES_FINALIZER,
+    pod_claim_name_annotation=ann.KUBERNETES_POD_CLAIM_NAME_ANNOTATION,
+    admin_access_label=ann.KUBERNETES_ADMIN_ACCESS_LABEL,
+    claims_in_spec=True,
+    pins_node=False,
+)
+"""The in-tree kinds, as the kubelet, kube-scheduler and kube-controller-manager read them."""
+
+PROTOCOLS: Final = {p.group: p for p in (DRALLOC, KUBERNETES)}
+
+
+def protocol_for(group: str) -> PodProtocol:
+    try:
+        return PROTOCOLS[group]
+    except KeyError:
+        raise ValueError(f"API group {group!r}: expected one of {', '.join(PROTOCOLS)}") from None

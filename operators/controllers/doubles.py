@@ -1,0 +1,280 @@
+"""Devices allocated to two claims at once: found, reported, and undone on one side.
+
+dralloc never hands out a device it sees allocated, but it is not always the only writer of
+allocations. In-tree, kube-scheduler allocates the claims of pods that bypass dralloc's gate
+(the webhook was down, the namespace is not selected, the pod was created bound), and neither
+side sees the other's newest writes: kube-scheduler can hand out a device dralloc has just
+written before its informer shows it, and the other way round (upstream has no protocol
+between allocators; interop.md §1 "Race"). Both writes land, since they are to different
+claims. Someone with write access to claim status can also forge one on either API.
+
+So this controller keeps an index of exclusively allocated devices (no share, no admin
+access) from the claim watch. When a device has two holders for longer than
+:data:`SETTLE_SECONDS` (a relist may show a new allocation before the old one's release),
+one holder keeps it and the others are undone, with a Warning Event that names the device and
+both claims, on the claims and their pods:
+
+- a holder whose pods are not bound yet loses the allocation (``allocation`` and
+  ``reservedFor`` cleared, with a resourceVersion precondition): the pod is allocated again,
+  by dralloc if it is still gated, or by kube-scheduler's own retry if it was released;
+- if every holder's pods are bound, the later allocation's pods are evicted (deleted with a
+  UID precondition and a DisruptionTarget condition) when a controller owns them, so that
+  it makes new ones; bare pods are not deleted (that would lose them): the double is
+  reported on them and counted.
+
+Which holder keeps the device: one whose pods are bound, else the earlier allocation
+(allocationTimestamp, then resourceVersion): the one that can be undone most cheaply goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+
+from operators import metrics
+from operators.api.models import ResourceClaim
+from operators.cache.core import Pod
+from operators.cache.informer import Change, Key, version_number
+from operators.controllers import conditions
+from operators.controllers.base import Runtime, register_controller, retry_forever
+from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_kind
+
+log = structlog.get_logger(__name__)
+
+REASON_DOUBLE = "DoubleAllocation"
+SETTLE_SECONDS = 2.0
+CHECK_PERIOD = 1.0
+
+DeviceId = tuple[str, str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """One claim holding a device, as far as choosing the one that keeps it goes."""
+
+    key: Key
+    bound: bool
+    """Some pod it is reserved for is bound to a node (undoing it means evicting)."""
+    allocated_at: str
+    """allocationTimestamp (RFC 3339 sorts as text), '' if unset."""
+    version: int
+
+
+def exclusive_devices(claim: ResourceClaim | None) -> frozenset[DeviceId]:
+    """The devices a claim holds alone: results without a share and without admin access."""
+    allocation = claim.status.allocation if claim is not None and claim.status else None
+    if allocation is None:
+        return frozenset()
+    return frozenset(
+        (r.driver, r.pool, r.device)
+        for r in allocation.devices.results
+        if r.share_id is None and not r.admin_access
+    )
+
+
+def choose_keeper(holders: Iterable[Holder]) -> tuple[Holder, list[Holder]]:
+    """The holder that keeps the device, and the ones to undo (deterministic)."""
+    ordered = sorted(
+        holders,
+        key=lambda h: (not h.bound, h.allocated_at or "~", h.version, h.key),
+    )
+    return ordered[0], ordered[1:]
+
+
+class DoubleAllocationController:
+    name = "double-allocations"
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.client = runtime.client
+        self.pods = runtime.cache[PODS]
+        self.claims = runtime.cache[RESOURCE_CLAIMS]
+        self.holders: dict[DeviceId, set[Key]] = {}
+        self.held: dict[Key, frozenset[DeviceId]] = {}
+        self.since: dict[DeviceId, float] = {}
+        self.repaired = 0
+        self.reported = 0
+        self._reported_keys: set[tuple[DeviceId, frozenset[Key]]] = set()
+        self.claims.add_handler(self._on_claim)
+
+    def _on_claim(self, change: Change[ResourceClaim]) -> None:
+        key = change.key
+        now = exclusive_devices(change.new)
+        before = self.held.pop(key, frozenset())
+        if now:
+            self.held[key] = now
+        for device in before - now:
+            keys = self.holders.get(device)
+            if keys is not None:
+                keys.discard(key)
+                if len(keys) < 2:
+                    self.since.pop(device, None)
+                if not keys:
+                    del self.holders[device]
+        for device in now - before:
+            keys = self.holders.setdefault(device, set())
+            keys.add(key)
+            if len(keys) > 1:
+                self.since.setdefault(device, time.monotonic())
+
+    async def run(self) -> None:
+        await retry_forever(self.name, self._loop)
+
+    def health(self) -> dict[str, Any]:
+        return {"doubles": len(self.since), "repaired": self.repaired, "reported": self.reported}
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_PERIOD)
+            clock = time.monotonic()
+            for device, since in sorted(self.since.items()):
+                if clock - since < SETTLE_SECONDS:
+                    continue
+                try:
+                    await self._repair(device)
+                except (Conflict, NotFound):
+                    continue  # changed under us: the watch tells what is left
+                except Exception as error:
+                    if failure_kind(error) is None:
+                        raise
+                    log.warning("double allocation not repaired yet", error=str(error)[:300])
+
+    def _holder(self, key: Key) -> tuple[Holder, ResourceClaim, list[Pod]] | None:
+        claim = self.claims.get(key)
+        if claim is None or claim.status is None or claim.status.allocation is None:
+            return None
+        pods = [
+            pod
+            for entry in claim.status.reserved_for
+            if (entry.api_group or "") == "" and entry.resource == "pods"
+            for pod in [self.pods.get(Key(key.namespace, entry.name))]
+            if pod is not None and pod.uid == entry.uid
+        ]
+        stamp = claim.status.allocation.allocation_timestamp
+        holder = Holder(
+            key=key,
+            bound=any(pod.node_name for pod in pods),
+            allocated_at=_rfc3339(stamp),
+            version=version_number(claim.metadata.resource_version or ""),
+        )
+        return holder, claim, pods
+
+    async def _repair(self, device: DeviceId) -> None:
+        found = [h for key in sorted(self.holders.get(device, ())) if (h := self._holder(key))]
+        if len(found) < 2:
+            self.since.pop(device, None)
+            return
+        by_key = {holder.key: (claim, pods) for holder, claim, pods in found}
+        keeper, undo = choose_keeper(holder for holder, _, _ in found)
+        name = "/".join(device)
+        for holder in undo:
+            claim, pods = by_key[holder.key]
+            message = (
+                f"device {name} was also allocated to resourceclaim {keeper.key} "
+                "(two allocators wrote at once, or an allocation was forged)"
+            )
+            if not holder.bound:
+                await self._deallocate(claim)
+                message += f"; the allocation of {holder.key} was cleared, to be made again"
+                outcome = "deallocated"
+            else:
+                if any(pod.deleting for pod in pods):
+                    continue  # an eviction is under way: its end releases the claim
+                owned = [pod for pod in pods if pod.controller]
+                for pod in owned:
+                    await self._evict(pod, message)
+                if owned and len(owned) == len(pods):
+                    message += f"; the pods of {holder.key} were evicted for their controller"
+                    outcome = "evicted"
+                else:
+                    marker = (device, frozenset(h.key for h, _, _ in found))
+                    if marker in self._reported_keys:
+                        continue
+                    self._reported_keys.add(marker)
+                    message += (
+                        f"; {holder.key} is used by a pod no controller owns, which is not "
+                        "deleted: delete it to give the device back"
+                    )
+                    outcome = "reported"
+            metrics.DOUBLE_ALLOCATIONS.labels(outcome=outcome).inc()
+            if outcome == "reported":
+                self.reported += 1
+            else:
+                self.repaired += 1
+            log.warning(
+                "double allocation", device=name, kept=str(keeper.key), undone=str(holder.key),
+                outcome=outcome,
+            )  # fmt: skip
+            for involved in [_claim_ref(claim), *(pod.involved() for pod in pods)]:
+                await self.runtime.events.post(involved, REASON_DOUBLE, message, warning=True)
+        # Looked at again while two still hold it: an eviction still under way, or a new
+        # holder that came while this ran (kube-scheduler may count a device free once one
+        # side of a double let it go).
+        if len(self.holders.get(device, ())) > 1:
+            self.since[device] = time.monotonic()
+        else:
+            self.since.pop(device, None)
+
+    async def _deallocate(self, claim: ResourceClaim) -> None:
+        status: dict[str, Any] = {"allocation": None, "reservedFor": None, "devices": None}
+        await self.client.merge_patch(
+            RESOURCE_CLAIMS,
+            claim.metadata.name or "",
+            {"status": status},
+            namespace=claim.metadata.namespace,
+            resource_version=claim.metadata.resource_version,
+            subresource="status",
+        )
+
+    async def _evict(self, pod: Pod, message: str) -> None:
+        condition = conditions.condition(
+            "DisruptionTarget",
+            "True",
+            "DeletionByDralloc",
+            f"dralloc: {message}",
+            transition=datetime.datetime.now(datetime.UTC),
+        )
+        with contextlib.suppress(NotFound):
+            await self.client.request(
+                "PATCH",
+                PODS.path(pod.namespace, pod.name) + "/status",
+                body={"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}},
+                content_type="application/strategic-merge-patch+json",
+            )
+            await self.client.delete(PODS, pod.name, namespace=pod.namespace, uid=pod.uid)
+
+
+def _rfc3339(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime.datetime):
+        return value.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str(value)
+
+
+def _claim_ref(claim: ResourceClaim) -> dict[str, Any]:
+    return {
+        "apiVersion": claim.api_version,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "namespace": claim.metadata.namespace,
+            "name": claim.metadata.name,
+            "uid": claim.metadata.uid,
+            "resourceVersion": claim.metadata.resource_version,
+        },
+    }
+
+
+register_controller(
+    DoubleAllocationController.name,
+    lambda runtime: (
+        DoubleAllocationController(runtime) if runtime.settings.allocation_controller else None
+    ),
+)
