@@ -73,22 +73,25 @@ async def add_scheduling_gate(
     selector = settings.gate_namespace_selector
     if selector is not None:
         namespace = (body.get("metadata") or {}).get("namespace") or ""
-        labels = await _namespace_labels(memo, namespace)
         # Labels unknown (no answer): gate. An ungated pod would pass dralloc by; a gated
-        # one of another namespace is still served, by dralloc.
+        # one of another namespace is still served, by dralloc. A cached "not selected" is
+        # read again live: the label may have been set a moment ago.
+        labels = await _namespace_labels(memo, namespace, live=False)
         if labels is not None and not namespace_selected(labels, selector):
-            return  # left to kube-scheduler (in-tree), or to whoever serves that namespace
+            labels = await _namespace_labels(memo, namespace, live=True)
+            if labels is not None and not namespace_selected(labels, selector):
+                return  # left to kube-scheduler (in-tree), or to whoever serves it
     patch.spec["schedulingGates"] = gates
 
 
-async def _namespace_labels(memo: Any, name: str) -> Mapping[str, str] | None:
-    """A namespace's labels from the shared cache, read live if the cache lacks it yet;
-    None if they cannot be known now."""
+async def _namespace_labels(memo: Any, name: str, *, live: bool) -> Mapping[str, str] | None:
+    """A namespace's labels from the shared cache (``live``: or the API server, also when
+    the cache lacks it); None if they cannot be known now."""
     runtime = memo.get(MEMO_KEY)
     if runtime is None:
         return None
     cached: Namespace | None = runtime.cache[NAMESPACES].get(Key("", name))
-    if cached is not None:
+    if cached is not None and not live:
         return cached.labels
     try:
         raw = await runtime.client.get(NAMESPACES, name)

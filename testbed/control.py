@@ -325,6 +325,13 @@ def start(state: State, name: str, argv: list[str], env: dict[str, str] | None =
     return component
 
 
+def dra_gates(state: State) -> list[str]:
+    """With in-tree DRA on, what Kubernetes 1.37 (the current stable release) has on by
+    default but 1.36 (the testbed's) has not: DeviceTaintRules (GA in 1.37; in 1.36 a beta,
+    off, served at resource.k8s.io/v1beta2, which the API server is told to serve)."""
+    return ["--feature-gates=DRADeviceTaintRules=true"] if state.dra else []
+
+
 def scheduler_config(state: State, kubeconfig: Path) -> Path:
     profile: dict[str, object] = {"schedulerName": "default-scheduler"}
     if not state.dra:
@@ -439,6 +446,8 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             "--max-mutating-requests-inflight=0",
             "--profiling=true",  # /debug/pprof for admins: where the API server spends CPU
             f"--cert-dir={pki}",
+            *dra_gates(state),
+            *(["--runtime-config=resource.k8s.io/v1beta2=true"] if state.dra else []),
         ],
     )
     tls = admin_tls_context(pki)
@@ -468,6 +477,7 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             str(bin_dir / "kube-scheduler"),
             f"--config={scheduler_config(state, kubeconfig)}",
             f"--secure-port={ports.scheduler}",
+            *dra_gates(state),
             *common,
         ],
     )
@@ -485,6 +495,7 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             f"--flex-volume-plugin-dir={state_dir / 'flexvolume'}",
             "--kube-api-qps=1000",
             "--kube-api-burst=2000",
+            *dra_gates(state),
             *common,
         ],
     )

@@ -51,6 +51,9 @@ class PodProtocol:
     """Annotation of a generated claim naming the pod's claim entry."""
     admin_access_label: str
     """Namespace label (value ``"true"``) required for adminAccess requests there."""
+    claim_conditions: bool
+    """Claims carry dralloc's ``status.conditions`` (our CRDs; resource.k8s.io/v1 has no
+    such field, and the API server drops it: writing it would be a request for nothing)."""
     claims_in_spec: bool
     """Pods ask with ``spec.resourceClaims`` (in-tree) instead of the claims annotation."""
     pins_node: bool
@@ -123,9 +126,12 @@ class PodProtocol:
         return not self.claims_in_spec
 
 
+_SPEC_CLAIM_FIELDS: Final = frozenset({"name", "resourceClaimName", "resourceClaimTemplateName"})
+
+
 def _spec_claims(entries: Any) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
-    # The API server has validated spec.resourceClaims; this only turns it into our model
-    # (and would name the field if a future API version added something we do not know).
+    # The API server has validated spec.resourceClaims; this only turns it into our model.
+    # Fields a later API version may add are not ours to refuse: only the known ones are read.
     if not isinstance(entries, list):
         return (), "spec.resourceClaims: must be a list"
     if len(entries) > POD_RESOURCE_CLAIMS_MAX_SIZE:
@@ -135,7 +141,9 @@ def _spec_claims(entries: Any) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
         )
     try:
         return tuple(
-            ann.PodResourceClaim.model_validate({k: v for k, v in e.items() if v is not None})
+            ann.PodResourceClaim.model_validate(
+                {k: v for k, v in e.items() if k in _SPEC_CLAIM_FIELDS and v is not None}
+            )
             for e in entries
         ), ""
     except (ValidationError, AttributeError) as error:
@@ -148,6 +156,7 @@ DRALLOC: Final = PodProtocol(
     finalizer=ann.FINALIZER,
     pod_claim_name_annotation=ann.POD_CLAIM_NAME_ANNOTATION,
     admin_access_label=ann.ADMIN_ACCESS_LABEL,
+    claim_conditions=True,
     claims_in_spec=False,
     pins_node=True,
 )
@@ -158,6 +167,7 @@ KUBERNETES: Final = PodProtocol(
     finalizer=ann.KUBERNETES_FINALIZER,
     pod_claim_name_annotation=ann.KUBERNETES_POD_CLAIM_NAME_ANNOTATION,
     admin_access_label=ann.KUBERNETES_ADMIN_ACCESS_LABEL,
+    claim_conditions=False,
     claims_in_spec=True,
     pins_node=False,
 )

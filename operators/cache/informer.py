@@ -103,12 +103,17 @@ class Informer(Generic[T]):
         watch_timeout: int = 300,
         backoff: Backoff | None = None,
         optional: bool = False,
+        other_versions: tuple[str, ...] = (),
     ) -> None:
         self.client = client
         self.resource = resource
         self.optional = optional
         """A kind the server may not serve (404): then it reads as empty, checked again
         every :data:`NOT_SERVED_RECHECK` seconds."""
+        self.versions = (resource.version, *other_versions)
+        """Versions to read an optional kind at, in order of preference (a kind reaches v1
+        only in some release: older servers serve it at a beta version or not at all)."""
+        self._version = 0
         self.parse = parse
         self.watch_timeout = watch_timeout
         self.backoff = backoff or Backoff(base=0.2, cap=30.0)
@@ -260,7 +265,7 @@ class Informer(Generic[T]):
         while True:
             try:
                 if not resource_version:
-                    raws, resource_version = await self.client.list(self.resource)
+                    raws, resource_version = await self.client.list(self.served)
                     self.replace(raws)
                     if not self.synced.is_set():
                         self.sync_seconds = time.monotonic() - started
@@ -290,16 +295,33 @@ class Informer(Generic[T]):
         await asyncio.sleep(delay)
         return self.backoff.failures > 3
 
+    @property
+    def served(self) -> Resource:
+        """The resource at the version being read."""
+        version = self.versions[self._version]
+        if version == self.resource.version:
+            return self.resource
+        return dataclasses.replace(self.resource, version=version)
+
     async def _not_served(self) -> None:
+        if self._version + 1 < len(self.versions):
+            self._version += 1  # the next version at once
+            self._log.info("kind not served at this version", trying=self.served.version)
+            return
         if self._objects or not self.synced.is_set():
-            self._log.info("kind not served here; read as empty", resource=self.resource.plural)
+            self._log.warning(
+                "kind not served here; read as empty",
+                resource=self.resource.plural,
+                versions=list(self.versions),
+            )
+        self._version = 0
         self.replace([])
         self.synced.set()
         await asyncio.sleep(NOT_SERVED_RECHECK)
 
     async def _watch_once(self, resource_version: str) -> str:
         async for event in self.client.watch(
-            self.resource, resource_version, timeout_seconds=self.watch_timeout
+            self.served, resource_version, timeout_seconds=self.watch_timeout
         ):
             version = (event.object.get("metadata") or {}).get("resourceVersion")
             if event.type != "BOOKMARK":

@@ -57,4 +57,8 @@ PARSERS: Mapping[Resource, Parser[Any]] = parsers()
 
 OPTIONAL: frozenset[Resource] = frozenset({DEVICE_TAINT_RULES})
 """Kinds a server may not serve: in-tree DeviceTaintRule reached resource.k8s.io/v1 only in
-Kubernetes 1.37 (before, v1beta2 behind an off-by-default gate). Missing, they read as empty."""
+Kubernetes 1.37 (1.36 serves v1beta2 behind an off-by-default gate, 1.33-1.35 v1alpha3).
+Missing at every version of :data:`OTHER_VERSIONS`, they read as empty (with a warning)."""
+
+OTHER_VERSIONS: Mapping[Resource, tuple[str, ...]] = {DEVICE_TAINT_RULES: ("v1beta2", "v1alpha3")}
+"""Older versions to read an optional kind at when the server lacks v1 (same fields)."""

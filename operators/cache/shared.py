@@ -33,6 +33,7 @@ class SharedCache:
         *,
         watch_timeout: int = 300,
         optional: Collection[Resource] = (),
+        other_versions: Mapping[Resource, tuple[str, ...]] | None = None,
     ) -> None:
         self.client = client
         self.informers: dict[Resource, Informer[Any]] = {
@@ -43,6 +44,7 @@ class SharedCache:
                 watch_timeout=watch_timeout,
                 backoff=Backoff(base=0.2, cap=30.0),
                 optional=resource in optional,
+                other_versions=(other_versions or {}).get(resource, ()),
             )
             for resource, parse in parsers.items()
         }

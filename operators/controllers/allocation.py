@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
@@ -263,6 +263,15 @@ class AllocationController(ClaimWrites, Explanations):
             del self.written[change.key]
         if _wants_allocation(pod):
             self.queue.add(change.key)
+
+    def writing(self, claim: Key, pods: Iterable[Key]) -> bool:
+        """Whether this controller is still writing a claim's allocation or its pods (the
+        watch has not shown the result yet): nobody else should undo it meanwhile."""
+        return (
+            claim in self.claims_in_flight
+            or claim in self.unanswered
+            or any(pod in self.in_flight or pod in self.written for pod in pods)
+        )
 
     def _check_allocator(self, pod: Pod) -> None:
         """A pod allocated by another allocator while this one leads: one of them stops."""

@@ -61,6 +61,8 @@ class Explanations:
 
     async def _set_claim_conditions(self, pod: Pod, reason: Unallocatable) -> None:
         """Each waiting claim's Allocated=False condition, written only when it changes."""
+        if not self.runtime.protocol.claim_conditions:
+            return
         now = datetime.datetime.now(datetime.UTC)
         for entry in pod.claims:
             name = self._claim_name(pod, entry)

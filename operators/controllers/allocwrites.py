@@ -215,7 +215,7 @@ class ClaimWrites:
             f"allocated on node {node}",
             datetime.datetime.now(datetime.UTC),
         )
-        if claim_conditions is not None:
+        if claim_conditions is not None and self.runtime.protocol.claim_conditions:
             status["conditions"] = claim_conditions
         key = Key(namespace, name)
         self.unanswered[key] = UnansweredWrite(claim, str(version))

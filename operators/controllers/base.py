@@ -20,7 +20,7 @@ import structlog
 
 from operators import gcpause, metrics
 from operators.api.podprotocol import PodProtocol, protocol_for
-from operators.cache.kinds import OPTIONAL, parsers
+from operators.cache.kinds import OPTIONAL, OTHER_VERSIONS, parsers
 from operators.cache.shared import SharedCache
 from operators.controllers import placement
 from operators.fencing import AllocationRecord, AllocatorMark, stands_down
@@ -90,6 +90,7 @@ class Runtime:
             parsers(self.protocol),
             watch_timeout=settings.watch_timeout,
             optional=OPTIONAL,
+            other_versions=OTHER_VERSIONS,
         )
         self.events = EventRecorder(client)
         self.controllers: list[Controller] = []

@@ -12,29 +12,31 @@ So this controller keeps an index of exclusively allocated devices (no share, no
 access) from the claim watch. When a device has two holders for longer than
 :data:`SETTLE_SECONDS` (a relist may show a new allocation before the old one's release),
 one holder keeps it and the others are undone, with a Warning Event that names the device and
-both claims, on the claims and their pods:
+both claims, on the claims and their pods. How a holder can be undone decides who keeps it:
 
-- a holder whose pods are not bound yet loses the allocation (``allocation`` and
-  ``reservedFor`` cleared, with a resourceVersion precondition): the pod is allocated again,
-  by dralloc if it is still gated, or by kube-scheduler's own retry if it was released;
-- if every holder's pods are bound, the later allocation's pods are evicted (deleted with a
-  UID precondition and a DisruptionTarget condition) when a controller owns them, so that
-  it makes new ones; bare pods are not deleted (that would lose them): the double is
-  reported on them and counted.
+- **deallocate**, when every consumer is a pod that is still gated (nothing but dralloc can
+  bind it then) and dralloc is not writing that allocation or pod right now: the pod is
+  allocated again, afresh;
+- **evict**, when the claim was generated for one pod and a controller owns that pod: the pod
+  is deleted with a UID and resourceVersion precondition (so not if it was bound meanwhile),
+  and its controller makes a new one;
+- **report** otherwise: bare pods (deleting one would lose it), claims shared by name (their
+  next consumers would be reserved on the same allocation), consumers that are not pods, or
+  pods the cache does not know.
 
-Which holder keeps the device: one whose pods are bound, else the earlier allocation
-(allocationTimestamp, then resourceVersion): the one that can be undone most cheaply goes.
+The holder that is hardest to undo keeps the device; among equals, the allocation this
+controller saw first (writers choose allocationTimestamp; a forged one must not win by it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime
+import enum
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -42,7 +44,7 @@ from operators import metrics
 from operators.api.models import ResourceClaim
 from operators.cache.core import Pod
 from operators.cache.informer import Change, Key, version_number
-from operators.controllers import conditions
+from operators.controllers import claimrules, conditions
 from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_kind
 
@@ -55,16 +57,22 @@ CHECK_PERIOD = 1.0
 DeviceId = tuple[str, str, str]
 
 
+class Undo(enum.IntEnum):
+    """How a holder can be undone, cheapest first."""
+
+    DEALLOCATE = 0
+    EVICT = 1
+    REPORT = 2
+
+
 @dataclasses.dataclass(frozen=True)
 class Holder:
     """One claim holding a device, as far as choosing the one that keeps it goes."""
 
     key: Key
-    bound: bool
-    """Some pod it is reserved for is bound to a node (undoing it means evicting)."""
-    allocated_at: str
-    """allocationTimestamp (RFC 3339 sorts as text), '' if unset."""
-    version: int
+    undo: Undo
+    first_seen: int
+    """resourceVersion at which this controller first saw the allocation."""
 
 
 def exclusive_devices(claim: ResourceClaim | None) -> frozenset[DeviceId]:
@@ -81,11 +89,21 @@ def exclusive_devices(claim: ResourceClaim | None) -> frozenset[DeviceId]:
 
 def choose_keeper(holders: Iterable[Holder]) -> tuple[Holder, list[Holder]]:
     """The holder that keeps the device, and the ones to undo (deterministic)."""
-    ordered = sorted(
-        holders,
-        key=lambda h: (not h.bound, h.allocated_at or "~", h.version, h.key),
-    )
+    ordered = sorted(holders, key=lambda h: (-h.undo, h.first_seen, h.key))
     return ordered[0], ordered[1:]
+
+
+class Busy(enum.Enum):
+    """A holder whose allocation or pod dralloc is writing right now: look again later."""
+
+    BUSY = "busy"
+
+
+BUSY = Busy.BUSY
+
+
+class Writer(Protocol):
+    def writing(self, claim: Key, pods: Iterable[Key]) -> bool: ...
 
 
 class DoubleAllocationController:
@@ -98,10 +116,11 @@ class DoubleAllocationController:
         self.claims = runtime.cache[RESOURCE_CLAIMS]
         self.holders: dict[DeviceId, set[Key]] = {}
         self.held: dict[Key, frozenset[DeviceId]] = {}
+        self.first_seen: dict[Key, int] = {}
         self.since: dict[DeviceId, float] = {}
         self.repaired = 0
         self.reported = 0
-        self._reported_keys: set[tuple[DeviceId, frozenset[Key]]] = set()
+        self._reported: set[tuple[DeviceId, frozenset[Key]]] = set()
         self.claims.add_handler(self._on_claim)
 
     def _on_claim(self, change: Change[ResourceClaim]) -> None:
@@ -110,6 +129,11 @@ class DoubleAllocationController:
         before = self.held.pop(key, frozenset())
         if now:
             self.held[key] = now
+            if not before:
+                version = change.new.metadata.resource_version if change.new else ""
+                self.first_seen[key] = version_number(version or "")
+        else:
+            self.first_seen.pop(key, None)
         for device in before - now:
             keys = self.holders.get(device)
             if keys is not None:
@@ -146,28 +170,50 @@ class DoubleAllocationController:
                         raise
                     log.warning("double allocation not repaired yet", error=str(error)[:300])
 
-    def _holder(self, key: Key) -> tuple[Holder, ResourceClaim, list[Pod]] | None:
+    def _writer(self) -> Writer | None:
+        for controller in self.runtime.controllers:
+            if controller.name == "allocation":
+                return controller  # type: ignore[return-value]
+        return None
+
+    def _holder(self, key: Key) -> tuple[Holder, ResourceClaim, list[Pod]] | Busy | None:
         claim = self.claims.get(key)
         if claim is None or claim.status is None or claim.status.allocation is None:
             return None
+        consumers = claim.status.reserved_for
         pods = [
             pod
-            for entry in claim.status.reserved_for
+            for entry in consumers
             if (entry.api_group or "") == "" and entry.resource == "pods"
             for pod in [self.pods.get(Key(key.namespace, entry.name))]
             if pod is not None and pod.uid == entry.uid
         ]
-        stamp = claim.status.allocation.allocation_timestamp
-        holder = Holder(
-            key=key,
-            bound=any(pod.node_name for pod in pods),
-            allocated_at=_rfc3339(stamp),
-            version=version_number(claim.metadata.resource_version or ""),
-        )
-        return holder, claim, pods
+        writer = self._writer()
+        if writer is not None and writer.writing(key, [Key(p.namespace, p.name) for p in pods]):
+            return BUSY
+        known = len(pods) == len(consumers)  # every consumer a pod we know
+        owner = claimrules.owner_pod_uid(claim)
+        if known and pods and all(pod.gated for pod in pods):
+            undo = Undo.DEALLOCATE
+        elif (
+            known
+            and len(pods) == 1
+            and owner == pods[0].uid
+            and pods[0].controller
+            and not pods[0].gated
+        ):
+            undo = Undo.EVICT
+        else:
+            undo = Undo.REPORT
+        first = self.first_seen.get(key, version_number(claim.metadata.resource_version or ""))
+        return Holder(key, undo, first), claim, pods
 
     async def _repair(self, device: DeviceId) -> None:
-        found = [h for key in sorted(self.holders.get(device, ())) if (h := self._holder(key))]
+        looked = [self._holder(key) for key in sorted(self.holders.get(device, ()))]
+        if any(h is BUSY for h in looked):
+            self.since[device] = time.monotonic()  # dralloc's own write is still landing
+            return
+        found = [h for h in looked if isinstance(h, tuple)]
         if len(found) < 2:
             self.since.pop(device, None)
             return
@@ -176,33 +222,31 @@ class DoubleAllocationController:
         name = "/".join(device)
         for holder in undo:
             claim, pods = by_key[holder.key]
+            if any(pod.deleting for pod in pods):
+                continue  # an eviction is under way: its end releases the claim
             message = (
                 f"device {name} was also allocated to resourceclaim {keeper.key} "
                 "(two allocators wrote at once, or an allocation was forged)"
             )
-            if not holder.bound:
+            if holder.undo is Undo.DEALLOCATE:
                 await self._deallocate(claim)
                 message += f"; the allocation of {holder.key} was cleared, to be made again"
                 outcome = "deallocated"
+            elif holder.undo is Undo.EVICT:
+                (pod,) = pods
+                await self._evict(pod, message)
+                message += f"; its pod was evicted for {pod.controller} to recreate"
+                outcome = "evicted"
             else:
-                if any(pod.deleting for pod in pods):
-                    continue  # an eviction is under way: its end releases the claim
-                owned = [pod for pod in pods if pod.controller]
-                for pod in owned:
-                    await self._evict(pod, message)
-                if owned and len(owned) == len(pods):
-                    message += f"; the pods of {holder.key} were evicted for their controller"
-                    outcome = "evicted"
-                else:
-                    marker = (device, frozenset(h.key for h, _, _ in found))
-                    if marker in self._reported_keys:
-                        continue
-                    self._reported_keys.add(marker)
-                    message += (
-                        f"; {holder.key} is used by a pod no controller owns, which is not "
-                        "deleted: delete it to give the device back"
-                    )
-                    outcome = "reported"
+                marker = (device, frozenset(h.key for h, _, _ in found))
+                if marker in self._reported:
+                    continue
+                self._reported.add(marker)
+                message += (
+                    f"; {holder.key} cannot be undone safely (a bare pod, a claim shared by "
+                    "name, or a consumer dralloc does not know): free it to give the device back"
+                )
+                outcome = "reported"
             metrics.DOUBLE_ALLOCATIONS.labels(outcome=outcome).inc()
             if outcome == "reported":
                 self.reported += 1
@@ -214,9 +258,9 @@ class DoubleAllocationController:
             )  # fmt: skip
             for involved in [_claim_ref(claim), *(pod.involved() for pod in pods)]:
                 await self.runtime.events.post(involved, REASON_DOUBLE, message, warning=True)
-        # Looked at again while two still hold it: an eviction still under way, or a new
-        # holder that came while this ran (kube-scheduler may count a device free once one
-        # side of a double let it go).
+        # Looked at again while two still hold it: an eviction still under way, a write of
+        # dralloc's own still in flight, or a new holder that came while this ran
+        # (kube-scheduler may count a device free once one side of a double let it go).
         if len(self.holders.get(device, ())) > 1:
             self.since[device] = time.monotonic()
         else:
@@ -241,14 +285,21 @@ class DoubleAllocationController:
             f"dralloc: {message}",
             transition=datetime.datetime.now(datetime.UTC),
         )
-        with contextlib.suppress(NotFound):
-            await self.client.request(
-                "PATCH",
-                PODS.path(pod.namespace, pod.name) + "/status",
-                body={"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}},
-                content_type="application/strategic-merge-patch+json",
-            )
-            await self.client.delete(PODS, pod.name, namespace=pod.namespace, uid=pod.uid)
+        # Both writes are conditional on the version the decision read (the condition's
+        # answer is the next one): a pod bound or changed since is left alone.
+        updated = await self.client.request(
+            "PATCH",
+            PODS.path(pod.namespace, pod.name) + "/status",
+            body={
+                "metadata": {"uid": pod.uid, "resourceVersion": pod.resource_version},
+                "status": {"conditions": [condition]},
+            },
+            content_type="application/strategic-merge-patch+json",
+        )
+        version = (updated.get("metadata") or {}).get("resourceVersion") or pod.resource_version
+        await self.client.delete(
+            PODS, pod.name, namespace=pod.namespace, uid=pod.uid, resource_version=version
+        )
 
 
 def _rfc3339(value: Any) -> str:

@@ -52,9 +52,9 @@ def scheduler_refusal(pod: Pod) -> str | None:
     return None
 
 
-def is_released_unbound(pod: Pod) -> bool:
-    """Released by the allocation loop (ungated, pinned to one node, its devices written)
-    and not bound yet."""
+def is_released_unbound(pod: Pod, pinned: bool = True) -> bool:
+    """Released by the allocation loop (ungated, its devices written, and pinned to one node
+    where the API mode pins) and not bound yet."""
     needs = pod.needs
     return (
         bool(pod.claims)
@@ -63,7 +63,7 @@ def is_released_unbound(pod: Pod) -> bool:
         and not pod.node_name
         and not pod.done
         and not pod.deleting
-        and bool(needs.pinned_node)
+        and (bool(needs.pinned_node) or not pinned)
     )
 
 
@@ -79,6 +79,10 @@ class ReleasedPodsController:
         self.client = runtime.client
         self.settings = runtime.settings
         self.pods = runtime.cache[PODS]
+        # In-tree, released pods are not pinned: an unbound one still holds its devices
+        # while kube-scheduler finds no node (its own fallback deallocates only claims it
+        # finds unavailable on a node that passed every other filter).
+        self.pinned = runtime.protocol.pins_node
         self.claims = runtime.cache.assumed(RESOURCE_CLAIMS)
         self.since: dict[Key, float] = {}
         self.undone = 0
@@ -86,7 +90,7 @@ class ReleasedPodsController:
 
     def _on_pod(self, change: Change[Pod]) -> None:
         pod = change.new
-        if pod is not None and is_released_unbound(pod):
+        if pod is not None and is_released_unbound(pod, self.pinned):
             self.since.setdefault(change.key, time.monotonic())
         else:
             self.since.pop(change.key, None)
@@ -105,7 +109,7 @@ class ReleasedPodsController:
                 if now - since < self.settings.release_grace:
                     continue
                 pod = self.pods.get(key)
-                if pod is None or not is_released_unbound(pod):
+                if pod is None or not is_released_unbound(pod, self.pinned):
                     self.since.pop(key, None)
                     continue
                 message = scheduler_refusal(pod)
@@ -126,10 +130,14 @@ class ReleasedPodsController:
     async def _undo(self, pod: Pod, message: str) -> None:
         """Each first write is conditional on the pod version that was refused: if the
         scheduler binds the pod meanwhile, it fails (Conflict) and nothing is undone."""
-        node = pod.needs.pinned_node
+        node = pod.needs.pinned_node  # '' in-tree: released pods are not pinned there
+        # Deleting (with the refused version as precondition) is the one undo that cannot
+        # race kube-scheduler binding the pod meanwhile; freeing the claims of a bare pod
+        # can, and a pod bound then is served on its node as any bound pod.
         recreate = bool(pod.controller) and self.settings.recreate_refused_pods
+        where = f" to node {node}" if node else ""
         summary = (
-            f"kube-scheduler did not bind the pod to node {node} within "
+            f"kube-scheduler did not bind the pod{where} within "
             f"{self.settings.release_grace:g}s: {message}"
         )
         if recreate:
@@ -142,9 +150,10 @@ class ReleasedPodsController:
                 uid=pod.uid,
                 resource_version=pod.resource_version,
             )
-            self.runtime.refusals.add(
-                pod.namespace, pod.controller, node, time.monotonic() + REFUSAL_MEMORY
-            )
+            if node:
+                self.runtime.refusals.add(
+                    pod.namespace, pod.controller, node, time.monotonic() + REFUSAL_MEMORY
+                )
             outcome = f"the pod is deleted so that {pod.controller} recreates it"
         else:
             patched = await self.client.merge_patch(

@@ -314,7 +314,7 @@ class TaintController:
         if updated is None:
             return False
         await self.client.merge_patch(
-            DEVICE_TAINT_RULES,
+            self.rules.served,  # the version the server serves them at (v1beta2 in 1.36)
             rule.metadata.name or "",
             {"status": {"conditions": updated}},
             resource_version=rule.metadata.resource_version,

@@ -5,70 +5,102 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
-
 from operators.cache.informer import Key
 from operators.controllers import doubles
-from operators.controllers.doubles import DoubleAllocationController, Holder, choose_keeper
+from operators.controllers.doubles import DoubleAllocationController, Holder, Undo, choose_keeper
 from operators.kube import PODS, RESOURCE_CLAIMS
 
 from .fakes import FakeClient, allocated, claim, one_device_cluster, pod, put
 
 
-def holder(name: str, *, bound: bool = False, at: str = "", version: int = 1) -> Holder:
-    return Holder(Key("ns", name), bound, at, version)
+def holder(name: str, undo: Undo = Undo.DEALLOCATE, seen: int = 1) -> Holder:
+    return Holder(Key("ns", name), undo, seen)
 
 
-def test_the_bound_or_earlier_allocation_keeps_the_device() -> None:
-    keeper, undo = choose_keeper(
-        [holder("late", at="2026-01-01T00:00:02Z"), holder("early", at="2026-01-01T00:00:01Z")]
-    )
+def test_the_holder_hardest_to_undo_or_seen_first_keeps_the_device() -> None:
+    keeper, undo = choose_keeper([holder("late", seen=9), holder("early", seen=3)])
     assert (keeper.key.name, [h.key.name for h in undo]) == ("early", ["late"])
-    keeper, undo = choose_keeper([holder("early", at="1"), holder("bound", bound=True, at="2")])
+    keeper, _ = choose_keeper([holder("gated", seen=1), holder("bound", Undo.EVICT, seen=5)])
     assert keeper.key.name == "bound"
-    # Same second: the resourceVersion decides, so every replica picks the same one.
-    keeper, _ = choose_keeper([holder("b", at="1", version=9), holder("a", at="1", version=7)])
-    assert keeper.key.name == "a"
+    keeper, _ = choose_keeper([holder("owned", Undo.EVICT), holder("bare", Undo.REPORT, seen=7)])
+    assert keeper.key.name == "bare"
 
 
-def _double(client: FakeClient, *, second_bound: bool, owned: bool) -> Any:
+OWNER = [
+    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}
+]
+DEVICE = ("gpu.example.com", "n1", "dev-0")
+
+
+class Writer:
+    """The allocation controller's answer to "are you writing this right now?"."""
+
+    name = "allocation"
+
+    def __init__(self) -> None:
+        self.busy: set[Key] = set()
+
+    def writing(self, claim: Key, pods: Any) -> bool:
+        return claim in self.busy
+
+    async def run(self) -> None: ...
+
+    def health(self) -> dict[str, Any]:
+        return {}
+
+
+def _double(
+    client: FakeClient,
+    *,
+    gated: bool = False,
+    bound: bool = False,
+    owned: bool = False,
+    generated: bool = True,
+    c2_reserved: list[dict[str, Any]] | None = None,
+) -> Any:
+    """c1 (pod "first", bound, seen first) and c2 (pod "second") hold the same device."""
     runtime = one_device_cluster(client)
+    writer = Writer()
+    runtime.add(writer)
     controller = DoubleAllocationController(runtime)
+    controller.writer = writer
     first = pod("ns", "first", [{"name": "d", "resourceClaimName": "c1"}], gated=False)
     first["spec"]["nodeName"] = "n1"
-    second = pod("ns", "second", [{"name": "d", "resourceClaimName": "c2"}], gated=False)
-    if second_bound:
+    first["metadata"]["ownerReferences"] = OWNER
+    second = pod("ns", "second", [{"name": "d", "resourceClaimName": "c2"}], gated=gated)
+    if bound:
         second["spec"]["nodeName"] = "n1"
     if owned:
-        second["metadata"]["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "name": "rs",
-                "uid": "u",
-                "controller": True,
-            }
-        ]
+        second["metadata"]["ownerReferences"] = OWNER
     for raw in (first, second):
         put(runtime, PODS, raw)
     c1 = allocated(claim("ns", "c1", rv="20"), "first", "uid-p-first")
-    c1["status"]["allocation"]["allocationTimestamp"] = "2026-12-03T10:00:00Z"
     c2 = allocated(claim("ns", "c2", rv="30"), "second", "uid-p-second")
-    c2["status"]["allocation"]["allocationTimestamp"] = "2026-12-03T10:00:01Z"
+    # A forged timestamp must not decide who keeps the device: c2 claims to be older.
+    c2["status"]["allocation"]["allocationTimestamp"] = "1970-01-01T00:00:00Z"
+    if generated:
+        c2["metadata"]["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": "second", "uid": "uid-p-second", "controller": True}
+        ]  # fmt: skip
+    if c2_reserved is not None:
+        c2["status"]["reservedFor"] = c2_reserved
     put(runtime, RESOURCE_CLAIMS, c1)
     put(runtime, RESOURCE_CLAIMS, c2)
     return controller
 
 
-@pytest.mark.asyncio
-async def test_an_unbound_double_is_deallocated_and_reported() -> None:
+def _undone(client: FakeClient) -> list[str]:
+    return [f"{c.method} {c.path.rsplit('/', 2)[-2]}/{c.path.rsplit('/', 1)[-1]}" for c in client.calls if c.method in ("PATCH", "DELETE")]  # fmt: skip
+
+
+async def test_a_gated_double_is_deallocated_and_reported() -> None:
     client = FakeClient()
-    controller = _double(client, second_bound=False, owned=False)
+    controller = _double(client, gated=True)
     assert controller.since  # found at once
-    await controller._repair(("gpu.example.com", "n1", "dev-0"))
+    await controller._repair(DEVICE)
     (write,) = client.writes("resourceclaims/c2/status")
     assert write.body["status"] == {"allocation": None, "reservedFor": None, "devices": None}
-    assert not client.writes("resourceclaims/c1")
+    assert not client.writes("resourceclaims/c1") and not client.writes("pods/first")
     messages = {e["involved"]["metadata"]["name"]: e["message"] for e in client.events}
     assert set(messages) == {"c2", "second"}
     assert "also allocated to resourceclaim ns/c1" in messages["c2"]
@@ -76,26 +108,63 @@ async def test_an_unbound_double_is_deallocated_and_reported() -> None:
     assert controller.repaired == 1
 
 
-@pytest.mark.asyncio
-async def test_a_bound_double_evicts_only_pods_a_controller_recreates() -> None:
+async def test_a_claim_dralloc_is_still_writing_is_left_for_later() -> None:
     client = FakeClient()
-    controller = _double(client, second_bound=True, owned=True)
-    await controller._repair(("gpu.example.com", "n1", "dev-0"))
+    controller = _double(client, gated=True)
+    controller.writer.busy.add(Key("ns", "c2"))
+    await controller._repair(DEVICE)
+    assert not _undone(client) and not client.events
+    assert DEVICE in controller.since  # looked at again
+
+
+async def test_a_released_unbound_pod_is_never_deallocated_under_kube_scheduler() -> None:
+    """Ungated, kube-scheduler may bind it any moment: clearing its claim would leave a
+    bound pod with an unallocated claim. Owned, it is evicted with a version precondition."""
+    client = FakeClient()
+    controller = _double(client, owned=True)
+    await controller._repair(DEVICE)
+    assert not client.writes("resourceclaims")
+    (delete,) = [c for c in client.calls if c.method == "DELETE"]
+    assert delete.path.endswith("/pods/second")
+    bare = FakeClient()
+    controller = _double(bare)
+    await controller._repair(DEVICE)
+    assert not _undone(bare) and controller.reported == 1
+
+
+async def test_a_bound_double_evicts_only_generated_claims_of_owned_pods() -> None:
+    client = FakeClient()
+    controller = _double(client, bound=True, owned=True)
+    await controller._repair(DEVICE)
     assert [c.method for c in client.writes("pods/second")] == ["PATCH", "DELETE"]
+    assert not client.writes("pods/first")  # the forged older timestamp did not win
     assert not client.writes("resourceclaims")
 
     bare = FakeClient()
-    controller = _double(bare, second_bound=True, owned=False)
-    await controller._repair(("gpu.example.com", "n1", "dev-0"))
-    await controller._repair(("gpu.example.com", "n1", "dev-0"))
-    assert not bare.writes("pods/") and not bare.writes("resourceclaims")
+    controller = _double(bare, bound=True)
+    await controller._repair(DEVICE)
+    await controller._repair(DEVICE)
+    assert not _undone(bare)
     assert controller.reported == 1  # once, not every period
-    assert "no controller owns" in bare.events[0]["message"]
+    assert "cannot be undone safely" in bare.events[0]["message"]
+
+    shared = FakeClient()  # a named claim: its next consumers would get the same allocation
+    controller = _double(shared, bound=True, owned=True, generated=False)
+    await controller._repair(DEVICE)
+    assert not _undone(shared) and controller.reported == 1
+
+
+async def test_a_claim_reserved_for_something_else_than_known_pods_is_only_reported() -> None:
+    client = FakeClient()
+    group = [{"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "g", "uid": "g"}]
+    controller = _double(client, gated=True, c2_reserved=group)
+    await controller._repair(DEVICE)
+    assert not _undone(client) and controller.reported == 1
 
 
 def test_the_index_forgets_released_devices() -> None:
     client = FakeClient()
-    controller = _double(client, second_bound=False, owned=False)
+    controller = _double(client, gated=True)
     released = copy.deepcopy(
         client.objects["/apis/resource.dralloc.dev/v1/namespaces/ns/resourceclaims/c2"]
     )
@@ -103,4 +172,4 @@ def test_the_index_forgets_released_devices() -> None:
     released["metadata"]["resourceVersion"] = "31"
     controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", released)
     assert not controller.since
-    assert controller.holders[("gpu.example.com", "n1", "dev-0")] == {Key("ns", "c1")}
+    assert controller.holders[DEVICE] == {Key("ns", "c1")}

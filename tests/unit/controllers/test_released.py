@@ -118,3 +118,23 @@ def test_refused_nodes_are_remembered_per_controller_for_a_while() -> None:
     assert refusals.nodes("ns", "ReplicaSet/other", now=50.0) == set()
     assert refusals.nodes("other", "ReplicaSet/rs", now=50.0) == set()
     assert refusals.nodes("ns", "ReplicaSet/rs", now=100.0) == set()
+
+
+async def test_in_tree_an_unpinned_refused_pod_is_undone_too(monkeypatch: Any) -> None:
+    """In-tree a released pod is not pinned, and kube-scheduler's own fallback only frees
+    claims it finds unavailable on a node that passed every other filter: a pod that fits
+    nowhere else keeps its devices. After the grace it is undone as in the CRD mode."""
+    client = FakeClient()
+    runtime = one_device_cluster(client, release_grace=0.0, api_group="resource.k8s.io")
+    controller = ReleasedPodsController(runtime)
+    put(runtime, RESOURCE_CLAIMS, allocated(claim("ns", "p-claim"), "p", "uid-p-p"))
+    raw = released_pod("p")
+    del raw["spec"]["affinity"]
+    del raw["metadata"]["annotations"]["resource.dralloc.dev/claims"]
+    raw["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimName": "p-claim"}]
+    put(runtime, PODS, raw)
+    await run_once(controller, monkeypatch)
+    status = client.writes(RESOURCE_CLAIMS.path("ns", "p-claim") + "/status")
+    assert status and status[0].body["status"]["allocation"] is None
+    (event,) = [e for e in client.events if e["reason"] == REASON_REFUSED]
+    assert "did not bind the pod within" in event["message"]

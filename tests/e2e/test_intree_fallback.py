@@ -1,0 +1,189 @@
+"""In-tree mode does not pin released pods, so kube-scheduler's own fallback can save them.
+
+dralloc allocates a node-local device and removes its gate; in-tree, the claim's
+``allocation.nodeSelector`` is what keeps kube-scheduler on that node. If the node no longer
+fits when kube-scheduler gets to the pod (here: a pod bound directly takes its cpu while a
+second, user-owned gate holds the pod back), every other node fails the DRA plugin's filter
+("resourceclaim not available on the node"), so its PostFilter deallocates the claim and the
+next attempt allocates it on a node that fits. A pinned pod (the CRD mode's node affinity)
+would instead fail NodeResourcesFit on its one node, with nothing deallocated, and wait until
+dralloc's release grace undoes it (tests/e2e/test_placement.py covers that path).
+
+The testbed runs kube-controller-manager without its DRA controllers and dralloc with all of
+its own (coexistence case (a)), so dralloc's claim controller also puts the pod's devices
+annotation right after the scheduler re-allocated the claim.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .kube_helpers import Testbed, find_binaries, start_testbed, stop_testbed, unique_name, wait_for
+from .operator_fixtures import OperatorProcess, ensure_lease_namespace
+
+GROUP = "resource.k8s.io"
+KCM_WITHOUT_DRA = "garbage-collector-controller,namespace-controller"
+HOLD = "example.com/hold"
+
+
+@pytest.fixture(scope="module")
+def kcm_less_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    testbed = start_testbed(
+        tmp_path_factory.mktemp("testbed-in-tree"),
+        find_binaries(),
+        dra=True,
+        kcm_controllers=KCM_WITHOUT_DRA,
+    )
+    try:
+        yield testbed
+    finally:
+        stop_testbed(testbed)
+
+
+def _claim_of(testbed: Testbed, namespace: str, pod: str) -> dict[str, Any]:
+    live = testbed.get("pod", pod, f"--namespace={namespace}")
+    assert live is not None
+    (status,) = live["status"].get("resourceClaimStatuses") or [{}]
+    claim = testbed.get(
+        f"resourceclaims.{GROUP}", status["resourceClaimName"], f"--namespace={namespace}"
+    )
+    assert claim is not None
+    return claim
+
+
+def _allocated_node(claim: dict[str, Any]) -> str:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or [{}]
+    return str(terms[0].get("matchFields", [{}])[0].get("values", [""])[0])
+
+
+def test_a_released_pod_whose_node_stopped_fitting_is_moved_by_kube_scheduler(
+    kcm_less_testbed: Testbed, tmp_path: Path
+) -> None:
+    testbed = kcm_less_testbed
+    ensure_lease_namespace(testbed)
+    label = unique_name("fallback")
+    first, second = (
+        testbed.create_nodes(
+            1, {"e2e-pool": label}, prefix=f"{label}-{role}", cpu="4", memory="16Gi"
+        )[0]
+        for role in ("a", "b")
+    )
+    driver = f"{label}.example.com"
+    namespace = unique_name("fallback")
+    testbed.kubectl("create", "namespace", namespace)
+    testbed.apply(
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": label},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+        *[
+            {
+                "apiVersion": f"{GROUP}/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-slice"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "dev-0"}],
+                },
+            }
+            for node in (first, second)
+        ],
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one", "namespace": namespace},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "dev", "exactly": {"deviceClassName": label}}]
+                    }
+                }
+            },
+        },
+    )
+    operator = OperatorProcess(
+        testbed,
+        tmp_path / "operator.log",
+        unique_name("dralloc-fallback"),
+        extra=[f"--api-group={GROUP}", "--node-policy=first-fit"],
+    )
+    operator.start()
+    try:
+        operator.wait_ready()
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "worker", "namespace": namespace},
+            "spec": {
+                "schedulingGates": [{"name": HOLD}],  # the user's own gate: held back after release
+                "nodeSelector": {"e2e-pool": label},
+                "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one"}],
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "registry.invalid/fake",
+                        "resources": {"claims": [{"name": "dev"}], "requests": {"cpu": "2"}},
+                    }
+                ],
+            },
+        }
+        testbed.kubectl("create", "-f", "-", input=json.dumps(pod))
+
+        def released() -> bool:
+            live = testbed.get("pod", "worker", f"--namespace={namespace}") or {}
+            gates = [g["name"] for g in live.get("spec", {}).get("schedulingGates") or ()]
+            return gates == [HOLD]
+
+        wait_for("dralloc's gate removed", released, timeout=60)
+        live = testbed.get("pod", "worker", f"--namespace={namespace}")
+        assert live is not None
+        assert "affinity" not in live["spec"], "in-tree mode must not pin the pod"
+        assert _allocated_node(_claim_of(testbed, namespace, "worker")) == first
+
+        # The first node fills up behind dralloc's back, then the user lets the pod go.
+        filler = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "filler", "namespace": namespace},
+            "spec": {
+                "nodeName": first,
+                "containers": [{"name": "c", "image": "registry.invalid/fake", "resources": {"requests": {"cpu": "3"}}}],
+            },
+        }  # fmt: skip
+        testbed.kubectl("create", "-f", "-", input=json.dumps(filler))
+        testbed.kubectl(
+            "patch", "pod", "worker", f"--namespace={namespace}", "--type=json",
+            "-p", '[{"op": "remove", "path": "/spec/schedulingGates/0"}]',
+        )  # fmt: skip
+
+        def bound() -> str:
+            live = testbed.get("pod", "worker", f"--namespace={namespace}") or {}
+            return str(live.get("spec", {}).get("nodeName") or "")
+
+        node = wait_for("worker bound", bound, timeout=90)
+        claim = _claim_of(testbed, namespace, "worker")
+        assert node == second
+        assert _allocated_node(claim) == second  # kube-scheduler re-allocated it there
+        assert claim["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [live["metadata"]["uid"]]
+
+        def devices_annotation_follows() -> bool:
+            live = testbed.get("pod", "worker", f"--namespace={namespace}") or {}
+            text = (live["metadata"].get("annotations") or {}).get("resource.dralloc.dev/devices")
+            return bool(text) and json.loads(text)[0]["devices"][0]["pool"] == second
+
+        wait_for(
+            "devices annotation rewritten from the claim", devices_annotation_follows, timeout=30
+        )
+    finally:
+        operator.stop()
