@@ -76,6 +76,9 @@ class ApiMode:
     claim_conditions: bool
     """ResourceClaim status has ``conditions`` (dralloc's ``Allocated`` condition, an extension
     of its CRD; resource.k8s.io/v1 has no such field)."""
+    taint_rule_versions: tuple[str, ...]
+    """The versions DeviceTaintRule may be served at, preferred first (in-tree it reached v1
+    only in Kubernetes 1.37; 1.36 serves v1beta2 behind a gate, 1.33-1.35 v1alpha3)."""
     version: str = "v1"
 
     def __str__(self) -> str:
@@ -143,6 +146,7 @@ CRD: Final = ApiMode(
     api_server_checks_admin_access=False,
     pins_node=True,
     claim_conditions=True,
+    taint_rule_versions=("v1",),
 )
 
 IN_TREE: Final = ApiMode(
@@ -158,6 +162,7 @@ IN_TREE: Final = ApiMode(
     api_server_checks_admin_access=True,
     pins_node=False,
     claim_conditions=False,
+    taint_rule_versions=("v1", "v1beta2", "v1alpha3"),
 )
 
 API_MODES: Final = (CRD, IN_TREE)

@@ -58,25 +58,30 @@ def install_crds(testbed: Testbed) -> None:
     ensure_lease_namespace(testbed)  # every module installs the CRDs before its operators
 
 
-def served(testbed: Testbed, plural: str) -> bool:
-    """Whether the testbed's API server serves the DRA kind ``plural`` in the mode's
-    apiVersion (the API server's discovery)."""
+def served(testbed: Testbed, plural: str, version: str | None = None) -> bool:
+    """Whether the testbed's API server serves the DRA kind ``plural`` in the mode's group at
+    ``version`` (default: the mode's version), by the API server's discovery."""
     mode = testbed.api_mode
-    found = testbed.kubectl("get", "--raw", f"/apis/{mode.api_version}", check=False)
+    found = testbed.kubectl(
+        "get", "--raw", f"/apis/{mode.group}/{version or mode.version}", check=False
+    )
     if found.returncode != 0:
         return False
     resources = json.loads(found.stdout).get("resources") or []
     return plural in [r.get("name") for r in resources]
 
 
-def require_served(testbed: Testbed, plural: str) -> None:
-    """Skip, naming the mode, when the testbed's API server does not serve ``plural``."""
-    if not served(testbed, plural):
-        mode = testbed.api_mode
-        pytest.skip(
-            f"{mode.name} mode: this testbed's API server does not serve {plural} in "
-            f"{mode.api_version}"
-        )
+def served_version(testbed: Testbed, plural: str, versions: Sequence[str]) -> str:
+    """The first of ``versions`` at which the testbed serves ``plural``, as an apiVersion;
+    skips the test, naming the mode, when it serves none of them."""
+    mode = testbed.api_mode
+    for version in versions:
+        if served(testbed, plural, version):
+            return f"{mode.group}/{version}"
+    pytest.skip(
+        f"{mode.name} mode: this testbed's API server does not serve {plural} in {mode.group} "
+        f"at {', '.join(versions)}"
+    )
 
 
 LEASE_NAMESPACE = "dralloc-system"

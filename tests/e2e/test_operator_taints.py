@@ -4,6 +4,7 @@ tolerationSeconds delays it."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from .operator_fixtures import (
     make_pool,
     operator,
     pod,
-    require_served,
+    served_version,
     slice_manifest,
     template,
     wait_bound,
@@ -30,23 +31,33 @@ pytestmark = pytest.mark.api_modes
 TAINT_KEY = "example.com/broken"
 
 
+@dataclass(frozen=True)
+class Rules:
+    """DeviceTaintRules as the testbed serves them in the test's mode."""
+
+    api_version: str
+    resource: str
+    """For kubectl, e.g. ``devicetaintrules.v1beta2.resource.k8s.io``."""
+
+    def rule(self, pool: Pool, effect: str = "NoExecute") -> dict[str, Any]:
+        return {
+            "apiVersion": self.api_version,
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": unique_name("rule")},
+            "spec": {
+                "deviceSelector": {"driver": pool.driver},
+                "taint": {"key": TAINT_KEY, "value": "true", "effect": effect},
+            },
+        }
+
+
 @pytest.fixture
-def rules(testbed: Testbed, operator: OperatorProcess) -> str:
-    """The resource name of DeviceTaintRules (the test is skipped where they are not served)."""
-    require_served(testbed, "devicetaintrules")
-    return testbed.api_mode.resource("devicetaintrules")
-
-
-def taint_rule(pool: Pool, effect: str = "NoExecute") -> dict[str, Any]:
-    return {
-        "apiVersion": pool.mode.api_version,
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": unique_name("rule")},
-        "spec": {
-            "deviceSelector": {"driver": pool.driver},
-            "taint": {"key": TAINT_KEY, "value": "true", "effect": effect},
-        },
-    }
+def rules(testbed: Testbed, operator: OperatorProcess) -> Rules:
+    """The test is skipped where DeviceTaintRules are not served (after the operator fixture:
+    in crd mode it installs them)."""
+    api_version = served_version(testbed, "devicetaintrules", testbed.api_mode.taint_rule_versions)
+    group, version = api_version.split("/")
+    return Rules(api_version, f"devicetaintrules.{version}.{group}")
 
 
 def exists(testbed: Testbed, namespace: str, name: str, uid: str | None = None) -> bool:
@@ -55,7 +66,7 @@ def exists(testbed: Testbed, namespace: str, name: str, uid: str | None = None) 
 
 
 def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
-    testbed: Testbed, operator: OperatorProcess, namespace: str, rules: str
+    testbed: Testbed, operator: OperatorProcess, namespace: str, rules: Rules
 ) -> None:
     pool = make_pool(testbed, nodes=1, devices=1)
     testbed.apply(template(namespace, "one", pool))
@@ -66,7 +77,7 @@ def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
     assert old is not None
     old_uid = old["metadata"]["uid"]
 
-    rule = taint_rule(pool)
+    rule = rules.rule(pool)
     testbed.apply(rule)
     wait_for("the pod to be evicted", lambda: not exists(testbed, namespace, "victim", old_uid))
     marks = [e for e in events(testbed, namespace, "victim", "DeviceTaintManagerEviction")]
@@ -82,7 +93,7 @@ def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
     assert exists(testbed, namespace, "victim", new_uid)
 
     def rule_condition() -> dict[str, Any] | None:
-        obj = get(testbed, rules, rule["metadata"]["name"])
+        obj = get(testbed, rules.resource, rule["metadata"]["name"])
         for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
             if condition["type"] == "EvictionInProgress" and condition["reason"] == "Completed":
                 return dict(condition)
@@ -91,11 +102,11 @@ def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
     condition = wait_for("the rule's EvictionInProgress condition", rule_condition, timeout=40)
     assert condition["status"] == "False"
     assert condition["message"] == "1 pod evicted since starting the controller."
-    testbed.kubectl("delete", rules, rule["metadata"]["name"])
+    testbed.kubectl("delete", rules.resource, rule["metadata"]["name"])
 
 
 def test_toleration_seconds_delays_eviction(
-    testbed: Testbed, operator: OperatorProcess, namespace: str, rules: str
+    testbed: Testbed, operator: OperatorProcess, namespace: str, rules: Rules
 ) -> None:
     pool = make_pool(testbed, nodes=1, devices=1)
     toleration = {
@@ -110,14 +121,14 @@ def test_toleration_seconds_delays_eviction(
     )
     wait_bound(testbed, namespace, "patient")
 
-    rule = taint_rule(pool)
+    rule = rules.rule(pool)
     testbed.apply(rule)
     tainted_at = time.monotonic()
     time.sleep(3)
     assert exists(testbed, namespace, "patient"), "evicted before tolerationSeconds ran out"
     wait_for("the pod to be evicted", lambda: not exists(testbed, namespace, "patient"), timeout=30)
     assert time.monotonic() - tainted_at >= 5.0
-    testbed.kubectl("delete", rules, rule["metadata"]["name"])
+    testbed.kubectl("delete", rules.resource, rule["metadata"]["name"])
 
 
 def test_no_execute_taint_in_the_slice_evicts(
