@@ -1,13 +1,17 @@
 """Level 2: end to end on the testbed, dralloc's operator against in-tree DRA.
 
+Three systems (:data:`SYSTEMS`), each a parameter of the one harness: in-tree DRA
+(kube-scheduler allocates), dralloc on its CRDs, and dralloc in in-tree mode
+(``--api-group=resource.k8s.io``, all its controllers, on a control plane whose
+kube-controller-manager runs without its two DRA controllers; kube-scheduler binds).
 Same API server build, same kwok nodes, same slices, classes and claim template (only the API
-group differs: ``resource.dralloc.dev/v1`` for dralloc, ``resource.k8s.io/v1`` for in-tree), and
-pods created the way scheduler_perf creates them. For each system a fresh control plane is
-started (``testbed/up``, with ``--dra`` for in-tree), so neither inherits the other's objects.
+group differs: ``resource.dralloc.dev/v1`` for dralloc's CRDs, ``resource.k8s.io/v1`` for the
+others), and pods created the way scheduler_perf creates them. For each system a fresh control
+plane is started (``testbed/up``), so none inherits another's objects.
 
-* dralloc pods carry the ``resource.dralloc.dev/claims`` annotation and the scheduling gate
-  (what the webhook would add; the operator runs without it so the webhook's TLS setup is not
-  measured); in-tree pods use ``spec.resourceClaims``.
+* Pods of the dralloc systems carry the scheduling gate (what the webhook would add; the
+  operator runs without it so the webhook's TLS setup is not measured); on the CRDs they ask
+  with the ``resource.dralloc.dev/claims`` annotation, otherwise with ``spec.resourceClaims``.
 * Throughput is pods bound (``spec.nodeName`` set) per second, seen through a watch: fill
   workloads from the first measured pod's creation to the last binding; steady workloads keep
   10 pods in flight, delete each pod once bound, and count bindings over a fixed duration.
@@ -54,6 +58,58 @@ class Level2Unavailable(RuntimeError):
     """The testbed is not built or does not start; the message says why."""
 
 
+@dataclass(frozen=True)
+class System:
+    """One way of doing DRA that level 2 measures, as the harness needs to know it."""
+
+    name: str
+    group: tuple[str, str]
+    """API group and version of the DRA kinds the harness creates."""
+    dra: bool
+    """``testbed/up --dra``: kube-scheduler's DynamicResources plugin (and kcm's DRA
+    controllers, unless ``kcm_controllers`` says otherwise)."""
+    kcm_controllers: str | None = None
+    """``testbed/up --kcm-controllers``; None keeps the testbed's default."""
+    operator: tuple[str, ...] | None = None
+    """dralloc's flags on top of the harness's own; None: no operator runs."""
+
+    @property
+    def claims_in_spec(self) -> bool:
+        """Pods ask with ``spec.resourceClaims`` (else dralloc's claims annotation)."""
+        return self.group == K8S_GROUP
+
+    @property
+    def gated(self) -> bool:
+        """Pods are created with dralloc's scheduling gate."""
+        return self.operator is not None
+
+
+IN_TREE = System("in-tree", K8S_GROUP, dra=True)
+DRALLOC = System("dralloc", DRALLOC_GROUP, dra=False, operator=())
+DRALLOC_IN_TREE = System(
+    "dralloc in-tree mode",
+    K8S_GROUP,
+    dra=True,
+    kcm_controllers="garbage-collector-controller,namespace-controller",
+    operator=("--api-group=resource.k8s.io",),
+)
+SYSTEMS = (IN_TREE, DRALLOC, DRALLOC_IN_TREE)
+"""In the order they run and are reported; in-tree DRA is the reference."""
+
+
+def systems_named(names: Sequence[str]) -> tuple[System, ...]:
+    """The systems with these names (all for none); an unknown name is an error."""
+    if not names:
+        return SYSTEMS
+    known = {system.name: system for system in SYSTEMS}
+    missing = [name for name in names if name not in known]
+    if missing:
+        raise SystemExit(
+            f"unknown level-2 system(s): {', '.join(missing)} (known: {', '.join(known)})"
+        )
+    return tuple(system for system in SYSTEMS if system.name in names)
+
+
 def kinds(group: tuple[str, str]) -> dict[str, Resource]:
     g, v = group
     return {
@@ -69,7 +125,7 @@ def kinds(group: tuple[str, str]) -> dict[str, Resource]:
 @dataclass
 class Level2Result:
     workload: str
-    system: str  # "dralloc" | "in-tree"
+    system: str  # a System's name
     pods: int = 0
     seconds: float = 0.0
     pods_per_second: float = 0.0
@@ -111,7 +167,7 @@ class Testbed:
     bin: Path
 
     @classmethod
-    def up(cls, dra: bool, bin_dir: Path) -> Testbed:
+    def up(cls, system: System, bin_dir: Path) -> Testbed:
         state = Path(tempfile.mkdtemp(prefix="dralloc-bench-testbed-"))
         args = [
             str(TESTBED / "up"),
@@ -119,8 +175,10 @@ class Testbed:
             f"--bin={bin_dir}",
             f"--owner-pid={os.getpid()}",
         ]
-        if dra:
+        if system.dra:
             args.append("--dra")
+        if system.kcm_controllers is not None:
+            args.append(f"--kcm-controllers={system.kcm_controllers}")
         proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
         if proc.returncode != 0:
             raise Level2Unavailable(f"testbed/up failed: {proc.stderr.strip()[-500:]}")
@@ -192,7 +250,9 @@ class Operator:
     log_path: Path
 
     @classmethod
-    def start(cls, testbed: Testbed, *, webhook: bool = False) -> Operator:
+    def start(
+        cls, testbed: Testbed, *, webhook: bool = False, extra: Sequence[str] = ()
+    ) -> Operator:
         log_path = testbed.state_dir / "operator.log"
         args = [
             sys.executable, "-m", "operators",
@@ -209,6 +269,7 @@ class Operator:
             ]
         else:
             args.append("--no-webhook")
+        args += extra
         with log_path.open("ab") as log:
             env = {**os.environ, "KUBECONFIG": str(testbed.kubeconfig)}
             process = subprocess.Popen(
@@ -264,7 +325,7 @@ def _fresh(obj: dict[str, Any], group: tuple[str, str]) -> dict[str, Any]:
     return out
 
 
-def pod_manifest(namespace: str, name: str, system: str) -> dict[str, Any]:
+def pod_manifest(namespace: str, name: str, system: System) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -272,11 +333,12 @@ def pod_manifest(namespace: str, name: str, system: str) -> dict[str, Any]:
         "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1"}]},
     }
     entry = {"name": "resource", "resourceClaimTemplateName": "test-claim-template"}
-    if system == "in-tree":
+    if system.claims_in_spec:
         pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "resource"}]}
         pod["spec"]["resourceClaims"] = [entry]
     else:
         pod["metadata"]["annotations"] = {CLAIMS_ANNOTATION: json.dumps([entry])}
+    if system.gated:
         pod["spec"]["schedulingGates"] = [{"name": GATE}]
     return pod
 
@@ -294,11 +356,11 @@ async def _bounded(tasks: Iterable[Any], limit: int = CONCURRENCY) -> None:
 class Harness:
     """Populates one control plane with a scenario and measures pods bound per second."""
 
-    def __init__(self, client: KubeClient, scenario: Scenario, system: str) -> None:
+    def __init__(self, client: KubeClient, scenario: Scenario, system: System) -> None:
         self.client = client
         self.scenario = scenario
         self.system = system
-        self.group = K8S_GROUP if system == "in-tree" else DRALLOC_GROUP
+        self.group = system.group
         self.kinds = kinds(self.group)
         self.bound_at: dict[str, float] = {}
         self.harness_writes = 0
@@ -423,7 +485,7 @@ class Harness:
             await self.create_pod("test", f"test-dra-{index}")
 
 
-async def measure(testbed: Testbed, scenario: Scenario, system: str) -> Level2Result:
+async def measure(testbed: Testbed, scenario: Scenario, system: System) -> Level2Result:
     workload = scenario.workload
     client = await KubeClient.connect(str(testbed.kubeconfig), user_agent="dralloc-bench")
     try:
@@ -434,7 +496,7 @@ async def measure(testbed: Testbed, scenario: Scenario, system: str) -> Level2Re
             if placed < workload.init_pods:
                 return Level2Result(
                     workload.name,
-                    system,
+                    system.name,
                     note=f"only {placed}/{workload.init_pods} init pods bound",
                 )
         before = await asyncio.to_thread(testbed.write_counts)
@@ -458,7 +520,7 @@ async def measure(testbed: Testbed, scenario: Scenario, system: str) -> Level2Re
     control_plane = sum(delta.values()) - leases - harness.harness_writes
     return Level2Result(
         workload=workload.name,
-        system=system,
+        system=system.name,
         pods=pods,
         seconds=seconds,
         pods_per_second=pods / seconds if seconds > 0 else 0.0,
@@ -543,19 +605,20 @@ def summarize_stacks(path: Path, top: int = 15) -> str:
 
 
 def run_one(
-    bin_dir: Path, workload: Workload, system: str, log: TextIO, profile: bool = False
+    bin_dir: Path, workload: Workload, system: System, log: TextIO, profile: bool = False
 ) -> tuple[Level2Result, dict[str, Any]]:
     """One workload on one system, on a fresh control plane. Returns the result and footprint."""
     scenario = expand(workload)
-    testbed = Testbed.up(dra=system == "in-tree", bin_dir=bin_dir)
+    testbed = Testbed.up(system, bin_dir=bin_dir)
     operator: Operator | None = None
     footprint: dict[str, Any] = {}
     try:
         testbed.create_nodes(workload.nodes)
         profiler = None
-        if system == "dralloc":
-            install_crds(testbed)
-            operator = Operator.start(testbed)
+        if system.operator is not None:
+            if system.group == DRALLOC_GROUP:
+                install_crds(testbed)
+            operator = Operator.start(testbed, extra=system.operator)
             if profile:
                 profiler = start_profiler(
                     operator.process.pid, testbed.state_dir / "operator.stacks"
@@ -567,7 +630,7 @@ def run_one(
         if profiler is not None:
             footprint["operatorProfile"] = summarize_stacks(testbed.state_dir / "operator.stacks")
         if operator is not None:
-            footprint.update(operator_footprint(operator, testbed, workload))
+            footprint.update(operator_footprint(operator, testbed, workload, system))
         return result, footprint
     finally:
         if operator is not None:
@@ -575,12 +638,14 @@ def run_one(
         testbed.down()
 
 
-def operator_footprint(operator: Operator, testbed: Testbed, workload: Workload) -> dict[str, Any]:
+def operator_footprint(
+    operator: Operator, testbed: Testbed, workload: Workload, system: System
+) -> dict[str, Any]:
     """RSS after the run, then informer startup time after a restart on the same cluster."""
     pods = testbed.kubectl("get", "pods", "-A", "--no-headers").count("\n")
     rss = operator.rss_mib()
     operator.stop()
-    restarted = Operator.start(testbed)
+    restarted = Operator.start(testbed, extra=system.operator or ())
     try:
         line = restarted.wait_for("shared cache synced", timeout=120)
         seconds = json.loads(line).get("seconds")
@@ -601,7 +666,12 @@ def level2_workloads(only: Sequence[str]) -> list[Workload]:
     return sorted(chosen, key=lambda w: w.nodes * w.devices_per_node)
 
 
-def run_into(results: dict[str, Any], log: TextIO, only: Sequence[str] = ()) -> None:
+def run_into(
+    results: dict[str, Any],
+    log: TextIO,
+    only: Sequence[str] = (),
+    systems: Sequence[System] = SYSTEMS,
+) -> None:
     try:
         bin_dir = testbed_bin()
     except Level2Unavailable as error:
@@ -609,21 +679,23 @@ def run_into(results: dict[str, Any], log: TextIO, only: Sequence[str] = ()) -> 
         return
     rows: list[dict[str, Any]] = []
     for workload in level2_workloads(only):
-        for system in ("in-tree", "dralloc"):
-            print(f"level 2: {workload.name} on {system}", file=log, flush=True)
+        for system in systems:
+            print(f"level 2: {workload.name} on {system.name}", file=log, flush=True)
             started = time.monotonic()
+            # The profile and the footprint are the CRD mode's (the figures reported so far).
+            mine = system == DRALLOC
             try:
-                profile = system == "dralloc" and workload.key == "template_2000pods_100nodes"
+                profile = mine and workload.key == "template_2000pods_100nodes"
                 result, footprint = run_one(bin_dir, workload, system, log, profile)
             except Exception as error:  # one failing system must not lose the others' numbers
                 result, footprint = (
-                    Level2Result(workload.name, system, note=f"failed: {error}"[:300]),
+                    Level2Result(workload.name, system.name, note=f"failed: {error}"[:300]),
                     {},
                 )
             rows.append(result.to_json())
             if "operatorProfile" in footprint:
                 results["operatorProfile"] = footprint.pop("operatorProfile")
-            if footprint and workload.key == "template_5000pods_500nodes":
+            if mine and footprint and workload.key == "template_5000pods_500nodes":
                 results["footprint"] = footprint
             print(
                 f"  {result.pods} pods, {result.pods_per_second:.1f} pods/s, writes/pod "

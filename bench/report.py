@@ -102,30 +102,30 @@ def level1_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+LEVEL2_REFERENCE = "in-tree"
+"""The system level 2's ratios are taken against."""
+
+
 def level2_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One row per workload: dralloc / in-tree first, then both systems' figures."""
+    """One line per workload and system (in the order they ran), with the ratio of its
+    pods/s to in-tree DRA's on the same workload."""
     lines = [
-        "| workload | ratio | dralloc pods/s | in-tree pods/s | dralloc writes/pod "
-        "| in-tree writes/pod | pods bound (dralloc, in-tree) | note |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| workload | system | pods/s | vs in-tree | writes/pod | pods bound | note |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     by_workload: dict[str, dict[str, Mapping[str, Any]]] = {}
     for row in rows:
         by_workload.setdefault(row["workload"], {})[row["system"]] = row
     for workload, systems in by_workload.items():
-        ours, theirs = systems.get("dralloc", {}), systems.get("in-tree", {})
-        rate, other = ours.get("podsPerSecond"), theirs.get("podsPerSecond")
-        ratio = f"{rate / other:.2f}x" if rate and other else "-"
-        noted = {name: row["note"] for name, row in systems.items() if row.get("note")}
-        if len(set(noted.values())) == 1 and len(noted) == len(systems):
-            notes = next(iter(noted.values()))  # the same for both (the steady-state window)
-        else:
-            notes = "; ".join(f"{name}: {note}" for name, note in noted.items())
-        lines.append(
-            f"| {workload} | {ratio} | {_fmt(rate, 1)} | {_fmt(other, 1)} "
-            f"| {_fmt(ours.get('writesPerPod'), 2)} | {_fmt(theirs.get('writesPerPod'), 2)} "
-            f"| {ours.get('pods', 0)}, {theirs.get('pods', 0)} | {notes} |"
-        )
+        reference = (systems.get(LEVEL2_REFERENCE) or {}).get("podsPerSecond")
+        for name, row in systems.items():
+            rate = row.get("podsPerSecond")
+            ratio = f"{rate / reference:.2f}x" if rate and reference else "-"
+            lines.append(
+                f"| {workload} | {name} | {_fmt(rate, 1)} | {ratio} "
+                f"| {_fmt(row.get('writesPerPod'), 2)} | {row.get('pods', 0)} "
+                f"| {row.get('note') or ''} |"
+            )
     return lines
 
 
@@ -255,14 +255,17 @@ def plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     names = list(dict.fromkeys(r["workload"] for r in level2))
     if names:
         fig, ax = plt.subplots(figsize=(8, 4))
-        for offset, system in ((-0.2, "in-tree"), (0.2, "dralloc")):
+        systems = list(dict.fromkeys(r["system"] for r in level2))
+        width = 0.8 / len(systems)
+        for index, system in enumerate(systems):
             rates = {
                 r["workload"]: r.get("podsPerSecond") or 0 for r in level2 if r["system"] == system
             }
+            offset = (index - (len(systems) - 1) / 2) * width
             ax.bar(
                 [i + offset for i in range(len(names))],
                 [rates.get(n, 0) for n in names],
-                width=0.4,
+                width=width,
                 label=system,
             )
         ax.set_xticks(

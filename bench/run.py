@@ -2,8 +2,8 @@
 
 Runs, in order: level 1 (dralloc's allocator vs upstream's Go allocator on every workload in
 ``bench/workloads/``), the engine scale points (100, 500, 2,000 nodes), the operator footprint
-(RSS and informer startup, when the testbed is built) and level 2 (end to end on the testbed,
-dralloc's operator vs in-tree DRA). Each part that cannot run says why in the results instead
+(RSS and informer startup, when the testbed is built) and level 2 (end to end on the testbed:
+in-tree DRA, dralloc's operator on its CRDs, and dralloc in in-tree mode). Each part that cannot run says why in the results instead
 of failing the run. Results go to ``bench/results/`` (JSON, markdown, PNG).
 """
 
@@ -109,6 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "on a shared machine one run is mostly noise)",
     )
     parser.add_argument("--no-binpack", action="store_true", help="skip dralloc's binpack column")
+    parser.add_argument(
+        "--systems",
+        nargs="*",
+        default=[],
+        help="level-2 systems by name (default all: in-tree, dralloc, 'dralloc in-tree mode')",
+    )
     parser.add_argument("--out", type=Path, default=report.RESULTS_DIR)
     args = parser.parse_args(argv)
     log = sys.stderr
@@ -159,7 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.level in ("2", "all") and not args.quick:
         from bench import level2
 
-        level2.run_into(results, log=log, only=args.only)
+        level2.run_into(
+            results, log=log, only=args.only, systems=level2.systems_named(args.systems)
+        )
     stem = "" if args.level == "all" and not args.only else f"level{args.level}"
     if args.only:
         stem = "only"

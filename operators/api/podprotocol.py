@@ -14,6 +14,7 @@ generated claim        ``resource.dralloc.dev/pod-claim-name``      ``resource.k
 finalizer              ``resource.dralloc.dev/delete-protection``   ``resource.kubernetes.io/delete-protection``
 adminAccess namespace  ``resource.dralloc.dev/admin-access``        ``resource.kubernetes.io/admin-access``
 released pod           pinned to the node by a node affinity        not pinned (see :attr:`pins_node`)
+claim conditions       ``status.conditions`` (``Allocated``)        none (see :attr:`claim_conditions`)
 =====================  ===========================================  =====================================
 
 The gate, the devices annotation and the allocation record are dralloc's own and the same in
@@ -51,11 +52,16 @@ class PodProtocol:
     """Annotation of a generated claim naming the pod's claim entry."""
     admin_access_label: str
     """Namespace label (value ``"true"``) required for adminAccess requests there."""
-    claim_conditions: bool
-    """Claims carry dralloc's ``status.conditions`` (our CRDs; resource.k8s.io/v1 has no
-    such field, and the API server drops it: writing it would be a request for nothing)."""
     claims_in_spec: bool
     """Pods ask with ``spec.resourceClaims`` (in-tree) instead of the claims annotation."""
+    claim_conditions: bool
+    """Whether claims have ``status.conditions`` for dralloc's ``Allocated`` condition.
+
+    dralloc's CRDs have the field. ``resource.k8s.io/v1`` claims do not: the API server
+    drops it from a write (with a warning), so writing it there is a request that changes
+    nothing, repeated at every explanation since the condition never shows up. In-tree the
+    reason for a waiting claim is on its pod (condition and Events) and in Events on the
+    claim."""
     pins_node: bool
     """Whether a released pod gets a required node affinity for the chosen node.
 
@@ -156,8 +162,8 @@ DRALLOC: Final = PodProtocol(
     finalizer=ann.FINALIZER,
     pod_claim_name_annotation=ann.POD_CLAIM_NAME_ANNOTATION,
     admin_access_label=ann.ADMIN_ACCESS_LABEL,
-    claim_conditions=True,
     claims_in_spec=False,
+    claim_conditions=True,
     pins_node=True,
 )
 """dralloc's CRDs and the annotation protocol (DESIGN.md "The pod protocol")."""
@@ -167,8 +173,8 @@ KUBERNETES: Final = PodProtocol(
     finalizer=ann.KUBERNETES_FINALIZER,
     pod_claim_name_annotation=ann.KUBERNETES_POD_CLAIM_NAME_ANNOTATION,
     admin_access_label=ann.KUBERNETES_ADMIN_ACCESS_LABEL,
-    claim_conditions=False,
     claims_in_spec=True,
+    claim_conditions=False,
     pins_node=False,
 )
 """The in-tree kinds, as the kubelet, kube-scheduler and kube-controller-manager read them."""

@@ -153,6 +153,9 @@ class AllocationController(ClaimWrites, Explanations):
         self.decisions = DecisionThread()
         self.decision_spent: dict[Key, float] = {}  # seconds of budget used, per pod
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
+        self._statuses_by_others = (
+            runtime.protocol.claims_in_spec and not self.settings.claims_controller
+        )
         # Claims generated for a pod are found through their owner until the pod records
         # their names (we record them in our own pod write; see claims.py).
         self.pods.ensure_index(claimrules.PODS_BY_UID_INDEX, claimrules.pod_uid_keys)
@@ -503,8 +506,14 @@ class AllocationController(ClaimWrites, Explanations):
 
     def _claim_name(self, pod: Pod, entry: PodClaim) -> str | None:
         """The claim an entry refers to: recorded on the pod, or generated for it (found
-        through its owner while the pod does not record it yet)."""
+        through its owner while the pod does not record it yet).
+
+        In-tree beside kcm's claim controller (ours off), the pod's recorded name is waited
+        for: kcm records it right after creating the claim, and our own statuses write
+        would race with that one (a conflict, or the same names written twice)."""
         name = pod.claim_name(entry)
+        if not name and self._statuses_by_others:
+            return None
         if not name and entry.resource_claim_template_name is not None:
             name = claimrules.generated_claim_name(
                 self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid),

@@ -208,14 +208,18 @@ class ClaimWrites:
         ]
         reserved.append(consumer(pod))
         status: dict[str, Any] = {"allocation": allocation, "reservedFor": reserved}
-        claim_conditions = claimstatus.updated_conditions(
-            claim,
-            "True",
-            claimstatus.REASON_ALLOCATED,
-            f"allocated on node {node}",
-            datetime.datetime.now(datetime.UTC),
+        claim_conditions = (
+            claimstatus.updated_conditions(
+                claim,
+                "True",
+                claimstatus.REASON_ALLOCATED,
+                f"allocated on node {node}",
+                datetime.datetime.now(datetime.UTC),
+            )
+            if self.runtime.protocol.claim_conditions
+            else None
         )
-        if claim_conditions is not None and self.runtime.protocol.claim_conditions:
+        if claim_conditions is not None:
             status["conditions"] = claim_conditions
         key = Key(namespace, name)
         self.unanswered[key] = UnansweredWrite(claim, str(version))

@@ -91,8 +91,10 @@ class ClaimController:
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
         # Gated pods whose claim statuses we left to the allocation controller, since when.
         self.statuses_deferred: dict[Key, float] = {}
-        # In-tree the allocation writes them to the status subresource just before its pod
-        # write: still one write instead of two racing ones (and a conflict) per pod.
+        # The allocation controller records a gated pod's statuses just before it lifts the
+        # gate: in its one pod write on our CRDs, in a status write of its own in-tree.
+        # Writing them here as well made that write conflict (its pod was the version
+        # before ours), a wasted request and a second sync for every pod.
         self.allocation_records_statuses = runtime.settings.allocation_controller
         self.synced = 0
         self.pods.ensure_index(claimrules.PODS_BY_UID_INDEX, claimrules.pod_uid_keys)

@@ -7,7 +7,8 @@ against an API server. Here the CLI runs as a user runs it: a subprocess with a 
 No operator runs: the objects an operator would act on are created directly (a pool of kwok
 nodes with ResourceSlices of a test-only driver, a DeviceClass, claim templates, gated pods),
 and the violation for ``check`` is written into claim statuses with kubectl, as a buggy
-allocator would.
+allocator would. The last tests read in-tree objects on the DRA testbed: pods that ask with
+``spec.resourceClaims``, bound by kube-scheduler, gated for dralloc, or pending.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 
 from operators.api.annotations import FINALIZER
 
-from .kube_helpers import REPO_ROOT, Testbed
+from .kube_helpers import REPO_ROOT, Testbed, unique_name, wait_for
 from .operator_fixtures import (
     CLAIMS_ANNOTATION,
     GATE,
@@ -302,3 +303,262 @@ def test_the_api_group_decides_which_objects_are_read(
             "delete", "deviceclasses.resource.k8s.io", class_name, "--ignore-not-found",
             check=False,
         )  # fmt: skip
+
+
+# --- in-tree objects: pods with spec.resourceClaims, read from the DRA testbed ----------------
+
+IN_TREE = "resource.k8s.io/v1"
+
+
+@pytest.fixture
+def in_tree_cluster(dra_testbed: Testbed) -> Iterator[dict[str, str]]:
+    """Two kwok nodes with one in-tree device each, and three pods asking with
+    spec.resourceClaims: ``bound`` (kube-scheduler allocated its claim and bound it),
+    ``gated`` (behind dralloc's gate, as the webhook leaves it in in-tree mode: kcm created its
+    claim, nobody allocates it) and ``stuck`` (ungated, kube-scheduler finds no free device).
+    No operator runs."""
+    testbed = dra_testbed
+    label = unique_name("live-in-tree")
+    nodes = testbed.create_nodes(2, {"e2e-pool": label}, prefix=label)
+    driver = f"{label}.example.com"
+    namespace = label
+    testbed.kubectl("create", "namespace", namespace)
+
+    def slice_of(node: str) -> dict[str, Any]:
+        body = slice_manifest(driver, node, 1)
+        body["apiVersion"] = IN_TREE
+        return body
+
+    def in_tree_pod(name: str, *, gated: bool) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "nodeSelector": {"e2e-pool": label},
+            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one"}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.invalid/x",
+                    "resources": {"claims": [{"name": "dev"}]},
+                }
+            ],
+        }
+        if gated:
+            spec["schedulingGates"] = [{"name": GATE}]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+
+    testbed.apply(
+        {
+            "apiVersion": IN_TREE,
+            "kind": "DeviceClass",
+            "metadata": {"name": label},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+        *[slice_of(node) for node in nodes],
+        {
+            "apiVersion": IN_TREE,
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one", "namespace": namespace},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "dev", "exactly": {"deviceClassName": label}}]
+                    }
+                }
+            },
+        },
+    )
+    names = {"namespace": namespace, "driver": driver, "class": label}
+    try:
+        testbed.apply(in_tree_pod("bound", gated=False))
+        names["bound node"] = wait_for(
+            "kube-scheduler to bind the first pod",
+            lambda: ((testbed.get("pod", "bound", "-n", namespace) or {}).get("spec") or {}).get(
+                "nodeName"
+            ),
+            timeout=60,
+        )
+        (names["free node"],) = [n for n in nodes if n != names["bound node"]]
+        testbed.apply(in_tree_pod("gated", gated=True))
+
+        def claim_of(pod: str) -> str | None:
+            found = testbed.get("pod", pod, "-n", namespace) or {}
+            statuses = (found.get("status") or {}).get("resourceClaimStatuses") or []
+            return next((s.get("resourceClaimName") for s in statuses), None)
+
+        for pod in ("bound", "gated"):
+            names[f"{pod} claim"] = wait_for(
+                f"kcm to create the claim of {pod}", lambda pod=pod: claim_of(pod), timeout=60
+            )
+        # The free device must stay free for the gated pod's explanation: "stuck" asks for
+        # two devices of one node, which no node has.
+        testbed.apply(
+            {
+                "apiVersion": IN_TREE,
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "two", "namespace": namespace},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "dev",
+                                    "exactly": {
+                                        "deviceClassName": label,
+                                        "allocationMode": "ExactCount",
+                                        "count": 2,
+                                    },
+                                }
+                            ]
+                        }
+                    }
+                },
+            }
+        )
+        stuck = in_tree_pod("stuck", gated=False)
+        stuck["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "two"
+        testbed.apply(stuck)
+        names["stuck claim"] = wait_for(
+            "kcm to create the claim of stuck", lambda: claim_of("stuck"), timeout=60
+        )
+        yield names
+    finally:
+        testbed.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        testbed.kubectl(
+            "delete", "resourceslices.resource.k8s.io",
+            *[slice_of(n)["metadata"]["name"] for n in nodes], "--ignore-not-found", check=False,
+        )  # fmt: skip
+        testbed.kubectl(
+            "delete", "deviceclasses.resource.k8s.io", label, "--ignore-not-found", check=False
+        )
+        testbed.kubectl("delete", "nodes", *nodes, "--ignore-not-found", check=False)
+
+
+def dralloc_crds_served(testbed: Testbed) -> bool:
+    return f"{GROUP}/v1" in testbed.kubectl("api-versions").stdout.split()
+
+
+def test_explain_live_reads_in_tree_pods_and_claims(
+    dra_testbed: Testbed, in_tree_cluster: dict[str, str]
+) -> None:
+    names = in_tree_cluster
+    ns = names["namespace"]
+    in_tree = ("--live", "--api-group", "resource.k8s.io", "-o", "json")
+
+    gated = parsed(dralloc(dra_testbed, "explain", f"pod/{ns}/gated", *in_tree))
+    assert gated["status"] == "pending", gated
+    assert gated["claims"] == [f"{ns}/{names['gated claim']}"]
+    verdicts = {v["node"]: v for v in gated["nodes"]}
+    assert verdicts[names["free node"]]["fits"], verdicts
+    taken = verdicts[names["bound node"]]
+    assert not taken["fits"] and "no free device" in " ".join(taken["reasons"]), taken
+
+    stuck = parsed(dralloc(dra_testbed, "explain", f"pod/{ns}/stuck", *in_tree))
+    assert stuck["status"] == "pending"
+    for node in (names["free node"], names["bound node"]):
+        reasons = " ".join({v["node"]: v for v in stuck["nodes"]}[node]["reasons"])
+        assert "need 2" in reasons, reasons
+
+    bound = parsed(dralloc(dra_testbed, "explain", f"pod/{ns}/bound", *in_tree))
+    assert bound["status"] == "allocated" and bound["node"] == names["bound node"], bound
+    device = f"{names['driver']}/{names['bound node']}/dev-0"
+    assert [d["device"] for d in bound["devices"]] == [device], bound["devices"]
+
+    claim = parsed(
+        dralloc(dra_testbed, "explain", f"resourceclaim/{ns}/{names['stuck claim']}", *in_tree)
+    )
+    assert claim["status"] == "pending" and "need 2" in claim["summary"], claim
+
+    # Without --api-group the toolkit reads dralloc's CRDs when they are installed (another
+    # suite may have installed them on this testbed), else the in-tree kinds.
+    detected = dralloc(dra_testbed, "explain", f"pod/{ns}/gated", "--live", "-o", "json")
+    if dralloc_crds_served(dra_testbed):
+        assert detected.returncode == 2 and "not in the snapshot" in detected.stderr, detected
+    else:
+        assert parsed(detected) == gated
+
+
+def test_simulate_live_settles_in_tree_pending_pods_first(
+    dra_testbed: Testbed, in_tree_cluster: dict[str, str]
+) -> None:
+    names = in_tree_cluster
+    ns = names["namespace"]
+    result = dralloc(
+        dra_testbed, "simulate", "--live", "--api-group", "resource.k8s.io", "-n", ns,
+        "--add-pods", "1", "--template", "one", "-o", "json", "--progress", "never",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr  # the added pod finds no room
+    report = parsed(result)
+    placed = {p["pod"]: p for p in report["placed"]}
+    assert placed[f"{ns}/gated"]["node"] == names["free node"], report
+    assert f"{ns}/bound" not in placed, "a bound pod was placed again"
+    pending = {p["pod"]: p for p in report["pending"] if p["pod"].startswith(f"{ns}/")}
+    assert set(pending) == {f"{ns}/stuck", f"{ns}/one-sim-0"}, report["pending"]
+
+
+def test_check_live_reads_in_tree_claims_and_reports_a_device_allocated_twice(
+    dra_testbed: Testbed, in_tree_cluster: dict[str, str]
+) -> None:
+    names = in_tree_cluster
+    ns = names["namespace"]
+    args = ("check", "--live", "--api-group", "resource.k8s.io", "-o", "json")
+    clean = parsed(dralloc(dra_testbed, *args))
+    # kube-scheduler's claims hold the in-tree finalizer and a reservation for a live pod.
+    assert not [v for v in clean["violations"] if ns in v["subject"] or ns in v["message"]], clean
+    assert clean["checked"]["allocated-without-finalizer"] >= 1
+
+    node = names["bound node"]
+    forged = {
+        "apiVersion": IN_TREE,
+        "kind": "ResourceClaim",
+        "metadata": {"name": "forged", "namespace": ns},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "dev", "exactly": {"deviceClassName": names["class"]}}]
+            }
+        },
+    }
+    dra_testbed.apply(forged)
+    allocation = {
+        "devices": {
+            "results": [
+                {"request": "dev", "driver": names["driver"], "pool": node, "device": "dev-0"}
+            ]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+    }
+    dra_testbed.kubectl(
+        "patch", "resourceclaims.resource.k8s.io", "forged", "-n", ns, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {"allocation": allocation}}),
+    )  # fmt: skip
+
+    broken = dralloc(dra_testbed, *args)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    found = parsed(broken)["violations"]
+    twice = [
+        v
+        for v in found
+        if v["rule"] == "device-allocated-twice"
+        and f"{names['driver']}/{node}/dev-0" in v["subject"]
+    ]
+    assert len(twice) == 1, found
+    assert (
+        f"{ns}/forged" in twice[0]["message"]
+        and f"{ns}/{names['bound claim']}" in twice[0]["message"]
+    )
+    # The forged claim has no finalizer: the in-tree rule asks for resource.kubernetes.io's.
+    unprotected = [
+        v
+        for v in found
+        if v["rule"] == "allocated-without-finalizer" and f"{ns}/forged" in v["subject"]
+    ]
+    assert (
+        unprotected and "resource.kubernetes.io/delete-protection" in unprotected[0]["message"]
+    ), found

@@ -89,3 +89,34 @@ def test_operator_profile_summary_attributes_samples_to_functions(tmp_path: Path
     assert "40 samples" in summary
     assert "75.0%  search (/r/operators/allocator/search.py)" in summary
     assert "100.0%  main (/r/operators/run.py)" in summary
+
+
+def test_level2_systems_are_parameters_of_one_harness() -> None:
+    from bench import level2
+
+    by_name = {s.name: s for s in level2.SYSTEMS}
+    assert list(by_name) == ["in-tree", "dralloc", "dralloc in-tree mode"]
+    pods = {name: level2.pod_manifest("test", "p", s) for name, s in by_name.items()}
+    in_tree, crd, in_tree_mode = pods["in-tree"], pods["dralloc"], pods["dralloc in-tree mode"]
+    assert "schedulingGates" not in in_tree["spec"] and in_tree["spec"]["resourceClaims"]
+    assert level2.CLAIMS_ANNOTATION in crd["metadata"]["annotations"]
+    assert "resourceClaims" not in crd["spec"]
+    assert in_tree_mode["spec"]["resourceClaims"] == in_tree["spec"]["resourceClaims"]
+    assert in_tree_mode["spec"]["schedulingGates"] == [{"name": level2.GATE}]
+    mode = by_name["dralloc in-tree mode"]
+    assert mode.operator == ("--api-group=resource.k8s.io",) and mode.dra
+    assert mode.kcm_controllers is not None and "resourceclaim" not in mode.kcm_controllers
+    assert level2.systems_named(["dralloc in-tree mode"]) == (mode,)
+    with pytest.raises(SystemExit, match="unknown level-2 system"):
+        level2.systems_named(["nope"])
+
+
+def test_level2_table_has_a_line_per_system_with_its_ratio_to_in_tree() -> None:
+    rows = [
+        {"workload": "w", "system": name, "pods": 10, "podsPerSecond": rate, "writesPerPod": 5.0}
+        for name, rate in (("in-tree", 20.0), ("dralloc", 30.0), ("dralloc in-tree mode", 10.0))
+    ]
+    lines = report.level2_table(rows)
+    assert lines[2].startswith("| w | in-tree | 20.0 | 1.00x | 5.00 | 10 |")
+    assert "| dralloc | 30.0 | 1.50x |" in lines[3]
+    assert "| dralloc in-tree mode | 10.0 | 0.50x |" in lines[4]

@@ -256,3 +256,32 @@ async def test_an_error_the_search_meets_is_explained_at_once() -> None:
     key = add_pod(controller, "p", "c1", selectors=broken)
     await sync(controller, key)
     assert messages(client, "p") and "CEL runtime error" in messages(client, "p")[0]
+
+
+def in_tree_pod(name: str, claim_name: str) -> JsonDict:
+    raw = pod("ns", name, [])
+    del raw["metadata"]["annotations"]
+    raw["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimName": claim_name}]
+    return raw
+
+
+async def test_in_tree_claims_get_no_condition_written() -> None:
+    """resource.k8s.io/v1 claims have no status.conditions: the API server would drop the
+    field from every write, so neither the allocation nor an explanation sends it."""
+    client = FakeClient()
+    controller = cluster(client, api_group="resource.k8s.io")
+    for name, claim_name in (("p", "c1"), ("q", "c2")):
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", claim_name))
+        put(controller.runtime, PODS, in_tree_pod(name, claim_name))
+    await sync(controller, Key("ns", "p"))  # takes the only device
+    assert allocation_writes(client) == [STATUS_PATH]
+    second = Key("ns", "q")
+    await sync(controller, second)
+    controller.failing_since[second] -= EXPLAIN_GRACE
+    await sync(controller, second)
+    assert messages(client, "q") and "0/1 nodes" in messages(client, "q")[0], "not explained"
+    status_writes = [
+        c.body["status"] for c in client.writes("/status") if "resourceclaims" in c.path
+    ]
+    assert status_writes and all("conditions" not in s for s in status_writes), status_writes
+    assert [c.path for c in client.writes(RESOURCE_CLAIMS.path("ns", "c2"))] == []

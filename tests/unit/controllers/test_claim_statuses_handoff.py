@@ -114,3 +114,92 @@ async def test_a_created_claim_wakes_its_pod_before_the_watch_shows_it() -> None
         await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
     [annotations] = pod_writes(client)
     assert DEVICES_ANNOTATION in annotations
+
+
+# --- in-tree: the statuses live in the pod's status subresource ---------------------------
+
+
+def in_tree_pod(**status: object) -> dict[str, object]:
+    raw = pod("ns", "p", [])
+    del raw["metadata"]["annotations"]
+    raw["spec"]["resourceClaims"] = ENTRY
+    if status:
+        raw["status"] = status
+    return raw
+
+
+def in_tree(client: FakeClient, **settings: object) -> AllocationController:
+    runtime = one_device_cluster(client, api_group="resource.k8s.io", **settings)
+    runtime.cache[RESOURCE_CLAIM_TEMPLATES].apply("ADDED", template("ns", "one"))
+    return AllocationController(runtime)
+
+
+def status_writes(client: FakeClient) -> list[object]:
+    return [
+        call.body["status"]
+        for call in client.writes(PODS.path("ns", "p"))
+        if call.path.endswith("/status")
+    ]
+
+
+async def allocate_once(allocation: AllocationController) -> Key | None:
+    async with asyncio.TaskGroup() as writers:
+        allocation._writers = writers
+        return await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
+
+
+async def test_in_tree_the_allocation_records_the_statuses_in_a_write_of_its_own() -> None:
+    """The claim controller leaves a gated pod's statuses to the allocation in-tree too:
+    both writing them made the allocation's write conflict for every pod."""
+    client = FakeClient()
+    allocation = in_tree(client)
+    claims = ClaimController(allocation.runtime)
+    put(allocation.runtime, PODS, in_tree_pod())
+    await work_once(claims.queue, claims.sync)
+    assert len(client.writes(RESOURCE_CLAIMS.path("ns"))) == 1  # the claim was created
+    assert client.writes(PODS.path("ns", "p")) == []  # the pod is left to the allocation
+    created = client.objects[RESOURCE_CLAIMS.path("ns", "p-dev-abcde")]
+    allocation.runtime.cache[RESOURCE_CLAIMS].apply("ADDED", created)
+    assert await allocate_once(allocation) == POD
+    recorded = [{"name": "dev", "resourceClaimName": "p-dev-abcde"}]
+    assert status_writes(client) == [{"resourceClaimStatuses": recorded}]
+    [annotations] = pod_writes(client)
+    assert DEVICES_ANNOTATION in annotations
+
+
+async def test_in_tree_beside_kcm_the_allocation_waits_for_the_statuses_kcm_records() -> None:
+    """Allocator only (kcm's claim controller makes the claims): the pod's recorded claim
+    name is waited for, as kube-scheduler does, instead of being written a second time."""
+    client = FakeClient()
+    allocation = in_tree(client, claims_controller=False)
+    made = template("ns", "one")  # kcm's claim for the pod: owned by it, named after it
+    kcm_claim = {
+        "apiVersion": made["apiVersion"],
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": "p-dev-xyz12",
+            "namespace": "ns",
+            "uid": "uid-c-kcm",
+            "resourceVersion": "20",
+            "annotations": {"resource.kubernetes.io/pod-claim-name": "dev"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p-p",
+                 "controller": True}
+            ],
+        },
+        "spec": made["spec"]["spec"],
+    }  # fmt: skip
+    put(allocation.runtime, RESOURCE_CLAIMS, kcm_claim)
+    put(allocation.runtime, PODS, in_tree_pod())
+    assert await allocate_once(allocation) == POD
+    assert client.writes("/") == [], "allocated before kcm recorded the claim on the pod"
+
+    recorded = in_tree_pod(
+        resourceClaimStatuses=[{"name": "dev", "resourceClaimName": "p-dev-xyz12"}]
+    )
+    recorded["metadata"]["resourceVersion"] = "6"
+    put(allocation.runtime, PODS, recorded)
+    assert await allocate_once(allocation) == POD
+    assert status_writes(client) == []  # kcm's record stands
+    [annotations] = pod_writes(client)
+    assert DEVICES_ANNOTATION in annotations

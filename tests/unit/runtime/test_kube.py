@@ -17,6 +17,7 @@ from operators.kube import (
     Gone,
     KubeClient,
     NotFound,
+    json_body,
 )
 
 
@@ -91,3 +92,14 @@ async def test_writes_carry_preconditions() -> None:
     assert jsonpatch[3][0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "8"}
     assert delete[3]["preconditions"] == {"uid": "u1"}
     assert [e.type for e in events] == ["ADDED"]
+
+
+def test_bodies_are_encoded_as_the_api_server_encodes_them() -> None:
+    """Compact, with <, > and & escaped: the server compares the bytes of opaque parameters
+    it stored at creation with its own encoding of them at every later update."""
+    body = {"spec": {"parameters": {"a": "<b> & c", "n": [1, 2.5], "é": "\u2028"}}}
+    text = json_body(body)
+    assert text == (
+        '{"spec":{"parameters":{"a":"\\u003cb\\u003e \\u0026 c","n":[1,2.5],"\\u00e9":"\\u2028"}}}'
+    )
+    assert json.loads(text) == body
