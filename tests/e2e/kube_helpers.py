@@ -12,9 +12,11 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
+
+from .modes import CRD, TESTBED_DRA, TESTBED_DRA_SCHEDULER, TESTBED_PLAIN, ApiMode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TESTBED_DIR = REPO_ROOT / "testbed"
@@ -64,6 +66,8 @@ class Testbed:
     dra: whether in-tree DRA (scheduler plugin + kcm's DRA controllers) is on.
     kcm_controllers: kube-controller-manager's --controllers as given to `testbed/up
         --kcm-controllers`, or None for the testbed's default (`state.json` records the list).
+    api_mode: the operator's API mode the test runs in (modes.py); the operator fixtures
+        take the kinds, the pod protocol and the operator's arguments from it.
     """
 
     __test__: ClassVar[bool] = False  # not a test class, despite the name
@@ -73,6 +77,11 @@ class Testbed:
     state_dir: Path | None
     dra: bool
     kcm_controllers: str | None = None
+    api_mode: ApiMode = CRD
+
+    def in_mode(self, mode: ApiMode) -> Testbed:
+        """This control plane, seen by a test of ``mode``."""
+        return self if mode == self.api_mode else replace(self, api_mode=mode)
 
     def env(self) -> dict[str, str]:
         """os.environ plus KUBECONFIG and PATH pointing at this testbed (for subprocesses)."""
@@ -189,6 +198,87 @@ def stop_testbed(testbed: Testbed) -> None:
         subprocess.run(
             [str(TESTBED_DIR / "down"), str(testbed.state_dir)], check=False, timeout=120
         )
+
+
+@dataclass(frozen=True)
+class TestbedKind:
+    """One way of starting a testbed, named for the tests that need it (modes.TESTBED_*)."""
+
+    __test__: ClassVar[bool] = False
+
+    name: str
+    dra: bool
+    kcm_controllers: str | None
+    """kube-controller-manager's controllers; None: testbed/up's default."""
+    reuse_env: str
+    """An environment variable naming the kubeconfig of a running testbed of this kind, to
+    use instead of starting one (for debugging; such a testbed is never stopped)."""
+
+
+TESTBED_KINDS: dict[str, TestbedKind] = {
+    kind.name: kind
+    for kind in (
+        TestbedKind(TESTBED_PLAIN, dra=False, kcm_controllers=None, reuse_env="DRALLOC_KUBECONFIG"),
+        TestbedKind(
+            TESTBED_DRA, dra=True, kcm_controllers=None, reuse_env="DRALLOC_DRA_KUBECONFIG"
+        ),
+        TestbedKind(
+            TESTBED_DRA_SCHEDULER,
+            dra=True,
+            kcm_controllers="garbage-collector-controller,namespace-controller",
+            reuse_env="DRALLOC_DRA_SCHEDULER_KUBECONFIG",
+        ),
+    )
+}
+
+
+@dataclass
+class TestbedRegistry:
+    """The testbeds of one test session by kind: each started at its first use (or reused
+    from its kind's environment variable), all stopped by ``stop_all``.
+
+    A kind that failed to start fails again at once for every later test that asks for it,
+    with the first error, instead of being started again.
+    """
+
+    __test__: ClassVar[bool] = False
+
+    bin: Path
+    state_root: Callable[[str], Path]
+    """Makes a fresh state directory for a testbed of the named kind."""
+    running: dict[str, Testbed] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def get(self, kind_name: str) -> Testbed:
+        if kind_name in self.running:
+            return self.running[kind_name]
+        if kind_name in self.failed:
+            raise RuntimeError(
+                f"testbed {kind_name!r} failed to start earlier:\n{self.failed[kind_name]}"
+            )
+        kind = TESTBED_KINDS[kind_name]
+        reused = os.environ.get(kind.reuse_env)
+        if reused:
+            testbed = Testbed(
+                kubeconfig=Path(reused), bin=self.bin, state_dir=None, dra=kind.dra,
+                kcm_controllers=kind.kcm_controllers,
+            )  # fmt: skip
+        else:
+            try:
+                testbed = start_testbed(
+                    self.state_root(kind.name), self.bin, dra=kind.dra,
+                    kcm_controllers=kind.kcm_controllers,
+                )  # fmt: skip
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                self.failed[kind_name] = str(exc)
+                raise
+        self.running[kind_name] = testbed
+        return testbed
+
+    def stop_all(self) -> None:
+        for testbed in self.running.values():
+            stop_testbed(testbed)
+        self.running.clear()
 
 
 def unique_name(prefix: str) -> str:

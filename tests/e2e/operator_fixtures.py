@@ -4,6 +4,9 @@ one control plane never compete for each other's devices.
 
 The operator runs as a subprocess (``python -m operators``) because some tests must SIGKILL
 it or run two replicas; every test module starts its own, with a unique Lease name.
+
+Everything here works in the API mode of the testbed it is given (``testbed.api_mode``,
+modes.py): the kinds' apiVersion, how a pod asks for its claims, the operator's arguments.
 """
 
 from __future__ import annotations
@@ -22,17 +25,24 @@ from typing import Any
 import pytest
 
 from .kube_helpers import REPO_ROOT, Testbed, unique_name, wait_for
+from .modes import CLAIMS_ANNOTATION as CLAIMS_ANNOTATION  # re-exported for older modules
+from .modes import CRD, DRALLOC_GROUP, ApiMode
 
 CRDS_DIR = REPO_ROOT / "crds"
-GROUP = "resource.dralloc.dev"
-CLAIMS_ANNOTATION = f"{GROUP}/claims"
+GROUP = DRALLOC_GROUP
+"""dralloc's group: its CRDs in crd mode (``testbed.api_mode.group`` is the group of the DRA
+kinds in the test's mode), and the names of its pod protocol in both modes."""
 DEVICES_ANNOTATION = f"{GROUP}/devices"
 GATE = f"{GROUP}/allocation"
 
 
 def install_crds(testbed: Testbed) -> None:
-    """Apply crds/ (or the directory in $DRALLOC_E2E_CRDS, for debugging a CRD change), and
-    create the namespace of the operators' Lease."""
+    """Make the testbed ready for the API mode's operator: in crd mode apply crds/ (or the
+    directory in $DRALLOC_E2E_CRDS, for debugging a CRD change; in-tree mode needs none, the
+    API server serves resource.k8s.io), and create the namespace of the operators' Lease."""
+    if not testbed.api_mode.crds:
+        ensure_lease_namespace(testbed)
+        return
     override = os.environ.get("DRALLOC_E2E_CRDS")
     files = sorted(Path(override).glob("*.yaml") if override else CRDS_DIR.glob("*.yaml"))
     crd_files = [f for f in files if f.name != "kustomization.yaml"]
@@ -46,6 +56,32 @@ def install_crds(testbed: Testbed) -> None:
         ]
     )  # fmt: skip
     ensure_lease_namespace(testbed)  # every module installs the CRDs before its operators
+
+
+def served(testbed: Testbed, plural: str, version: str | None = None) -> bool:
+    """Whether the testbed's API server serves the DRA kind ``plural`` in the mode's group at
+    ``version`` (default: the mode's version), by the API server's discovery."""
+    mode = testbed.api_mode
+    found = testbed.kubectl(
+        "get", "--raw", f"/apis/{mode.group}/{version or mode.version}", check=False
+    )
+    if found.returncode != 0:
+        return False
+    resources = json.loads(found.stdout).get("resources") or []
+    return plural in [r.get("name") for r in resources]
+
+
+def served_version(testbed: Testbed, plural: str, versions: Sequence[str]) -> str:
+    """The first of ``versions`` at which the testbed serves ``plural``, as an apiVersion;
+    skips the test, naming the mode, when it serves none of them."""
+    mode = testbed.api_mode
+    for version in versions:
+        if served(testbed, plural, version):
+            return f"{mode.group}/{version}"
+    pytest.skip(
+        f"{mode.name} mode: this testbed's API server does not serve {plural} in {mode.group} "
+        f"at {', '.join(versions)}"
+    )
 
 
 LEASE_NAMESPACE = "dralloc-system"
@@ -89,6 +125,7 @@ class OperatorProcess:
             args.append(f"--lease-name={self.lease}")
         if self.identity:
             args.append(f"--identity={self.identity}")
+        args += self.testbed.api_mode.operator_args
         if self.webhook:
             args += [
                 "--webhook-addr=127.0.0.1",
@@ -183,6 +220,10 @@ class Pool:
     def node_selector(self) -> dict[str, str]:
         return {"e2e-pool": self.label}
 
+    @property
+    def mode(self) -> ApiMode:
+        return self.testbed.api_mode
+
     def node(self, role: str) -> str:
         """The node made for ``role`` by make_sized_pool."""
         return self.roles[role]
@@ -224,21 +265,22 @@ def _publish_devices(testbed: Testbed, label: str, devices: Mapping[str, int]) -
     """The pool's DeviceClass and one ResourceSlice per node (also for 0 devices)."""
     driver = f"{label}.example.com"
     device_class = label
+    mode = testbed.api_mode
     testbed.apply(
         {
-            "apiVersion": f"{GROUP}/v1",
+            "apiVersion": mode.api_version,
             "kind": "DeviceClass",
             "metadata": {"name": device_class},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
         },
-        *[slice_manifest(driver, node, count) for node, count in devices.items()],
+        *[slice_manifest(driver, node, count, mode=mode) for node, count in devices.items()],
     )
     return Pool(testbed, driver, device_class, label, list(devices))
 
 
-def slice_manifest(driver: str, node: str, devices: int) -> dict[str, Any]:
+def slice_manifest(driver: str, node: str, devices: int, *, mode: ApiMode = CRD) -> dict[str, Any]:
     return {
-        "apiVersion": f"{GROUP}/v1",
+        "apiVersion": mode.api_version,
         "kind": "ResourceSlice",
         "metadata": {"name": f"{node}-{driver.split('.')[0]}"},
         "spec": {
@@ -252,7 +294,7 @@ def slice_manifest(driver: str, node: str, devices: int) -> dict[str, Any]:
 
 def template(namespace: str, name: str, pool: Pool, **request: Any) -> dict[str, Any]:
     return {
-        "apiVersion": f"{GROUP}/v1",
+        "apiVersion": pool.mode.api_version,
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
@@ -273,7 +315,7 @@ def template(namespace: str, name: str, pool: Pool, **request: Any) -> dict[str,
 def claim(namespace: str, name: str, pool: Pool, **request: Any) -> dict[str, Any]:
     body = template(namespace, name, pool, **request)
     return {
-        "apiVersion": f"{GROUP}/v1",
+        "apiVersion": pool.mode.api_version,
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
         "spec": body["spec"]["spec"],
@@ -292,29 +334,28 @@ def pod(
     owner_references: Sequence[Mapping[str, Any]] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    """A pod asking for ``claims`` on the pool's nodes (``nodeSelector`` in ``spec`` replaces
-    the pool's selector). ``resources`` and ``ports`` go to its one container; ``spec`` takes
-    any other pod field, e.g. ``affinity`` or ``topologySpreadConstraints``."""
+    """A pod asking for ``claims`` on the pool's nodes, as the pool's API mode has it asked
+    (``nodeSelector`` in ``spec`` replaces the pool's selector). ``resources`` and ``ports`` go
+    to its one container; ``spec`` takes any other pod field, e.g. ``affinity`` or
+    ``topologySpreadConstraints``."""
     container: dict[str, Any] = {"name": "c", "image": "registry.invalid/fake"}
     if resources is not None:
         container["resources"] = dict(resources)
     if ports is not None:
         container["ports"] = [dict(p) for p in ports]
-    metadata: dict[str, Any] = {
-        "name": name,
-        "namespace": namespace,
-        "annotations": {CLAIMS_ANNOTATION: json.dumps(claims)},
-    }
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": {}}
     if labels is not None:
         metadata["labels"] = dict(labels)
     if owner_references is not None:
         metadata["ownerReferences"] = [dict(o) for o in owner_references]
-    return {
+    body = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata,
         "spec": {"containers": [container], "nodeSelector": pool.node_selector, **spec},
     }
+    pool.mode.set_pod_claims(body, claims)
+    return body
 
 
 def get(
@@ -325,7 +366,7 @@ def get(
 
 
 def claims_in(testbed: Testbed, namespace: str) -> list[dict[str, Any]]:
-    found = testbed.get(f"resourceclaims.{GROUP}", f"--namespace={namespace}")
+    found = testbed.get(testbed.api_mode.resource("resourceclaims"), f"--namespace={namespace}")
     return list((found or {}).get("items") or [])
 
 

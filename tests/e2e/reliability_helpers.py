@@ -27,7 +27,6 @@ from operators.toolkit.sources import objects_from_documents
 
 from .kube_helpers import TESTBED_DIR, Testbed, wait_for
 
-GROUP = "resource.dralloc.dev"
 DRA_KINDS = ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
 
 
@@ -42,7 +41,8 @@ def cluster_check(
     always read): tests share one control plane, and another test's leftovers are not this
     test's violations.
     """
-    kinds = ",".join([*(f"{k}.{GROUP}" for k in DRA_KINDS), "pods", "nodes", "namespaces"])
+    mode = testbed.api_mode
+    kinds = ",".join([*(mode.resource(k) for k in DRA_KINDS), "pods", "nodes", "namespaces"])
     listing = testbed.get(kinds, "--all-namespaces")
     assert listing is not None
     items = [

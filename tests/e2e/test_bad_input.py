@@ -16,6 +16,7 @@ import pytest
 
 from .kube_helpers import Testbed, unique_name, wait_for
 from .operator_fixtures import (
+    CLAIMS_ANNOTATION,
     GROUP,
     OperatorProcess,
     Pool,
@@ -29,6 +30,8 @@ from .operator_fixtures import (
 from .reliability_helpers import assert_invariants, event_messages, pod_condition
 
 __all__ = ["operator"]
+
+pytestmark = pytest.mark.api_modes
 
 CONDITION = f"{GROUP}/DevicesAllocated"
 REASON_TIMEOUT_S = 60.0
@@ -54,9 +57,9 @@ def wait_reason(testbed: Testbed, namespace: str, name: str, *needles: str) -> s
     return reason
 
 
-def device_class(name: str, expression: str) -> dict[str, Any]:
+def device_class(pool: Pool, name: str, expression: str) -> dict[str, Any]:
     return {
-        "apiVersion": f"{GROUP}/v1",
+        "apiVersion": pool.mode.api_version,
         "kind": "DeviceClass",
         "metadata": {"name": name},
         "spec": {"selectors": [{"cel": {"expression": expression}}]},
@@ -64,10 +67,10 @@ def device_class(name: str, expression: str) -> dict[str, Any]:
 
 
 def template_for_class(
-    namespace: str, name: str, class_name: str, **request: Any
+    pool: Pool, namespace: str, name: str, class_name: str, **request: Any
 ) -> dict[str, Any]:
     return {
-        "apiVersion": f"{GROUP}/v1",
+        "apiVersion": pool.mode.api_version,
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
@@ -99,13 +102,18 @@ def assert_unharmed(
     assert_invariants(testbed, [namespace])
 
 
+@pytest.mark.only_api_modes(
+    "crd",
+    reason="the API server compiles the CEL of resource.k8s.io classes and refuses this one at "
+    "create (spec.selectors[0].cel.expression: compilation failed), so dralloc never sees it",
+)
 def test_invalid_cel_selector_in_a_class_fails_only_its_claims(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
     pool = make_pool(testbed, nodes=1, devices=2)
     broken = unique_name("broken-class")
-    testbed.apply(device_class(broken, f'device.driver == "{pool.driver}" &&'))
-    testbed.apply(template_for_class(namespace, "broken", broken))
+    testbed.apply(device_class(pool, broken, f'device.driver == "{pool.driver}" &&'))
+    testbed.apply(template_for_class(pool, namespace, "broken", broken))
     testbed.apply(pod(namespace, "victim", pool, uses("broken")))
     reason = wait_reason(testbed, namespace, "victim", "Syntax error", "compilation failed")
     assert f"class {broken}: selector #0: CEL compile error" in reason, reason
@@ -118,14 +126,19 @@ def test_runtime_cel_error_is_reported(
     pool = make_pool(testbed, nodes=1, devices=2)
     missing = unique_name("missing-attr")
     expression = f'device.attributes["{pool.driver}"].nosuchattribute == "x"'
-    testbed.apply(device_class(missing, expression))
-    testbed.apply(template_for_class(namespace, "missing", missing))
+    testbed.apply(device_class(pool, missing, expression))
+    testbed.apply(template_for_class(pool, namespace, "missing", missing))
     testbed.apply(pod(namespace, "victim", pool, uses("missing")))
     reason = wait_reason(testbed, namespace, "victim", "no such key")
     assert "nosuchattribute" in reason, reason
     assert_unharmed(testbed, operator, namespace, pool, "victim")
 
 
+@pytest.mark.only_api_modes(
+    "crd",
+    reason="the API server estimates the cost of resource.k8s.io selectors and refuses this "
+    "template at create (exceeds cost limit), so dralloc never sees it",
+)
 def test_cost_bomb_is_stopped_within_bounded_time(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
@@ -147,13 +160,18 @@ def test_missing_class_is_reported(
 ) -> None:
     pool = make_pool(testbed, nodes=1, devices=2)
     absent = unique_name("no-such-class")
-    testbed.apply(template_for_class(namespace, "absent", absent))
+    testbed.apply(template_for_class(pool, namespace, "absent", absent))
     testbed.apply(pod(namespace, "victim", pool, uses("absent")))
     reason = wait_reason(testbed, namespace, "victim", absent)
     assert f'deviceclass "{absent}" not found' in reason, reason
     assert_unharmed(testbed, operator, namespace, pool, "victim")
 
 
+@pytest.mark.only_api_modes(
+    "crd",
+    reason="pods ask for claims in spec.resourceClaims in in-tree mode, which the API server "
+    "validates itself; the claims annotation is crd mode's",
+)
 @pytest.mark.parametrize(
     ("annotation", "problem"),
     [
@@ -168,10 +186,10 @@ def test_malformed_claims_annotation_is_reported(
 ) -> None:
     pool = make_pool(testbed, nodes=1, devices=2)
     body = pod(namespace, "victim", pool, [])
-    body["metadata"]["annotations"][f"{GROUP}/claims"] = annotation
+    body["metadata"]["annotations"][CLAIMS_ANNOTATION] = annotation
     testbed.apply(body)
     reason = wait_reason(testbed, namespace, "victim", problem)
-    assert f"{GROUP}/claims" in reason, reason
+    assert CLAIMS_ANNOTATION in reason, reason
     assert_unharmed(testbed, operator, namespace, pool, "victim")
 
 
@@ -182,6 +200,13 @@ def _apply_refused(testbed: Testbed, manifest: dict[str, Any]) -> str:
     return result.stderr
 
 
+CRD_SCHEMA = (
+    "this is dralloc's CRD schema; in in-tree mode resource.k8s.io objects are validated by "
+    "the API server itself"
+)
+
+
+@pytest.mark.only_api_modes("crd", reason=CRD_SCHEMA)
 def test_slice_over_the_device_limit_is_refused_naming_the_field(testbed: Testbed) -> None:
     from .operator_fixtures import install_crds
 
@@ -198,6 +223,7 @@ def test_slice_over_the_device_limit_is_refused_naming_the_field(testbed: Testbe
     assert "spec.devices" in message and "64" in message, message
 
 
+@pytest.mark.only_api_modes("crd", reason=CRD_SCHEMA)
 def test_duplicate_device_names_in_one_slice_are_refused(testbed: Testbed) -> None:
     from .operator_fixtures import install_crds
 
@@ -216,15 +242,15 @@ def _split_pool(
     bad = make_pool(testbed, nodes=1, devices=0, prefix="split")
     node = bad.nodes[0]
     for index, count in enumerate(counts):
-        manifest = slice_manifest(bad.driver, node, 2)
+        manifest = slice_manifest(bad.driver, node, 2, mode=bad.mode)
         manifest["metadata"]["name"] = f"{node}-part-{index}"
         manifest["spec"]["pool"]["resourceSliceCount"] = count
         if not duplicate:
             for device in manifest["spec"]["devices"]:
                 device["name"] = f"{device['name']}-{index}"
         testbed.apply(manifest)
-    empty = slice_manifest(bad.driver, node, 0)["metadata"]["name"]
-    testbed.kubectl("delete", f"resourceslices.{GROUP}", empty)
+    empty = slice_manifest(bad.driver, node, 0, mode=bad.mode)["metadata"]["name"]
+    testbed.kubectl("delete", testbed.api_mode.resource("resourceslices"), empty)
     testbed.apply(template(namespace, "split", bad))
     return bad, make_pool(testbed, nodes=1, devices=2)
 

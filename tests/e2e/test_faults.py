@@ -39,7 +39,6 @@ from operators.toolkit.check import ALL_RULES
 from .kube_helpers import Testbed, unique_name, wait_for
 from .operator_fixtures import (
     GATE,
-    GROUP,
     OperatorProcess,
     Pool,
     claims_in,
@@ -68,7 +67,7 @@ SIZE: Final = (
     else Size(nodes=10, devices=6, pods=50, kills=4, settle_s=240)
 )
 
-pytestmark = pytest.mark.timeout(3600 if LONG else 900)
+pytestmark = [pytest.mark.timeout(3600 if LONG else 900), pytest.mark.api_modes]
 
 
 # -- the workload -------------------------------------------------------------------------
@@ -300,6 +299,8 @@ def test_claims_changed_by_someone_else_mid_allocation(run: Run) -> None:
     meddles = {"labels": 0, "status": 0}
     rng = random.Random(81)
 
+    claims = run.testbed.api_mode.resource("resourceclaims")
+
     def meddle(stop: threading.Event) -> None:
         while not stop.is_set():
             for claim in claims_in(run.testbed, run.namespace):
@@ -312,9 +313,7 @@ def test_claims_changed_by_someone_else_mid_allocation(run: Run) -> None:
                     patch: dict[str, Any] = {
                         "metadata": {"labels": {"e2e.dralloc.dev/meddled": str(time.time_ns())}}
                     }
-                    if json_patch(
-                        run.testbed, f"resourceclaims.{GROUP}", name, run.namespace, patch
-                    ):
+                    if json_patch(run.testbed, claims, name, run.namespace, patch):
                         meddles["labels"] += 1
                 elif name not in reported:
                     # What a driver does once a claim is allocated: report device status.
@@ -327,9 +326,8 @@ def test_claims_changed_by_someone_else_mid_allocation(run: Run) -> None:
                     }
                     patch = {"status": {"devices": [entry]}}
                     if json_patch(
-                        run.testbed, f"resourceclaims.{GROUP}", name, run.namespace, patch,
-                        "--subresource=status",
-                    ):  # fmt: skip
+                        run.testbed, claims, name, run.namespace, patch, "--subresource=status"
+                    ):
                         reported[name] = entry
                         meddles["status"] += 1
 
@@ -381,7 +379,7 @@ def test_pool_generation_bumped_mid_allocation(run: Run) -> None:
         while not stop.is_set():
             node = rng.choice(run.pool.nodes)
             generations[node] += 1
-            manifest = slice_manifest(run.pool.driver, node, SIZE.devices)
+            manifest = slice_manifest(run.pool.driver, node, SIZE.devices, mode=run.pool.mode)
             manifest["spec"]["pool"]["generation"] = generations[node]
             run.testbed.apply(manifest)
             run.faults += 1

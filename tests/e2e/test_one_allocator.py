@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .kube_helpers import Testbed, unique_name, wait_for
-from .operator_fixtures import LEASE_NAMESPACE, OperatorProcess, install_crds
+from .operator_fixtures import GATE, LEASE_NAMESPACE, OperatorProcess, install_crds
+
+pytestmark = pytest.mark.api_modes
 
 LEADING = "controllers starting"
 
@@ -109,7 +112,7 @@ def test_two_operators_told_different_leases_do_not_both_allocate(
     pool = make_pool(testbed, nodes=2, devices=12)
     testbed.apply(template(namespace, "one", pool))
     entry = [{"name": "dev", "resourceClaimTemplateName": "one"}]
-    gate = {"schedulingGates": [{"name": "resource.dralloc.dev/allocation"}]}  # no webhook
+    gate: dict[str, Any] = {"schedulingGates": [{"name": GATE}]}  # no webhook
     try:
         operators[first].start()
         operators[first].wait_until(LEADING)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from .kube_helpers import Testbed, wait_for
 from .operator_fixtures import (
     DEVICES_ANNOTATION,
     GATE,
     GROUP,
     OperatorProcess,
+    Pool,
     allocated_devices,
     claim,
     claims_in,
@@ -25,10 +28,13 @@ from .operator_fixtures import (
 
 __all__ = ["operator"]  # the module-scoped fixture, re-exported for pytest
 
+pytestmark = pytest.mark.api_modes
+
 
 def test_template_claim_allocated_bound_and_cleaned_up(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
+    mode = testbed.api_mode
     pool = make_pool(testbed, nodes=2, devices=1)
     testbed.apply(template(namespace, "one", pool))
     testbed.apply(
@@ -38,17 +44,18 @@ def test_template_claim_allocated_bound_and_cleaned_up(
     node = wait_bound(testbed, namespace, "first")
     obj = get(testbed, "pod", "first", namespace)
     assert obj is not None
-    # the webhook gated it, the allocator ungated it and pinned it to the node it chose
+    # the webhook gated it, the allocator ungated it (crd mode: pinned to the node it chose)
     assert GATE not in [g["name"] for g in obj["spec"].get("schedulingGates") or []]
     devices = json.loads(obj["metadata"]["annotations"][DEVICES_ANNOTATION])
     assert devices[0]["name"] == "dev"
     assert devices[0]["devices"][0]["pool"] == node
-    statuses = json.loads(obj["metadata"]["annotations"][f"{GROUP}/claim-statuses"])
+    statuses = mode.claim_statuses(obj)
+    assert statuses, f"no claim statuses in the pod's {mode.claim_statuses_field}"
     claims = claims_in(testbed, namespace)
     assert [c["metadata"]["name"] for c in claims] == [statuses[0]["resourceClaimName"]]
     generated = claims[0]
     assert generated["metadata"]["name"].startswith("first-dev-")
-    assert generated["metadata"]["annotations"][f"{GROUP}/pod-claim-name"] == "dev"
+    assert generated["metadata"]["annotations"][mode.pod_claim_name_annotation] == "dev"
     owner = generated["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"], owner["blockOwnerDeletion"]) == (
         "Pod", "first", True, True,
@@ -86,17 +93,16 @@ def test_shared_claim_used_by_three_pods(
     for name in ("a", "b", "c"):
         testbed.apply(pod(namespace, name, pool, [{"name": "dev", "resourceClaimName": "shared"}]))
     nodes = {wait_bound(testbed, namespace, name) for name in ("a", "b", "c")}
-    assert len(nodes) == 1  # all pinned to where the shared claim's device is
-    shared = get(testbed, f"resourceclaims.{GROUP}", "shared", namespace)
+    assert len(nodes) == 1  # all bound where the shared claim's device is
+    shared = get(testbed, testbed.api_mode.resource("resourceclaims"), "shared", namespace)
     assert shared is not None
     reserved = sorted(entry["name"] for entry in shared["status"]["reservedFor"])
     assert reserved == ["a", "b", "c"]
     assert shared["status"]["allocation"]["devices"]["results"][0]["pool"] == nodes.pop()
 
 
-def test_two_pods_racing_for_the_last_device(
-    testbed: Testbed, operator: OperatorProcess, namespace: str
-) -> None:
+def race_for_the_last_device(testbed: Testbed, namespace: str) -> tuple[str, str]:
+    """Two pods for one device: (the one bound, the one told why not)."""
     pool = make_pool(testbed, nodes=1, devices=1)
     testbed.apply(template(namespace, "one", pool))
     entry = [{"name": "dev", "resourceClaimTemplateName": "one"}]
@@ -114,6 +120,13 @@ def test_two_pods_racing_for_the_last_device(
         return None
 
     winner, loser = wait_for("one pod bound, one explained", outcome, timeout=60)
+    return winner, loser
+
+
+def test_two_pods_racing_for_the_last_device(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    winner, loser = race_for_the_last_device(testbed, namespace)
     message = events(testbed, namespace, loser, "FailedAllocation")[0]["message"]
     assert message.startswith("0/") and "no free device of class" in message, message
     loser_pod = get(testbed, "pod", loser, namespace)
@@ -126,6 +139,19 @@ def test_two_pods_racing_for_the_last_device(
     assert len(allocated_devices(testbed, namespace)) == 1
     winner_pod = get(testbed, "pod", winner, namespace)
     assert winner_pod is not None and DEVICES_ANNOTATION in winner_pod["metadata"]["annotations"]
+
+
+CLAIM_CONDITIONS = (
+    "the claim's Allocated condition is an extension of dralloc's ResourceClaim CRD; "
+    "resource.k8s.io/v1 claims have no status.conditions"
+)
+
+
+@pytest.mark.only_api_modes("crd", reason=CLAIM_CONDITIONS)
+def test_each_claim_of_a_race_says_whether_it_is_allocated(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    race_for_the_last_device(testbed, namespace)
     by_state = {
         (allocated_condition(c) or {}).get("status"): c for c in claims_in(testbed, namespace)
     }
@@ -134,9 +160,9 @@ def test_two_pods_racing_for_the_last_device(
     assert "no free device" in allocated_condition(by_state["False"])["message"]  # type: ignore[index]
 
 
-def test_unsatisfiable_claim_is_explained(
-    testbed: Testbed, operator: OperatorProcess, namespace: str
-) -> None:
+def unsatisfiable_claim(testbed: Testbed, namespace: str) -> tuple[Pool, str, str]:
+    """A pod whose claim no node can satisfy; (its pool, the FailedAllocation message, the
+    claim's name)."""
     pool = make_pool(testbed, nodes=2, devices=1)
     make_pool(testbed, nodes=1, devices=1)  # a node outside the pod's selector, whatever ran before
     testbed.apply(template(namespace, "three", pool, allocationMode="ExactCount", count=3))
@@ -147,36 +173,31 @@ def test_unsatisfiable_claim_is_explained(
         "FailedAllocation event", lambda: events(testbed, namespace, "greedy", "FailedAllocation")
     )
     message = found[0]["message"]
+    claim_name = claims_in(testbed, namespace)[0]["metadata"]["name"]
+    return pool, message, claim_name
+
+
+def test_unsatisfiable_claim_is_explained(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    mode = testbed.api_mode
+    pool, message, claim_name = unsatisfiable_claim(testbed, namespace)
     # every node of the cluster is counted; ours fail on devices, the rest on the selector
     assert f'2 not enough devices of class "{pool.device_class}" (need 3)' in message, message
     assert "node(s) didn't match Pod's node affinity/selector" in message, message
-    claim_name = claims_in(testbed, namespace)[0]["metadata"]["name"]
     assert events(testbed, namespace, claim_name, "FailedAllocation")
-    # The claim itself says why, in its Allocated condition (a dralloc extension).
-    condition = wait_for(
-        "the claim's Allocated condition",
-        lambda: allocated_condition(get(testbed, f"resourceclaims.{GROUP}", claim_name, namespace)),
-    )
-    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable"), condition
-    assert condition["message"].startswith("0/"), condition
-    assert f'2 not enough devices of class "{pool.device_class}" (need 3)' in condition["message"]
     # No allocation write will record the claim on the pod: the claim controller does, once
     # it has left that to the allocation for STATUSES_DEFER seconds.
     recorded = wait_for(
-        "the claim statuses on the waiting pod",
-        lambda: (
-            (get(testbed, "pod", "greedy", namespace) or {})
-            .get("metadata", {})
-            .get("annotations", {})
-            .get(f"{GROUP}/claim-statuses")
-        ),
+        f"the claim statuses on the waiting pod ({mode.claim_statuses_field})",
+        lambda: mode.claim_statuses(get(testbed, "pod", "greedy", namespace)),
         timeout=30,
     )
-    assert json.loads(recorded) == [{"name": "dev", "resourceClaimName": claim_name}]
+    assert recorded == [{"name": "dev", "resourceClaimName": claim_name}]
     # The claim was created with our finalizer (no write of its own before an allocation);
     # unallocated, it must still go away with its pod.
     [waiting] = claims_in(testbed, namespace)
-    assert waiting["metadata"]["finalizers"] == [f"{GROUP}/delete-protection"]
+    assert waiting["metadata"]["finalizers"] == [mode.finalizer]
     assert not (waiting.get("status") or {}).get("allocation")
     testbed.kubectl("delete", "pod", "greedy", f"--namespace={namespace}", "--wait=false")
     wait_for(
@@ -184,6 +205,21 @@ def test_unsatisfiable_claim_is_explained(
         lambda: claims_in(testbed, namespace) == [],
         timeout=60,
     )
+
+
+@pytest.mark.only_api_modes("crd", reason=CLAIM_CONDITIONS)
+def test_unsatisfiable_claim_says_why_in_its_allocated_condition(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool, _, claim_name = unsatisfiable_claim(testbed, namespace)
+    claim_kind = testbed.api_mode.resource("resourceclaims")
+    condition = wait_for(
+        "the claim's Allocated condition",
+        lambda: allocated_condition(get(testbed, claim_kind, claim_name, namespace)),
+    )
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable"), condition
+    assert condition["message"].startswith("0/"), condition
+    assert f'2 not enough devices of class "{pool.device_class}" (need 3)' in condition["message"]
 
 
 def allocated_condition(claim: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -194,19 +230,27 @@ def allocated_condition(claim: dict[str, Any] | None) -> dict[str, Any] | None:
 def test_admin_access_needs_the_namespace_label(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
+    mode = testbed.api_mode
     pool = make_pool(testbed, nodes=1, devices=1)
-    testbed.apply(template(namespace, "admin", pool, adminAccess=True))
+    if mode.api_server_checks_admin_access:
+        # The API server refuses the template itself without the label: it is created with
+        # the label, which then goes, so that the first pod's claim is refused.
+        testbed.kubectl("label", "namespace", namespace, f"{mode.admin_access_label}=true")
+        testbed.apply(template(namespace, "admin", pool, adminAccess=True))
+        testbed.kubectl("label", "namespace", namespace, f"{mode.admin_access_label}-")
+    else:
+        testbed.apply(template(namespace, "admin", pool, adminAccess=True))
     entry = [{"name": "dev", "resourceClaimTemplateName": "admin"}]
     testbed.apply(pod(namespace, "refused", pool, entry))
     found = wait_for(
         "FailedResourceClaimCreation event",
         lambda: events(testbed, namespace, "refused", "FailedResourceClaimCreation"),
     )
-    assert "resource.dralloc.dev/admin-access" in found[0]["message"], found[0]["message"]
+    assert mode.admin_access_label in found[0]["message"], found[0]["message"]
     assert found[0]["type"] == "Warning"
     assert claims_in(testbed, namespace) == []
 
-    testbed.kubectl("label", "namespace", namespace, f"{GROUP}/admin-access=true")
+    testbed.kubectl("label", "namespace", namespace, f"{mode.admin_access_label}=true")
     testbed.apply(pod(namespace, "allowed", pool, entry))
     wait_bound(testbed, namespace, "allowed")
     results = [

@@ -26,6 +26,8 @@ from .operator_fixtures import (
     template,
 )
 
+pytestmark = pytest.mark.api_modes
+
 READY_LABEL = "e2e.dralloc.dev/ready"
 
 

@@ -1,13 +1,16 @@
-"""Device taints: NoExecute DeviceTaintRules evict pods, tolerationSeconds delays it."""
+"""Device taints: NoExecute taints (of a DeviceTaintRule, or in the slice) evict pods,
+tolerationSeconds delays it."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 from .kube_helpers import Testbed, unique_name, wait_for
 from .operator_fixtures import (
-    GROUP,
     OperatorProcess,
     Pool,
     events,
@@ -15,25 +18,46 @@ from .operator_fixtures import (
     make_pool,
     operator,
     pod,
+    served_version,
+    slice_manifest,
     template,
     wait_bound,
 )
 
 __all__ = ["operator"]
 
+pytestmark = pytest.mark.api_modes
+
 TAINT_KEY = "example.com/broken"
 
 
-def taint_rule(pool: Pool, effect: str = "NoExecute") -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/v1",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": unique_name("rule")},
-        "spec": {
-            "deviceSelector": {"driver": pool.driver},
-            "taint": {"key": TAINT_KEY, "value": "true", "effect": effect},
-        },
-    }
+@dataclass(frozen=True)
+class Rules:
+    """DeviceTaintRules as the testbed serves them in the test's mode."""
+
+    api_version: str
+    resource: str
+    """For kubectl, e.g. ``devicetaintrules.v1beta2.resource.k8s.io``."""
+
+    def rule(self, pool: Pool, effect: str = "NoExecute") -> dict[str, Any]:
+        return {
+            "apiVersion": self.api_version,
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": unique_name("rule")},
+            "spec": {
+                "deviceSelector": {"driver": pool.driver},
+                "taint": {"key": TAINT_KEY, "value": "true", "effect": effect},
+            },
+        }
+
+
+@pytest.fixture
+def rules(testbed: Testbed, operator: OperatorProcess) -> Rules:
+    """The test is skipped where DeviceTaintRules are not served (after the operator fixture:
+    in crd mode it installs them)."""
+    api_version = served_version(testbed, "devicetaintrules", testbed.api_mode.taint_rule_versions)
+    group, version = api_version.split("/")
+    return Rules(api_version, f"devicetaintrules.{version}.{group}")
 
 
 def exists(testbed: Testbed, namespace: str, name: str, uid: str | None = None) -> bool:
@@ -42,7 +66,7 @@ def exists(testbed: Testbed, namespace: str, name: str, uid: str | None = None) 
 
 
 def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
-    testbed: Testbed, operator: OperatorProcess, namespace: str
+    testbed: Testbed, operator: OperatorProcess, namespace: str, rules: Rules
 ) -> None:
     pool = make_pool(testbed, nodes=1, devices=1)
     testbed.apply(template(namespace, "one", pool))
@@ -53,7 +77,7 @@ def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
     assert old is not None
     old_uid = old["metadata"]["uid"]
 
-    rule = taint_rule(pool)
+    rule = rules.rule(pool)
     testbed.apply(rule)
     wait_for("the pod to be evicted", lambda: not exists(testbed, namespace, "victim", old_uid))
     marks = [e for e in events(testbed, namespace, "victim", "DeviceTaintManagerEviction")]
@@ -69,7 +93,7 @@ def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
     assert exists(testbed, namespace, "victim", new_uid)
 
     def rule_condition() -> dict[str, Any] | None:
-        obj = get(testbed, f"devicetaintrules.{GROUP}", rule["metadata"]["name"])
+        obj = get(testbed, rules.resource, rule["metadata"]["name"])
         for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
             if condition["type"] == "EvictionInProgress" and condition["reason"] == "Completed":
                 return dict(condition)
@@ -78,11 +102,11 @@ def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
     condition = wait_for("the rule's EvictionInProgress condition", rule_condition, timeout=40)
     assert condition["status"] == "False"
     assert condition["message"] == "1 pod evicted since starting the controller."
-    testbed.kubectl("delete", f"devicetaintrules.{GROUP}", rule["metadata"]["name"])
+    testbed.kubectl("delete", rules.resource, rule["metadata"]["name"])
 
 
 def test_toleration_seconds_delays_eviction(
-    testbed: Testbed, operator: OperatorProcess, namespace: str
+    testbed: Testbed, operator: OperatorProcess, namespace: str, rules: Rules
 ) -> None:
     pool = make_pool(testbed, nodes=1, devices=1)
     toleration = {
@@ -97,11 +121,34 @@ def test_toleration_seconds_delays_eviction(
     )
     wait_bound(testbed, namespace, "patient")
 
-    rule = taint_rule(pool)
+    rule = rules.rule(pool)
     testbed.apply(rule)
     tainted_at = time.monotonic()
     time.sleep(3)
     assert exists(testbed, namespace, "patient"), "evicted before tolerationSeconds ran out"
     wait_for("the pod to be evicted", lambda: not exists(testbed, namespace, "patient"), timeout=30)
     assert time.monotonic() - tainted_at >= 5.0
-    testbed.kubectl("delete", f"devicetaintrules.{GROUP}", rule["metadata"]["name"])
+    testbed.kubectl("delete", rules.resource, rule["metadata"]["name"])
+
+
+def test_no_execute_taint_in_the_slice_evicts(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = make_pool(testbed, nodes=1, devices=1)
+    testbed.apply(template(namespace, "one", pool))
+    testbed.apply(
+        pod(namespace, "victim", pool, [{"name": "dev", "resourceClaimTemplateName": "one"}])
+    )
+    wait_bound(testbed, namespace, "victim")
+    uid = get(testbed, "pod", "victim", namespace)["metadata"]["uid"]  # type: ignore[index]
+
+    # The driver taints its device (a new generation of its pool's slice).
+    tainted = slice_manifest(pool.driver, pool.nodes[0], 1, mode=pool.mode)
+    tainted["spec"]["pool"]["generation"] = 2
+    tainted["spec"]["devices"][0]["taints"] = [
+        {"key": TAINT_KEY, "value": "true", "effect": "NoExecute"}
+    ]
+    testbed.apply(tainted)
+    wait_for("the pod to be evicted", lambda: not exists(testbed, namespace, "victim", uid))
+    marks = [e for e in events(testbed, namespace, "victim", "DeviceTaintManagerEviction")]
+    assert any(e["message"] == "Marking for deletion" for e in marks), marks

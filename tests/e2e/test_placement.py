@@ -1,8 +1,10 @@
 """Placement that kube-scheduler agrees with.
 
-dralloc pins every pod it allocates to one node (a required node affinity) and lifts its
-scheduling gate; kube-scheduler then binds it, or refuses to. A pin is only good if the
-scheduler's own filters pass on that node: resources (cpu, memory, pods), host ports,
+dralloc allocates a pod's claims on one node and lifts its scheduling gate; kube-scheduler
+then binds it there, or refuses to. What keeps the scheduler on that node: in crd mode a
+required node affinity dralloc pins the pod with; in in-tree mode the claims'
+``allocation.nodeSelector``, which kube-scheduler's DynamicResources plugin honours. The
+choice is only good if the scheduler's own filters pass on that node: resources (cpu, memory, pods), host ports,
 inter-pod (anti-)affinity in both directions, and topology spread. These tests give each
 filter a case where the device-only choice (binpack: the node with the fewest matching free
 devices left) breaks it, and check that dralloc chooses a node that keeps it, or none at all
@@ -44,7 +46,7 @@ from .operator_fixtures import (
 )
 from .reliability_helpers import pod_condition, scheduler_healthy, stopped
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = [pytest.mark.timeout(150), pytest.mark.api_modes]
 
 RELEASE_GRACE_S = 3  # DRALLOC_RELEASE_GRACE of this module's operator
 CONDITION = f"{GROUP}/DevicesAllocated"
@@ -105,6 +107,27 @@ def pinned_node(obj: dict[str, Any] | None) -> str | None:
     return None
 
 
+def allocation_node(claim: dict[str, Any]) -> str | None:
+    """The node a claim's ``allocation.nodeSelector`` names (``matchFields metadata.name``)."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("operator") == "In":
+                return str(field["values"][0])
+    return None
+
+
+def assert_kept_to(testbed: Testbed, obj: dict[str, Any], node: str) -> None:
+    """The released pod ``obj`` can go nowhere but ``node``: in crd mode dralloc pinned it
+    there; in in-tree mode it did not pin it, and its claim's allocation names the node."""
+    if testbed.api_mode.pins_node:
+        assert pinned_node(obj) == node, describe(obj)
+        return
+    assert pinned_node(obj) is None, f"in-tree mode pins no pod: {describe(obj)}"
+    [generated] = claims_of(testbed, obj["metadata"]["namespace"], obj["metadata"]["uid"])
+    assert allocation_node(generated) == node, generated.get("status")
+
+
 def gated(obj: dict[str, Any]) -> bool:
     return GATE in [g.get("name") for g in obj["spec"].get("schedulingGates") or []]
 
@@ -128,7 +151,7 @@ def describe(obj: dict[str, Any] | None) -> str:
 
 
 def wait_placed(testbed: Testbed, namespace: str, name: str) -> str:
-    """The node the pod is bound to; fails at once if kube-scheduler refuses dralloc's pin."""
+    """The node the pod is bound to; fails at once if kube-scheduler refuses dralloc's choice."""
     deadline = time.monotonic() + BIND_TIMEOUT_S
     obj: dict[str, Any] | None = None
     while time.monotonic() < deadline:
@@ -140,8 +163,8 @@ def wait_placed(testbed: Testbed, namespace: str, name: str) -> str:
         scheduled = pod_condition(obj, "PodScheduled") or {}
         if not gated(obj) and scheduled.get("reason") == "Unschedulable":
             raise AssertionError(
-                f"dralloc released pod {name} pinned to {pinned_node(obj)}, and kube-scheduler "
-                f"refuses it there: {scheduled.get('message')}"
+                f"dralloc released pod {name} ({describe(obj)}), and kube-scheduler refuses it: "
+                f"{scheduled.get('message')}"
             )
         time.sleep(0.25)
     raise AssertionError(f"pod {name} not bound after {BIND_TIMEOUT_S:.0f} s: {describe(obj)}")
@@ -342,9 +365,9 @@ def test_topology_spread_over_hostnames(
         }
     ]
     # One after the other, as kube-scheduler would see them: each is placed knowing the rest.
-    # (kube-scheduler cannot catch a wrong pin here: the default nodeAffinityPolicy Honor
-    # counts only nodes the pinned pod may go to, i.e. the pinned node alone, so any pin has
-    # skew 0. dralloc has to spread the pods itself, over the nodes of their nodeSelector.)
+    # (In crd mode kube-scheduler cannot catch a wrong pin here: the default nodeAffinityPolicy
+    # Honor counts only nodes the pinned pod may go to, i.e. the pinned node alone, so any pin
+    # has skew 0. dralloc has to spread the pods itself, over the nodes of their nodeSelector.)
     placed = {}
     for name in ("s1", "s2", "s3"):
         testbed.apply(
@@ -385,7 +408,7 @@ def release_then_fill(
             return obj if obj is not None and not gated(obj) else None
 
         obj = wait_for(f"dralloc to release pod {name}", released, timeout=30, interval=0.1)
-        assert pinned_node(obj) == node, describe(obj)
+        assert_kept_to(testbed, obj, node)
         testbed.apply(
             {
                 "apiVersion": "v1",

@@ -1,6 +1,7 @@
 """One user's pod cannot stall the operator for everyone else, end to end.
 
-A pod whose claims annotation lists more entries than the limit (one such pod with 3,000
+A pod whose claims annotation (in-tree mode: ``spec.resourceClaims``, where Kubernetes sets no
+limit) lists more entries than the limit (one such pod with 3,000
 template entries used to keep the operator creating claims for minutes while other pods took
 ten times longer to bind) is refused: no claim is created for it, and the user sees why in a
 Warning Event and the pod's DevicesAllocated condition, both naming the limit. A normal pod
@@ -12,11 +13,12 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from operators.api.limits import POD_RESOURCE_CLAIMS_MAX_SIZE
 
 from .kube_helpers import Testbed, wait_for
 from .operator_fixtures import (
-    CLAIMS_ANNOTATION,
     GROUP,
     LEASE_NAMESPACE,
     OperatorProcess,
@@ -33,6 +35,8 @@ from .reliability_helpers import pod_condition
 
 __all__ = ["operator"]
 
+pytestmark = pytest.mark.api_modes
+
 CONDITION = f"{GROUP}/DevicesAllocated"
 HUGE_ENTRIES = 3000  # as in the report: a 165 KB annotation
 BIND_WITHIN_S = 10.0
@@ -44,9 +48,7 @@ def test_a_pod_with_too_many_claim_entries_is_refused_and_others_go_on(
     pool = make_pool(testbed, nodes=1, devices=2)
     testbed.apply(template(namespace, "one", pool))
     entries = [{"name": f"e{i}", "resourceClaimTemplateName": "one"} for i in range(HUGE_ENTRIES)]
-    huge = pod(namespace, "huge", pool, [])
-    huge["metadata"]["annotations"][CLAIMS_ANNOTATION] = json.dumps(entries)
-    testbed.apply(huge)
+    testbed.apply(pod(namespace, "huge", pool, entries))
 
     # A normal pod right after it is served at once.
     started = time.monotonic()

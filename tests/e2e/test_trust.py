@@ -34,6 +34,8 @@ from .operator_fixtures import (
 
 __all__ = ["operator"]
 
+pytestmark = pytest.mark.api_modes
+
 POLICY = "dralloc-pod-protocol"
 PARAMS = "dralloc-operator-identity"
 NAMESPACE = "dralloc-system"
@@ -229,7 +231,7 @@ def test_a_binding_cannot_carry_the_annotations(
     """The annotations of a Binding are copied onto the pod; kube-scheduler's carry none."""
     created = tenant("create", "-f", "-", input=plain_pod(namespace, "bind-me"))
     assert created.returncode == 0, created.stderr
-    binding = {
+    binding: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Binding",
         "metadata": {"name": "bind-me", "annotations": {DEVICES: FORGED}},
@@ -292,7 +294,9 @@ def test_the_operator_still_allocates_annotates_and_ungates(
     (claim,) = claims_in(testbed, namespace)
     devices = json.loads(annotations[DEVICES])
     assert devices[0]["resourceClaimName"] == claim["metadata"]["name"]
-    assert json.loads(annotations[STATUSES])[0]["resourceClaimName"] == claim["metadata"]["name"]
+    statuses = testbed.api_mode.claim_statuses(found)
+    assert statuses, f"no claim statuses in {testbed.api_mode.claim_statuses_field}"
+    assert statuses[0]["resourceClaimName"] == claim["metadata"]["name"]
     assert not found["spec"].get("schedulingGates")
     # The user cannot swap the real devices for others afterwards.
     assert REFUSED_DEVICES in refusal(
