@@ -16,7 +16,7 @@ from operators.api.base import (
     DNSSubdomain,
     DriverName,
     FullyQualifiedName,
-    KubeModel,
+    NullTolerantModel,
     PoolName,
     QualifiedName,
     RequestReference,
@@ -44,7 +44,7 @@ from operators.api.meta import Condition, NodeSelector, ObjectMeta
 from operators.api.quantity import Quantity
 
 
-class _CountedRequest(KubeModel):
+class _CountedRequest(NullTolerantModel):
     """What exact requests and firstAvailable alternatives share: allocationMode and count.
 
     No fields of its own (each subclass declares them, so the CRD keeps upstream's field
@@ -128,7 +128,7 @@ class DeviceSubRequest(_CountedRequest):
     """Consumable capacity needed from each device."""
 
 
-class DeviceRequest(KubeModel):
+class DeviceRequest(NullTolerantModel):
     """A named request: either exactly one kind of device, or an ordered list of alternatives."""
 
     model_config = ConfigDict(
@@ -161,7 +161,7 @@ class DeviceRequest(KubeModel):
         return self
 
 
-class DeviceConstraint(KubeModel):
+class DeviceConstraint(NullTolerantModel):
     """A rule that must hold across the devices of some requests."""
 
     model_config = ConfigDict(
@@ -189,7 +189,7 @@ class DeviceConstraint(KubeModel):
         return self
 
 
-class DeviceClaim(KubeModel):
+class DeviceClaim(NullTolerantModel):
     """The devices a claim asks for."""
 
     requests: Annotated[
@@ -237,14 +237,14 @@ def _check_references(refs: tuple[str, ...], known: set[str], path: str) -> None
             )
 
 
-class ResourceClaimSpec(KubeModel):
+class ResourceClaimSpec(NullTolerantModel):
     """What a claim asks for. Immutable once created."""
 
     devices: DeviceClaim = Field(default_factory=DeviceClaim)
     """The devices wanted."""
 
 
-class DeviceRequestAllocationResult(KubeModel):
+class DeviceRequestAllocationResult(NullTolerantModel):
     """One device allocated for one request."""
 
     request: RequestReference
@@ -273,7 +273,7 @@ class DeviceRequestAllocationResult(KubeModel):
         return (self.driver, self.pool, self.device)
 
 
-class DeviceAllocationConfiguration(KubeModel):
+class DeviceAllocationConfiguration(NullTolerantModel):
     """Configuration copied into the allocation from the class or the claim."""
 
     source: ConfigSource
@@ -284,7 +284,7 @@ class DeviceAllocationConfiguration(KubeModel):
     """Driver-specific configuration."""
 
 
-class DeviceAllocationResult(KubeModel):
+class DeviceAllocationResult(NullTolerantModel):
     """The allocated devices and their configuration."""
 
     results: Annotated[
@@ -299,7 +299,7 @@ class DeviceAllocationResult(KubeModel):
     """Class configuration first, then claim configuration."""
 
 
-class AllocationResult(KubeModel):
+class AllocationResult(NullTolerantModel):
     """Where and what a claim got allocated."""
 
     devices: DeviceAllocationResult = Field(default_factory=DeviceAllocationResult)
@@ -310,7 +310,7 @@ class AllocationResult(KubeModel):
     """When the allocation was made."""
 
 
-class ResourceClaimConsumerReference(KubeModel):
+class ResourceClaimConsumerReference(NullTolerantModel):
     """An object (usually a pod) the claim is reserved for."""
 
     api_group: str | None = None
@@ -323,7 +323,7 @@ class ResourceClaimConsumerReference(KubeModel):
     """UID of the consumer."""
 
 
-class NetworkDeviceData(KubeModel):
+class NetworkDeviceData(NullTolerantModel):
     """Network details of an allocated device."""
 
     interface_name: (
@@ -342,7 +342,7 @@ class NetworkDeviceData(KubeModel):
     """Hardware (MAC) address of the interface."""
 
 
-class AllocatedDeviceStatus(KubeModel):
+class AllocatedDeviceStatus(NullTolerantModel):
     """Status a driver reports for one allocated device."""
 
     driver: DriverName
@@ -379,7 +379,7 @@ class AllocatedDeviceStatus(KubeModel):
         return self
 
 
-class ResourceClaimStatus(KubeModel):
+class ResourceClaimStatus(NullTolerantModel):
     """What has been allocated and who uses it."""
 
     model_config = ConfigDict(
@@ -457,7 +457,7 @@ class ResourceClaimStatus(KubeModel):
                 )
 
 
-class ResourceClaim(KubeModel):
+class ResourceClaim(NullTolerantModel):
     """A request for devices, and once allocated, the devices it got (namespaced)."""
 
     api_version: str = API_VERSION
@@ -472,7 +472,7 @@ class ResourceClaim(KubeModel):
     """Allocation and reservation state, written by dralloc and drivers."""
 
 
-class ResourceClaimTemplateSpec(KubeModel):
+class ResourceClaimTemplateSpec(NullTolerantModel):
     """The claim to create for each pod that references the template."""
 
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
@@ -481,7 +481,7 @@ class ResourceClaimTemplateSpec(KubeModel):
     """Spec of each generated claim."""
 
 
-class ResourceClaimTemplate(KubeModel):
+class ResourceClaimTemplate(NullTolerantModel):
     """A template from which a claim is generated per pod (namespaced)."""
 
     api_version: str = API_VERSION

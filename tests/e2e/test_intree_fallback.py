@@ -180,7 +180,7 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved_by_kube_scheduler(
         def devices_annotation_follows() -> bool:
             live = testbed.get("pod", "worker", f"--namespace={namespace}") or {}
             text = (live["metadata"].get("annotations") or {}).get("resource.dralloc.dev/devices")
-            return bool(text) and json.loads(text)[0]["devices"][0]["pool"] == second
+            return isinstance(text, str) and json.loads(text)[0]["devices"][0]["pool"] == second
 
         wait_for(
             "devices annotation rewritten from the claim", devices_annotation_follows, timeout=30

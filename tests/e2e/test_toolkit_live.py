@@ -13,6 +13,7 @@ allocator would. The last tests read in-tree objects on the DRA testbed: pods th
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -391,7 +392,7 @@ def in_tree_cluster(dra_testbed: Testbed) -> Iterator[dict[str, str]]:
 
         for pod in ("bound", "gated"):
             names[f"{pod} claim"] = wait_for(
-                f"kcm to create the claim of {pod}", lambda pod=pod: claim_of(pod), timeout=60
+                f"kcm to create the claim of {pod}", functools.partial(claim_of, pod), timeout=60
             )
         # The free device must stay free for the gated pod's explanation: "stuck" asks for
         # two devices of one node, which no node has.

@@ -210,3 +210,37 @@ def test_claim_conditions_are_validated_with_the_field_path(
     claim["status"]["conditions"] = conditions
     with pytest.raises(InvalidObjectError, match=re.escape(message)):
         parse_object(claim)
+
+
+def test_an_in_tree_claim_with_null_lists_is_read_not_dropped() -> None:
+    """The API server serves null for Go slices without omitempty: a claim whose driver
+    reported device status (conditions: null), or one without requests."""
+    from operators.api.models import ResourceClaim
+
+    claim = ResourceClaim.model_validate(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"devices": {"requests": None}},
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {
+                                "request": "r",
+                                "driver": "gpu.example.com",
+                                "pool": "p",
+                                "device": "d0",
+                            }
+                        ]
+                    }
+                },
+                "devices": [
+                    {"driver": "gpu.example.com", "pool": "p", "device": "d0", "conditions": None}
+                ],
+            },
+        }
+    )
+    assert claim.spec.devices.requests == ()
+    assert claim.status is not None and claim.status.devices[0].conditions == ()
