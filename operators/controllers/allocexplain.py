@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 from collections.abc import Callable
-from typing import Any
 
 import structlog
 
@@ -53,7 +52,10 @@ class Explanations:
             claim = self.claims.get(Key(pod.namespace, name)) if name else None
             if claim is not None and not is_allocated(claim):
                 await self.runtime.events.post(
-                    _claim_ref(claim), REASON_FAILED, f"pod {pod.ref}: {message}", warning=True
+                    claimstatus.involved(claim),
+                    REASON_FAILED,
+                    f"pod {pod.ref}: {message}",
+                    warning=True,
                 )
         # A conflict means the pod changed; the next sync explains again if still needed.
         with contextlib.suppress(Conflict, NotFound):
@@ -107,16 +109,3 @@ class Explanations:
             protocol=self.runtime.protocol,
             resource_version=resource_version,
         )
-
-
-def _claim_ref(claim: ResourceClaim) -> dict[str, Any]:
-    return {
-        "apiVersion": claim.api_version,
-        "kind": "ResourceClaim",
-        "metadata": {
-            "namespace": claim.metadata.namespace,
-            "name": claim.metadata.name,
-            "uid": claim.metadata.uid,
-            "resourceVersion": claim.metadata.resource_version,
-        },
-    }

@@ -108,3 +108,17 @@ async def patch_status(
     )
     claims.assume(updated)
     return updated
+
+
+def involved(claim: ResourceClaim) -> JsonDict:
+    """The minimal object an Event needs to point at a claim."""
+    return {
+        "apiVersion": claim.api_version,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "namespace": claim.metadata.namespace,
+            "name": claim.metadata.name,
+            "uid": claim.metadata.uid,
+            "resourceVersion": claim.metadata.resource_version,
+        },
+    }

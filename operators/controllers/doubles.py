@@ -44,7 +44,7 @@ from operators import metrics
 from operators.api.models import ResourceClaim
 from operators.cache.core import Pod
 from operators.cache.informer import Change, Key, version_number
-from operators.controllers import claimrules, conditions
+from operators.controllers import claimrules, claimstatus, conditions
 from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_kind
 
@@ -256,7 +256,7 @@ class DoubleAllocationController:
                 "double allocation", device=name, kept=str(keeper.key), undone=str(holder.key),
                 outcome=outcome,
             )  # fmt: skip
-            for involved in [_claim_ref(claim), *(pod.involved() for pod in pods)]:
+            for involved in [claimstatus.involved(claim), *(pod.involved() for pod in pods)]:
                 await self.runtime.events.post(involved, REASON_DOUBLE, message, warning=True)
         # Looked at again while two still hold it: an eviction still under way, a write of
         # dralloc's own still in flight, or a new holder that came while this ran
@@ -308,19 +308,6 @@ def _rfc3339(value: Any) -> str:
     if isinstance(value, datetime.datetime):
         return value.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return str(value)
-
-
-def _claim_ref(claim: ResourceClaim) -> dict[str, Any]:
-    return {
-        "apiVersion": claim.api_version,
-        "kind": "ResourceClaim",
-        "metadata": {
-            "namespace": claim.metadata.namespace,
-            "name": claim.metadata.name,
-            "uid": claim.metadata.uid,
-            "resourceVersion": claim.metadata.resource_version,
-        },
-    }
 
 
 register_controller(
