@@ -365,7 +365,9 @@ def test_claims_changed_by_someone_else_mid_allocation(run: Run) -> None:
     by_name = {c["metadata"]["name"]: c for c in claims_in(run.testbed, run.namespace)}
     for name, entry in reported.items():
         devices = (by_name[name].get("status") or {}).get("devices") or []
-        assert entry in devices, f"the driver status written on {name} was lost"
+        # In-tree the API server answers null for fields it has no value for (conditions).
+        stored = [{k: v for k, v in d.items() if v is not None} for d in devices]
+        assert entry in stored, f"the driver status written on {name} was lost"
 
 
 def test_pool_generation_bumped_mid_allocation(run: Run) -> None:
