@@ -71,11 +71,6 @@ class PodProtocol:
     claim and allocates it afresh (its own fallback), which a pinned pod would defeat: it
     would wait on the pinned node forever, and a gate cannot be put back."""
 
-    @property
-    def where_claims(self) -> str:
-        """Where a pod asks for claims, for messages."""
-        return "spec.resourceClaims" if self.claims_in_spec else ann.CLAIMS_ANNOTATION
-
     def pod_claims(self, raw: Mapping[str, Any]) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
         """The pod's claim entries and an error message ('' if they are fine)."""
         if self.claims_in_spec:

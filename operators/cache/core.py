@@ -21,12 +21,9 @@ from operators.api.annotations import (
     FINALIZER,
     POD_CLAIM_NAME_ANNOTATION,
     SCHEDULING_GATE,
-    AnnotationError,
     PodResourceClaim,
     PodResourceClaimStatus,
     format_claim_statuses,
-    parse_claim_statuses,
-    parse_pod_claims,
 )
 from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.kube import JsonDict
@@ -54,26 +51,6 @@ ClaimStatus = PodResourceClaimStatus
 
 POD_CLAIMS_INDEX = "pod-claims"
 """The pod index every controller shares: pods by the (namespace, name) of their claims."""
-
-
-def parse_pod_claims_safe(text: str | None) -> tuple[tuple[PodClaim, ...], str]:
-    """Decode the claims annotation; returns the claims and an error message ('' if fine)."""
-    if text is None:
-        return (), ""
-    try:
-        return parse_pod_claims(text), ""
-    except AnnotationError as error:
-        return (), str(error)
-
-
-def parse_claim_statuses_safe(text: str | None) -> tuple[ClaimStatus, ...]:
-    """Decode the claim-statuses annotation (ours); anything malformed reads as empty."""
-    if not text:
-        return ()
-    try:
-        return parse_claim_statuses(text)
-    except AnnotationError:
-        return ()
 
 
 def render_claim_statuses(statuses: tuple[ClaimStatus, ...]) -> str:
