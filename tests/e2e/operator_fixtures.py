@@ -244,7 +244,7 @@ class NodeShape:
 def make_pool(testbed: Testbed, nodes: int, devices: int, *, prefix: str = "e2e") -> Pool:
     label = unique_name(prefix)
     names = testbed.create_nodes(nodes, {"e2e-pool": label}, prefix=label)
-    return _publish_devices(testbed, label, dict.fromkeys(names, devices))
+    return publish_devices(testbed, label, dict.fromkeys(names, devices))
 
 
 def make_sized_pool(testbed: Testbed, shapes: Sequence[NodeShape], *, prefix: str = "e2e") -> Pool:
@@ -256,13 +256,14 @@ def make_sized_pool(testbed: Testbed, shapes: Sequence[NodeShape], *, prefix: st
             1, {"e2e-pool": label}, prefix=f"{label}-{shape.role}",
             cpu=shape.cpu, memory=shape.memory, pods=shape.pods,
         )  # fmt: skip
-    pool = _publish_devices(testbed, label, {roles[s.role]: s.devices for s in shapes})
+    pool = publish_devices(testbed, label, {roles[s.role]: s.devices for s in shapes})
     pool.roles.update(roles)
     return pool
 
 
-def _publish_devices(testbed: Testbed, label: str, devices: Mapping[str, int]) -> Pool:
-    """The pool's DeviceClass and one ResourceSlice per node (also for 0 devices)."""
+def publish_devices(testbed: Testbed, label: str, devices: Mapping[str, int]) -> Pool:
+    """The pool's DeviceClass and one ResourceSlice per node (also for 0 devices), in the
+    testbed's API mode."""
     driver = f"{label}.example.com"
     device_class = label
     mode = testbed.api_mode

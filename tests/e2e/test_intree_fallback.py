@@ -17,32 +17,15 @@ annotation right after the scheduler re-allocated the claim.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from .kube_helpers import Testbed, find_binaries, start_testbed, stop_testbed, unique_name, wait_for
-from .operator_fixtures import OperatorProcess, ensure_lease_namespace
+from .kube_helpers import Testbed, TestbedRegistry, unique_name, wait_for
+from .modes import IN_TREE, TESTBED_DRA_SCHEDULER
+from .operator_fixtures import OperatorProcess, ensure_lease_namespace, publish_devices, template
 
 GROUP = "resource.k8s.io"
-KCM_WITHOUT_DRA = "garbage-collector-controller,namespace-controller"
 HOLD = "example.com/hold"
-
-
-@pytest.fixture(scope="module")
-def kcm_less_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    testbed = start_testbed(
-        tmp_path_factory.mktemp("testbed-in-tree"),
-        find_binaries(),
-        dra=True,
-        kcm_controllers=KCM_WITHOUT_DRA,
-    )
-    try:
-        yield testbed
-    finally:
-        stop_testbed(testbed)
 
 
 def _claim_of(testbed: Testbed, namespace: str, pod: str) -> dict[str, Any]:
@@ -63,9 +46,10 @@ def _allocated_node(claim: dict[str, Any]) -> str:
 
 
 def test_a_released_pod_whose_node_stopped_fitting_is_moved_by_kube_scheduler(
-    kcm_less_testbed: Testbed, tmp_path: Path
+    testbeds: TestbedRegistry, tmp_path: Path
 ) -> None:
-    testbed = kcm_less_testbed
+    # kube-controller-manager without its DRA controllers: dralloc's replace them.
+    testbed = testbeds.get(TESTBED_DRA_SCHEDULER).in_mode(IN_TREE)
     ensure_lease_namespace(testbed)
     label = unique_name("fallback")
     first, second = (
@@ -74,48 +58,15 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved_by_kube_scheduler(
         )[0]
         for role in ("a", "b")
     )
-    driver = f"{label}.example.com"
     namespace = unique_name("fallback")
     testbed.kubectl("create", "namespace", namespace)
-    testbed.apply(
-        {
-            "apiVersion": f"{GROUP}/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": label},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
-        },
-        *[
-            {
-                "apiVersion": f"{GROUP}/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{node}-slice"},
-                "spec": {
-                    "driver": driver,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": [{"name": "dev-0"}],
-                },
-            }
-            for node in (first, second)
-        ],
-        {
-            "apiVersion": f"{GROUP}/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "one", "namespace": namespace},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [{"name": "dev", "exactly": {"deviceClassName": label}}]
-                    }
-                }
-            },
-        },
-    )
+    pool = publish_devices(testbed, label, {first: 1, second: 1})
+    testbed.apply(template(namespace, "one", pool))
     operator = OperatorProcess(
         testbed,
         tmp_path / "operator.log",
         unique_name("dralloc-fallback"),
-        extra=[f"--api-group={GROUP}", "--node-policy=first-fit"],
+        extra=["--node-policy=first-fit"],  # the mode adds --api-group
     )
     operator.start()
     try:

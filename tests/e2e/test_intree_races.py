@@ -22,13 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from .kube_helpers import Testbed, unique_name, wait_for
-from .operator_fixtures import OperatorProcess, ensure_lease_namespace
+from .modes import IN_TREE
+from .operator_fixtures import OperatorProcess, ensure_lease_namespace, publish_devices, template
 
 GROUP = "resource.k8s.io"
 NODES, DEVICES, PODS_PER_NAMESPACE = 2, 4, 6  # 12 pods want 8 devices
 
 
-def _pods(namespace: str, template: str, label: str, owner: dict[str, Any]) -> list[dict[str, Any]]:
+def _pods(
+    namespace: str, template_name: str, label: str, owner: dict[str, Any]
+) -> list[dict[str, Any]]:
     return [
         {
             "apiVersion": "v1",
@@ -42,7 +45,7 @@ def _pods(namespace: str, template: str, label: str, owner: dict[str, Any]) -> l
             },
             "spec": {
                 "nodeSelector": {"e2e-pool": label},
-                "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template}],
+                "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template_name}],
                 "containers": [
                     {
                         "name": "c",
@@ -100,49 +103,14 @@ def test_kube_scheduler_and_dralloc_allocating_the_same_devices_never_share_one(
     ensure_lease_namespace(testbed)
     label = unique_name("race")
     names = testbed.create_nodes(NODES, {"e2e-pool": label}, prefix=label, cpu="8", memory="32Gi")
-    driver = f"{label}.example.com"
     gate_label = f"dralloc-e2e/{label}"
     served, bypassing = unique_name("race-dralloc"), unique_name("race-scheduler")
     testbed.kubectl("create", "namespace", served)
     testbed.kubectl("create", "namespace", bypassing)
     testbed.kubectl("label", "namespace", served, f"{gate_label}=on")
-    testbed.apply(
-        {
-            "apiVersion": f"{GROUP}/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": label},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
-        },
-        *[
-            {
-                "apiVersion": f"{GROUP}/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{node}-slice"},
-                "spec": {
-                    "driver": driver,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": [{"name": f"dev-{i}"} for i in range(DEVICES)],
-                },
-            }
-            for node in names
-        ],
-        *[
-            {
-                "apiVersion": f"{GROUP}/v1",
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "one", "namespace": namespace},
-                "spec": {
-                    "spec": {
-                        "devices": {
-                            "requests": [{"name": "dev", "exactly": {"deviceClassName": label}}]
-                        }
-                    }
-                },
-            }
-            for namespace in (served, bypassing)
-        ],
-    )
+    in_tree = testbed.in_mode(IN_TREE)
+    pool = publish_devices(in_tree, label, dict.fromkeys(names, DEVICES))
+    in_tree.apply(*[template(namespace, "one", pool) for namespace in (served, bypassing)])
     lease = unique_name("dralloc-race")
     operator = OperatorProcess(
         testbed,
