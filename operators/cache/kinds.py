@@ -52,8 +52,6 @@ _DRA_PARSERS: Mapping[Resource, Parser[Any]] = {
     DEVICE_TAINT_RULES: DeviceTaintRule.model_validate,
 }
 
-PARSERS: Mapping[Resource, Parser[Any]] = parsers()
-"""The parsers of dralloc's own API mode."""
 
 OPTIONAL: frozenset[Resource] = frozenset({DEVICE_TAINT_RULES})
 """Kinds a server may not serve: in-tree DeviceTaintRule reached resource.k8s.io/v1 only in
