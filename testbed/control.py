@@ -24,27 +24,40 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 TESTBED_DIR = Path(__file__).resolve().parent
-READY_TIMEOUT_S = 120.0
-STOP_GRACE_S = 10.0
+# Loaded by path (tests), not only run as a script: the sibling modules must still resolve.
+if str(TESTBED_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTBED_DIR))
+
+import realnode  # noqa: E402
+from procs import (  # noqa: E402
+    READY_TIMEOUT_S,
+    Component,
+    TestbedError,
+    http_ok,
+    insecure_tls_context,
+    process_start_time,
+    start,
+    stop_components,
+    tail,
+    wait_until,
+)
+
+__all__ = ["Component", "TestbedError", "http_ok", "process_start_time", "tail"]
 SERVICE_CIDR = "10.96.0.0/16"
 # Wide enough for thousands of fake pods (kwok's default is a /24).
 POD_CIDR = "10.64.0.0/10"
@@ -53,10 +66,28 @@ POD_CIDR = "10.64.0.0/10"
 # upstream ships them. Nothing else: most other controllers need parts the testbed lacks.
 BASE_KCM_CONTROLLERS = ("garbage-collector-controller", "namespace-controller")
 DRA_KCM_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller")
+# With real nodes, what running the operator in-cluster from manifests/ needs: Deployments
+# and the certificate Job make pods, pods get service-account tokens (and the CA bundle they
+# verify the API server with), Services get endpoints for kube-proxy.
+REAL_NODE_KCM_CONTROLLERS = (
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "job-controller",
+    "ttl-after-finished-controller",
+    "endpointslice-controller",
+)
+# The `kubernetes` Service's cluster IP (first of SERVICE_CIDR): in-cluster clients dial it.
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 
-def default_kcm_controllers(dra: bool) -> list[str]:
-    return [*BASE_KCM_CONTROLLERS, *(DRA_KCM_CONTROLLERS if dra else ())]
+def default_kcm_controllers(dra: bool, real_nodes: bool = False) -> list[str]:
+    return [
+        *BASE_KCM_CONTROLLERS,
+        *(DRA_KCM_CONTROLLERS if dra else ()),
+        *(REAL_NODE_KCM_CONTROLLERS if real_nodes else ()),
+    ]
 
 
 def parse_kcm_controllers(text: str) -> list[str]:
@@ -74,10 +105,6 @@ def parse_kcm_controllers(text: str) -> list[str]:
     return items
 
 
-class TestbedError(RuntimeError):
-    """A start or stop step failed; the message says which and where the logs are."""
-
-
 @dataclass(frozen=True)
 class Ports:
     etcd_client: int
@@ -86,14 +113,6 @@ class Ports:
     scheduler: int
     controller_manager: int
     kwok: int
-
-
-@dataclass
-class Component:
-    name: str
-    pid: int
-    start_time: int  # /proc/<pid>/stat field 22: tells a recycled pid apart
-    log: str
 
 
 @dataclass
@@ -107,6 +126,9 @@ class State:
     components: list[Component] = field(default_factory=list)
     # The items of kube-controller-manager's --controllers, as passed (may hold '*', '-name').
     kcm_controllers: list[str] = field(default_factory=list)
+    # Real nodes (realnode.py) and the host address they and the API server use; none: kwok only.
+    real_nodes: list[realnode.RealNode] = field(default_factory=list)
+    address: str | None = None
 
     def save(self) -> None:
         path = Path(self.dir) / "state.json"
@@ -119,6 +141,7 @@ class State:
         raw = json.loads((state_dir / "state.json").read_text())
         raw["ports"] = Ports(**raw["ports"])
         raw["components"] = [Component(**c) for c in raw["components"]]
+        raw["real_nodes"] = [realnode.RealNode(**n) for n in raw.get("real_nodes", [])]
         return State(**raw)
 
 
@@ -138,18 +161,6 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
-
-
-def process_start_time(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces; fields after it are space-separated.
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return None  # exited; only waiting for its parent (often init) to reap it
-    return int(fields[19])
 
 
 def default_bin_dir() -> Path:
@@ -177,7 +188,7 @@ def run_openssl(args: Sequence[str], cwd: Path) -> None:
 EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
 
-def make_pki(pki: Path) -> None:
+def make_pki(pki: Path, address: str | None = None) -> None:
     """A CA, the API server's serving cert, an admin client cert and the service-account keys.
 
     Full key-usage/SKI/AKI extensions: strict TLS clients (Python >= 3.13) reject certs without.
@@ -195,7 +206,11 @@ def make_pki(pki: Path) -> None:
     leaves = {
         "apiserver": (
             "/CN=kube-apiserver",
-            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,"
+            f"IP:{KUBERNETES_SERVICE_IP},DNS:kubernetes,DNS:kubernetes.default,"
+            "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+            + (f",IP:{address}" if address else "")
+            + "\n",
         ),
         "admin": ("/O=system:masters/CN=dralloc-testbed-admin", "extendedKeyUsage=clientAuth\n"),
     }
@@ -261,68 +276,8 @@ def admin_tls_context(pki: Path) -> ssl.SSLContext:
     return ctx
 
 
-def insecure_tls_context() -> ssl.SSLContext:
-    # The scheduler and controller manager serve health on self-signed certs of their own.
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
-
-def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError, ssl.SSLError):
-        return False
-
-
-def wait_until(
-    what: str, check: Callable[[], bool], component: Component | None, deadline: float
-) -> None:
-    while time.monotonic() < deadline:
-        if check():
-            return
-        if component is not None and process_start_time(component.pid) is None:
-            raise TestbedError(
-                f"{what}: process exited; log: {component.log}\n{tail(component.log)}"
-            )
-        time.sleep(0.25)
-    log = f"; log: {component.log}\n{tail(component.log)}" if component else ""
-    raise TestbedError(f"{what}: not ready after {READY_TIMEOUT_S:.0f} s{log}")
-
-
-def tail(path: str, lines: int = 15) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 # ---------------------------------------------------------------------------------------------
 # up
-
-
-def start(state: State, name: str, argv: list[str], env: dict[str, str] | None = None) -> Component:
-    logs = Path(state.dir) / "logs"
-    logs.mkdir(exist_ok=True)
-    log_path = logs / f"{name}.log"
-    with open(log_path, "ab") as log:
-        # A session of its own: survives the caller's terminal and is signalled as a group.
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-            cwd=state.dir,
-        )
-    start_time = process_start_time(proc.pid)
-    component = Component(name, proc.pid, start_time or 0, str(log_path))
-    state.components.append(component)
-    state.save()
-    return component
 
 
 def dra_gates(state: State) -> list[str]:
@@ -357,8 +312,11 @@ def up(
     nodes: int,
     owner_pid: int | None = None,
     kcm_controllers: Sequence[str] | None = None,
+    real_nodes: int = 0,
+    real_node_devices: int = 4,
 ) -> State:
-    """Start the control plane; kcm_controllers replaces default_kcm_controllers(dra)."""
+    """Start the control plane (and ``real_nodes`` real nodes, realnode.py); kcm_controllers
+    replaces default_kcm_controllers(dra, real_nodes > 0)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     if (state_dir / "state.json").exists():
         raise TestbedError(f"{state_dir} already holds a testbed; run testbed/down {state_dir}")
@@ -367,20 +325,33 @@ def up(
             raise TestbedError(f"{bin_dir / binary} is missing; run testbed/build")
     pki = state_dir / "pki"
     kubeconfig = state_dir / "kubeconfig"
+    if real_nodes:
+        reason = realnode.unavailable(bin_dir)
+        if reason:
+            raise TestbedError(reason)
     ports = Ports(*free_ports(6))
     server = f"https://127.0.0.1:{ports.apiserver}"
-    controllers = list(default_kcm_controllers(dra) if kcm_controllers is None else kcm_controllers)
+    controllers = list(
+        default_kcm_controllers(dra, real_nodes > 0) if kcm_controllers is None
+        else kcm_controllers
+    )  # fmt: skip
     state = State(
         str(state_dir), str(bin_dir), dra, str(kubeconfig), server, ports,
-        kcm_controllers=controllers,
+        kcm_controllers=controllers, address=realnode.host_ip() if real_nodes else None,
     )  # fmt: skip
     state.save()
     try:
         _start_all(state, bin_dir, pki, kubeconfig)
-        if nodes:
-            create_nodes(kubeconfig, bin_dir, nodes, "kwok-node", {})
         if owner_pid is not None:
             start_watchdog(state, owner_pid)
+        if nodes:
+            create_nodes(kubeconfig, bin_dir, nodes, "kwok-node", {})
+        if real_nodes:
+            assert state.address is not None
+            realnode.start_nodes(
+                state, bin_dir, real_nodes, state.address, admin_tls_context(pki),
+                free_ports(2 * real_nodes + 2), real_node_devices,
+            )  # fmt: skip
     except BaseException:
         stop(state)
         raise
@@ -390,7 +361,7 @@ def up(
 def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None:
     ports, state_dir = state.ports, Path(state.dir)
     deadline = time.monotonic() + READY_TIMEOUT_S
-    make_pki(pki)
+    make_pki(pki, state.address)
     write_kubeconfig(kubeconfig, state.server, pki)
 
     peer = f"http://127.0.0.1:{ports.etcd_peer}"
@@ -417,18 +388,38 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
     wait_until("etcd /health", lambda: http_ok(f"{etcd_url}/health"), etcd, deadline)
 
     disabled_admission = [
-        "ServiceAccount",  # no serviceaccount controller: pods would wait for a "default" SA
         "TaintNodesByCondition",  # no node-lifecycle controller to remove the not-ready taint
         "StorageObjectInUseProtection",  # no pvc-protection controller to drop its finalizers
     ]
+    if not state.address:
+        # No serviceaccount controller: pods would wait for a "default" ServiceAccount. Real
+        # nodes run it, and their pods need the token this plugin mounts.
+        disabled_admission.append("ServiceAccount")
+    if state.address:
+        # Pods reach the API server at the host's address (through the `kubernetes` Service,
+        # whose endpoint needs a non-loopback advertise address), and the API server reaches
+        # the kubelets there, authenticating with the admin certificate.
+        network = [
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={state.address}",
+            "--endpoint-reconciler-type=lease",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--kubelet-client-certificate={pki / 'admin.crt'}",
+            f"--kubelet-client-key={pki / 'admin.key'}",
+        ]
+    else:
+        network = [
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none",
+        ]
     apiserver = start(
         state,
         "kube-apiserver",
         [
             str(bin_dir / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *network,
             f"--secure-port={ports.apiserver}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
@@ -440,7 +431,6 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--disable-admission-plugins={','.join(disabled_admission)}",
             "--allow-privileged=true",
-            "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false",
             "--max-requests-inflight=0",
             "--max-mutating-requests-inflight=0",
@@ -495,6 +485,8 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             f"--flex-volume-plugin-dir={state_dir / 'flexvolume'}",
             "--kube-api-qps=1000",
             "--kube-api-burst=2000",
+            # Published as kube-root-ca.crt in every namespace (the projected token volume).
+            f"--root-ca-file={pki / 'ca.crt'}",
             *dra_gates(state),
             *common,
         ],
@@ -508,7 +500,13 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
         [
             str(bin_dir / "kwok"),
             f"--kubeconfig={kubeconfig}",
-            "--manage-all-nodes=true",
+            # With real nodes kwok must leave them (and their pods) to their kubelets; the
+            # fake nodes carry this annotation (node_manifest).
+            *(
+                ["--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake"]
+                if state.address
+                else ["--manage-all-nodes=true"]
+            ),
             f"--config={bin_dir / 'kwok-stages.yaml'}",
             f"--cidr={POD_CIDR}",
             "--node-lease-duration-seconds=40",
@@ -559,31 +557,11 @@ def watch(state_dir: Path, owner_pid: int, owner_start: int) -> None:
 
 
 def stop(state: State) -> list[str]:
-    """Stop the recorded components in reverse start order; returns what was stopped."""
-    stopped = []
-    for component in reversed(state.components):
-        if component.pid == os.getpid():
-            continue  # the watchdog stopping everything else
-        if process_start_time(component.pid) != component.start_time:
-            continue  # already gone (or the pid now belongs to someone else)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(component.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and process_start_time(component.pid) is not None:
-            _reap(component.pid)
-            time.sleep(0.1)
-        if process_start_time(component.pid) == component.start_time:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(component.pid, signal.SIGKILL)
-            _reap(component.pid)
-        stopped.append(component.name)
+    """Stop every recorded process (newest first), then undo what real nodes did to the host."""
+    stopped = stop_components(state.components)
+    if state.real_nodes:
+        realnode.teardown(Path(state.dir), state.real_nodes)
     return stopped
-
-
-def _reap(pid: int) -> None:
-    # When `up` runs in-process (tests), the components are our children: collect zombies.
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -719,11 +697,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{','.join(BASE_KCM_CONTROLLERS)}; with --dra also {','.join(DRA_KCM_CONTROLLERS)})",
     )  # fmt: skip
     p_up.add_argument("--nodes", type=int, default=0, help="create N kwok nodes kwok-node-<i>")
+    p_up.add_argument(
+        "--real-nodes", type=int, default=0, metavar="N",
+        help="also start N real nodes real-node-<i> (containerd, kubelet, upstream's DRA test "
+        "driver; needs root and testbed/build's real-node part)",
+    )  # fmt: skip
+    p_up.add_argument("--real-node-devices", type=int, default=4, metavar="N",
+                      help="devices the test driver publishes per real node (default 4)")  # fmt: skip
     p_up.add_argument("--owner-pid", type=int, help="stop the testbed when this process exits")
     p_watch = sub.add_parser("watch", help=argparse.SUPPRESS)
     p_watch.add_argument("dir", type=Path)
     p_watch.add_argument("--owner-pid", type=int, required=True)
     p_watch.add_argument("--owner-start", type=int, required=True)
+    p_import = sub.add_parser("import-image", help="import OCI archives into every real node")
+    p_import.add_argument("dir", type=Path)
+    p_import.add_argument("archives", type=Path, nargs="+")
     p_down = sub.add_parser("down", help="stop the testbed recorded in a state directory")
     p_down.add_argument("dir", type=Path)
     p_down.add_argument("--purge", action="store_true", help="also delete the state directory")
@@ -752,16 +740,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             bin_dir = args.bin or default_bin_dir()
             state_dir = (args.dir or default_state_dir()).resolve()
             began = time.monotonic()
-            state = up(state_dir, bin_dir, args.dra, args.nodes, args.owner_pid, controllers)
+            state = up(
+                state_dir, bin_dir, args.dra, args.nodes, args.owner_pid, controllers,
+                args.real_nodes, args.real_node_devices,
+            )  # fmt: skip
             print(
                 f"testbed up in {time.monotonic() - began:.1f} s: {state.server} "
                 f"(dra={'on' if state.dra else 'off'}, kcm controllers: "
-                f"{','.join(state.kcm_controllers)}); stop with: testbed/down {state_dir}",
+                f"{','.join(state.kcm_controllers)}"
+                + "".join(f", {n.name}" for n in state.real_nodes)
+                + f"); stop with: testbed/down {state_dir}",
                 file=sys.stderr,
             )
             print(state.kubeconfig)
         elif args.command == "watch":
             watch(args.dir, args.owner_pid, args.owner_start)
+        elif args.command == "import-image":
+            state = State.load(args.dir)
+            if not state.real_nodes:
+                raise TestbedError(f"{args.dir} has no real nodes")
+            for archive in args.archives:
+                realnode.import_image(Path(state.bin), state.real_nodes, archive)
         elif args.command == "down":
             state = State.load(args.dir)
             stopped = stop(state)
