@@ -6,9 +6,11 @@ tests need. The fixtures in `conftest.py` are thin wrappers around these functio
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -16,7 +18,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .modes import CRD, TESTBED_DRA, TESTBED_DRA_SCHEDULER, TESTBED_PLAIN, ApiMode
+from .modes import (
+    CRD,
+    TESTBED_DRA,
+    TESTBED_DRA_SCHEDULER,
+    TESTBED_PLAIN,
+    TESTBED_REAL_NODE,
+    TESTBED_REAL_NODE_DRA,
+    ApiMode,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TESTBED_DIR = REPO_ROOT / "testbed"
@@ -78,6 +88,8 @@ class Testbed:
     dra: bool
     kcm_controllers: str | None = None
     api_mode: ApiMode = CRD
+    real_nodes: tuple[str, ...] = ()
+    """Names of the real nodes (kubelet + containerd + DRA test driver), if any."""
 
     def in_mode(self, mode: ApiMode) -> Testbed:
         """This control plane, seen by a test of ``mode``."""
@@ -163,7 +175,12 @@ class Testbed:
 
 
 def start_testbed(
-    state_dir: Path, bin_dir: Path, *, dra: bool, kcm_controllers: str | None = None
+    state_dir: Path,
+    bin_dir: Path,
+    *,
+    dra: bool,
+    kcm_controllers: str | None = None,
+    real_nodes: int = 0,
 ) -> Testbed:
     """Run `testbed/up` into state_dir; raises with its stderr if the control plane fails.
 
@@ -180,6 +197,8 @@ def start_testbed(
         args.append("--dra")
     if kcm_controllers is not None:
         args.append(f"--kcm-controllers={kcm_controllers}")
+    if real_nodes:
+        args.append(f"--real-nodes={real_nodes}")
     result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=UP_TIMEOUT_S)
     if result.returncode != 0:
         raise RuntimeError(f"testbed/up failed:\n{result.stderr.strip()}")
@@ -190,7 +209,23 @@ def start_testbed(
         state_dir=state_dir,
         dra=dra,
         kcm_controllers=kcm_controllers,
+        real_nodes=tuple(f"real-node-{i}" for i in range(real_nodes)),
     )
+
+
+def real_nodes_unavailable(bin_dir: Path) -> str | None:
+    """Why this host cannot run real nodes (testbed/realnode.py says), or None."""
+    spec = importlib.util.spec_from_file_location("testbed_realnode", TESTBED_DIR / "realnode.py")
+    assert spec is not None and spec.loader is not None
+    sys.path.insert(0, str(TESTBED_DIR))
+    try:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+        reason: str | None = module.unavailable(bin_dir)
+        return reason
+    finally:
+        sys.path.remove(str(TESTBED_DIR))
 
 
 def stop_testbed(testbed: Testbed) -> None:
@@ -210,7 +245,9 @@ class TestbedKind:
     dra: bool
     kcm_controllers: str | None
     """kube-controller-manager's controllers; None: testbed/up's default."""
-    reuse_env: str
+    real_nodes: int = 0
+    """Real nodes to start beside kwok (one testbed with real nodes per host at a time)."""
+    reuse_env: str = ""
     """An environment variable naming the kubeconfig of a running testbed of this kind, to
     use instead of starting one (for debugging; such a testbed is never stopped)."""
 
@@ -227,6 +264,22 @@ TESTBED_KINDS: dict[str, TestbedKind] = {
             dra=True,
             kcm_controllers="garbage-collector-controller,namespace-controller",
             reuse_env="DRALLOC_DRA_SCHEDULER_KUBECONFIG",
+        ),
+        TestbedKind(
+            TESTBED_REAL_NODE_DRA, dra=True, kcm_controllers=None, real_nodes=1,
+            reuse_env="DRALLOC_REAL_NODE_DRA_KUBECONFIG",
+        ),  # fmt: skip
+        TestbedKind(
+            TESTBED_REAL_NODE,
+            dra=True,
+            kcm_controllers=",".join((
+                "garbage-collector-controller", "namespace-controller",
+                "serviceaccount-controller", "root-ca-certificate-publisher-controller",
+                "deployment-controller", "replicaset-controller", "job-controller",
+                "ttl-after-finished-controller", "endpointslice-controller",
+            )),  # fmt: skip
+            real_nodes=1,
+            reuse_env="DRALLOC_REAL_NODE_KUBECONFIG",
         ),
     )
 }
@@ -257,17 +310,24 @@ class TestbedRegistry:
                 f"testbed {kind_name!r} failed to start earlier:\n{self.failed[kind_name]}"
             )
         kind = TESTBED_KINDS[kind_name]
+        if kind.real_nodes:
+            # Real nodes use host-wide paths: one such testbed at a time.
+            for name, running in list(self.running.items()):
+                if running.real_nodes:
+                    stop_testbed(running)
+                    del self.running[name]
         reused = os.environ.get(kind.reuse_env)
         if reused:
             testbed = Testbed(
                 kubeconfig=Path(reused), bin=self.bin, state_dir=None, dra=kind.dra,
                 kcm_controllers=kind.kcm_controllers,
+                real_nodes=tuple(f"real-node-{i}" for i in range(kind.real_nodes)),
             )  # fmt: skip
         else:
             try:
                 testbed = start_testbed(
                     self.state_root(kind.name), self.bin, dra=kind.dra,
-                    kcm_controllers=kind.kcm_controllers,
+                    kcm_controllers=kind.kcm_controllers, real_nodes=kind.real_nodes,
                 )  # fmt: skip
             except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
                 self.failed[kind_name] = str(exc)

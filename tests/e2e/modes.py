@@ -39,6 +39,12 @@ controllers (dralloc beside them would run as allocator only)."""
 TESTBED_DRA_SCHEDULER: Final = "dra-scheduler"
 """In-tree DRA with kube-scheduler's DynamicResources plugin on and kcm's resourceclaim and
 device-taint-eviction controllers off, because dralloc replaces them."""
+TESTBED_REAL_NODE_DRA: Final = "real-node-dra"
+"""``dra`` plus one real node (kubelet, containerd, upstream's DRA test driver): in-tree DRA as
+upstream ships it, on a node that runs containers."""
+TESTBED_REAL_NODE: Final = "real-node"
+"""``dra-scheduler`` plus one real node and the controllers that run the operator in-cluster
+(Deployments, Jobs, service-account tokens, endpoints); dralloc replaces kcm's DRA controllers."""
 
 
 @dataclass(frozen=True)
