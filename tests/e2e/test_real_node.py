@@ -223,7 +223,7 @@ def operator_image() -> tuple[str, Path]:
     if result.returncode != 0 or not lines:
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
         pytest.skip(f"operator image unavailable: testbed/image: {reason}")
-    ref, archive = lines[-1].split()
+    ref, archive = lines[-1].split(" ", 1)
     return ref, Path(archive)
 
 
