@@ -3,6 +3,9 @@
 # virtualenv, copied onto a slim Python base and run as an unprivileged user.
 #   docker build -t dralloc:0.1.0 .
 #   docker run --rm dralloc:0.1.0 --help        (every setting, as a flag or DRALLOC_* variable)
+# PYTHON_IMAGE can be any image whose `python` (3.11+) has the venv module; both stages use
+# it, so the virtualenv's interpreter is the runtime's. testbed/image builds this file
+# unchanged with buildah on a Debian bookworm base it makes locally (no registry needed).
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
 # --- build: resolve and install the package into /opt/dralloc ------------------------------

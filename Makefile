@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test deps testbed lint unit e2e crds demo bench clean
+.PHONY: test deps testbed image lint unit e2e crds demo bench clean
 
 ## test: install everything the tests need (Python deps, testbed binaries), lint, then run every test
 ## (lint failures do not hide test results: both run, either one fails the target)
@@ -26,6 +26,11 @@ $(VENV)/.installed: pyproject.toml
 ## A failed build does not stop the run: e2e tests then skip and print why.
 testbed:
 	-testbed/build
+
+## image: the operator image from the Dockerfile, with buildah on a locally made Debian base (no
+## Docker, no registry; cached outside the repo). Last stdout line: `<ref> <OCI archive path>`.
+image:
+	testbed/image
 
 lint: deps
 	$(BIN)/ruff check operators tests bench
