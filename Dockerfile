@@ -30,7 +30,12 @@ ENV PATH=/opt/dralloc/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 COPY --from=build /opt/dralloc /opt/dralloc
-# The same numeric id as the Deployment's runAsUser, so runAsNonRoot can verify it.
+# A named account for the id: kopf looks its own user name up (getpass.getuser), and without a
+# passwd entry the operator dies at start-up. The same numeric id as the Deployment's
+# runAsUser, so runAsNonRoot can verify it.
+RUN groupadd --system --gid 65532 dralloc \
+ && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
+      --shell /usr/sbin/nologin dralloc
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 8080 8081 9443

@@ -431,6 +431,8 @@ def _cni_config(node: RealNode) -> dict[str, object]:
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": node.subnet}]],
+                    # The default route (via the bridge) is how pods reach Service IPs.
+                    "routes": [{"dst": "0.0.0.0/0"}],
                     "dataDir": f"{node.root}/cni/networks",
                 },
             },
