@@ -311,11 +311,7 @@ class TestbedRegistry:
             )
         kind = TESTBED_KINDS[kind_name]
         if kind.real_nodes:
-            # Real nodes use host-wide paths: one such testbed at a time.
-            for name, running in list(self.running.items()):
-                if running.real_nodes:
-                    stop_testbed(running)
-                    del self.running[name]
+            self.stop_real_nodes()
         reused = os.environ.get(kind.reuse_env)
         if reused:
             testbed = Testbed(
@@ -334,6 +330,14 @@ class TestbedRegistry:
                 raise
         self.running[kind_name] = testbed
         return testbed
+
+    def stop_real_nodes(self) -> None:
+        """Stop the running testbed with real nodes, if any: they use host-wide paths, so one
+        such testbed runs at a time."""
+        for name, running in list(self.running.items()):
+            if running.real_nodes:
+                stop_testbed(running)
+                del self.running[name]
 
     def stop_all(self) -> None:
         for testbed in self.running.values():

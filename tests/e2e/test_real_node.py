@@ -42,6 +42,9 @@ TAINT_KEY = "example.com/unhealthy"
 
 
 def real_testbed(testbeds: TestbedRegistry, kind: str) -> Testbed:
+    if kind in testbeds.running:
+        return testbeds.running[kind]
+    testbeds.stop_real_nodes()
     reason = real_nodes_unavailable(testbeds.bin)
     if reason:
         pytest.skip(f"real nodes unavailable: {reason}")
@@ -405,3 +408,24 @@ def pod_containers(testbed: Testbed, pod_uid: str) -> list[str]:
         [*ctr, "tasks", "list", "-q"], capture_output=True, text=True, check=True, timeout=30
     ).stdout.split()
     return [c for c in containers if c in tasks]
+
+
+def test_the_standby_replica_takes_over_when_the_leader_goes(in_cluster: Testbed) -> None:
+    """Leader election across the two replicas: with the leader's pod deleted, the standby
+    takes the Lease and allocates the next pod (the pod's allocation record names it)."""
+    testbed = in_cluster
+    leader = lease_holder(testbed)
+    standby = [p["metadata"]["name"] for p in operator_pods(testbed)]
+    assert leader in standby and len(standby) == 2
+    standby.remove(leader)
+    testbed.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, leader, "--wait=false")
+    wait_for(f"{standby[0]} holding the Lease", lambda: lease_holder(testbed) == standby[0],
+             timeout=60)  # fmt: skip
+
+    namespace = new_namespace(testbed)
+    class_name = unique_name("test-driver")
+    testbed.apply(device_class(class_name))
+    testbed.apply(claim_template(namespace, class_name, "after"), workload(namespace, "p"))
+    pod = running_on_real_node(testbed, namespace, "p")
+    record = json.loads(pod["metadata"]["annotations"]["resource.dralloc.dev/allocated-by"])
+    assert record["holder"] == standby[0], record
