@@ -266,18 +266,28 @@ TESTBED_KINDS: dict[str, TestbedKind] = {
             reuse_env="DRALLOC_DRA_SCHEDULER_KUBECONFIG",
         ),
         TestbedKind(
-            TESTBED_REAL_NODE_DRA, dra=True, kcm_controllers=None, real_nodes=1,
+            TESTBED_REAL_NODE_DRA,
+            dra=True,
+            kcm_controllers=None,
+            real_nodes=1,
             reuse_env="DRALLOC_REAL_NODE_DRA_KUBECONFIG",
-        ),  # fmt: skip
+        ),
         TestbedKind(
             TESTBED_REAL_NODE,
             dra=True,
-            kcm_controllers=",".join((
-                "garbage-collector-controller", "namespace-controller",
-                "serviceaccount-controller", "root-ca-certificate-publisher-controller",
-                "deployment-controller", "replicaset-controller", "job-controller",
-                "ttl-after-finished-controller", "endpointslice-controller",
-            )),  # fmt: skip
+            kcm_controllers=",".join(
+                (
+                    "garbage-collector-controller",
+                    "namespace-controller",
+                    "serviceaccount-controller",
+                    "root-ca-certificate-publisher-controller",
+                    "deployment-controller",
+                    "replicaset-controller",
+                    "job-controller",
+                    "ttl-after-finished-controller",
+                    "endpointslice-controller",
+                )
+            ),
             real_nodes=1,
             reuse_env="DRALLOC_REAL_NODE_KUBECONFIG",
         ),

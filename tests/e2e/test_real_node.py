@@ -202,8 +202,8 @@ def test_in_tree_dra_alone_prepares_the_device_for_the_container(
     wait_for("NodeUnprepareResources", lambda: unprepared(testbed, uid), timeout=60)
     wait_for(
         "the generated claim deleted",
-        lambda: not (testbed.get("resourceclaims.resource.k8s.io", "-n", namespace) or {}).get(
-            "items"
+        lambda: (
+            not (testbed.get("resourceclaims.resource.k8s.io", "-n", namespace) or {}).get("items")
         ),
         timeout=60,
     )
@@ -300,7 +300,7 @@ def test_operator_runs_in_cluster_from_its_image(in_cluster: Testbed) -> None:
     testbed = in_cluster
     pods = wait_for(
         "two Ready replicas",
-        lambda: (p if len(p := operator_pods(testbed)) == 2 and all(map(ready, p)) else None),
+        lambda: p if len(p := operator_pods(testbed)) == 2 and all(map(ready, p)) else None,
         timeout=60,
     )
     images = {c["image"] for p in pods for c in p["spec"]["containers"]}
@@ -344,8 +344,8 @@ def test_dralloc_allocates_and_the_kubelet_prepares(in_cluster: Testbed) -> None
     wait_for("NodeUnprepareResources", lambda: unprepared(testbed, uid), timeout=60)
     wait_for(
         "the generated claim deleted",
-        lambda: not (testbed.get("resourceclaims.resource.k8s.io", "-n", namespace) or {}).get(
-            "items"
+        lambda: (
+            not (testbed.get("resourceclaims.resource.k8s.io", "-n", namespace) or {}).get("items")
         ),
         timeout=60,
     )
@@ -376,8 +376,10 @@ def test_no_execute_taint_evicts_from_the_real_node(in_cluster: Testbed) -> None
             "metadata": {"name": rule},
             "spec": {
                 "deviceSelector": {
-                    "driver": result["driver"], "pool": result["pool"], "device": result["device"],
-                },  # fmt: skip
+                    "driver": result["driver"],
+                    "pool": result["pool"],
+                    "device": result["device"],
+                },
                 "taint": {"key": TAINT_KEY, "value": "true", "effect": "NoExecute"},
             },
         }
