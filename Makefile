@@ -47,9 +47,11 @@ e2e: deps testbed
 	$(BIN)/pytest tests/e2e
 
 ## demo: a local control plane, the operator and manifests/examples; prints the allocations.
-## Tear down with `scripts/demo down`.
+## Tear down with `scripts/demo down`. `make demo REAL_NODE=1`: the operator in-cluster from its
+## image on a real node (kubelet, containerd, upstream's DRA test driver; needs root), see
+## scripts/demo-real-node; tear down with `scripts/demo-real-node down`.
 demo: deps
-	scripts/demo
+	$(if $(REAL_NODE),scripts/demo-real-node,scripts/demo)
 
 ## crds: regenerate crds/ from operators/api
 crds: deps
