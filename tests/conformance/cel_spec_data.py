@@ -1,7 +1,8 @@
 """Load the cel-spec conformance cases (JSON converted from cel-spec's textproto files).
 
-The data lives outside the repository, next to it: ``../shared/conformance/cel-spec``
-relative to the repository root, or wherever ``DRALLOC_CEL_SPEC_DIR`` points.
+The data lives in the repository, ``tests/conformance/data/cel-spec`` (with cel-spec's
+Apache-2.0 LICENSE), so every clone runs the suite; ``DRALLOC_CEL_SPEC_DIR`` points elsewhere
+(another cel-spec version, say).
 """
 
 from __future__ import annotations
@@ -15,17 +16,12 @@ from typing import Any
 
 from operators.cel.values import CelType, UInt
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+IN_REPO = Path(__file__).resolve().parent / "data" / "cel-spec"
 
 
-def data_dir() -> Path | None:
+def data_dir() -> Path:
     configured = os.environ.get("DRALLOC_CEL_SPEC_DIR")
-    candidates = [Path(configured)] if configured else []
-    candidates.append(REPO_ROOT.parent / "shared" / "conformance" / "cel-spec")
-    for candidate in candidates:
-        if candidate.is_dir() and any(candidate.glob("*.json")):
-            return candidate
-    return None
+    return Path(configured) if configured else IN_REPO
 
 
 @dataclass(frozen=True)
@@ -50,8 +46,6 @@ class Case:
 
 def load_cases() -> list[Case]:
     directory = data_dir()
-    if directory is None:
-        return []
     cases: list[Case] = []
     for path in sorted(directory.glob("*.json")):
         document = json.loads(path.read_text())
