@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -563,3 +564,45 @@ def test_check_live_reads_in_tree_claims_and_reports_a_device_allocated_twice(
     assert (
         unprotected and "resource.kubernetes.io/delete-protection" in unprotected[0]["message"]
     ), found
+
+
+def test_kubectl_runs_the_plugin_with_kubectls_flags(
+    testbed: Testbed, pool: Pool, namespace: str, tmp_path: Any
+) -> None:
+    """`kubectl dralloc ...`: kubectl finds kubectl-dralloc on PATH; the plugin reads the live
+    cluster and takes the namespace from the kubeconfig's context, as kubectl does."""
+    testbed.apply(
+        template(namespace, "too-many", pool, allocationMode="ExactCount",
+                 count=DEVICES_PER_NODE + 1),
+        gated_pod(namespace, "stuck", pool, "too-many"),
+    )  # fmt: skip
+    config = json.loads(testbed.kubeconfig.read_text())
+    config["contexts"][0]["context"]["namespace"] = namespace
+    config["contexts"].append({"name": "elsewhere", "context": {**config["contexts"][0]["context"],
+                                                                "namespace": "default"}})  # fmt: skip
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps(config))
+    env = {
+        **testbed.env(),
+        "KUBECONFIG": str(kubeconfig),
+        # The virtualenv's bin holds kubectl-dralloc (a console script of the package).
+        "PATH": f"{Path(sys.executable).parent}:{testbed.env()['PATH']}",
+    }
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(testbed.bin / "kubectl"), *args], env=env, capture_output=True, text=True,
+            check=False, timeout=CLI_TIMEOUT_S,
+        )  # fmt: skip
+
+    listed = kubectl("plugin", "list")
+    assert "kubectl-dralloc" in listed.stdout, listed.stdout + listed.stderr
+    result = kubectl("dralloc", "explain", "pod/stuck", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert parsed(result)["subject"] == f"pod/{namespace}/stuck"
+    # Another context, whose namespace lacks the pod: the plugin follows --context.
+    missing = kubectl("dralloc", "explain", "pod/stuck", "--context=elsewhere")
+    assert missing.returncode == 2 and "default" in missing.stderr, missing.stderr
+    checked = kubectl("dralloc", "check", "-A", "-o", "json")
+    assert checked.returncode in (0, 1), checked.stderr
+    assert parsed(checked)["ok"] is (checked.returncode == 0)
