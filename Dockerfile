@@ -14,6 +14,11 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
+# A named account for the operator's id: kopf looks its own user name up (getpass.getuser),
+# and without a passwd entry the operator dies at start-up.
+RUN groupadd --system --gid 65532 dralloc \
+ && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
+      --shell /usr/sbin/nologin dralloc
 RUN python -m venv /opt/dralloc
 # Only what the package needs to build: no tests, manifests or testbed (see .dockerignore).
 COPY pyproject.toml README.md ./
@@ -30,12 +35,9 @@ ENV PATH=/opt/dralloc/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 COPY --from=build /opt/dralloc /opt/dralloc
-# A named account for the id: kopf looks its own user name up (getpass.getuser), and without a
-# passwd entry the operator dies at start-up. The same numeric id as the Deployment's
-# runAsUser, so runAsNonRoot can verify it.
-RUN groupadd --system --gid 65532 dralloc \
- && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
-      --shell /usr/sbin/nologin dralloc
+# The account made in the build stage (same base, so the rest of these files is the same).
+COPY --from=build /etc/passwd /etc/group /etc/
+# The same numeric id as the Deployment's runAsUser, so runAsNonRoot can verify it.
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 8080 8081 9443
