@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 import aiohttp
 
+from operators import metrics
+
 JsonDict = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -275,18 +277,24 @@ class KubeClient:
         data = None if body is None else json_body(body)
         headers = {"Content-Type": content_type} if data is not None else None
         timeout = aiohttp.ClientTimeout(total=self.request_timeout)
-        async with self._session.request(
-            method, path, params=params, data=data, headers=headers, timeout=timeout
-        ) as response:
-            text = await response.text()
-            payload: Any
-            try:
-                payload = json.loads(text) if text else {}
-            except ValueError:
-                payload = text
-            if response.status >= 400:
-                raise ApiError.from_status(response.status, payload)
-            return payload if isinstance(payload, dict) else {}
+        try:
+            async with self._session.request(
+                method, path, params=params, data=data, headers=headers, timeout=timeout
+            ) as response:
+                status = response.status
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError):
+            metrics.API_REQUESTS.labels(method=method, code="error").inc()
+            raise
+        metrics.API_REQUESTS.labels(method=method, code=str(status)).inc()
+        payload: Any
+        try:
+            payload = json.loads(text) if text else {}
+        except ValueError:
+            payload = text
+        if status >= 400:
+            raise ApiError.from_status(status, payload)
+        return payload if isinstance(payload, dict) else {}
 
     # --- reads -----------------------------------------------------------------------------
 

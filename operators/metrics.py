@@ -6,6 +6,7 @@ figures are prefixed ``dralloc_``.
 
 from __future__ import annotations
 
+import datetime
 import socketserver
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -44,6 +45,17 @@ CACHE_SYNC_SECONDS = Gauge(
     "dralloc_cache_sync_seconds", "Seconds from start until every informer had listed."
 )
 LEADER = Gauge("dralloc_leader", "1 while this replica holds the leader Lease.")
+GATED_SECONDS = Histogram(
+    "dralloc_pod_gated_duration_seconds",
+    "Seconds from a gated pod's creation to dralloc's allocation write that lets it go.",
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+API_REQUESTS = Counter(
+    "dralloc_api_requests",
+    "Requests to the API server other than watches, by HTTP method and status code "
+    "(`error`: no answer, e.g. a timeout or a refused connection).",
+    ["method", "code"],
+)
 
 ClaimLabels = tuple[str, str, str]  # allocated, admin_access, source
 
@@ -78,6 +90,81 @@ def register_claims_gauge(source: Callable[[], Iterable[ClaimLabels]]) -> None:
         REGISTRY.register(_claims_gauge)
     else:
         _claims_gauge.source = source
+
+
+class GatedPodsGauge(Collector):
+    """``dralloc_gated_pods`` and ``dralloc_gated_pod_oldest_seconds``, on scrape from the
+    cache: the pods that carry dralloc's gate now, and how long the oldest of them has
+    (since its creation, when the webhook added the gate)."""
+
+    def __init__(self, source: Callable[[], Iterable[str]]) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = datetime.datetime.now(datetime.UTC)
+        count, oldest = 0, 0.0
+        for created in self.source():
+            count += 1
+            since = age_seconds(created, now)
+            if since is not None:
+                oldest = max(oldest, since)
+        yield GaugeMetricFamily(
+            "dralloc_gated_pods", "Pods that carry dralloc's scheduling gate.", value=count
+        )
+        yield GaugeMetricFamily(
+            "dralloc_gated_pod_oldest_seconds",
+            "Seconds since the oldest pod that still carries dralloc's gate was created "
+            "(0 without one).",
+            value=oldest,
+        )
+
+
+class QueueDepthGauge(Collector):
+    """``dralloc_workqueue_depth{controller}``: each controller's keys waiting now or later
+    (backoff), or being processed."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, Callable[[], int]] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "dralloc_workqueue_depth",
+            "Keys a controller's work queue holds: ready, delayed (backoff) or in process.",
+            labels=["controller"],
+        )
+        for name, pending in sorted(self.sources.items()):
+            family.add_metric([name], pending())
+        yield family
+
+
+_gated_gauge: GatedPodsGauge | None = None
+_queue_gauge = QueueDepthGauge()
+REGISTRY.register(_queue_gauge)
+
+
+def age_seconds(timestamp: str, now: datetime.datetime | None = None) -> float | None:
+    """Seconds since an RFC 3339 timestamp of the API server (None if it is not one)."""
+    try:
+        then = datetime.datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=datetime.UTC)
+    return max(0.0, ((now or datetime.datetime.now(datetime.UTC)) - then).total_seconds())
+
+
+def register_gated_gauge(source: Callable[[], Iterable[str]]) -> None:
+    global _gated_gauge
+    if _gated_gauge is None:
+        _gated_gauge = GatedPodsGauge(source)
+        REGISTRY.register(_gated_gauge)
+    else:
+        _gated_gauge.source = source
+
+
+def register_queue(controller: str, pending: Callable[[], int]) -> None:
+    """Report a controller's queue depth from now on (a later one of that name replaces it)."""
+    _queue_gauge.sources[controller] = pending
 
 
 LEADERSHIP_LOSSES = Counter(

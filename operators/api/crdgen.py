@@ -91,10 +91,12 @@ KINDS: Final[tuple[KindInfo, ...]] = (
                 ".status.allocation.nodeSelector.nodeSelectorTerms[*].matchFields[?(@.key=='metadata.name')].values[*]",
                 description="Node the allocated devices are bound to, if any.",
             ),
+            # The API server's printer shows only the first value of a JSONPath (a list of
+            # devices showed as its first device); the operator writes all names in one string.
             _column(
                 "Devices",
-                ".status.allocation.devices.results[*].device",
-                description="Allocated devices.",
+                ".status.allocatedDevices",
+                description="Allocated devices (dralloc extension, comma-separated).",
             ),
             _column(
                 "Reason",

@@ -53,6 +53,10 @@ NETWORK_DEVICE_DATA_MAX_IPS: Final = 16
 NETWORK_DEVICE_DATA_HARDWARE_ADDRESS_MAX_LENGTH: Final = 128
 DEVICE_TAINT_RULE_STATUS_MAX_CONDITIONS: Final = 8
 RESOURCE_CLAIM_STATUS_MAX_CONDITIONS: Final = 8  # dralloc extension (not upstream)
+# dralloc extension: every result's device name (a DNS label), comma-separated
+RESOURCE_CLAIM_STATUS_ALLOCATED_DEVICES_MAX_LENGTH: Final = ALLOCATION_RESULTS_MAX_SIZE * (
+    DNS_LABEL_MAX_LENGTH + 1
+)
 # dralloc extension (not upstream): entries of the pod claims annotation, which mirrors
 # pod.spec.resourceClaims. Kubernetes 1.36 puts no count limit on that list (its pod
 # validation checks names and sources only); upstream's one count limit on a consumer's

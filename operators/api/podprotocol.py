@@ -70,6 +70,12 @@ class PodProtocol:
     ``allocation.nodeSelector``; and if the pod then fits nowhere, the plugin deallocates the
     claim and allocates it afresh (its own fallback), which a pinned pod would defeat: it
     would wait on the pinned node forever, and a gate cannot be put back."""
+    allocated_devices: bool = False
+    """Whether claims have dralloc's ``status.allocatedDevices``: the allocated devices' names
+    in one string, for the CRD's ``Devices`` printer column. The API server's printer takes
+    only the first value of a JSONPath (``results[*].device`` showed one device of many), so
+    the operator writes the list with the allocation and clears it with it. Not in
+    ``resource.k8s.io/v1``, whose server drops unknown fields."""
 
     def pod_claims(self, raw: Mapping[str, Any]) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
         """The pod's claim entries and an error message ('' if they are fine)."""
@@ -160,6 +166,7 @@ DRALLOC: Final = PodProtocol(
     claims_in_spec=False,
     claim_conditions=True,
     pins_node=True,
+    allocated_devices=True,
 )
 """dralloc's CRDs and the annotation protocol (DESIGN.md "The pod protocol")."""
 

@@ -428,6 +428,11 @@ class ResourceClaimStatus(NullTolerantModel):
         ),
     ] = empty_tuple()
     """dralloc extension (absent in resource.k8s.io/v1): Allocated is False while waiting (why), True once allocated."""
+    allocated_devices: (
+        Annotated[str, Field(max_length=limits.RESOURCE_CLAIM_STATUS_ALLOCATED_DEVICES_MAX_LENGTH)]
+        | None
+    ) = None
+    """dralloc extension (absent in resource.k8s.io/v1): the allocated devices' names, comma-separated, written with the allocation and cleared with it; what `kubectl get` shows (a printer column shows only the first element of a list)."""
 
     @model_validator(mode="after")
     def _check(self) -> ResourceClaimStatus:

@@ -79,6 +79,8 @@ class Pod:
     """What kube-scheduler's filters read (requests, ports, inter-pod rules, ...)."""
     controller: str = ""
     """``Kind/name`` of the controller owning the pod ('' = a bare pod)."""
+    created: str = ""
+    """``metadata.creationTimestamp`` as the API server wrote it ('' = unknown)."""
 
     @property
     def ref(self) -> str:
@@ -168,6 +170,7 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
             ),
             "",
         ),
+        created=str(metadata.get("creationTimestamp") or ""),
     )
 
 

@@ -168,6 +168,11 @@ class AllocationController(ClaimWrites, Explanations):
         cache[DEVICE_CLASSES].add_handler(self._on_class)
         cache[DEVICE_TAINT_RULES].add_handler(self._on_rule)
         self.namespaces.add_handler(self._on_namespace)
+        metrics.register_gated_gauge(self._gated_created)
+
+    def _gated_created(self) -> list[str]:
+        """Creation times of the pods waiting at dralloc's gate (for the gated-pods gauges)."""
+        return [pod.created for pod in self.pods.values() if pod.gated and not pod.deleting]
 
     # --- keeping the allocator state current, and queueing hints ---------------------------
 
@@ -436,6 +441,10 @@ class AllocationController(ClaimWrites, Explanations):
             self.queue.retry_after_failure(key, error, controller=self.name)
         else:
             metrics.ALLOCATIONS.labels(result="allocated").inc()
+            if pod.gated:
+                waited = metrics.age_seconds(pod.created)
+                if waited is not None:
+                    metrics.GATED_SECONDS.observe(waited)
             self.allocated_pods += 1
             self.waiting.discard(key)
             self.queue.forget(key)

@@ -208,6 +208,8 @@ class ClaimWrites:
         ]
         reserved.append(consumer(pod))
         status: dict[str, Any] = {"allocation": allocation, "reservedFor": reserved}
+        if self.runtime.protocol.allocated_devices:
+            status[claimstatus.ALLOCATED_DEVICES] = claimstatus.allocated_devices(allocation)
         claim_conditions = (
             claimstatus.updated_conditions(
                 claim,

@@ -417,10 +417,9 @@ class ClaimController:
         if plan.reserved_for is not None or plan.deallocate:
             status: dict[str, Any] = {"reservedFor": list(plan.reserved_for or ()) or None}
             if plan.deallocate:
-                status["allocation"] = None
                 # Driver-reported device status describes the allocation; it must not
                 # outlive it (the API's rule: status.devices refer to allocated devices).
-                status["devices"] = None
+                status |= claimstatus.deallocation(self.protocol)
                 remaining = claimstatus.without_condition(claim)
                 if remaining is not None:
                     status["conditions"] = remaining or None  # "Allocated" no longer holds

@@ -16,6 +16,7 @@ from typing import Any
 from operators.allocator.explain import Explanation
 from operators.api.meta import Condition
 from operators.api.models import ResourceClaim
+from operators.api.podprotocol import PodProtocol
 from operators.cache.assume import AssumeCache
 from operators.controllers import conditions, placement
 from operators.kube import RESOURCE_CLAIMS, JsonDict, KubeClient
@@ -28,6 +29,26 @@ REASON_FAILED = "AllocationFailed"
 """The claim itself cannot be allocated as written (bad CEL, missing class, refused)."""
 OTHER_CLAIMS = "fits this claim, not the pod's other claims"
 MAX_MESSAGE = 1024  # the API allows 32 KiB; a condition is for reading at a glance
+
+
+ALLOCATED_DEVICES = "allocatedDevices"
+
+
+def allocated_devices(allocation: JsonDict) -> str:
+    """``status.allocatedDevices`` for an allocation: its devices' names, in the results'
+    order, each once (shares of one device are one name), comma-separated."""
+    results = (allocation.get("devices") or {}).get("results") or ()
+    names = dict.fromkeys(str(r.get("device") or "") for r in results)
+    return ",".join(name for name in names if name)
+
+
+def deallocation(protocol: PodProtocol) -> JsonDict:
+    """The status fields a deallocation clears (merge-patch nulls): the allocation, what
+    drivers reported about its devices, and dralloc's list of them where claims have it."""
+    cleared: JsonDict = {"allocation": None, "devices": None}
+    if protocol.allocated_devices:
+        cleared[ALLOCATED_DEVICES] = None
+    return cleared
 
 
 def claim_messages(

@@ -193,8 +193,7 @@ class ReleasedPodsController:
         kept = [r.to_kube() for r in claim.status.reserved_for if r.uid != uid]
         status: dict[str, Any] = {"reservedFor": kept or None}
         if not kept:
-            status["allocation"] = None
-            status["devices"] = None
+            status |= claimstatus.deallocation(self.runtime.protocol)
             remaining = claimstatus.without_condition(claim)
             if remaining is not None:
                 status["conditions"] = remaining or None

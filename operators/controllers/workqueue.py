@@ -28,6 +28,7 @@ from typing import Generic, TypeVar
 
 import structlog
 
+from operators import metrics
 from operators.cache.backoff import Backoff
 from operators.kube import FailureKind, failure_kind
 
@@ -193,7 +194,9 @@ async def run_workers(
     workers: int = 1,
     name: str = "worker",
 ) -> None:
-    """Process keys forever with ``workers`` tasks; ``sync`` owns retries via the queue."""
+    """Process keys forever with ``workers`` tasks; ``sync`` owns retries via the queue.
+    Its depth is ``dralloc_workqueue_depth{controller=name}`` meanwhile."""
+    metrics.register_queue(name, queue.pending)
 
     async def worker() -> None:
         while True:

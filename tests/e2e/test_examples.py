@@ -110,6 +110,27 @@ def test_numa_pair_shares_a_numa_node(examples: Testbed) -> None:
     assert len(numa) == 1, devices
 
 
+def test_kubectl_get_shows_every_device_of_a_claim(examples: Testbed) -> None:
+    # The API server's printer takes only the first value of a JSONPath, so the Devices
+    # column reads the operator's status.allocatedDevices instead of results[*].device.
+    devices = pod_devices(examples, NS, "numa-pair")
+    assert len(devices) == 2
+    (claim_name,) = {d["claim"] for d in devices}
+    names = sorted(d["device"] for d in devices)
+
+    def devices_cell() -> str | None:
+        table = examples.kubectl("get", f"resourceclaims.{GROUP}", "-n", NS).stdout
+        header, *rows = table.splitlines()
+        begin = header.index("DEVICES")  # cells are aligned under their headers
+        end = header.index("AGE", begin)
+        row = next((r for r in rows if r.split()[0] == claim_name), None)
+        cell = row[begin:end].strip() if row else ""
+        return cell if cell and cell != "<none>" else None
+
+    cell = wait_for(f"the devices of {claim_name} in kubectl get", devices_cell, timeout=WAIT_S)
+    assert sorted(cell.split(",")) == names, cell
+
+
 def test_shared_claim_serves_every_pod_on_one_node(examples: Testbed) -> None:
     per_pod = [pod_devices(examples, NS, f"shared-gpu-{i}") for i in range(3)]
     assert all(devices == per_pod[0] for devices in per_pod)

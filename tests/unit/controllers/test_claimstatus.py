@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from operators.api.models import ResourceClaim
+from operators.api.podprotocol import DRALLOC, KUBERNETES
 from operators.cache.informer import Key
 from operators.controllers import claimstatus
 from operators.controllers.allocation import EXPLAIN_GRACE, AllocationController
@@ -199,3 +200,46 @@ async def test_a_node_added_later_is_a_candidate_for_the_next_attempt() -> None:
     controller.runtime.cache[RESOURCE_SLICES].apply("ADDED", resource_slice("n2", devices=2))
     await explain_now(controller, key)
     assert conditions_of(controller, "big") == [("True", "Allocated", "allocated on node n2")]
+
+
+async def test_the_allocation_write_lists_every_device_for_kubectl() -> None:
+    # The CRD's Devices column reads status.allocatedDevices: the API server's printer shows
+    # only the first value of results[*].device.
+    client = FakeClient()
+    controller = cluster(client)
+    controller.runtime.cache[NODES].apply("ADDED", node("n2"))
+    controller.runtime.cache[RESOURCE_SLICES].apply("ADDED", resource_slice("n2", devices=2))
+    key = add_pod(controller, "p", {"big": claim("ns", "big", count=2)})
+    await explain_now(controller, key)
+    found = controller.claims.get(Key("ns", "big"))
+    assert found is not None and found.status is not None
+    assert found.status.allocated_devices == "dev-0,dev-1"
+    (write, *_) = client.writes(RESOURCE_CLAIMS.path("ns", "big") + "/status")
+    assert write.body["status"]["allocatedDevices"] == "dev-0,dev-1"
+
+
+def test_allocated_devices_names_each_device_once_in_result_order() -> None:
+    results = [{"device": "gpu-3"}, {"device": "gpu-1"}, {"device": "gpu-3", "shareID": "x"}]
+    assert claimstatus.allocated_devices({"devices": {"results": results}}) == "gpu-3,gpu-1"
+    assert claimstatus.allocated_devices({}) == ""
+
+
+def test_deallocation_clears_the_device_list_only_where_claims_have_it() -> None:
+    assert claimstatus.deallocation(DRALLOC) == {
+        "allocation": None,
+        "devices": None,
+        "allocatedDevices": None,
+    }
+    assert claimstatus.deallocation(KUBERNETES) == {"allocation": None, "devices": None}
+
+
+async def test_deallocation_drops_the_device_list() -> None:
+    client = FakeClient()
+    controller = ClaimController(runtime(client))
+    raw = allocated(claim("ns", "c1"), "gone", "uid-gone")
+    raw["status"]["allocatedDevices"] = "dev-0"
+    put(controller.runtime, RESOURCE_CLAIMS, raw)
+    controller.deleted_pod_uids["uid-gone"] = None
+    await controller.sync_claim(Key("ns", "c1"))
+    [release, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
+    assert release.body["status"]["allocatedDevices"] is None

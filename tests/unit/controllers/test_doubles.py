@@ -99,7 +99,12 @@ async def test_a_gated_double_is_deallocated_and_reported() -> None:
     assert controller.since  # found at once
     await controller._repair(DEVICE)
     (write,) = client.writes("resourceclaims/c2/status")
-    assert write.body["status"] == {"allocation": None, "reservedFor": None, "devices": None}
+    assert write.body["status"] == {
+        "allocation": None,
+        "reservedFor": None,
+        "devices": None,
+        "allocatedDevices": None,
+    }
     assert not client.writes("resourceclaims/c1") and not client.writes("pods/first")
     messages = {e["involved"]["metadata"]["name"]: e["message"] for e in client.events}
     assert set(messages) == {"c2", "second"}
