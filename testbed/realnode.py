@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -486,7 +487,11 @@ def _kubelet_config(node: RealNode, address: str, state: TestbedState) -> dict[s
 def teardown(state_dir: Path, nodes: Sequence[RealNode]) -> None:
     """Undo the real nodes after their processes were stopped: kill what containerd's shims
     left (containers outlive containerd), unmount, remove cgroups and directories, restore
-    the host's sysctls and iptables. Idempotent; every step runs even if an earlier fails."""
+    the host's sysctls and iptables. Idempotent; every step runs even if an earlier fails.
+
+    The host-wide part (iptables, sysctls, the bridge, the hard-coded paths) runs only while
+    the lock file names this testbed: a second `down`, or a `down` of a testbed whose lock
+    another testbed took over since, must not wipe what the current owner's nodes use."""
     roots = [Path(node.root) for node in nodes]
     _kill_leftovers(nodes)
     for root in roots:
@@ -494,7 +499,7 @@ def teardown(state_dir: Path, nodes: Sequence[RealNode]) -> None:
     for node in nodes:
         _remove_cgroups(node.cgroup_root)
     record_path = state_dir / "host-record.json"
-    if record_path.exists():
+    if record_path.exists() and _owner_state_dir() == str(state_dir):
         record = HostRecord(**json.loads(record_path.read_text()))
         _restore_iptables(record.iptables)
         for name, value in record.sysctls.items():
@@ -502,16 +507,24 @@ def teardown(state_dir: Path, nodes: Sequence[RealNode]) -> None:
                 with contextlib.suppress(OSError):
                     Path("/proc/sys", name).write_text(value)
         for path in record.created_paths:
-            _unmount_below(Path(path))
-            shutil.rmtree(path, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+            _remove_tree(Path(path))
+        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
     for root in roots:
-        shutil.rmtree(root, ignore_errors=True)
+        _remove_tree(root)
         with contextlib.suppress(OSError):
             root.parent.rmdir()
     _release_host(state_dir)
+
+
+def _remove_tree(path: Path) -> None:
+    """Unmount below ``path``, then delete it, unless a mount is still there: rmtree would
+    follow it into whatever is mounted (a pod's subPath bind mount of a host directory)."""
+    _unmount_below(path)
+    if _mounts_below(path):
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def _kill_leftovers(nodes: Sequence[RealNode]) -> None:
@@ -549,15 +562,20 @@ def _kill_leftovers(nodes: Sequence[RealNode]) -> None:
             time.sleep(0.1)
 
 
-def _unmount_below(path: Path) -> None:
+def _mounts_below(path: Path) -> list[str]:
+    """Mount points at or below ``path`` (mountinfo escapes space, tab, newline, backslash)."""
     prefix = str(path).rstrip("/") + "/"
     mounts = []
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            point = line.split()[4].replace("\\040", " ")
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
             if point == str(path) or point.startswith(prefix):
                 mounts.append(point)
-    for point in sorted(set(mounts), key=len, reverse=True):
+    return sorted(set(mounts), key=len, reverse=True)
+
+
+def _unmount_below(path: Path) -> None:
+    for point in _mounts_below(path):
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
@@ -635,9 +653,17 @@ def _claim_host(state_dir: Path) -> None:
     OWNER_FILE.write_text(json.dumps({"state_dir": str(state_dir), "pid": os.getpid()}))
 
 
+def _owner_state_dir() -> str | None:
+    """The state directory the lock file names, alive or not."""
+    try:
+        return str(json.loads(OWNER_FILE.read_text())["state_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _release_host(state_dir: Path) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        if json.loads(OWNER_FILE.read_text())["state_dir"] == str(state_dir):
+    if _owner_state_dir() == str(state_dir):
+        with contextlib.suppress(OSError):
             OWNER_FILE.unlink()
     with contextlib.suppress(OSError):
         HOST_ROOT.rmdir()
