@@ -50,6 +50,8 @@ BUSYBOX_IMAGE = "localhost/busybox:testbed"
 PAUSE_IMAGE = "localhost/pause:testbed"
 NODE_LABEL = "testbed.dralloc.dev/node"
 START_TIMEOUT_S = 120.0
+# containerd's limit for the shim manager's socket_dir (core/runtime/v2/socket_linux.go).
+SHIM_SOCKET_DIR_MAX = 42
 
 # Built by testbed/build into the bin directory.
 BINARIES = ("kubelet", "kube-proxy", "dra-test-driver", "containerd", "containerd-shim-runc-v2",
@@ -68,11 +70,15 @@ HOST_FILES = {
     "/usr/sbin/ip": "iproute2",
 }
 DEBIAN_PACKAGES = sorted(set(HOST_FILES.values()))
-# What a kubelet or kube-proxy sets on its host (probe: kubelet's protectKernelDefaults=false).
+# What a kubelet or kube-proxy sets on its host (probe: kubelet's protectKernelDefaults=false;
+# the kubelet's list is setupKernelTunables in pkg/kubelet/cm/container_manager_linux.go).
 SYSCTLS = (
     "kernel/panic",
     "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
     "vm/overcommit_memory",
+    "vm/panic_on_oom",
     "net/ipv4/ip_forward",
     "net/ipv4/conf/all/route_localnet",
     "net/bridge/bridge-nf-call-iptables",
@@ -394,6 +400,9 @@ state = "{root}/containerd/state"
     path = "{root}/opt"
   [plugins.'io.containerd.nri.v1.nri']
     disable = true
+  [plugins.'io.containerd.shim.v1.manager']
+    # Default /run/containerd/s: shims' sockets outside the node's directory.
+    socket_dir = "{_shim_socket_dir(node)}"
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -409,6 +418,9 @@ state = "{root}/containerd/state"
         runtime_type = "io.containerd.runc.v2"
         [{runtime}.containerd.runtimes.runc.options]
           BinaryName = "/usr/sbin/runc"
+          # Default /run/containerd/runc: runc's state of every container, never removed
+          # for containers that were killed rather than deleted.
+          Root = "{root}/runc"
           SystemdCgroup = false
     [{runtime}.cni]
       bin_dirs = ["/usr/lib/cni"]
@@ -417,6 +429,13 @@ state = "{root}/containerd/state"
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
 """
+
+
+def _shim_socket_dir(node: RealNode) -> str:
+    path = f"{node.root}/s"
+    if len(path) > SHIM_SOCKET_DIR_MAX:  # containerd refuses longer ones (socket path limit)
+        raise TestbedError(f"shim socket directory {path} longer than {SHIM_SOCKET_DIR_MAX}")
+    return path
 
 
 def _cni_config(node: RealNode) -> dict[str, object]:
