@@ -651,17 +651,38 @@ def _save_iptables() -> dict[str, str]:
 
 
 def _restore_iptables(saved: dict[str, str]) -> None:
-    """Each table back to its recorded rules; a table that did not exist is emptied."""
+    """Each table without the rules and chains the kubelet and kube-proxy added (theirs all
+    name a KUBE- chain) that were not there before. Not the recorded table wholesale: that
+    would also drop what anything else on the host added meanwhile."""
     for key, text in saved.items():
         family, table = key.split("/")
-        if text:
+        current = subprocess.run(
+            [f"{family}-save", "-t", table], capture_output=True, text=True, check=False
+        )  # fmt: skip
+        if current.returncode != 0 or not current.stdout.strip():
+            continue
+        cleaned = without_added_kube_rules(current.stdout, text)
+        if cleaned != current.stdout:
             subprocess.run(
-                [f"{family}-restore", "-T", table], input=text, text=True, capture_output=True,
-                check=False,
+                [f"{family}-restore", "-T", table], input=cleaned, text=True,
+                capture_output=True, check=False,
             )  # fmt: skip
-        else:
-            for flag in ("-F", "-X"):
-                subprocess.run([family, "-t", table, flag], capture_output=True, check=False)
+
+
+def without_added_kube_rules(current: str, recorded: str) -> str:
+    """iptables-save text ``current`` without its KUBE- lines that ``recorded`` lacks (chain
+    lines compared without their packet counters)."""
+
+    def key(line: str) -> str:
+        return re.sub(r" \[\d+:\d+\]$", "", line) if line.startswith(":") else line
+
+    before = {key(line) for line in recorded.splitlines()}
+    kept = [
+        line
+        for line in current.splitlines()
+        if "KUBE-" not in line or line.startswith("#") or key(line) in before
+    ]
+    return "\n".join(kept) + "\n"
 
 
 def _claim_host(state_dir: Path) -> None:
