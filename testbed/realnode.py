@@ -686,11 +686,24 @@ def without_added_kube_rules(current: str, recorded: str) -> str:
 
 
 def _claim_host(state_dir: Path) -> None:
+    """Write the lock file naming ``state_dir``: atomically (a hard link fails if the file
+    exists, so of two testbeds starting at once only one gets it), or over a stale owner's."""
     HOST_ROOT.mkdir(parents=True, exist_ok=True)
-    owner = _live_owner()
-    if owner is not None and owner != str(state_dir):
-        raise TestbedError(f"another testbed with real nodes runs on this host: {owner}")
-    OWNER_FILE.write_text(json.dumps({"state_dir": str(state_dir), "pid": os.getpid()}))
+    tmp = HOST_ROOT / f".owner.{os.getpid()}"
+    tmp.write_text(json.dumps({"state_dir": str(state_dir), "pid": os.getpid()}))
+    try:
+        try:
+            os.link(tmp, OWNER_FILE)
+            return
+        except FileExistsError:
+            pass
+        owner = _live_owner()
+        if owner is not None and owner != str(state_dir):
+            raise TestbedError(f"another testbed with real nodes runs on this host: {owner}")
+        os.replace(tmp, OWNER_FILE)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def _owner_state_dir() -> str | None:

@@ -184,3 +184,20 @@ def test_teardown_drops_only_the_kube_rules_it_added(realnode: ModuleType) -> No
     assert ":INPUT ACCEPT [99:999]" in cleaned and cleaned.rstrip().endswith("COMMIT")
     # A table that did not exist before: every KUBE- line goes.
     assert "KUBE-" not in realnode.without_added_kube_rules(AFTER_FILTER, "")
+
+
+def test_the_lock_goes_to_one_testbed(
+    realnode: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live owner keeps the host; a stale one (its processes gone) is replaced."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    realnode._claim_host(a)
+    assert realnode._owner_state_dir() == str(a)
+    monkeypatch.setattr(realnode, "_live_owner", lambda: str(a))
+    with pytest.raises(realnode.TestbedError, match="another testbed"):
+        realnode._claim_host(b)
+    assert realnode._owner_state_dir() == str(a)
+    monkeypatch.setattr(realnode, "_live_owner", lambda: None)
+    realnode._claim_host(b)
+    assert realnode._owner_state_dir() == str(b)
+    assert sorted(p.name for p in realnode.HOST_ROOT.iterdir()) == ["owner.json"]
