@@ -511,6 +511,9 @@ def teardown(state_dir: Path, nodes: Sequence[RealNode]) -> None:
     The host-wide part (iptables, sysctls, the bridge, the hard-coded paths) runs only while
     the lock file names this testbed: a second `down`, or a `down` of a testbed whose lock
     another testbed took over since, must not wipe what the current owner's nodes use."""
+    # Paths and cgroups come from state.json: act only on what start_nodes could have made
+    # (a damaged file must not turn into rmtree("/") or killing every process in a cgroup).
+    nodes = [node for node in nodes if _is_ours(node)]
     roots = [Path(node.root) for node in nodes]
     _kill_leftovers(nodes)
     for root in roots:
@@ -526,13 +529,25 @@ def teardown(state_dir: Path, nodes: Sequence[RealNode]) -> None:
                 with contextlib.suppress(OSError):
                     Path("/proc/sys", name).write_text(value)
         for path in record.created_paths:
-            _remove_tree(Path(path))
+            if path in HARDCODED_PATHS:
+                _remove_tree(Path(path))
         subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
     for root in roots:
         _remove_tree(root)
         with contextlib.suppress(OSError):
             root.parent.rmdir()
     _release_host(state_dir)
+
+
+def _is_ours(node: RealNode) -> bool:
+    root = Path(node.root)
+    return (
+        root.is_absolute()
+        and ".." not in root.parts
+        and root.parent.parent == HOST_ROOT
+        and node.cgroup_root.startswith("/dralloc-testbed-")
+        and ".." not in node.cgroup_root
+    )
 
 
 def _remove_tree(path: Path) -> None:

@@ -32,6 +32,7 @@ def realnode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     host_root = tmp_path / "host"
     monkeypatch.setattr(module, "HOST_ROOT", host_root)
     monkeypatch.setattr(module, "OWNER_FILE", host_root / "owner.json")
+    monkeypatch.setattr(module, "HARDCODED_PATHS", [])  # make_testbed adds its stand-ins
     monkeypatch.setattr(module, "_cgroup_hierarchies", list)
     monkeypatch.setattr(module, "_kill_leftovers", lambda nodes: None)
     monkeypatch.setattr(module, "_mounts_below", lambda path: [])
@@ -55,11 +56,12 @@ def make_testbed(realnode: ModuleType, tmp_path: Path, name: str) -> tuple[Path,
     state_dir.mkdir()
     created = tmp_path / f"{name}-var-lib-kubelet"
     created.mkdir()
+    realnode.HARDCODED_PATHS.append(str(created))
     record = {"sysctls": {}, "iptables": {"iptables/filter": ""}, "created_paths": [str(created)]}
     (state_dir / "host-record.json").write_text(json.dumps(record))
     root = realnode.HOST_ROOT / name / "n0"
     root.mkdir(parents=True)
-    node = realnode.RealNode(name="real-node-0", root=str(root), cgroup_root=f"/x-{name}",
+    node = realnode.RealNode(name="real-node-0", root=str(root), cgroup_root=f"/dralloc-testbed-{name}-n0",
                              kubelet_port=1, healthz_port=2, subnet="10.88.0.0/24")  # fmt: skip
     return state_dir, node, created
 
@@ -201,3 +203,24 @@ def test_the_lock_goes_to_one_testbed(
     realnode._claim_host(b)
     assert realnode._owner_state_dir() == str(b)
     assert sorted(p.name for p in realnode.HOST_ROOT.iterdir()) == ["owner.json"]
+
+
+def test_paths_from_a_damaged_state_file_are_not_touched(
+    realnode: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state_dir, node, _ = make_testbed(realnode, tmp_path, "a")
+    own(realnode, state_dir)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    removed: list[Path] = []
+    monkeypatch.setattr(realnode, "_remove_tree", removed.append)
+    bad = [
+        realnode.RealNode(**{**vars(node), "root": str(victim)}),
+        realnode.RealNode(**{**vars(node), "root": f"{realnode.HOST_ROOT}/a/../../victim"}),
+        realnode.RealNode(**{**vars(node), "cgroup_root": "/"}),
+    ]
+    record = json.loads((state_dir / "host-record.json").read_text())
+    record["created_paths"] = [str(victim)]
+    (state_dir / "host-record.json").write_text(json.dumps(record))
+    realnode.teardown(state_dir, bad)
+    assert removed == []
