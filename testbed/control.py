@@ -559,7 +559,9 @@ def watch(state_dir: Path, owner_pid: int, owner_start: int) -> None:
 def stop(state: State) -> list[str]:
     """Stop every recorded process (newest first), then undo what real nodes did to the host."""
     stopped = stop_components(state.components)
-    if state.real_nodes:
+    # host-record.json: start_nodes took the host (lock, record) but may have failed before
+    # its first node was recorded; the lock must still be released.
+    if state.real_nodes or (Path(state.dir) / "host-record.json").exists():
         realnode.teardown(Path(state.dir), state.real_nodes)
     return stopped
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import platform
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,9 @@ from pathlib import Path
 LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar"
 CONFIG_MEDIA_TYPE = "application/vnd.oci.image.config.v1+json"
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
+# The files come from this host, so the image is for its architecture (`ctr images import`
+# skips an image whose platform is not the host's).
+ARCHITECTURE = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ def write_archive(spec: ImageSpec, path: Path) -> str:
         config["Cmd"] = spec.cmd
     image_config = json.dumps(
         {
-            "architecture": "amd64",
+            "architecture": ARCHITECTURE,
             "os": "linux",
             "config": config,
             "rootfs": {"type": "layers", "diff_ids": [_descriptor("", layer)["digest"]]},
@@ -110,7 +114,7 @@ def write_archive(spec: ImageSpec, path: Path) -> str:
         "io.containerd.image.name": spec.ref,
         "org.opencontainers.image.ref.name": spec.ref,
     }
-    manifest_descriptor["platform"] = {"architecture": "amd64", "os": "linux"}
+    manifest_descriptor["platform"] = {"architecture": ARCHITECTURE, "os": "linux"}
     index = json.dumps(
         {"schemaVersion": 2, "manifests": [manifest_descriptor]}, sort_keys=True
     ).encode()

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -49,6 +50,8 @@ BUSYBOX_IMAGE = "localhost/busybox:testbed"
 PAUSE_IMAGE = "localhost/pause:testbed"
 NODE_LABEL = "testbed.dralloc.dev/node"
 START_TIMEOUT_S = 120.0
+# containerd's limit for the shim manager's socket_dir (core/runtime/v2/socket_linux.go).
+SHIM_SOCKET_DIR_MAX = 42
 
 # Built by testbed/build into the bin directory.
 BINARIES = ("kubelet", "kube-proxy", "dra-test-driver", "containerd", "containerd-shim-runc-v2",
@@ -67,11 +70,15 @@ HOST_FILES = {
     "/usr/sbin/ip": "iproute2",
 }
 DEBIAN_PACKAGES = sorted(set(HOST_FILES.values()))
-# What a kubelet or kube-proxy sets on its host (probe: kubelet's protectKernelDefaults=false).
+# What a kubelet or kube-proxy sets on its host (probe: kubelet's protectKernelDefaults=false;
+# the kubelet's list is setupKernelTunables in pkg/kubelet/cm/container_manager_linux.go).
 SYSCTLS = (
     "kernel/panic",
     "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
     "vm/overcommit_memory",
+    "vm/panic_on_oom",
     "net/ipv4/ip_forward",
     "net/ipv4/conf/all/route_localnet",
     "net/bridge/bridge-nf-call-iptables",
@@ -393,6 +400,9 @@ state = "{root}/containerd/state"
     path = "{root}/opt"
   [plugins.'io.containerd.nri.v1.nri']
     disable = true
+  [plugins.'io.containerd.shim.v1.manager']
+    # Default /run/containerd/s: shims' sockets outside the node's directory.
+    socket_dir = "{_shim_socket_dir(node)}"
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -408,6 +418,9 @@ state = "{root}/containerd/state"
         runtime_type = "io.containerd.runc.v2"
         [{runtime}.containerd.runtimes.runc.options]
           BinaryName = "/usr/sbin/runc"
+          # Default /run/containerd/runc: runc's state of every container, never removed
+          # for containers that were killed rather than deleted.
+          Root = "{root}/runc"
           SystemdCgroup = false
     [{runtime}.cni]
       bin_dirs = ["/usr/lib/cni"]
@@ -416,6 +429,13 @@ state = "{root}/containerd/state"
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
 """
+
+
+def _shim_socket_dir(node: RealNode) -> str:
+    path = f"{node.root}/s"
+    if len(path) > SHIM_SOCKET_DIR_MAX:  # containerd refuses longer ones (socket path limit)
+        raise TestbedError(f"shim socket directory {path} longer than {SHIM_SOCKET_DIR_MAX}")
+    return path
 
 
 def _cni_config(node: RealNode) -> dict[str, object]:
@@ -486,7 +506,14 @@ def _kubelet_config(node: RealNode, address: str, state: TestbedState) -> dict[s
 def teardown(state_dir: Path, nodes: Sequence[RealNode]) -> None:
     """Undo the real nodes after their processes were stopped: kill what containerd's shims
     left (containers outlive containerd), unmount, remove cgroups and directories, restore
-    the host's sysctls and iptables. Idempotent; every step runs even if an earlier fails."""
+    the host's sysctls and iptables. Idempotent; every step runs even if an earlier fails.
+
+    The host-wide part (iptables, sysctls, the bridge, the hard-coded paths) runs only while
+    the lock file names this testbed: a second `down`, or a `down` of a testbed whose lock
+    another testbed took over since, must not wipe what the current owner's nodes use."""
+    # Paths and cgroups come from state.json: act only on what start_nodes could have made
+    # (a damaged file must not turn into rmtree("/") or killing every process in a cgroup).
+    nodes = [node for node in nodes if _is_ours(node)]
     roots = [Path(node.root) for node in nodes]
     _kill_leftovers(nodes)
     for root in roots:
@@ -494,7 +521,7 @@ def teardown(state_dir: Path, nodes: Sequence[RealNode]) -> None:
     for node in nodes:
         _remove_cgroups(node.cgroup_root)
     record_path = state_dir / "host-record.json"
-    if record_path.exists():
+    if record_path.exists() and _owner_state_dir() == str(state_dir):
         record = HostRecord(**json.loads(record_path.read_text()))
         _restore_iptables(record.iptables)
         for name, value in record.sysctls.items():
@@ -502,16 +529,36 @@ def teardown(state_dir: Path, nodes: Sequence[RealNode]) -> None:
                 with contextlib.suppress(OSError):
                     Path("/proc/sys", name).write_text(value)
         for path in record.created_paths:
-            _unmount_below(Path(path))
-            shutil.rmtree(path, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+            if path in HARDCODED_PATHS:
+                _remove_tree(Path(path))
+        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
     for root in roots:
-        shutil.rmtree(root, ignore_errors=True)
+        _remove_tree(root)
         with contextlib.suppress(OSError):
             root.parent.rmdir()
     _release_host(state_dir)
+
+
+def _is_ours(node: RealNode) -> bool:
+    root = Path(node.root)
+    return (
+        root.is_absolute()
+        and ".." not in root.parts
+        and root.parent.parent == HOST_ROOT
+        and node.cgroup_root.startswith("/dralloc-testbed-")
+        and ".." not in node.cgroup_root
+    )
+
+
+def _remove_tree(path: Path) -> None:
+    """Unmount below ``path``, then delete it, unless a mount is still there: rmtree would
+    follow it into whatever is mounted (a pod's subPath bind mount of a host directory)."""
+    _unmount_below(path)
+    if _mounts_below(path):
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def _kill_leftovers(nodes: Sequence[RealNode]) -> None:
@@ -549,15 +596,20 @@ def _kill_leftovers(nodes: Sequence[RealNode]) -> None:
             time.sleep(0.1)
 
 
-def _unmount_below(path: Path) -> None:
+def _mounts_below(path: Path) -> list[str]:
+    """Mount points at or below ``path`` (mountinfo escapes space, tab, newline, backslash)."""
     prefix = str(path).rstrip("/") + "/"
     mounts = []
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            point = line.split()[4].replace("\\040", " ")
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
             if point == str(path) or point.startswith(prefix):
                 mounts.append(point)
-    for point in sorted(set(mounts), key=len, reverse=True):
+    return sorted(set(mounts), key=len, reverse=True)
+
+
+def _unmount_below(path: Path) -> None:
+    for point in _mounts_below(path):
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
@@ -614,30 +666,72 @@ def _save_iptables() -> dict[str, str]:
 
 
 def _restore_iptables(saved: dict[str, str]) -> None:
-    """Each table back to its recorded rules; a table that did not exist is emptied."""
+    """Each table without the rules and chains the kubelet and kube-proxy added (theirs all
+    name a KUBE- chain) that were not there before. Not the recorded table wholesale: that
+    would also drop what anything else on the host added meanwhile."""
     for key, text in saved.items():
         family, table = key.split("/")
-        if text:
+        current = subprocess.run(
+            [f"{family}-save", "-t", table], capture_output=True, text=True, check=False
+        )  # fmt: skip
+        if current.returncode != 0 or not current.stdout.strip():
+            continue
+        cleaned = without_added_kube_rules(current.stdout, text)
+        if cleaned != current.stdout:
             subprocess.run(
-                [f"{family}-restore", "-T", table], input=text, text=True, capture_output=True,
-                check=False,
+                [f"{family}-restore", "-T", table], input=cleaned, text=True,
+                capture_output=True, check=False,
             )  # fmt: skip
-        else:
-            for flag in ("-F", "-X"):
-                subprocess.run([family, "-t", table, flag], capture_output=True, check=False)
+
+
+def without_added_kube_rules(current: str, recorded: str) -> str:
+    """iptables-save text ``current`` without its KUBE- lines that ``recorded`` lacks (chain
+    lines compared without their packet counters)."""
+
+    def key(line: str) -> str:
+        return re.sub(r" \[\d+:\d+\]$", "", line) if line.startswith(":") else line
+
+    before = {key(line) for line in recorded.splitlines()}
+    kept = [
+        line
+        for line in current.splitlines()
+        if "KUBE-" not in line or line.startswith("#") or key(line) in before
+    ]
+    return "\n".join(kept) + "\n"
 
 
 def _claim_host(state_dir: Path) -> None:
+    """Write the lock file naming ``state_dir``: atomically (a hard link fails if the file
+    exists, so of two testbeds starting at once only one gets it), or over a stale owner's."""
     HOST_ROOT.mkdir(parents=True, exist_ok=True)
-    owner = _live_owner()
-    if owner is not None and owner != str(state_dir):
-        raise TestbedError(f"another testbed with real nodes runs on this host: {owner}")
-    OWNER_FILE.write_text(json.dumps({"state_dir": str(state_dir), "pid": os.getpid()}))
+    tmp = HOST_ROOT / f".owner.{os.getpid()}"
+    tmp.write_text(json.dumps({"state_dir": str(state_dir), "pid": os.getpid()}))
+    try:
+        try:
+            os.link(tmp, OWNER_FILE)
+            return
+        except FileExistsError:
+            pass
+        owner = _live_owner()
+        if owner is not None and owner != str(state_dir):
+            raise TestbedError(f"another testbed with real nodes runs on this host: {owner}")
+        os.replace(tmp, OWNER_FILE)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _owner_state_dir() -> str | None:
+    """The state directory the lock file names, alive or not."""
+    try:
+        return str(json.loads(OWNER_FILE.read_text())["state_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _release_host(state_dir: Path) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        if json.loads(OWNER_FILE.read_text())["state_dir"] == str(state_dir):
+    if _owner_state_dir() == str(state_dir):
+        with contextlib.suppress(OSError):
             OWNER_FILE.unlink()
     with contextlib.suppress(OSError):
         HOST_ROOT.rmdir()

@@ -360,6 +360,8 @@ def test_no_execute_taint_evicts_from_the_real_node(in_cluster: Testbed) -> None
     testbed.apply(device_class(class_name))
     testbed.apply(claim_template(namespace, class_name, "taint"), workload(namespace, "victim"))
     victim = running_on_real_node(testbed, namespace, "victim")
+    # The check below must be able to see the pod's containers, or it passes for nothing.
+    assert len(pod_containers(testbed, victim["metadata"]["uid"])) >= 2
     claim = generated_claim(testbed, namespace)
     result = claim["status"]["allocation"]["devices"]["results"][0]
     version = next(
