@@ -401,6 +401,8 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
         # the kubelets there, authenticating with the admin certificate.
         network = [
             "--bind-address=0.0.0.0",
+            # Reachable from the network now: nothing without credentials, not even /healthz.
+            "--anonymous-auth=false",
             f"--advertise-address={state.address}",
             "--endpoint-reconciler-type=lease",
             "--kubelet-preferred-address-types=InternalIP,Hostname",

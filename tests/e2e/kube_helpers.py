@@ -228,6 +228,22 @@ def real_nodes_unavailable(bin_dir: Path) -> str | None:
         sys.path.remove(str(TESTBED_DIR))
 
 
+HOST_BUSY = "another testbed with real nodes runs on this host"
+HOST_WAIT_S = 300.0
+
+
+def wait_for_real_nodes(registry: TestbedRegistry) -> str | None:
+    """Free the host for a testbed with real nodes: stop this session's own, then wait (up to
+    HOST_WAIT_S) while another session's holds it. Returns why real nodes cannot run, or None."""
+    registry.stop_real_nodes()
+    deadline = time.monotonic() + HOST_WAIT_S
+    while True:
+        reason = real_nodes_unavailable(registry.bin)
+        if reason is None or HOST_BUSY not in reason or time.monotonic() > deadline:
+            return reason
+        time.sleep(5)
+
+
 def stop_testbed(testbed: Testbed) -> None:
     if testbed.state_dir is not None:
         subprocess.run(

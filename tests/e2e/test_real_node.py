@@ -28,9 +28,9 @@ from .kube_helpers import (
     TESTBED_DIR,
     Testbed,
     TestbedRegistry,
-    real_nodes_unavailable,
     unique_name,
     wait_for,
+    wait_for_real_nodes,
 )
 from .modes import TESTBED_REAL_NODE, TESTBED_REAL_NODE_DRA
 
@@ -44,8 +44,7 @@ TAINT_KEY = "example.com/unhealthy"
 def real_testbed(testbeds: TestbedRegistry, kind: str) -> Testbed:
     if kind in testbeds.running:
         return testbeds.running[kind]
-    testbeds.stop_real_nodes()
-    reason = real_nodes_unavailable(testbeds.bin)
+    reason = wait_for_real_nodes(testbeds)
     if reason:
         pytest.skip(f"real nodes unavailable: {reason}")
     return testbeds.get(kind)

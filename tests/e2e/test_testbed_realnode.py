@@ -18,11 +18,11 @@ from .kube_helpers import (
     TESTBED_DIR,
     Testbed,
     TestbedRegistry,
-    real_nodes_unavailable,
     start_testbed,
     stop_testbed,
     unique_name,
     wait_for,
+    wait_for_real_nodes,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -71,8 +71,7 @@ def processes_under(root: str) -> list[str]:
 
 @pytest.fixture
 def bin_dir(testbeds: TestbedRegistry) -> Path:
-    testbeds.stop_real_nodes()
-    reason = real_nodes_unavailable(testbeds.bin)
+    reason = wait_for_real_nodes(testbeds)
     if reason:
         pytest.skip(f"real nodes unavailable: {reason}")
     return testbeds.bin

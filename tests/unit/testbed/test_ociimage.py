@@ -76,7 +76,7 @@ def test_digests_name_their_blobs_and_the_image_is_named(
     assert layer_descriptor["mediaType"] == "application/vnd.oci.image.layer.v1.tar"
     assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(layer).hexdigest()]
     assert config["config"]["Entrypoint"] == ["/bin/program"]
-    assert (config["os"], config["architecture"]) == ("linux", "amd64")
+    assert (config["os"], config["architecture"]) == ("linux", ociimage.ARCHITECTURE)
 
 
 def test_the_layer_holds_the_files_asked_for(ociimage: ModuleType, tmp_path: Path) -> None:
