@@ -23,13 +23,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 ## testbed: build (or reuse from the cache outside the repo) the control-plane binaries, the real
-## nodes' parts, the operator image and the benchmarks' Go harness (its smoke test runs it).
-## A failed build does not stop the run: e2e tests then
+## nodes' parts, the operator image, the benchmarks' Go harness (its smoke test runs it) and helm
+## (for the chart's tests). A failed build does not stop the run: the tests that need it then
 ## skip and print why.
 testbed:
 	-testbed/build
 	-testbed/image
 	-bench/upstream/build
+	-testbed/helm
 
 ## image: the operator image from the Dockerfile, with buildah on a locally made Debian base (no
 ## Docker, no registry; cached outside the repo). Last stdout line: `<ref> <OCI archive path>`.
