@@ -56,9 +56,10 @@ e2e: deps testbed
 demo: deps
 	$(if $(REAL_NODE),scripts/demo-real-node,scripts/demo)
 
-## crds: regenerate crds/ from operators/api
+## crds: regenerate crds/ from operators/api, and the chart's copy (charts/dralloc/files/crds)
 crds: deps
 	$(BIN)/python -m operators.api.crdgen crds/
+	$(BIN)/python -m operators.api.crdgen charts/dralloc/files/crds/
 
 ## bench: every benchmark (engine vs upstream Go allocator, end to end vs in-tree DRA); not a test
 bench: deps testbed
