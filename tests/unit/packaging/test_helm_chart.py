@@ -371,14 +371,20 @@ def test_metrics_service_and_service_monitor() -> None:
     assert ("Service", "dralloc-system", "dralloc-metrics") not in without
 
     objects = template("--set", "metrics.serviceMonitor.enabled=true")
-    monitor = only(objects, "ServiceMonitor", "dralloc-metrics")
-    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    monitor = only(objects, "ServiceMonitor", "dralloc")
+    (expected,) = [o for o in kustomize(MANIFESTS / "monitoring") if o["kind"] == "ServiceMonitor"]
+    assert monitor == expected  # manifests/monitoring's
     service = only(objects, "Service", "dralloc-metrics")
-    assert (
-        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    )
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    labelled = template(
+        "--set", "metrics.serviceMonitor.enabled=true",
+        "--set", "metrics.serviceMonitor.labels.release=kube-prometheus-stack",
+    )  # fmt: skip
+    labels = only(labelled, "ServiceMonitor", "dralloc")["metadata"]["labels"]
+    assert labels["release"] == "kube-prometheus-stack"
 
     refused = run(
         helm(), "template", "dralloc", CHART,
