@@ -1,7 +1,8 @@
 """The allocator loop on pods and claims in particular states: a pod bound by someone else,
 a shared claim at the reservedFor limit, a claim being deleted, a generated claim the pod does
 not own, a claim whose writes for another pod are in flight, a pod that changed during its
-write, and the node policy."""
+write (an event while the writes are in flight, a conflict on the pod write, a stale cached
+version after it), and the node policy."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from operators.cache.informer import Key
 from operators.controllers import placement
 from operators.controllers.allocation import BUSY_DELAY, AllocationController
 from operators.controllers.workqueue import work_once
-from operators.kube import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, JsonDict
+from operators.kube import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Conflict, JsonDict
 from operators.settings import NodePolicy
 
 from .fakes import (
@@ -299,3 +300,51 @@ async def test_the_node_policy_chooses_among_fitting_nodes(
     await sync(controller, key)
     (status,) = claim_status_writes(client, "c1")
     assert allocated_node(status) == expected
+
+
+async def test_a_pod_changed_before_its_own_write_is_finished_from_its_reserved_claim() -> None:
+    """The pod changed between the claim write and the pod write (409 on the pod): the claim
+    stays allocated and reserved for it, the pod is retried at once, and the retry only
+    writes the pod (no second allocation)."""
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1", raw_claim=claim("ns", "c1"))
+    pod_path = PODS.path("ns", "p")
+    conflicts = [Conflict(409, "Conflict", "the object has been modified")]
+
+    def fail(method: str, path: str, _body: JsonDict | None) -> BaseException | None:
+        return conflicts.pop() if method == "PATCH" and path == pod_path and conflicts else None
+
+    client.fail = fail
+    await sync(controller, key)
+    assert len(claim_status_writes(client, "c1")) == 1
+    assert controller.queue.due_in(key) == 0.0  # a conflict is retried at once
+    kept = controller.claims.get(Key("ns", "c1"))
+    assert kept is not None and controller.state.is_assumed(kept)
+    changed = pod("ns", "p", [{"name": "dev", "resourceClaimName": "c1"}])
+    changed["metadata"].update(resourceVersion="6", labels={"edited": "yes"})
+    controller.runtime.cache[PODS].apply("MODIFIED", changed)
+    await sync(controller, key)
+    assert len(claim_status_writes(client, "c1")) == 1, "the claim was allocated again"
+    released = [w for w in pod_writes(client, "p") if "spec" in w]
+    assert len(released) == 2 and released[-1]["spec"]["schedulingGates"] is None
+
+
+async def test_a_stale_cached_pod_after_our_write_is_not_decided_again() -> None:
+    """Until the watch shows the version our pod write returned, an older cached version
+    of the pod (still gated) is not acted on: that would only write it again."""
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1", raw_claim=claim("ns", "c1"))
+    await sync(controller, key)
+    written = controller.written[key]
+    writes = len(client.calls)
+    stale = pod("ns", "p", [{"name": "dev", "resourceClaimName": "c1"}])
+    stale["metadata"]["resourceVersion"] = "6"  # newer than what we read, older than ours
+    controller.runtime.cache[PODS].apply("MODIFIED", stale)
+    await sync(controller, key)
+    assert len(client.calls) == writes, "acted on a pod older than its own write"
+    ours = pod("ns", "p", [{"name": "dev", "resourceClaimName": "c1"}], gated=False)
+    ours["metadata"]["resourceVersion"] = str(written)
+    controller.runtime.cache[PODS].apply("MODIFIED", ours)
+    assert key not in controller.written
