@@ -7,6 +7,7 @@ that the tests do not depend on which replica's webhook the API server calls.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from .kube_helpers import Testbed, unique_name, wait_for
 from .operator_fixtures import (
     GATE,
+    LEASE_NAMESPACE,
     OperatorProcess,
     Pool,
     claims_in,
@@ -131,3 +133,44 @@ def test_only_the_leader_acts_and_the_standby_takes_over(
     wait_for("the second pod bound", lambda: bound(testbed, namespace, ["after"]), timeout=60)
     assert "pod allocated" in b.log()[mark:]
     assert_consistent(testbed, namespace, ["before", "after"])
+
+
+def test_a_clean_stop_hands_the_lease_to_the_standby_at_once(
+    testbed: Testbed, namespace: str, operators: list[OperatorProcess], tmp_path: Path
+) -> None:
+    """With a 40 s lease, a standby that waited the Lease out would take 40 s: a leader
+    stopped with SIGTERM hands it back, and the standby leads at its next try."""
+    pool = make_pool(testbed, nodes=1, devices=2)
+    testbed.apply(template(namespace, "one", pool))
+    lease = unique_name("dralloc-handoff")
+    long_lease = ["--lease-duration=40", "--renew-deadline=30"]
+
+    def replica(identity: str) -> OperatorProcess:
+        proc = OperatorProcess(
+            testbed, tmp_path / f"{identity}.log", lease, webhook=False, identity=identity,
+            extra=long_lease,
+        ).start()  # fmt: skip
+        operators.append(proc)
+        return proc
+
+    a = replica("replica-a")
+    a.wait_ready()
+    b = replica("replica-b")
+    b.wait_until("waiting for leadership")
+    b.wait_until("cache synced")
+    holder = (get(testbed, "lease", lease, LEASE_NAMESPACE) or {}).get("spec") or {}
+    assert holder.get("holderIdentity") == "replica-a"
+    assert holder.get("leaseDurationSeconds") == 40
+
+    mark = len(b.log())
+    stopped = time.monotonic()
+    a.stop(signal.SIGTERM)
+    assert a.process is not None and a.process.returncode is not None
+    assert "released leadership" in a.log()
+    b.wait_until("became leader", timeout=15, after=mark)
+    took = time.monotonic() - stopped
+    assert took < 15, f"the standby waited {took:.0f}s for the Lease"
+    b.wait_until("controllers starting", timeout=15, after=mark)
+    testbed.apply(gated_pod(namespace, "after", pool))
+    wait_for("the pod bound by the new leader", lambda: bound(testbed, namespace, ["after"]))
+    assert "pod allocated" in b.log()[mark:]

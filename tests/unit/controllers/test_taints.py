@@ -1,0 +1,234 @@
+"""The device-taint eviction controller against a fake API server: the rate limit, cancelled
+evictions, pods replaced or being deleted meanwhile, and the DeviceTaintRule status throttle."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from typing import Any
+
+import pytest
+
+from operators.cache.informer import Key
+from operators.controllers import taints
+from operators.controllers.taints import (
+    REASON_EVICTION,
+    RULE_STATUS_PERIOD,
+    EvictionRateLimiter,
+    TaintController,
+)
+from operators.controllers.workqueue import WorkQueue
+from operators.kube import DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, JsonDict
+
+from .fakes import (
+    DRIVER,
+    FakeClient,
+    allocated,
+    claim,
+    one_device_cluster,
+    pod,
+    put,
+    resource_slice,
+)
+
+NO_EXECUTE = {"key": "broken", "value": "yes", "effect": "NoExecute"}
+
+
+def tainted_slice(devices: int, *, taint: bool = True, rv: str = "2") -> JsonDict:
+    raw = resource_slice("n1", devices)
+    raw["metadata"]["resourceVersion"] = rv
+    if taint:
+        for device in raw["spec"]["devices"]:
+            device["taints"] = [NO_EXECUTE]
+    return raw
+
+
+def bound_pod(
+    name: str, device: str, *, toleration_seconds: int | None = None
+) -> tuple[JsonDict, JsonDict]:
+    """A pod running on n1 and its claim, allocated ``device`` and reserved for it."""
+    raw_claim = allocated(claim("ns", f"{name}-claim"), name, f"uid-p-{name}", device)
+    if toleration_seconds is not None:
+        toleration = {**NO_EXECUTE, "operator": "Equal", "tolerationSeconds": toleration_seconds}
+        raw_claim["status"]["allocation"]["devices"]["results"][0]["tolerations"] = [toleration]
+    raw_pod = pod("ns", name, [{"name": "dev", "resourceClaimName": f"{name}-claim"}], gated=False)
+    raw_pod["spec"]["nodeName"] = "n1"
+    raw_pod["status"] = {"phase": "Running"}
+    return raw_pod, raw_claim
+
+
+def cluster(client: FakeClient, pods: int, **settings: Any) -> tuple[TaintController, Any]:
+    runtime = one_device_cluster(client, **settings)
+    runtime.cache[RESOURCE_SLICES].apply("MODIFIED", tainted_slice(pods))
+    controller = TaintController(runtime)
+    for i in range(pods):
+        raw_pod, raw_claim = bound_pod(f"p{i}", f"dev-{i}")
+        put(runtime, RESOURCE_CLAIMS, raw_claim)
+        put(runtime, PODS, raw_pod)
+    controller.queue = WorkQueue()  # what the handlers queued is run by hand here
+    return controller, runtime
+
+
+def deletes(client: FakeClient) -> list[str]:
+    return [c.path for c in client.calls if c.method == "DELETE"]
+
+
+# --- the eviction rate limit --------------------------------------------------------------
+
+
+def test_rate_limiter_counts_a_sliding_minute() -> None:
+    now = [0.0]
+    limiter = EvictionRateLimiter(2, clock=lambda: now[0])
+    assert limiter.wait_time() == 0.0
+    now[0] = 10.0
+    assert limiter.wait_time() == 0.0
+    now[0] = 15.0
+    assert limiter.wait_time() == pytest.approx(45.0)  # the first one leaves the minute at 60
+    assert limiter.wait_time() == pytest.approx(45.0)  # asking is not counted
+    now[0] = 60.0
+    assert limiter.wait_time() == 0.0
+    assert limiter.wait_time() == pytest.approx(10.0)
+    unlimited = EvictionRateLimiter(0, clock=lambda: now[0])
+    assert all(unlimited.wait_time() == 0.0 for _ in range(100))
+
+
+async def test_evictions_past_the_rate_limit_wait_their_turn() -> None:
+    client = FakeClient()
+    controller, _ = cluster(client, 3, max_evictions_per_minute=2)
+    for i in range(3):
+        await controller.sync(Key("ns", f"p{i}"))
+    assert deletes(client) == [PODS.path("ns", "p0"), PODS.path("ns", "p1")]
+    assert controller.evictions == 2
+    later = controller.queue.due_in(Key("ns", "p2"))
+    assert later is not None and 50.0 < later <= 60.0
+    assert Key("ns", "p2") in controller.scheduled  # still due, only later
+
+
+# --- cancelling a pending eviction --------------------------------------------------------
+
+
+async def test_a_pending_eviction_is_cancelled_with_an_event_when_the_taint_goes() -> None:
+    client = FakeClient()
+    runtime = one_device_cluster(client)
+    runtime.cache[RESOURCE_SLICES].apply("MODIFIED", tainted_slice(1))
+    controller = TaintController(runtime)
+    raw_pod, raw_claim = bound_pod("p0", "dev-0", toleration_seconds=300)
+    put(runtime, RESOURCE_CLAIMS, raw_claim)
+    put(runtime, PODS, raw_pod)
+    controller.queue = WorkQueue()
+    key = Key("ns", "p0")
+    await controller.sync(key)
+    assert key in controller.scheduled and not deletes(client)
+    due = controller.queue.due_in(key)
+    assert due is not None and 290.0 < due <= 300.0
+    runtime.cache[RESOURCE_SLICES].apply("MODIFIED", tainted_slice(1, taint=False, rv="3"))
+    await controller.sync(key)
+    assert key not in controller.scheduled and not deletes(client)
+    (event,) = client.events
+    assert (event["reason"], event["message"]) == (REASON_EVICTION, "Cancelling deletion")
+    assert event["involved"]["metadata"]["uid"] == "uid-p-p0"
+
+
+async def test_no_cancelling_event_for_a_pod_replaced_or_being_deleted() -> None:
+    for change in ({"uid": "uid-new"}, {"deletionTimestamp": "2026-01-01T00:00:00Z"}):
+        client = FakeClient()
+        runtime = one_device_cluster(client)
+        runtime.cache[RESOURCE_SLICES].apply("MODIFIED", tainted_slice(1))
+        controller = TaintController(runtime)
+        raw_pod, raw_claim = bound_pod("p0", "dev-0", toleration_seconds=300)
+        put(runtime, RESOURCE_CLAIMS, raw_claim)
+        put(runtime, PODS, raw_pod)
+        key = Key("ns", "p0")
+        await controller.sync(key)
+        assert key in controller.scheduled
+        raw_pod["metadata"] = {**raw_pod["metadata"], **change, "resourceVersion": "6"}
+        runtime.cache[PODS].apply("MODIFIED", raw_pod)
+        await controller.sync(key)
+        assert key not in controller.scheduled, change
+        assert not client.events, change
+        assert not deletes(client), change
+
+
+# --- pods replaced or being deleted before the delete -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "live",
+    [
+        {"uid": "uid-other"},  # a new pod of the same name
+        {"deletionTimestamp": "2026-01-01T00:00:00Z"},  # already being deleted
+        None,  # gone
+    ],
+)
+async def test_a_pod_replaced_deleting_or_gone_is_not_evicted(live: JsonDict | None) -> None:
+    client = FakeClient()
+    controller, _ = cluster(client, 1)
+    path = PODS.path("ns", "p0")
+    if live is None:
+        del client.objects[path]
+    else:
+        client.objects[path]["metadata"].update(live)
+    await controller.sync(Key("ns", "p0"))
+    assert [c.method for c in client.calls] == ["GET"]  # the live read only
+    assert not client.events and controller.evictions == 0
+
+
+async def test_a_pod_still_there_is_marked_and_deleted_with_its_uid() -> None:
+    client = FakeClient()
+    controller, _ = cluster(client, 1)
+    await controller.sync(Key("ns", "p0"))
+    path = PODS.path("ns", "p0")
+    assert [(c.method, c.path) for c in client.calls] == [
+        ("GET", path),
+        ("POST", "/api/v1/events"),
+        ("PATCH", path + "/status"),
+        ("DELETE", path),
+    ]
+    assert client.calls[2].body["metadata"] == {"uid": "uid-p-p0"}
+    assert client.events[0]["message"] == "Marking for deletion"
+
+
+# --- the DeviceTaintRule status throttle --------------------------------------------------
+
+
+def taint_rule() -> JsonDict:
+    return {
+        "apiVersion": f"{DEVICE_TAINT_RULES.group}/{DEVICE_TAINT_RULES.version}",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "r", "uid": "uid-r", "resourceVersion": "1", "generation": 1},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER},
+            "taint": {"key": "k", "value": "v", "effect": "NoExecute"},
+        },
+    }
+
+
+class _Stop(Exception):
+    pass
+
+
+async def test_rule_status_is_written_at_most_once_per_period(monkeypatch: Any) -> None:
+    """The rule is marked changed every second (a busy eviction): its status is written when
+    first changed and then once per RULE_STATUS_PERIOD, not once a second."""
+    client = FakeClient()
+    runtime = one_device_cluster(client)
+    put(runtime, DEVICE_TAINT_RULES, taint_rule())
+    controller = TaintController(runtime)
+    clock = [0.0]
+    seconds = 25
+
+    async def sleep(delay: float) -> None:
+        if clock[0] >= seconds:
+            raise _Stop
+        clock[0] += delay
+        controller.evicted_by_rule["r"] += 1  # a new message each second
+        controller._mark_rules(frozenset({"r"}))
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(taints, "asyncio", types.SimpleNamespace(sleep=sleep))
+    monkeypatch.setattr(taints, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    with pytest.raises(_Stop):
+        await controller._rule_status_loop()
+    writes = client.writes(DEVICE_TAINT_RULES.path(None, "r") + "/status")
+    assert len(writes) == 1 + (seconds - 1) // int(RULE_STATUS_PERIOD)  # at 1, 11, 21
+    assert "r" in controller._rules_dirty  # the latest change still to be written
