@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import re
@@ -280,18 +281,68 @@ def admin_tls_context(pki: Path) -> ssl.SSLContext:
 # up
 
 
+def k8s_minor(bin_dir: Path) -> int:
+    """The Kubernetes minor version of the binaries in bin_dir: from the build's stamp
+    (``k8s=v1.37.2 ...``), else from ``kube-apiserver --version``."""
+    text = ""
+    with contextlib.suppress(OSError):
+        text = (bin_dir / ".complete").read_text()
+    match = re.search(r"\bk8s=v1\.(\d+)\.", text)
+    if not match:
+        out = subprocess.run(
+            [str(bin_dir / "kube-apiserver"), "--version"],
+            capture_output=True, text=True, check=False, timeout=30,
+        ).stdout  # fmt: skip
+        match = re.search(r"v1\.(\d+)\.", out)
+    if not match:
+        raise TestbedError(f"cannot tell the Kubernetes version of {bin_dir}")
+    return int(match.group(1))
+
+
+# The DRA feature gates Kubernetes 1.37 (the current stable release, the testbed's default)
+# has on by default but an older release (the version matrix, testbed/matrix) has off, per
+# minor: with --dra the testbed turns them on, so in-tree DRA behaves as in 1.37 as far as the
+# older release can. 1.37's DRAFractionalCapacityRange (beta) has no gate before 1.37.
+# DeviceTaintRule is also served where v1 lacks it: v1beta2 in 1.36, v1alpha3 before.
+DRA_GATES_BY_MINOR = {
+    37: (),
+    36: ("DRADeviceTaintRules",),
+    35: (
+        "DRAConsumableCapacity", "DRADeviceBindingConditions", "DRADeviceTaintRules",
+        "DRADeviceTaints", "DRAExtendedResource", "DRAPartitionableDevices",
+    ),
+    34: (
+        "DRAConsumableCapacity", "DRADeviceBindingConditions", "DRADeviceTaints",
+        "DRAExtendedResource", "DRAPartitionableDevices",
+    ),
+}  # fmt: skip
+
+
 def dra_gates(state: State) -> list[str]:
-    """With in-tree DRA on, what Kubernetes 1.37 (the current stable release) has on by
-    default but 1.36 (the testbed's) has not: DeviceTaintRules (GA in 1.37; in 1.36 a beta,
-    off, served at resource.k8s.io/v1beta2, which the API server is told to serve)."""
-    return ["--feature-gates=DRADeviceTaintRules=true"] if state.dra else []
+    """With in-tree DRA on, the --feature-gates flag of every component (DRA_GATES_BY_MINOR)."""
+    if not state.dra:
+        return []
+    minor = k8s_minor(Path(state.bin))
+    gates = DRA_GATES_BY_MINOR.get(minor, () if minor > 37 else DRA_GATES_BY_MINOR[34])
+    return [f"--feature-gates={','.join(f'{gate}=true' for gate in gates)}"] if gates else []
+
+
+def dra_runtime_config(state: State) -> list[str]:
+    """The resource.k8s.io version that serves DeviceTaintRule where v1 does not (see
+    dra_gates)."""
+    minor = k8s_minor(Path(state.bin))
+    if not state.dra or minor >= 37:
+        return []
+    version = "v1beta2" if minor == 36 else "v1alpha3"
+    return [f"--runtime-config=resource.k8s.io/{version}=true"]
 
 
 def scheduler_config(state: State, kubeconfig: Path) -> Path:
     profile: dict[str, object] = {"schedulerName": "default-scheduler"}
     if not state.dra:
-        # In 1.36 the DRA gate is locked on and resource.k8s.io must stay served (the scheduler
-        # waits for its informers); turning the plugin off is what keeps in-tree DRA inactive.
+        # Since 1.34 the DRA gate is on (locked on from 1.36) and resource.k8s.io must stay
+        # served (the scheduler waits for its informers); turning the plugin off is what keeps
+        # in-tree DRA inactive.
         profile["plugins"] = {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}
     config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -439,7 +490,7 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             "--profiling=true",  # /debug/pprof for admins: where the API server spends CPU
             f"--cert-dir={pki}",
             *dra_gates(state),
-            *(["--runtime-config=resource.k8s.io/v1beta2=true"] if state.dra else []),
+            *dra_runtime_config(state),
         ],
     )
     tls = admin_tls_context(pki)
