@@ -181,6 +181,22 @@ def assert_device_reached_container(
     assert cdi_specs(testbed, claim["metadata"]["uid"]), "the driver wrote no CDI spec"
 
 
+def assert_released_when_the_pod_ends(
+    testbed: Testbed, namespace: str, pod: str, claim: dict[str, Any]
+) -> None:
+    """The pod deleted: the driver unprepares its claim, and the generated claim goes."""
+    testbed.kubectl("delete", "pod", "-n", namespace, pod, "--wait=true")
+    uid = claim["metadata"]["uid"]
+    wait_for("NodeUnprepareResources", lambda: unprepared(testbed, uid), timeout=60)
+    wait_for(
+        "the generated claim deleted",
+        lambda: (
+            not (testbed.get("resourceclaims.resource.k8s.io", "-n", namespace) or {}).get("items")
+        ),
+        timeout=60,
+    )
+
+
 def test_in_tree_dra_alone_prepares_the_device_for_the_container(
     testbeds: TestbedRegistry,
 ) -> None:
@@ -196,16 +212,7 @@ def test_in_tree_dra_alone_prepares_the_device_for_the_container(
     claim = generated_claim(testbed, namespace)
     assert_device_reached_container(testbed, namespace, "p", claim, greeting)
 
-    testbed.kubectl("delete", "pod", "-n", namespace, "p", "--wait=true")
-    uid = claim["metadata"]["uid"]
-    wait_for("NodeUnprepareResources", lambda: unprepared(testbed, uid), timeout=60)
-    wait_for(
-        "the generated claim deleted",
-        lambda: (
-            not (testbed.get("resourceclaims.resource.k8s.io", "-n", namespace) or {}).get("items")
-        ),
-        timeout=60,
-    )
+    assert_released_when_the_pod_ends(testbed, namespace, "p", claim)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,16 +345,7 @@ def test_dralloc_allocates_and_the_kubelet_prepares(in_cluster: Testbed) -> None
     claim = generated_claim(testbed, namespace)
     assert_device_reached_container(testbed, namespace, "p", claim, greeting)
 
-    testbed.kubectl("delete", "pod", "-n", namespace, "p", "--wait=true")
-    uid = claim["metadata"]["uid"]
-    wait_for("NodeUnprepareResources", lambda: unprepared(testbed, uid), timeout=60)
-    wait_for(
-        "the generated claim deleted",
-        lambda: (
-            not (testbed.get("resourceclaims.resource.k8s.io", "-n", namespace) or {}).get("items")
-        ),
-        timeout=60,
-    )
+    assert_released_when_the_pod_ends(testbed, namespace, "p", claim)
 
 
 def test_no_execute_taint_evicts_from_the_real_node(in_cluster: Testbed) -> None:
