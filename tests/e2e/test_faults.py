@@ -273,6 +273,31 @@ def test_two_replicas_racing_and_the_leader_killed(run: Run) -> None:
     run.settle_and_verify("two replicas racing", started)
 
 
+def held_batch(run: Run, count: int) -> dict[str, str]:
+    """Pods the operator holds (gated, unallocatable) until the pool's nodes get the label it
+    returns: work surely in progress when a fault hits, which only a working watch (or a
+    relist) lets the operator finish once the label comes."""
+    later = {"e2e.dralloc.dev/ready": "yes"}
+    run.add_pods(count, node_labels=later)
+    return later
+
+
+def release_batch(run: Run, labels: dict[str, str]) -> None:
+    for node in run.pool.nodes:
+        for key, value in labels.items():
+            run.testbed.kubectl("label", "node", node, f"{key}={value}", "--overwrite")
+
+
+def outage_seen(proc: OperatorProcess, mark: int) -> str:
+    """What the replica acting at the outage logged about it after ``mark``: a relist (410
+    Gone), or the loss of its Lease (it then exits and is restarted); "" if neither."""
+    log = proc.log()[mark:]
+    for line in ("watch expired, relisting", "lost leadership"):
+        if line in log:
+            return line
+    return ""
+
+
 def test_api_server_restarted_mid_run(run: Run) -> None:
     started = time.monotonic()
     proc = run.start_replica()
@@ -280,15 +305,26 @@ def test_api_server_restarted_mid_run(run: Run) -> None:
     run.supervise()
     restarts = 3 if LONG else 1
     for _ in range(restarts):
-        run.add_pods(SIZE.pods // (restarts + 1))
+        labels = held_batch(run, SIZE.pods // (restarts + 1))
         time.sleep(0.5)
+        acting = run.acting()
+        assert acting is not None, "no replica acting before the outage"
+        held = len(run.pods) - run.bound()
+        assert held > 0, "nothing in progress when the API server went down"
+        mark = len(acting.log())
         outage = restart_apiserver(run.testbed)
         run.faults += 1
-        print(f"\n[faults] API server down and back in {outage:.1f}s")
+        print(f"\n[faults] API server down and back in {outage:.1f}s with {held} pods held")
+        # The replica acting at the outage (not just any replica) must have met it.
+        seen = wait_for(
+            "the acting replica to meet the outage",
+            lambda acting=acting, mark=mark: outage_seen(acting, mark),
+            timeout=60,
+        )
+        print(f"[faults] the acting replica: {seen}")
+        release_batch(run, labels)
     run.add_pods(SIZE.pods - len(run.pods))
     run.settle_and_verify("API server restarted", started)
-    log = run.log()
-    assert "watch expired, relisting" in log or "list/watch failed" in log or run.restarts
 
 
 def test_claims_changed_by_someone_else_mid_allocation(run: Run) -> None:
@@ -404,12 +440,20 @@ def test_watches_expire_and_relist(run: Run) -> None:
     started = time.monotonic()
     proc = run.start_replica("no-lease", "--no-leader-election")
     wait_acting(proc)
-    run.add_pods(SIZE.pods // 2)
+    labels = held_batch(run, SIZE.pods // 2)
     time.sleep(0.5)
+    assert run.bound() == 0, "the held batch was placed before the outage"
+    mark = len(proc.log())
     restart_apiserver(run.testbed, down_for=1.0)
     run.faults += 1
+    # A real 410 and relist, not only failed connections ("list/watch failed").
+    wait_for(
+        "a watch of the operator to expire (410 Gone) and relist",
+        lambda: "watch expired, relisting" in proc.log()[mark:],
+        timeout=60,
+    )
+    # The held pods are finished only if the relisted caches see the nodes' new label.
+    release_batch(run, labels)
     run.add_pods(SIZE.pods - len(run.pods))
     run.settle_and_verify("watches expired", started)
     assert proc.process is not None and proc.process.poll() is None, "the operator died"
-    log = proc.log()
-    assert "watch expired, relisting" in log or "list/watch failed" in log, "no watch was broken"
