@@ -88,6 +88,8 @@ class Run:
     restarts: int = 0
     restarted: set[int] = field(default_factory=set)
     """id() of replicas already replaced."""
+    interrupted: list[int] = field(default_factory=list)
+    """Per fault, the pods still gated (in the operator's hands) when it hit."""
     supervisor: tuple[threading.Thread, threading.Event] | None = None
 
     def start_replica(self, identity: str = "", *extra: str) -> OperatorProcess:
@@ -127,6 +129,17 @@ class Run:
         listing = self.testbed.get("pods", f"--namespace={self.namespace}")
         items = (listing or {}).get("items") or []
         return sum(1 for item in items if (item.get("spec") or {}).get("nodeName"))
+
+    def gated(self) -> int:
+        """Pods that still carry our gate: the operator's work not yet done."""
+        listing = self.testbed.get("pods", f"--namespace={self.namespace}")
+        return sum(
+            1
+            for item in (listing or {}).get("items") or []
+            if any(
+                g.get("name") == GATE for g in (item.get("spec") or {}).get("schedulingGates") or []
+            )
+        )
 
     def where_pods_are(self) -> str:
         """Which stage the unbound pods are stuck in, for a failure message."""
@@ -234,13 +247,23 @@ def test_operator_sigkilled_at_random_points(run: Run) -> None:
     batch = max(1, SIZE.pods // SIZE.kills)
     current = run.start_replica()
     wait_acting(current)
+    labels: dict[str, str] = {}
     for kill in range(SIZE.kills):
-        run.add_pods(min(batch, SIZE.pods - len(run.pods)) or 1)
+        count = min(batch, SIZE.pods - len(run.pods)) or 1
+        # Half the batch is held (see held_batch), so the kill surely meets work in
+        # progress: allocation of the other half takes milliseconds.
+        labels = held_batch(run, max(1, count // 2))
+        run.add_pods(count - count // 2)
         time.sleep(rng.uniform(0.2, 2.5))  # somewhere in the middle of allocating the batch
+        gated = run.gated()
+        assert gated > 0, f"kill {kill}: nothing in progress, the kill would hit an idle operator"
         current.stop(signal.SIGKILL)
         run.faults += 1
+        run.interrupted.append(gated)
         current = run.start_replica(f"after-kill-{kill}")
         wait_acting(current)  # waits out the dead replica's Lease (4 s)
+    print(f"\n[faults] pods in the operator's hands at each kill: {run.interrupted}")
+    release_batch(run, labels)
     if len(run.pods) < SIZE.pods:
         run.add_pods(SIZE.pods - len(run.pods))
     run.settle_and_verify("operator SIGKILLed", started)
@@ -413,24 +436,34 @@ def test_pool_generation_bumped_mid_allocation(run: Run) -> None:
     generations = dict.fromkeys(run.pool.nodes, 1)
     rng = random.Random(82)
 
-    def bump(stop: threading.Event) -> None:
+    def bump_once() -> None:
+        node = rng.choice(run.pool.nodes)
+        generations[node] += 1
+        manifest = slice_manifest(run.pool.driver, node, SIZE.devices, mode=run.pool.mode)
+        manifest["spec"]["pool"]["generation"] = generations[node]
+        run.testbed.apply(manifest)
+        run.faults += 1
+
+    def bump_while_held(stop: threading.Event) -> None:
         while not stop.is_set():
-            node = rng.choice(run.pool.nodes)
-            generations[node] += 1
-            manifest = slice_manifest(run.pool.driver, node, SIZE.devices, mode=run.pool.mode)
-            manifest["spec"]["pool"]["generation"] = generations[node]
-            run.testbed.apply(manifest)
-            run.faults += 1
+            # Only bumps that meet pods still in the operator's hands count as faults.
+            if run.gated() > 0:
+                run.interrupted.append(1)
+            bump_once()
             stop.wait(0.3)
 
-    thread, stop = background(bump)
+    thread, stop = background(bump_while_held)
     try:
-        for _ in range(5):
+        labels = held_batch(run, SIZE.pods // 5)
+        for _ in range(4):
             run.add_pods(SIZE.pods // 5)
             time.sleep(1.0)
     finally:
         stop.set()
         thread.join(timeout=60)
+    assert run.interrupted, "no generation bump met a pod in progress; the fault did not happen"
+    print(f"\n[faults] bumps while pods were in progress: {len(run.interrupted)}")
+    release_batch(run, labels)
     run.settle_and_verify("pool generation bumped", started)
 
 
