@@ -139,21 +139,18 @@ def test_shared_claim_serves_every_pod_on_one_node(examples: Testbed) -> None:
     assert sorted(r["name"] for r in reserved) == ["shared-gpu-0", "shared-gpu-1", "shared-gpu-2"]
 
 
-def test_prioritized_list_takes_one_alternative_whole(examples: Testbed) -> None:
+def test_prioritized_list_takes_its_first_alternative(examples: Testbed) -> None:
+    """firstAvailable is an order: kwok-node-1's H100s are free, so "large" must be taken.
+
+    Accepting "two-small" as well would pass on an allocator that ignores the order.
+    """
     devices = pod_devices(examples, NS, "prioritized-list")
-    requests = {d["request"] for d in devices}
-    assert len(requests) == 1
-    (taken,) = requests
-    if taken == "gpu/large":
-        assert len(devices) == 1
-        assert attributes(examples, devices[0]["pool"], devices[0]["device"])["model"].startswith(
-            "H100"
-        )
-    else:
-        assert taken == "gpu/two-small"
-        assert len(devices) == 2
-        roots = {attributes(examples, d["pool"], d["device"])["pcieRoot"] for d in devices}
-        assert len(roots) == 1, devices
+    assert [d["request"] for d in devices] == ["gpu/large"], devices
+    (device,) = devices
+    assert device["pool"] == "kwok-node-1" == node_of(examples, NS, "prioritized-list")
+    assert attributes(examples, device["pool"], device["device"])["model"].startswith("H100")
+    results = claim(examples, NS, device["claim"])["status"]["allocation"]["devices"]["results"]
+    assert [(r["request"], r["device"]) for r in results] == [("gpu/large", device["device"])]
 
 
 def test_admin_access_sees_every_gpu_of_its_node(examples: Testbed) -> None:

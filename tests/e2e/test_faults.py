@@ -88,6 +88,8 @@ class Run:
     restarts: int = 0
     restarted: set[int] = field(default_factory=set)
     """id() of replicas already replaced."""
+    interrupted: list[int] = field(default_factory=list)
+    """Per fault, the pods still gated (in the operator's hands) when it hit."""
     supervisor: tuple[threading.Thread, threading.Event] | None = None
 
     def start_replica(self, identity: str = "", *extra: str) -> OperatorProcess:
@@ -127,6 +129,17 @@ class Run:
         listing = self.testbed.get("pods", f"--namespace={self.namespace}")
         items = (listing or {}).get("items") or []
         return sum(1 for item in items if (item.get("spec") or {}).get("nodeName"))
+
+    def gated(self) -> int:
+        """Pods that still carry our gate: the operator's work not yet done."""
+        listing = self.testbed.get("pods", f"--namespace={self.namespace}")
+        return sum(
+            1
+            for item in (listing or {}).get("items") or []
+            if any(
+                g.get("name") == GATE for g in (item.get("spec") or {}).get("schedulingGates") or []
+            )
+        )
 
     def where_pods_are(self) -> str:
         """Which stage the unbound pods are stuck in, for a failure message."""
@@ -234,13 +247,23 @@ def test_operator_sigkilled_at_random_points(run: Run) -> None:
     batch = max(1, SIZE.pods // SIZE.kills)
     current = run.start_replica()
     wait_acting(current)
+    labels: dict[str, str] = {}
     for kill in range(SIZE.kills):
-        run.add_pods(min(batch, SIZE.pods - len(run.pods)) or 1)
+        count = min(batch, SIZE.pods - len(run.pods)) or 1
+        # Half the batch is held (see held_batch), so the kill surely meets work in
+        # progress: allocation of the other half takes milliseconds.
+        labels = held_batch(run, max(1, count // 2))
+        run.add_pods(count - count // 2)
         time.sleep(rng.uniform(0.2, 2.5))  # somewhere in the middle of allocating the batch
+        gated = run.gated()
+        assert gated > 0, f"kill {kill}: nothing in progress, the kill would hit an idle operator"
         current.stop(signal.SIGKILL)
         run.faults += 1
+        run.interrupted.append(gated)
         current = run.start_replica(f"after-kill-{kill}")
         wait_acting(current)  # waits out the dead replica's Lease (4 s)
+    print(f"\n[faults] pods in the operator's hands at each kill: {run.interrupted}")
+    release_batch(run, labels)
     if len(run.pods) < SIZE.pods:
         run.add_pods(SIZE.pods - len(run.pods))
     run.settle_and_verify("operator SIGKILLed", started)
@@ -273,6 +296,31 @@ def test_two_replicas_racing_and_the_leader_killed(run: Run) -> None:
     run.settle_and_verify("two replicas racing", started)
 
 
+def held_batch(run: Run, count: int) -> dict[str, str]:
+    """Pods the operator holds (gated, unallocatable) until the pool's nodes get the label it
+    returns: work surely in progress when a fault hits, which only a working watch (or a
+    relist) lets the operator finish once the label comes."""
+    later = {"e2e.dralloc.dev/ready": "yes"}
+    run.add_pods(count, node_labels=later)
+    return later
+
+
+def release_batch(run: Run, labels: dict[str, str]) -> None:
+    for node in run.pool.nodes:
+        for key, value in labels.items():
+            run.testbed.kubectl("label", "node", node, f"{key}={value}", "--overwrite")
+
+
+def outage_seen(proc: OperatorProcess, mark: int) -> str:
+    """What the replica acting at the outage logged about it after ``mark``: a relist (410
+    Gone), or the loss of its Lease (it then exits and is restarted); "" if neither."""
+    log = proc.log()[mark:]
+    for line in ("watch expired, relisting", "lost leadership"):
+        if line in log:
+            return line
+    return ""
+
+
 def test_api_server_restarted_mid_run(run: Run) -> None:
     started = time.monotonic()
     proc = run.start_replica()
@@ -280,15 +328,26 @@ def test_api_server_restarted_mid_run(run: Run) -> None:
     run.supervise()
     restarts = 3 if LONG else 1
     for _ in range(restarts):
-        run.add_pods(SIZE.pods // (restarts + 1))
+        labels = held_batch(run, SIZE.pods // (restarts + 1))
         time.sleep(0.5)
+        acting = run.acting()
+        assert acting is not None, "no replica acting before the outage"
+        held = len(run.pods) - run.bound()
+        assert held > 0, "nothing in progress when the API server went down"
+        mark = len(acting.log())
         outage = restart_apiserver(run.testbed)
         run.faults += 1
-        print(f"\n[faults] API server down and back in {outage:.1f}s")
+        print(f"\n[faults] API server down and back in {outage:.1f}s with {held} pods held")
+        # The replica acting at the outage (not just any replica) must have met it.
+        seen = wait_for(
+            "the acting replica to meet the outage",
+            lambda acting=acting, mark=mark: outage_seen(acting, mark),
+            timeout=60,
+        )
+        print(f"[faults] the acting replica: {seen}")
+        release_batch(run, labels)
     run.add_pods(SIZE.pods - len(run.pods))
     run.settle_and_verify("API server restarted", started)
-    log = run.log()
-    assert "watch expired, relisting" in log or "list/watch failed" in log or run.restarts
 
 
 def test_claims_changed_by_someone_else_mid_allocation(run: Run) -> None:
@@ -377,24 +436,34 @@ def test_pool_generation_bumped_mid_allocation(run: Run) -> None:
     generations = dict.fromkeys(run.pool.nodes, 1)
     rng = random.Random(82)
 
-    def bump(stop: threading.Event) -> None:
+    def bump_once() -> None:
+        node = rng.choice(run.pool.nodes)
+        generations[node] += 1
+        manifest = slice_manifest(run.pool.driver, node, SIZE.devices, mode=run.pool.mode)
+        manifest["spec"]["pool"]["generation"] = generations[node]
+        run.testbed.apply(manifest)
+        run.faults += 1
+
+    def bump_while_held(stop: threading.Event) -> None:
         while not stop.is_set():
-            node = rng.choice(run.pool.nodes)
-            generations[node] += 1
-            manifest = slice_manifest(run.pool.driver, node, SIZE.devices, mode=run.pool.mode)
-            manifest["spec"]["pool"]["generation"] = generations[node]
-            run.testbed.apply(manifest)
-            run.faults += 1
+            # Only bumps that meet pods still in the operator's hands count as faults.
+            if run.gated() > 0:
+                run.interrupted.append(1)
+            bump_once()
             stop.wait(0.3)
 
-    thread, stop = background(bump)
+    thread, stop = background(bump_while_held)
     try:
-        for _ in range(5):
+        labels = held_batch(run, SIZE.pods // 5)
+        for _ in range(4):
             run.add_pods(SIZE.pods // 5)
             time.sleep(1.0)
     finally:
         stop.set()
         thread.join(timeout=60)
+    assert run.interrupted, "no generation bump met a pod in progress; the fault did not happen"
+    print(f"\n[faults] bumps while pods were in progress: {len(run.interrupted)}")
+    release_batch(run, labels)
     run.settle_and_verify("pool generation bumped", started)
 
 
@@ -404,12 +473,20 @@ def test_watches_expire_and_relist(run: Run) -> None:
     started = time.monotonic()
     proc = run.start_replica("no-lease", "--no-leader-election")
     wait_acting(proc)
-    run.add_pods(SIZE.pods // 2)
+    labels = held_batch(run, SIZE.pods // 2)
     time.sleep(0.5)
+    assert run.bound() == 0, "the held batch was placed before the outage"
+    mark = len(proc.log())
     restart_apiserver(run.testbed, down_for=1.0)
     run.faults += 1
+    # A real 410 and relist, not only failed connections ("list/watch failed").
+    wait_for(
+        "a watch of the operator to expire (410 Gone) and relist",
+        lambda: "watch expired, relisting" in proc.log()[mark:],
+        timeout=60,
+    )
+    # The held pods are finished only if the relisted caches see the nodes' new label.
+    release_batch(run, labels)
     run.add_pods(SIZE.pods - len(run.pods))
     run.settle_and_verify("watches expired", started)
     assert proc.process is not None and proc.process.poll() is None, "the operator died"
-    log = proc.log()
-    assert "watch expired, relisting" in log or "list/watch failed" in log, "no watch was broken"

@@ -174,3 +174,124 @@ def test_a_clean_stop_hands_the_lease_to_the_standby_at_once(
     testbed.apply(gated_pod(namespace, "after", pool))
     wait_for("the pod bound by the new leader", lambda: bound(testbed, namespace, ["after"]))
     assert "pod allocated" in b.log()[mark:]
+
+
+def hold_pod_writes(namespace: str, name: str) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (and its binding) that refuses, in this namespace, any pod
+    update that takes our scheduling gate away: the operator's claim write goes through, its
+    pod write is refused, so the operator stays between the two."""
+    keeps_gate = f"object.spec.?schedulingGates.orValue([]).exists(g, g.name == '{GATE}')"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["pods"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {"expression": keeps_gate, "message": "e2e: the pod write is held"}
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        },
+    ]
+
+
+def probe_pod(namespace: str) -> dict[str, Any]:
+    """A pod with our gate and no claims, to see the policy take effect."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": namespace},
+        "spec": {
+            "schedulingGates": [{"name": GATE}],
+            "containers": [{"name": "c", "image": "registry.invalid/probe"}],
+        },
+    }
+
+
+def gate_removal_refused(testbed: Testbed, namespace: str, name: str) -> bool:
+    removed = testbed.kubectl(
+        "patch", "pod", name, "-n", namespace, "--type=merge", "--dry-run=server",
+        "-p", '{"spec": {"schedulingGates": null}}', check=False,
+    )  # fmt: skip
+    return removed.returncode != 0 and "the pod write is held" in removed.stderr
+
+
+def test_killed_between_the_claim_write_and_the_pod_write_the_next_replica_resumes(
+    testbed: Testbed, namespace: str, operators: list[OperatorProcess], tmp_path: Path
+) -> None:
+    """The state of a crash between the two writes, made on purpose rather than by a lucky
+    kill: the API server refuses the pod write, the operator is killed with the claim
+    allocated and reserved and the pod gated, the refusal is lifted, the next replica must
+    finish with the same allocation."""
+    pool = make_pool(testbed, nodes=2, devices=2)
+    testbed.apply(template(namespace, "one", pool))
+    policy = unique_name("hold-pod-writes")
+    testbed.apply(*hold_pod_writes(namespace, policy))
+    try:
+        testbed.apply(probe_pod(namespace))
+        wait_for(
+            "the policy to refuse the gate's removal",
+            lambda: gate_removal_refused(testbed, namespace, "probe"),
+            timeout=30,
+        )
+        testbed.kubectl("delete", "pod", "probe", "-n", namespace, "--wait=false")
+
+        lease = unique_name("dralloc-held")
+        first = new_replica(testbed, tmp_path, lease, "first", operators)
+        first.wait_ready()
+        testbed.apply(gated_pod(namespace, "p", pool))
+
+        def allocated_and_reserved() -> dict[str, Any] | None:
+            for claim in claims_in(testbed, namespace):
+                status = claim.get("status") or {}
+                reserved = [r["name"] for r in status.get("reservedFor") or []]
+                if status.get("allocation") and reserved == ["p"]:
+                    return dict(claim)
+            return None
+
+        held = wait_for("the claim allocated and reserved", allocated_and_reserved, timeout=60)
+        first.wait_until("the pod write is held", timeout=30)  # the pod write was refused
+        first.stop(signal.SIGKILL)
+        gated = get(testbed, "pod", "p", namespace)
+        assert gated is not None
+        assert [g["name"] for g in gated["spec"].get("schedulingGates") or []] == [GATE]
+        assert not gated["spec"].get("nodeName")
+    finally:
+        for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
+            testbed.kubectl("delete", kind, policy, "--ignore-not-found", check=False)
+
+    second = new_replica(testbed, tmp_path, lease, "second", operators)
+    second.wait_ready()
+    wait_for("the pod bound", lambda: bound(testbed, namespace, ["p"]) == ["p"], timeout=90)
+    assert_consistent(testbed, namespace, ["p"])
+    [claim] = [
+        c for c in claims_in(testbed, namespace) if c["metadata"]["uid"] == held["metadata"]["uid"]
+    ]
+    assert claim["status"]["allocation"] == held["status"]["allocation"], "allocated again"
+    pinned = get(testbed, "pod", "p", namespace)
+    assert pinned is not None
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert pinned["spec"]["nodeName"] == results[0]["pool"]

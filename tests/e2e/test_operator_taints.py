@@ -65,6 +65,23 @@ def exists(testbed: Testbed, namespace: str, name: str, uid: str | None = None) 
     return obj is not None and (uid is None or obj["metadata"]["uid"] == uid)
 
 
+def rule_condition(testbed: Testbed, rules: Rules, name: str, reason: str) -> dict[str, Any] | None:
+    """The rule's EvictionInProgress condition, once it has this reason."""
+    obj = get(testbed, rules.resource, name)
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if condition["type"] == "EvictionInProgress" and condition["reason"] == reason:
+            return dict(condition)
+    return None
+
+
+def refused_for_the_taint(testbed: Testbed, namespace: str, name: str, uid: str) -> bool:
+    """The operator has tried to allocate this pod (this uid) and said why it cannot."""
+    return any(
+        e["involvedObject"].get("uid") == uid
+        for e in events(testbed, namespace, name, "FailedAllocation")
+    )
+
+
 def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
     testbed: Testbed, operator: OperatorProcess, namespace: str, rules: Rules
 ) -> None:
@@ -89,19 +106,22 @@ def test_no_execute_rule_evicts_but_spares_a_new_pod_of_the_same_name(
     wait_for("the new pod to exist", lambda: exists(testbed, namespace, "victim"))
     new_uid = get(testbed, "pod", "victim", namespace)["metadata"]["uid"]  # type: ignore[index]
     assert new_uid != old_uid
-    time.sleep(3)
-    assert exists(testbed, namespace, "victim", new_uid)
-
-    def rule_condition() -> dict[str, Any] | None:
-        obj = get(testbed, rules.resource, rule["metadata"]["name"])
-        for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
-            if condition["type"] == "EvictionInProgress" and condition["reason"] == "Completed":
-                return dict(condition)
-        return None
-
-    condition = wait_for("the rule's EvictionInProgress condition", rule_condition, timeout=40)
+    # Not "still there after a few seconds": first proof that the operator has processed the
+    # new pod after the taint (it refused it the tainted device) and finished with the rule
+    # (nothing pending, one pod evicted), then the new pod must still be there.
+    wait_for(
+        "the operator to refuse the new pod the tainted device",
+        lambda: refused_for_the_taint(testbed, namespace, "victim", new_uid),
+        timeout=40,
+    )
+    condition = wait_for(
+        "the rule's EvictionInProgress condition Completed",
+        lambda: rule_condition(testbed, rules, rule["metadata"]["name"], "Completed"),
+        timeout=40,
+    )
     assert condition["status"] == "False"
     assert condition["message"] == "1 pod evicted since starting the controller."
+    assert exists(testbed, namespace, "victim", new_uid)
     testbed.kubectl("delete", rules.resource, rule["metadata"]["name"])
 
 
@@ -124,8 +144,16 @@ def test_toleration_seconds_delays_eviction(
     rule = rules.rule(pool)
     testbed.apply(rule)
     tainted_at = time.monotonic()
-    time.sleep(3)
+    # Not "still there after 3 s": first proof that the operator has processed the taint (the
+    # rule reports the eviction it scheduled), then the pod must still be there.
+    pending = wait_for(
+        "the rule to report the pending eviction",
+        lambda: rule_condition(testbed, rules, rule["metadata"]["name"], "PodsPendingEviction"),
+        timeout=5,
+    )
+    assert pending["message"] == "1 pod needs to be evicted in 1 namespace."
     assert exists(testbed, namespace, "patient"), "evicted before tolerationSeconds ran out"
+    assert time.monotonic() - tainted_at < 6.0, "checked too late to prove anything"
     wait_for("the pod to be evicted", lambda: not exists(testbed, namespace, "patient"), timeout=30)
     assert time.monotonic() - tainted_at >= 5.0
     testbed.kubectl("delete", rules.resource, rule["metadata"]["name"])

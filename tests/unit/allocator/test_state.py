@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from operators import api
 from operators.allocator import (
     AllocationError,
     AllocatorState,
@@ -246,7 +247,6 @@ def test_features_from_gates() -> None:
 
 
 def test_models_parse_the_same_as_dicts() -> None:
-    api = pytest.importorskip("operators.api")
     slice_obj = gpu_slice("node-0", 2) | {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import time
+import contextlib
 import tracemalloc
 from typing import Any
 
 import pytest
 
-from operators.cel import CELCompileError, CELCostError, CELEvalError, compile_selector, evaluate
+from operators.cel import (
+    CELCompileError,
+    CELCostError,
+    CELError,
+    CELEvalError,
+    compile_selector,
+    evaluate,
+)
 from operators.cel.costs import traversal
+from tests.steps import step_limit
 
 BIG = "x" * 2_000_000
 
@@ -32,11 +40,32 @@ def shared_nesting(levels: int, body: str) -> str:
     return expression.replace("v0", "[1]").replace("w0", "[1]")
 
 
+#: Calls an expression stopped by the cost limit may make (the largest case makes ~245,000),
+#: and memory it may hold at once: a charge that comes after the work, or never, runs past
+#: one of them (a loop in calls, one big allocation in bytes).
+STOPPED_STEPS = 500_000
+STOPPED_BYTES = 32 << 20
+
+
+def compiled(expression: str, bindings: dict[str, Any] | None = None) -> None:
+    """Compile (and cache) the expression, so that steps count its evaluation alone."""
+    with contextlib.suppress(CELError):
+        evaluate(expression, bindings or {}, cost_limit=0)
+
+
 def _stopped_quickly(expression: str, bindings: dict[str, Any] | None = None) -> None:
-    start = time.perf_counter()
-    with pytest.raises(CELCostError, match="actual cost limit exceeded"):
-        evaluate(expression, bindings or {})
-    assert time.perf_counter() - start < 2.0
+    compiled(expression, bindings)
+    tracemalloc.start()
+    try:
+        with (
+            step_limit(STOPPED_STEPS),
+            pytest.raises(CELCostError, match="actual cost limit exceeded"),
+        ):
+            evaluate(expression, bindings or {})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < STOPPED_BYTES, f"peak {peak} bytes before the cost limit stopped it"
 
 
 @pytest.mark.parametrize(
@@ -119,9 +148,9 @@ def test_work_bounded_by_a_literal_is_not_charged_by_size() -> None:
 
 
 def test_shared_results_stay_shared_when_returned() -> None:
-    start = time.perf_counter()
-    result = evaluate(shared_nesting(40, "v{n}"))
-    assert time.perf_counter() - start < 2.0
+    compiled(shared_nesting(40, "v{n}"))
+    with step_limit(500_000):  # ~242,000; copying the 2**40 leaves would not end
+        result = evaluate(shared_nesting(40, "v{n}"))
     inner = result
     for _ in range(39):  # the innermost pair are two separate literals
         assert inner[0] is inner[1]

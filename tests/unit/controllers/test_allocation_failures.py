@@ -34,6 +34,7 @@ from operators.kube import (
 from operators.settings import FeatureGates
 
 from .fakes import (
+    DRIVER,
     FakeClient,
     allocated,
     claim,
@@ -78,11 +79,24 @@ def claim_writes(client: FakeClient) -> list[str]:
 
 
 def allocation_writes(client: FakeClient) -> list[str]:
+    return [path for path, _ in allocation_results(client)]
+
+
+def allocation_results(client: FakeClient) -> list[tuple[str, list[JsonDict]]]:
+    """Each allocation write to a claim: its path and the device results it wrote.
+
+    A refused claim gets a status write too (its Allocated=False condition); only a write
+    carrying status.allocation is an allocation.
+    """
     return [
-        c.path
+        (c.path, c.body["status"]["allocation"]["devices"]["results"])
         for c in client.writes(RESOURCE_CLAIMS.path("ns"))
         if "allocation" in (c.body.get("status") or {})
     ]
+
+
+def device_result(**extra: Any) -> JsonDict:
+    return {"request": "dev", "driver": DRIVER, "pool": "n1", "device": "dev-0", **extra}
 
 
 def allocated_condition(controller: AllocationController, name: str) -> tuple[str, str, str]:
@@ -137,7 +151,8 @@ async def test_admin_claim_in_a_labelled_namespace_is_allocated() -> None:
     controller = cluster(client, admin_namespace=True)
     key = add_pod(controller, "p", "c1", adminAccess=True)
     await sync(controller, key)
-    assert STATUS_PATH in claim_writes(client)
+    assert allocation_results(client) == [(STATUS_PATH, [device_result(adminAccess=True)])]
+    assert allocated_condition(controller, "c1") == ("True", "Allocated", "allocated on node n1")
 
 
 async def test_ordinary_claims_need_no_label() -> None:
@@ -145,7 +160,8 @@ async def test_ordinary_claims_need_no_label() -> None:
     controller = cluster(client)
     key = add_pod(controller, "p", "c1")
     await sync(controller, key)
-    assert STATUS_PATH in claim_writes(client)
+    assert allocation_results(client) == [(STATUS_PATH, [device_result()])]
+    assert allocated_condition(controller, "c1") == ("True", "Allocated", "allocated on node n1")
 
 
 # --- failed writes --------------------------------------------------------------------------

@@ -25,13 +25,17 @@ ENTRY = [{"name": "dev", "resourceClaimTemplateName": "one"}]
 
 
 def setup(
-    client: FakeClient, *, gated: bool = True
+    client: FakeClient, *, gated: bool = True, other_gates: tuple[str, ...] = ()
 ) -> tuple[ClaimController, AllocationController]:
     runtime = one_device_cluster(client)
     runtime.cache[RESOURCE_CLAIM_TEMPLATES].apply("ADDED", template("ns", "one"))
     claims = ClaimController(runtime)
     allocation = AllocationController(runtime)
-    put(runtime, PODS, pod("ns", "p", ENTRY, gated=gated))
+    raw = pod("ns", "p", ENTRY, gated=gated)
+    if other_gates:  # someone else's gates, before ours
+        ours = raw["spec"].get("schedulingGates", [])
+        raw["spec"]["schedulingGates"] = [{"name": g} for g in other_gates] + ours
+    put(runtime, PODS, raw)
     return claims, allocation
 
 
@@ -46,7 +50,7 @@ def pod_writes(client: FakeClient) -> list[dict[str, str]]:
 
 async def test_the_allocation_write_records_the_claim_statuses() -> None:
     client = FakeClient()
-    claims, allocation = setup(client)
+    claims, allocation = setup(client, other_gates=("example.com/other",))
     await work_once(claims.queue, claims.sync)
     assert len(client.writes(RESOURCE_CLAIMS.path("ns"))) == 1  # the claim was created
     assert pod_writes(client) == []  # but the pod was left to the allocation write
@@ -64,6 +68,12 @@ async def test_the_allocation_write_records_the_claim_statuses() -> None:
     assert DEVICES_ANNOTATION in annotations
     statuses = json.loads(annotations[CLAIM_STATUSES_ANNOTATION])
     assert statuses == [{"name": "dev", "resourceClaimName": "p-dev-abcde"}]
+    # The same write removes our gate (and only ours) and pins the pod to the node.
+    written = client.objects[PODS.path("ns", "p")]
+    assert written["spec"].get("schedulingGates") == [{"name": "example.com/other"}]
+    required = written["spec"]["affinity"]["nodeAffinity"]
+    [term] = required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
 
 
 async def test_statuses_are_written_by_the_claim_controller_when_no_allocation_comes() -> None:

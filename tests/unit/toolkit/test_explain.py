@@ -33,9 +33,16 @@ def test_unplaceable_pod_says_why_on_every_node(write_snapshot: Callable[..., Pa
     result = explain(snapshot, "pod/west-pair", "team-a")
     assert result.status == "pending"
     assert not any(v.fits for v in result.nodes)
-    node_b = next(v for v in result.nodes if v.node == "node-b")
-    assert node_b.reasons, "the allocator must give a reason for node-b"
-    assert result.summary.startswith("0/3 nodes are available")
+    affinity = ("node(s) didn't match Pod's node affinity/selector",)
+    together = (
+        "devices fit one by one but not together (constraints, or requests competing for them)",
+    )
+    assert {v.node: v.reasons for v in result.nodes} == {
+        "node-a": affinity,
+        "node-b": together,  # from the allocator
+        "node-c": affinity,
+    }
+    assert result.summary == (f"0/3 nodes are available: 2 {affinity[0]}, 1 {together[0]}.")
 
 
 def test_allocated_claim_and_its_pod() -> None:
