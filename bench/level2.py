@@ -67,9 +67,9 @@ class System:
     """API group and version of the DRA kinds the harness creates."""
     dra: bool
     """``testbed/up --dra``: kube-scheduler's DynamicResources plugin (and kcm's DRA
-    controllers, unless ``kcm_controllers`` says otherwise)."""
-    kcm_controllers: str | None = None
-    """``testbed/up --kcm-controllers``; None keeps the testbed's default."""
+    controllers, unless ``kcm_dra`` is off)."""
+    kcm_dra: bool = True
+    """False: ``testbed/up --no-kcm-dra`` (dralloc's controllers replace kcm's DRA ones)."""
     operator: tuple[str, ...] | None = None
     """dralloc's flags on top of the harness's own; None: no operator runs."""
 
@@ -90,7 +90,7 @@ DRALLOC_IN_TREE = System(
     "dralloc in-tree mode",
     K8S_GROUP,
     dra=True,
-    kcm_controllers="garbage-collector-controller,namespace-controller",
+    kcm_dra=False,
     operator=("--api-group=resource.k8s.io",),
 )
 SYSTEMS = (IN_TREE, DRALLOC, DRALLOC_IN_TREE)
@@ -177,8 +177,8 @@ class Testbed:
         ]
         if system.dra:
             args.append("--dra")
-        if system.kcm_controllers is not None:
-            args.append(f"--kcm-controllers={system.kcm_controllers}")
+        if not system.kcm_dra:
+            args.append("--no-kcm-dra")
         proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
         if proc.returncode != 0:
             raise Level2Unavailable(f"testbed/up failed: {proc.stderr.strip()[-500:]}")

@@ -83,10 +83,12 @@ REAL_NODE_KCM_CONTROLLERS = (
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 
-def default_kcm_controllers(dra: bool, real_nodes: bool = False) -> list[str]:
+def default_kcm_controllers(dra: bool, real_nodes: bool = False, kcm_dra: bool = True) -> list[str]:
+    """kcm's controllers for a testbed; ``kcm_dra=False`` leaves out its DRA controllers even
+    with ``dra`` (where dralloc's claim and taint controllers take their place)."""
     return [
         *BASE_KCM_CONTROLLERS,
-        *(DRA_KCM_CONTROLLERS if dra else ()),
+        *(DRA_KCM_CONTROLLERS if dra and kcm_dra else ()),
         *(REAL_NODE_KCM_CONTROLLERS if real_nodes else ()),
     ]
 
@@ -365,9 +367,10 @@ def up(
     kcm_controllers: Sequence[str] | None = None,
     real_nodes: int = 0,
     real_node_devices: int = 4,
+    kcm_dra: bool = True,
 ) -> State:
     """Start the control plane (and ``real_nodes`` real nodes, realnode.py); kcm_controllers
-    replaces default_kcm_controllers(dra, real_nodes > 0)."""
+    replaces default_kcm_controllers(dra, real_nodes > 0, kcm_dra)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     if (state_dir / "state.json").exists():
         raise TestbedError(f"{state_dir} already holds a testbed; run testbed/down {state_dir}")
@@ -383,7 +386,7 @@ def up(
     ports = Ports(*free_ports(6))
     server = f"https://127.0.0.1:{ports.apiserver}"
     controllers = list(
-        default_kcm_controllers(dra, real_nodes > 0) if kcm_controllers is None
+        default_kcm_controllers(dra, real_nodes > 0, kcm_dra) if kcm_controllers is None
         else kcm_controllers
     )  # fmt: skip
     state = State(
@@ -751,6 +754,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="kube-controller-manager's --controllers, passed as given (default: "
         f"{','.join(BASE_KCM_CONTROLLERS)}; with --dra also {','.join(DRA_KCM_CONTROLLERS)})",
     )  # fmt: skip
+    p_up.add_argument(
+        "--no-kcm-dra", dest="kcm_dra", action="store_false",
+        help="with --dra: the default controllers without kcm's DRA ones, which dralloc's "
+        "claim and taint controllers replace (the in-tree overlay's setting)",
+    )  # fmt: skip
     p_up.add_argument("--nodes", type=int, default=0, help="create N kwok nodes kwok-node-<i>")
     p_up.add_argument(
         "--real-nodes", type=int, default=0, metavar="N",
@@ -797,7 +805,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             began = time.monotonic()
             state = up(
                 state_dir, bin_dir, args.dra, args.nodes, args.owner_pid, controllers,
-                args.real_nodes, args.real_node_devices,
+                args.real_nodes, args.real_node_devices, args.kcm_dra,
             )  # fmt: skip
             print(
                 f"testbed up in {time.monotonic() - began:.1f} s: {state.server} "

@@ -6,17 +6,17 @@ tests need. The fixtures in `conftest.py` are thin wrappers around these functio
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
+
+from tests.testbed_scripts import load_testbed_script
 
 from .modes import (
     CRD,
@@ -180,6 +180,7 @@ def start_testbed(
     *,
     dra: bool,
     kcm_controllers: str | None = None,
+    kcm_dra: bool = True,
     real_nodes: int = 0,
 ) -> Testbed:
     """Run `testbed/up` into state_dir; raises with its stderr if the control plane fails.
@@ -197,6 +198,8 @@ def start_testbed(
         args.append("--dra")
     if kcm_controllers is not None:
         args.append(f"--kcm-controllers={kcm_controllers}")
+    if not kcm_dra:
+        args.append("--no-kcm-dra")
     if real_nodes:
         args.append(f"--real-nodes={real_nodes}")
     result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=UP_TIMEOUT_S)
@@ -215,17 +218,8 @@ def start_testbed(
 
 def real_nodes_unavailable(bin_dir: Path) -> str | None:
     """Why this host cannot run real nodes (testbed/realnode.py says), or None."""
-    spec = importlib.util.spec_from_file_location("testbed_realnode", TESTBED_DIR / "realnode.py")
-    assert spec is not None and spec.loader is not None
-    sys.path.insert(0, str(TESTBED_DIR))
-    try:
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-        reason: str | None = module.unavailable(bin_dir)
-        return reason
-    finally:
-        sys.path.remove(str(TESTBED_DIR))
+    reason: str | None = load_testbed_script("realnode").unavailable(bin_dir)
+    return reason
 
 
 HOST_BUSY = "another testbed with real nodes runs on this host"
@@ -259,8 +253,9 @@ class TestbedKind:
 
     name: str
     dra: bool
-    kcm_controllers: str | None
-    """kube-controller-manager's controllers; None: testbed/up's default."""
+    kcm_dra: bool = True
+    """kube-controller-manager runs its DRA controllers (with ``dra``); False where dralloc's
+    claim and taint controllers replace them (``testbed/up --no-kcm-dra``)."""
     real_nodes: int = 0
     """Real nodes to start beside kwok (one testbed with real nodes per host at a time)."""
     reuse_env: str = ""
@@ -271,39 +266,24 @@ class TestbedKind:
 TESTBED_KINDS: dict[str, TestbedKind] = {
     kind.name: kind
     for kind in (
-        TestbedKind(TESTBED_PLAIN, dra=False, kcm_controllers=None, reuse_env="DRALLOC_KUBECONFIG"),
-        TestbedKind(
-            TESTBED_DRA, dra=True, kcm_controllers=None, reuse_env="DRALLOC_DRA_KUBECONFIG"
-        ),
+        TestbedKind(TESTBED_PLAIN, dra=False, reuse_env="DRALLOC_KUBECONFIG"),
+        TestbedKind(TESTBED_DRA, dra=True, reuse_env="DRALLOC_DRA_KUBECONFIG"),
         TestbedKind(
             TESTBED_DRA_SCHEDULER,
             dra=True,
-            kcm_controllers="garbage-collector-controller,namespace-controller",
+            kcm_dra=False,
             reuse_env="DRALLOC_DRA_SCHEDULER_KUBECONFIG",
         ),
         TestbedKind(
             TESTBED_REAL_NODE_DRA,
             dra=True,
-            kcm_controllers=None,
             real_nodes=1,
             reuse_env="DRALLOC_REAL_NODE_DRA_KUBECONFIG",
         ),
         TestbedKind(
             TESTBED_REAL_NODE,
             dra=True,
-            kcm_controllers=",".join(
-                (
-                    "garbage-collector-controller",
-                    "namespace-controller",
-                    "serviceaccount-controller",
-                    "root-ca-certificate-publisher-controller",
-                    "deployment-controller",
-                    "replicaset-controller",
-                    "job-controller",
-                    "ttl-after-finished-controller",
-                    "endpointslice-controller",
-                )
-            ),
+            kcm_dra=False,
             real_nodes=1,
             reuse_env="DRALLOC_REAL_NODE_KUBECONFIG",
         ),
@@ -342,14 +322,13 @@ class TestbedRegistry:
         if reused:
             testbed = Testbed(
                 kubeconfig=Path(reused), bin=self.bin, state_dir=None, dra=kind.dra,
-                kcm_controllers=kind.kcm_controllers,
                 real_nodes=tuple(f"real-node-{i}" for i in range(kind.real_nodes)),
             )  # fmt: skip
         else:
             try:
                 testbed = start_testbed(
                     self.state_root(kind.name), self.bin, dra=kind.dra,
-                    kcm_controllers=kind.kcm_controllers, real_nodes=kind.real_nodes,
+                    kcm_dra=kind.kcm_dra, real_nodes=kind.real_nodes,
                 )  # fmt: skip
             except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
                 self.failed[kind_name] = str(exc)

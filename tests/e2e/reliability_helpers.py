@@ -9,11 +9,9 @@ would see.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -24,8 +22,9 @@ import pytest
 
 from operators.toolkit.check import DEFAULT_RULES, CheckReport, check_snapshot, tolerant_snapshot
 from operators.toolkit.sources import objects_from_documents
+from tests.testbed_scripts import load_testbed_script
 
-from .kube_helpers import TESTBED_DIR, Testbed, wait_for
+from .kube_helpers import Testbed, wait_for
 
 DRA_KINDS = ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
 
@@ -85,12 +84,7 @@ def event_messages(testbed: Testbed, namespace: str, name: str) -> list[str]:
 
 
 def _control_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("testbed_control", TESTBED_DIR / "control.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return load_testbed_script("control")
 
 
 def restart_apiserver(testbed: Testbed, down_for: float = 2.0) -> float:

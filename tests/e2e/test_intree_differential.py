@@ -729,8 +729,6 @@ def dry_run_fresh_allocation(
 
 # --- the test -----------------------------------------------------------------------------
 
-KCM_WITHOUT_DRA = "garbage-collector-controller,namespace-controller"
-"""kube-controller-manager's controllers on the testbed where dralloc replaces its DRA ones."""
 
 # Field managers that write what, per system: kcm (its claim controller) or dralloc.
 WRITERS = {
@@ -759,14 +757,14 @@ def dralloc_in_tree(
 def kcmless_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     """In-tree DRA's scheduler plugin on, kcm's two DRA controllers off (dralloc's take their
     place). ``DRALLOC_KCMLESS_KUBECONFIG`` reuses a running one (``testbed/up --dra
-    --kcm-controllers=garbage-collector-controller,namespace-controller``)."""
+    --no-kcm-dra``)."""
     binaries = find_binaries()
     reused = os.environ.get("DRALLOC_KCMLESS_KUBECONFIG")
     if reused:
-        yield Testbed(Path(reused), binaries, None, dra=True, kcm_controllers=KCM_WITHOUT_DRA)
+        yield Testbed(Path(reused), binaries, None, dra=True)
         return
     state_dir = tmp_path_factory.mktemp("testbed-kcmless")
-    testbed = start_testbed(state_dir, binaries, dra=True, kcm_controllers=KCM_WITHOUT_DRA)
+    testbed = start_testbed(state_dir, binaries, dra=True, kcm_dra=False)
     try:
         yield testbed
     finally:

@@ -105,7 +105,7 @@ def test_level2_systems_are_parameters_of_one_harness() -> None:
     assert in_tree_mode["spec"]["schedulingGates"] == [{"name": level2.GATE}]
     mode = by_name["dralloc in-tree mode"]
     assert mode.operator == ("--api-group=resource.k8s.io",) and mode.dra
-    assert mode.kcm_controllers is not None and "resourceclaim" not in mode.kcm_controllers
+    assert not mode.kcm_dra
     assert level2.systems_named(["dralloc in-tree mode"]) == (mode,)
     with pytest.raises(SystemExit, match="unknown level-2 system"):
         level2.systems_named(["nope"])

@@ -3,27 +3,17 @@ minor (the version matrix runs 1.34-1.37 with the same code)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-TESTBED_DIR = Path(__file__).resolve().parents[3] / "testbed"
+from tests.testbed_scripts import load_testbed_script
 
 
 @pytest.fixture
-def control(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(TESTBED_DIR))
-    spec = importlib.util.spec_from_file_location(
-        "testbed_control_unit", TESTBED_DIR / "control.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+def control() -> ModuleType:
+    return load_testbed_script("control", "testbed_control_unit")
 
 
 def state(control: ModuleType, tmp_path: Path, version: str, dra: bool = True) -> object:
@@ -76,3 +66,40 @@ def test_version_from_apiserver_when_no_stamp(control: ModuleType, tmp_path: Pat
     fake.write_text("#!/bin/sh\necho Kubernetes v1.35.4\n")
     fake.chmod(0o755)
     assert control.k8s_minor(tmp_path) == 35
+
+
+@pytest.mark.parametrize(
+    ("dra", "real_nodes", "kcm_dra", "has_dra", "has_real_node_parts"),
+    [
+        (True, False, True, True, False),
+        (True, False, False, False, False),
+        (True, True, False, False, True),
+        (False, False, True, False, False),
+    ],
+)
+def test_no_kcm_dra_leaves_out_only_kcms_dra_controllers(
+    control: ModuleType,
+    dra: bool,
+    real_nodes: bool,
+    kcm_dra: bool,
+    has_dra: bool,
+    has_real_node_parts: bool,
+) -> None:
+    """`up --no-kcm-dra` (dralloc replaces kcm's DRA controllers) keeps every other default."""
+    controllers = control.default_kcm_controllers(dra, real_nodes, kcm_dra)
+    assert controllers[:2] == list(control.BASE_KCM_CONTROLLERS)
+    assert ("resourceclaim-controller" in controllers) is has_dra
+    assert ("device-taint-eviction-controller" in controllers) is has_dra
+    assert ("job-controller" in controllers) is has_real_node_parts
+
+
+def test_up_parses_no_kcm_dra(control: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_up(*args: object) -> None:
+        seen["kcm_dra"] = args[-1]
+        raise control.TestbedError("stop here")
+
+    monkeypatch.setattr(control, "up", fake_up)
+    assert control.main(["up", "--dra", "--no-kcm-dra", "--dir", "/nonexistent/x"]) != 0
+    assert seen == {"kcm_dra": False}

@@ -5,27 +5,22 @@ image name, hold exactly the files asked for, and be byte-identical for the same
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.testbed_scripts import load_testbed_script
+
 TESTBED = Path(__file__).resolve().parents[3] / "testbed"
 
 
 @pytest.fixture(scope="module")
 def ociimage() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("testbed_ociimage", TESTBED / "ociimage.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_testbed_script("ociimage")
 
 
 def blobs(archive: Path) -> dict[str, bytes]:

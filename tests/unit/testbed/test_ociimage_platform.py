@@ -4,29 +4,20 @@ the host's (the files in it are the host's)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-TESTBED_DIR = Path(__file__).resolve().parents[3] / "testbed"
+from tests.testbed_scripts import load_testbed_script
 
 
 @pytest.fixture
-def ociimage(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "testbed_ociimage_platform", TESTBED_DIR / "ociimage.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+def ociimage() -> ModuleType:
+    return load_testbed_script("ociimage", "testbed_ociimage_platform")
 
 
 def write(ociimage: ModuleType, tmp_path: Path, name: str) -> tuple[str, Path]:

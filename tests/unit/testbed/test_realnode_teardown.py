@@ -7,28 +7,19 @@ temporary directory.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-TESTBED_DIR = Path(__file__).resolve().parents[3] / "testbed"
+from tests.testbed_scripts import load_testbed_script
 
 
 @pytest.fixture
 def realnode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(TESTBED_DIR))
-    spec = importlib.util.spec_from_file_location(
-        "testbed_realnode_unit", TESTBED_DIR / "realnode.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
+    module = load_testbed_script("realnode", "testbed_realnode_unit")
     host_root = tmp_path / "host"
     monkeypatch.setattr(module, "HOST_ROOT", host_root)
     monkeypatch.setattr(module, "OWNER_FILE", host_root / "owner.json")
@@ -123,13 +114,7 @@ def test_a_tree_with_a_mount_left_is_not_deleted(
 def test_mount_points_are_unescaped(
     realnode: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "testbed_realnode_raw", TESTBED_DIR / "realnode.py"
-    )
-    assert spec is not None and spec.loader is not None
-    raw = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, raw)
-    spec.loader.exec_module(raw)
+    raw = load_testbed_script("realnode", "testbed_realnode_raw")
     mountinfo = tmp_path / "mountinfo"
     mountinfo.write_text(
         "1 2 0:1 / /var/lib/x/a\\040b rw - tmpfs tmpfs rw\n"
