@@ -10,7 +10,7 @@ API objects again.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +170,11 @@ class CompiledSlice:
     # Attribute name -> (kind, values) of its scalar values on the devices, so the
     # search can pass over a whole slice that a matchAttribute value rules out.
     scalar_values_cache: dict[str, frozenset[tuple[str, tuple[Any, ...]]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    # Per selector set (class and request expressions): whether they evaluate without a CEL
+    # runtime error on every device here, so a slice passed over whole needs no evaluation.
+    selector_error_free_cache: dict[Hashable, bool] = field(
         default_factory=dict, repr=False, compare=False
     )
 

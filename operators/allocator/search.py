@@ -23,6 +23,7 @@ from operators.allocator.compiled import (
     CompiledClass,
     CompiledDevice,
     CompiledRequest,
+    CompiledSlice,
     DeviceId,
     PoolId,
     Selector,
@@ -323,6 +324,7 @@ class Search:
                             ruled_out = True
                             break
                     if ruled_out:
+                        self._raise_selector_error_in(key, rd, slice_, admin, ci)
                         continue
                 devices = slice_.devices
                 for d in range(sd if (p == sp and s == ss) else 0, len(devices)):
@@ -334,9 +336,11 @@ class Search:
                             continue
                     elif users or did in allocated.exclusive:
                         continue
-                    if early and any(c.rejects(device) for c in early):
-                        continue
+                    # Selectors before constraints, as upstream: a CEL runtime error on a
+                    # device a pinned value rules out still ends the allocation.
                     if not self._selectable(key, rd, device):
+                        continue
+                    if early and any(c.rejects(device) for c in early):
                         continue
                     if consumable and not self._capacity_fits(request, device):
                         continue
@@ -350,6 +354,44 @@ class Search:
                     if outcome == _MAX:
                         return _MAX
         return _NO
+
+    def _raise_selector_error_in(
+        self,
+        key: tuple[int, int, int],
+        rd: _RequestData,
+        slice_: CompiledSlice,
+        admin: bool,
+        ci: int,
+    ) -> None:
+        """Raise the CEL runtime error upstream meets in a slice the search passes over whole.
+
+        Upstream evaluates the selectors of every device not in use before it checks any
+        constraint, so a slice ruled out by a pinned ``matchAttribute`` value still ends the
+        allocation if a selector fails there. Whether the selectors fail on any of the slice's
+        devices is kept per slice, so a steady cluster pays one lookup per slice.
+        """
+        selectors = (rd.request.signature, tuple(s.expression for s in rd.cls.selectors))
+        error_free = slice_.selector_error_free_cache.get(selectors)
+        if error_free is None:
+            error_free = True
+            for device in slice_.devices:
+                try:
+                    self._selectable(key, rd, device)
+                except AllocationError:
+                    error_free = False
+                    break
+            slice_.selector_error_free_cache[selectors] = error_free
+        if error_free:
+            return
+        allocated = self.inputs.allocated
+        for device in slice_.devices:
+            users = self.allocating.get(device.id)
+            in_use = (
+                bool(users and ci in users) if admin
+                else bool(users) or device.id in allocated.exclusive
+            )  # fmt: skip
+            if not in_use:
+                self._selectable(key, rd, device)  # raises on the first failing device
 
     # --- per-device checks ---------------------------------------------------
 
