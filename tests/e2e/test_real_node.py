@@ -17,7 +17,7 @@ import base64
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +236,7 @@ def operator_image() -> tuple[str, Path]:
     return ref, Path(archive)
 
 
-def kustomization(tmp: Path, ref: str) -> Path:
+def kustomization(tmp: Path, ref: str, patches: Sequence[dict[str, Any]] = ()) -> Path:
     """manifests/overlays/in-tree with the image replaced by the locally built one."""
     name, _, tag = ref.rpartition(":")
     overlay = os.path.relpath(REPO_ROOT / "manifests" / "overlays" / "in-tree", tmp)
@@ -247,6 +247,7 @@ def kustomization(tmp: Path, ref: str) -> Path:
                 "kind": "Kustomization",
                 "resources": [overlay],
                 "images": [{"name": "dralloc", "newName": name, "newTag": tag}],
+                "patches": list(patches),
             }
         )
     )
@@ -326,6 +327,55 @@ def test_operator_runs_in_cluster_from_its_image(in_cluster: Testbed) -> None:
         records = [json.loads(line) for line in out.splitlines() if line.strip()]
         assert records, f"no log lines from {p['metadata']['name']}"
         assert all("event" in r and "level" in r for r in records), records[:3]
+
+
+def test_an_upgrade_reapplies_the_certificate_job(in_cluster: Testbed, tmp_path: Path) -> None:
+    """An upgrade re-applies the manifests with the Job's pod template changed (a new image;
+    here an annotation, there being one image): the finished Job has deleted itself by then,
+    so the apply is not refused for its immutable template, and the new run keeps the valid
+    certificate and the caBundle."""
+    testbed = in_cluster
+    secret = testbed.get("secret", "-n", OPERATOR_NAMESPACE, "dralloc-webhook-tls")
+    assert secret is not None
+    wait_for(
+        "the finished certificate Job to delete itself",
+        lambda: (
+            testbed.get("job", "-n", OPERATOR_NAMESPACE, "dralloc-webhook-cert") is None or None
+        ),
+        timeout=150,
+    )
+    ref, _ = operator_image()
+    annotate = {
+        "op": "add",
+        "path": "/spec/template/metadata/annotations",
+        "value": {"dralloc.example.com/upgrade": "2"},
+    }
+    upgrade = kustomization(
+        tmp_path,
+        ref,
+        [
+            {
+                "target": {"kind": "Job", "name": "dralloc-webhook-cert"},
+                "patch": json.dumps([annotate]),
+            }
+        ],
+    )
+    testbed.kubectl("apply", "-k", str(upgrade), timeout=120)
+    job = testbed.get("job", "-n", OPERATOR_NAMESPACE, "dralloc-webhook-cert")
+    assert job is not None
+    assert job["spec"]["template"]["metadata"]["annotations"] == annotate["value"]
+    testbed.kubectl(
+        "wait", "-n", OPERATOR_NAMESPACE, "--for=condition=complete",
+        "job/dralloc-webhook-cert", "--timeout=180s", timeout=200,
+    )  # fmt: skip
+    after = testbed.get("secret", "-n", OPERATOR_NAMESPACE, "dralloc-webhook-tls")
+    assert after is not None and after["data"] == secret["data"], (
+        "the valid certificate was replaced"
+    )
+    webhook = testbed.get("mutatingwebhookconfiguration", "dralloc")
+    assert webhook is not None
+    bundle = base64.b64decode(webhook["webhooks"][0]["clientConfig"]["caBundle"])
+    assert bundle == base64.b64decode(secret["data"]["ca.crt"])
 
 
 def test_dralloc_allocates_and_the_kubelet_prepares(in_cluster: Testbed) -> None:
