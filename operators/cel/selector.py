@@ -15,12 +15,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from . import analysis, estimate
+from . import types as celtypes
 from .codegen import Environment
 from .device import DeviceView
 from .errors import (
     NO_SUCH_KEY_HINT,
     CELCompileError,
+    CELError,
     CELEvalError,
 )
 from .program import (
@@ -67,6 +68,24 @@ class CompiledSelector:
         if result is True or result is False:
             return result
         raise CELEvalError(f"CEL result of type {type_name(result)} could not be converted to bool")
+
+    def evaluate_with_cost(
+        self, device: DeviceView, cost_limit: int = MAX_COST
+    ) -> tuple[bool | CELError, int]:
+        """``(result or the error it raised, actual cost)``: upstream's EvalDetails.ActualCost."""
+        assert self.program.costed is not None
+        if device.list_attribute is not None and not self.list_attributes:
+            return CELEvalError(
+                f"attribute {device.list_attribute}: unsupported attribute value"
+            ), 0
+        try:
+            result, cost = self.program.costed(device, cost_limit)
+        except CELError as exc:
+            return exc, int(getattr(exc, "actual_cost", 0))
+        if result is True or result is False:
+            return result, cost
+        message = f"CEL result of type {type_name(result)} could not be converted to bool"
+        return CELEvalError(message), cost
 
 
 _cache: OrderedDict[tuple[str, bool, bool, bool], CompiledSelector] = OrderedDict()
@@ -133,10 +152,15 @@ def _compile(
         if not message.startswith("compilation failed"):
             message = "compilation failed: " + message
         raise CELCompileError(message) from None
-    result = analysis.result_type(program.tree)
-    if result not in ("bool", "dyn"):
-        raise CELCompileError(f"must evaluate to bool or the unknown type, not {result}")
-    cost = estimate.estimated_cost(program.tree)
+    assert program.checked is not None and program.estimated_cost is not None
+    result = program.checked.result
+    # Upstream accepts a bool or exactly the attribute type (google.protobuf.Any
+    # before DRAListTypeAttributes, dyn with it).
+    attribute = celtypes.DYN if list_attributes else celtypes.ANY
+    if result not in (celtypes.BOOL, attribute):
+        shown = "any" if result.kind == "any" else str(result)
+        raise CELCompileError(f"must evaluate to bool or the unknown type, not {shown}")
+    cost = program.estimated_cost
     if check_cost and cost > MAX_COST:
         raise CELCompileError(
             f"too complex, exceeds cost limit (estimated cost {cost}, limit {MAX_COST})"
