@@ -46,9 +46,9 @@ def classify(case: Case, up: Verdict, dr: Verdict) -> list[Finding]:
     if dr.crash is not None:
         add("crash", dr.crash.split(":")[0])
     if up.kind_new != dr.kind_new:
-        add("error kind", f"new: upstream {up.kind_new}, dralloc {dr.kind_new}")
+        add("error kind", f"new: upstream {_kind(up, True)}, dralloc {_kind(dr, True)}")
     elif up.kind_stored != dr.kind_stored:
-        add("error kind", f"stored: upstream {up.kind_stored}, dralloc {dr.kind_stored}")
+        add("error kind", f"stored: upstream {_kind(up, False)}, dralloc {_kind(dr, False)}")
     if up.kind_stored == dr.kind_stored == "none" and up.result != dr.result:
         add("result", f"upstream {up.result}, dralloc {dr.result}")
     if up.new_error is None and dr.new_error is None:
@@ -77,6 +77,32 @@ def classify(case: Case, up: Verdict, dr: Verdict) -> list[Finding]:
             "dralloc higher" if dr.actual_cost > up.actual_cost else "dralloc lower",
         )
     return found
+
+
+#: Compile errors by what refused the expression (upstream's wording; dralloc uses the same).
+_COMPILE_REASONS = (
+    ("Syntax error", "parse"),
+    ("invalid int literal", "parse"),
+    ("program instantiation failed", "folding"),
+    ("exceeds cost limit", "cost"),
+    ("found no matching overload", "type check"),
+    ("expected type", "type check"),
+    ("cannot be range of a comprehension", "type check"),
+    ("must evaluate to", "type check"),
+    ("error during formatting", "type check"),
+    ("undefined field", "declarations"),
+    ("undeclared reference", "declarations"),
+)
+
+
+def _kind(verdict: Verdict, new: bool) -> str:
+    """The verdict's kind, with why for a compile error: what has to change to match it."""
+    kind = verdict.kind_new if new else verdict.kind_stored
+    if kind != "compile":
+        return kind
+    message = (verdict.new_error if new and verdict.new_error else verdict.stored_error) or ""
+    reason = next((r for text, r in _COMPILE_REASONS if text in message), "other")
+    return f"compile ({reason})"
 
 
 @dataclass

@@ -44,13 +44,12 @@ def test_measured_cost_is_the_least_limit_that_completes() -> None:
 
 def test_a_disagreement_is_classified() -> None:
     case = Case(0, "x", Device("d.example.com", {}, {}, None))
-    upstream = sides.Verdict(
-        "compilation failed: x", None, False, "compilation failed: x", None, None, None
-    )
+    failed = "compilation failed: ERROR: <input>:1:1: Syntax error: x"
+    upstream = sides.Verdict(failed, None, False, failed, None, None, None)
     dralloc = sides.Verdict(None, 5, False, None, True, None, 7)
     findings = compare.classify(case, upstream, dralloc)
     assert {(f.category, f.detail) for f in findings} == {
-        ("error kind", "new: upstream compile, dralloc none"),
+        ("error kind", "new: upstream compile (parse), dralloc none"),
         ("actual > estimate", "dralloc"),
     }
 
