@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"runtime/debug"
 	"time"
@@ -102,9 +101,11 @@ func judge(c compiler, in caseIn) (out verdict) {
 	if result.Error != nil {
 		out.New.Error = ptrTo(result.Error.Error())
 	}
-	if result.MaxCost != math.MaxUint64 {
+	// After a successful compile MaxCost is the estimate, even when it saturates at
+	// math.MaxUint64 (an unbounded size): validation refuses that one too.
+	if result.Error == nil {
 		out.New.Estimate = ptrTo(result.MaxCost)
-		out.New.Refused = result.Error == nil && result.MaxCost > costLimit
+		out.New.Refused = result.MaxCost > costLimit
 	}
 
 	storedEnv := environment.StoredExpressions

@@ -6,9 +6,9 @@ dralloc's own callers call it, admission (a new expression, the feature gates ap
 the estimate compared to the limit) and the allocator (the stored expression evaluated on
 the device with the runtime limit).
 
-dralloc does not report the runtime cost it counted, so it is measured: the least cost
-limit under which the evaluation is not cut short (the count only grows with the work
-done, so bisection finds it).
+dralloc's runtime cost is the one it counted (``CompiledSelector.evaluate_with_cost``);
+``measured_cost`` finds the least cost limit under which the evaluation is not cut short,
+for a program that does not report its count.
 """
 
 from __future__ import annotations
@@ -196,7 +196,8 @@ def _dralloc_verdict(case: Case) -> Verdict:
         result = selector.evaluate(view, cost_limit=COST_LIMIT)
     except cel.CELError as error:
         runtime_error = str(error)
-    actual = measured_cost(selector, view)
+    outcome, counted = selector.evaluate_with_cost(view, cost_limit=COST_LIMIT)
+    actual = None if isinstance(outcome, cel.CELCostError) else counted
     return Verdict(new_error, estimate, refused, None, result, runtime_error, actual)
 
 

@@ -66,6 +66,7 @@ def check(tree: ast.Node, declarations: Declarations) -> Checked:
     checker = _Checker(declarations)
     checker.check(tree)
     checker.homogeneous(tree, exempt=False)
+    checker.format_literals(tree)
     mapping = checker.mapping
     final = {key: mapping.substitute(value, True) for key, value in checker.types.items()}
     return Checked(final[id(tree)], final, checker.overloads)
@@ -283,6 +284,72 @@ class _Checker:
         for child in _children(node):
             self.homogeneous(child, exempt)
 
+    def format_literals(self, node: ast.Node) -> None:
+        """Upstream's format validator: a literal format string against a literal argument list."""
+        if (
+            isinstance(node, ast.Call)
+            and node.name == "format"
+            and isinstance(node.target, ast.Lit)
+            and type(node.target.value) is str
+            and len(node.args) == 1
+            and isinstance(node.args[0], ast.ListLit)
+        ):
+            self.check_format(node, node.target.value, [e for e, _ in node.args[0].elements])
+        for child in _children(node):
+            self.format_literals(child)
+
+    def check_format(self, node: ast.Call, template: str, args: list[ast.Node]) -> None:
+        used = 0
+        i = 0
+        while i < len(template):
+            if template[i] != "%":
+                i += 1
+                continue
+            if template[i + 1 : i + 2] == "%":
+                i += 2
+                continue
+            if i + 1 >= len(template):
+                raise self.error(node, "unexpected end of string")
+            if used >= len(args):
+                raise self.error(node, f"index {used} out of range")
+            j = i + 1
+            if template[j] == ".":
+                j += 1
+                while j < len(template) and template[j].isdigit():
+                    j += 1
+            clause = template[j : j + 1]
+            allowed = _FORMAT_CLAUSES.get(clause)
+            if allowed is None:
+                raise self.error(
+                    node, "could not parse formatting clause: unrecognized formatting clause"
+                )
+            self.check_format_arg(args[used], clause, allowed)
+            used += 1
+            i = j + 1
+        if len(args) > used:
+            raise self.error(
+                node,
+                f"too many arguments supplied to string.format (expected {used}, got {len(args)})",
+            )
+
+    def check_format_arg(self, arg: ast.Node, clause: str, allowed: tuple[str, ...]) -> None:
+        found = self.final(arg, False)
+        if found.kind == "dyn" or found.kind in allowed:
+            if clause == "s" and isinstance(arg, ast.ListLit):
+                for element, _ in arg.elements:
+                    self.check_format_arg(element, clause, allowed)
+            if clause == "s" and isinstance(arg, ast.MapLit):
+                for key, value, _ in arg.entries:
+                    self.check_format_arg(key, clause, allowed)
+                    self.check_format_arg(value, clause, allowed)
+            return
+        name = found.name if found.kind not in ("list", "map", "opaque") else found.kind
+        if found.is_optional:
+            name = found.name
+        raise self.error(
+            arg, f"error during formatting: {_FORMAT_ERRORS[clause]}, was given {name}"
+        )
+
     def final(self, node: ast.Node, optional: bool) -> t.Type:
         found = self.mapping.substitute(self.types.get(id(node), t.DYN))
         if optional and found.is_optional:
@@ -422,6 +489,43 @@ class _Checker:
             return t.optional_of(body)
         optional = t.optional_of(t.fresh())
         return self.resolve(node, "_?_:_", (t.BOOL, body, optional), member=False, record=False)
+
+
+#: What each format clause accepts (by kind), and what upstream says otherwise.
+_FORMAT_CLAUSES: dict[str, tuple[str, ...]] = {
+    "s": (
+        "list",
+        "map",
+        "int",
+        "uint",
+        "double",
+        "bool",
+        "string",
+        "timestamp",
+        "bytes",
+        "duration",
+        "type",
+        "null",
+    ),
+    "d": ("int", "uint"),
+    "f": ("double", "string"),
+    "e": ("double", "string"),
+    "b": ("int", "uint", "bool"),
+    "x": ("int", "uint", "string", "bytes"),
+    "X": ("int", "uint", "string", "bytes"),
+    "o": ("int", "uint"),
+}
+_FORMAT_ERRORS = {
+    "s": "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, "
+    "types, durations, and timestamps",
+    "d": "decimal clause can only be used on integers",
+    "f": "fixed-point clause can only be used on doubles",
+    "e": "scientific clause can only be used on doubles",
+    "b": "only integers and bools can be formatted as binary",
+    "x": "only integers, byte buffers, and strings can be formatted as hex",
+    "X": "only integers, byte buffers, and strings can be formatted as hex",
+    "o": "octal clause can only be used on integers",
+}
 
 
 def _instantiate(x: t.Type, fresh: dict[str, t.Type]) -> t.Type:

@@ -442,22 +442,34 @@ class _Codegen:
         self.emit("for _ in _ONCE:")
         with self.block():
             current: ast.Node = node
-            # The conditions are all charged; of the branches, the dearest (upstream's
-            # estimate takes the dearer branch of each conditional too).
-            branches: list[int] = []
+            # The conditions are charged with the rest; a branch's fixed cost when it is
+            # taken, as upstream counts (its estimate takes the dearer branch).
             while isinstance(current, ast.Cond):
                 cond = self.expr(current.cond)
                 self.emit(f"if {check}({cond}):")
-                with self.block(), self.frame() as branch:
-                    self.emit(f"{result} = {self.expr(current.then)}")
-                    self.emit("break")
-                branches.append(branch[0])
+                with self.block():
+                    start = len(self.lines)
+                    with self.frame() as branch:
+                        self.emit(f"{result} = {self.expr(current.then)}")
+                        self.emit("break")
+                    self.charge_at(start, branch[0])
                 current = current.otherwise
+            start = len(self.lines)
             with self.frame() as branch:
                 self.emit(f"{result} = {self.expr(current)}")
-            branches.append(branch[0])
-            self.charge(max(branches))
+            self.charge_at(start, branch[0])
         return result
+
+    def charge_at(self, position: int, cost: int, level: int | None = None) -> None:
+        """Insert, before the lines from ``position``, the charge of ``cost`` and the check."""
+        if cost <= 0:
+            return
+        indent = "    " * (self.level if level is None else level)
+        self.lines[position:position] = [
+            f"{indent}_cost += {cost}",
+            f"{indent}if _cost > _limit:",
+            f"{indent}    _cost_exceeded()",
+        ]
 
     def x_Has(self, node: ast.Has) -> str:
         select = node.select
@@ -579,13 +591,7 @@ class _Codegen:
                 self.scopes.pop()
         # Each iteration is charged, before it runs, the fixed cost of cel-go's loop
         # condition and step around the predicate and transform.
-        step = body[0] + _LOOP_COST[node.kind]
-        indent = "    " * (self.level + 1)
-        self.lines[step_at:step_at] = [
-            f"{indent}_cost += {step}",
-            f"{indent}if _cost > _limit:",
-            f"{indent}    _cost_exceeded()",
-        ]
+        self.charge_at(step_at, body[0] + _LOOP_COST[node.kind], self.level + 1)
         if kind in ("all", "exists"):
             final = "True" if kind == "all" else "False"
             self.emit(f"if {result} is {final} and {err} is not None:")
@@ -772,6 +778,9 @@ def generate(
     body = gen.lines
     flat = gen.frames[0]
     header = [f"    _cost = {flat}", "    _work = 0"]
+    if flat:
+        # The fixed costs are counted up front: over the limit, nothing runs.
+        header += ["    if _cost > _limit:", "        _cost_exceeded()"]
     for cel_name, local in gen.used_vars.items():
         # The device selector's program receives the DeviceView itself.
         source_of = "_vars" if cel_name == env.device_var else f"_vars[{cel_name!r}]"

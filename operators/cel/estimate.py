@@ -521,10 +521,15 @@ def _allocating(factor: float, size: Size) -> tuple[int, Size]:
 def _lists_extension(
     c: _Coster, overload: str, target: ast.Node | None, args: list[ast.Node]
 ) -> tuple[int, Size | None] | None:
-    """The lists extension's estimators (they come first, by overload id)."""
+    """The lists and sets extensions' estimators (they come first, by overload id)."""
     if overload == "lists_range" and target is None and len(args) == 1:
         n = _literal_uint(args[0], MAX)
         return _allocating(1, (n, n))
+    if overload.startswith("list_sets_") and target is None and len(args) == 2:
+        # The sets extension: the product of the sizes (twice for equivalent), plus the call.
+        left, right = c.size_or_unknown(args[0]), c.size_or_unknown(args[1])
+        factor = 2.0 if overload == "list_sets_equivalent_list" else 1.0
+        return _add(_factor(_mul(left[1], right[1]), factor), 1), None
     if target is None:
         return None
     size = c.size_or_unknown(target)

@@ -158,6 +158,15 @@ def _self_compare(items: Any) -> int:
     return _allocating(factor, n * n)
 
 
+def _sets(factor: int) -> Callable[[Any, Any], int]:
+    """The sets extension: the product of the two sizes (twice for equivalent), plus 1."""
+
+    def cost(a: Any, b: Any) -> int:
+        return 1 + size(a) * size(b) * factor
+
+    return cost
+
+
 def _bytes(value: Any) -> int:
     """bytes(string) reads the string; bytes(bytes) is the identity."""
     return _tenths(len(value)) if type(value) is str else 1
@@ -208,6 +217,9 @@ CALLS: Final[dict[str, Callable[..., int]]] = {
     "lastIndexOf": _traversal,
     "includes": _traversal,
     "lists.range": _range,
+    "sets.contains": _sets(1),
+    "sets.intersects": _sets(1),
+    "sets.equivalent": _sets(2),
     "slice": _slice,
     "reverse": _reverse,
     "flatten": _flatten,

@@ -45,6 +45,14 @@ ATTR = f'device.attributes["{D}"]'
         ("device.driver.size", False, "type 'string' does not support field selection"),
         ("device.nothing == 1", False, "undefined field 'nothing'"),
         ("dyn(true)", False, "must evaluate to bool or the unknown type, not dyn"),
+        # Upstream's format validator: literal format strings against literal arguments.
+        (
+            f'"%s-%d".format([device.driver, {ATTR}.i]) == ""',
+            False,
+            "decimal clause can only be used on integers, was given google.protobuf.Any",
+        ),
+        ('"%d".format([1, 2]) == ""', False, "too many arguments supplied to string.format"),
+        ('"%d %d".format([1]) == ""', False, "index 1 out of range"),
     ],
 )
 def test_upstream_type_errors_are_compile_errors(
@@ -67,6 +75,7 @@ def test_upstream_type_errors_are_compile_errors(
         ("[1, 2].transformList(i, v, v + i)[0] == 1", False),
         ('{"a": 1}.transformMap(k, v, v + 1)["a"] == 2', False),
         ('"%s %d".format(["a", 1]) == "a 1"', False),
+        (f'"%s-%d".format([device.driver, {ATTR}.i]) == ""', True),
         (f"cel.bind(d, {ATTR}, d.i > 0 && d.s == 'x')", False),
         (f"{ATTR}.?i.orValue(0) == 0", False),
         (f"{ATTR}[?'i'].hasValue() || true", False),
