@@ -129,6 +129,9 @@ class _Codegen:
         self.frames: list[int] = [0]
         #: The static estimate of each node's own cost (checked programs only).
         self.own_costs = own_costs or {}
+        #: Fold what upstream's optimized programs fold (device selectors: Kubernetes
+        #: plans them with cel.OptOptimize); generic CEL keeps cel-go's default.
+        self.optimize = env.device_var is not None and env.checked
         self.lines: list[str] = []
         self.level = 1
         self.counter = 0
@@ -338,6 +341,8 @@ class _Codegen:
     _FAST_COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
 
     def x_Binary(self, node: ast.Binary) -> str:
+        if node.op == "in" and self.optimize and _constant_primitives(node.right):
+            return self._set_membership(node)
         left = self.expr(node.left)
         right = self.expr(node.right)
         name, fn = self._BINARY[node.op]
@@ -361,6 +366,16 @@ class _Codegen:
                     slow = f"{call}({lit}, {t})" if swapped else f"{call}({t}, {lit})"
                     return f"({direct} if type({t} := {other}) is {kind} else {slow})"
         return f"{call}({left}, {right})"
+
+    def _set_membership(self, node: ast.Binary) -> str:
+        """``x in [constants]``: upstream makes it a set lookup, free of cost, and a test
+        against an empty list is false without evaluating ``x``."""
+        assert isinstance(node.right, ast.ListLit)
+        if not node.right.elements:
+            return "False"
+        left = self.expr(node.left)
+        right = self.expr(node.right)
+        return f"{self.helper('in', runtime.contains)}({left}, {right})"
 
     def _sized_binary(self, node: ast.Binary) -> Callable[[Any, Any], int] | None:
         """The operand-dependent cost of a binary operator; None when it is fixed (charged now)."""
@@ -488,14 +503,15 @@ class _Codegen:
         return f"{self.helper('has', runtime.has_field)}({target}, {select.field!r})"
 
     def x_ListLit(self, node: ast.ListLit) -> str:
-        self.charge(10)
+        # A list of constants is built when upstream plans the program: no cost to run.
+        self.charge(0 if self.optimize and _constant(node) else 10)
         if not any(optional for _, optional in node.elements):
             return "[" + ", ".join(self.expr(e) for e, _ in node.elements) + "]"
         items = ", ".join(f"({self.expr(e)}, {optional})" for e, optional in node.elements)
         return f"{self.helper('list_opt', runtime.list_with_optionals)}(({items},))"
 
     def x_MapLit(self, node: ast.MapLit) -> str:
-        self.charge(30)
+        self.charge(0 if self.optimize and _constant(node) else 30)
         if any(optional for _, _, optional in node.entries):
             items = ", ".join(
                 f"({self.expr(k)}, {self.expr(v)}, {optional})" for k, v, optional in node.entries
@@ -678,6 +694,13 @@ class _Codegen:
         cost = runtimecost.CALLS.get(name)
         if all(isinstance(a, ast.Lit) for a in operands):
             values = [a.value for a in operands if isinstance(a, ast.Lit)]
+            if self.optimize and name in _CONVERSIONS and target is None and len(values) == 1:
+                # Upstream evaluates a conversion of a constant when it plans the program:
+                # it costs nothing at run time, and a failing one is refused at compile time.
+                try:
+                    return self.bind(fn(*values))
+                except CELEvalError as exc:
+                    raise CELCompileError(f"program instantiation failed: {exc}") from None
             if name in _FOLDABLE:
                 try:
                     folded = self.bind(fn(*values))
@@ -711,6 +734,33 @@ class _Codegen:
             return self.bind(compile_regex(pattern.value), "re")
         except RegexSyntaxError as exc:
             raise self.error(node, str(exc)) from None
+
+
+#: cel-go's type conversion functions: folded when their argument is a constant.
+_CONVERSIONS = frozenset(
+    {"bool", "bytes", "double", "duration", "dyn", "int", "string", "timestamp", "type", "uint"}
+)
+
+
+def _constant(node: ast.Node) -> bool:
+    """A literal, or a list or map literal of constants (what upstream folds)."""
+    if isinstance(node, ast.Lit):
+        return True
+    if isinstance(node, ast.ListLit):
+        return all(not optional and _constant(e) for e, optional in node.elements)
+    if isinstance(node, ast.MapLit):
+        return all(
+            not optional and _constant(k) and _constant(v) for k, v, optional in node.entries
+        )
+    return False
+
+
+def _constant_primitives(node: ast.Node) -> bool:
+    """A list literal of bool, int, uint, double or string literals (a set lookup upstream)."""
+    return isinstance(node, ast.ListLit) and all(
+        not optional and isinstance(e, ast.Lit) and type(e.value) in (bool, int, UInt, float, str)
+        for e, optional in node.elements
+    )
 
 
 def _literal_operand(*nodes: ast.Node) -> ast.Lit | None:

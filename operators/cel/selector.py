@@ -149,7 +149,7 @@ def _compile(
         program = compile_program(expression, env)
     except CELCompileError as exc:
         message = str(exc)
-        if not message.startswith("compilation failed"):
+        if not message.startswith(("compilation failed", "program instantiation failed")):
             message = "compilation failed: " + message
         raise CELCompileError(message) from None
     assert program.checked is not None and program.estimated_cost is not None
