@@ -136,14 +136,16 @@ def device_view(device: Device) -> cel.DeviceView:
     )
 
 
-def _compile(case: Case) -> cel.CompiledSelector:
-    # dralloc has one environment: the stored compile is the new one.
+def _compile(case: Case, *, stored: bool = False) -> cel.CompiledSelector:
+    # New expressions honour the gates (admission); stored ones declare everything
+    # (the allocator), as upstream's two environments do.
     features = case.features
     return cel.compile_selector(
         case.expression,
         list_attributes=features.list_type_attributes,
         consumable_capacity=features.consumable_capacity,
         check_cost=False,
+        stored=stored,
     )
 
 
@@ -186,7 +188,7 @@ def _dralloc_verdict(case: Case) -> Verdict:
     except cel.CELCompileError as error:
         new_error = str(error)
     try:
-        selector = _compile(case)
+        selector = _compile(case, stored=True)
     except cel.CELCompileError as error:
         return Verdict(new_error, estimate, False, str(error), None, None, None)
     refused = new_error is None and estimate is not None and estimate > COST_LIMIT

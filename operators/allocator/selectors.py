@@ -53,13 +53,12 @@ class SelectorEvaluator:
         program = self._programs.get(expression)
         if program is None:
             try:
-                # Stored selectors: upstream checks the estimated cost only when an
-                # expression is created or changed, so it is not checked here.
+                # Stored selectors, compiled as upstream's allocator compiles them:
+                # everything declared whatever the gates, the estimated cost not
+                # checked (validation checks it when an expression is created or
+                # changed).
                 program = cel.compile_selector(
-                    expression,
-                    list_attributes=self._features.list_type_attributes,
-                    consumable_capacity=self._features.consumable_capacity,
-                    check_cost=False,
+                    expression, list_attributes=self._features.list_type_attributes, stored=True
                 )
             except cel.CELError as err:
                 program = SelectorCompileError(str(err))

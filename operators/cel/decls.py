@@ -123,40 +123,59 @@ def _params_in(types: Iterable[t.Type]) -> tuple[str, ...]:
 
 def _signatures() -> Iterable[str]:
     """Every overload as one line of text."""
-    yield "!_ logical_not: (bool) -> bool"
-    yield "-_ negate_int64: (int) -> int"
-    yield "-_ negate_double: (double) -> double"
-    yield "@not_strictly_false not_strictly_false: (bool) -> bool"
+    # The order is cel-go's: overload resolution binds a free type parameter to the
+    # first overload that accepts it (``[].map(x, -x)`` is a list(double)).
     yield "_?_:_ conditional: (bool, A, A) -> A"
+    yield "!_ logical_not: (bool) -> bool"
+    yield "@not_strictly_false not_strictly_false: (bool) -> bool"
     yield "_==_ equals: (A, A) -> bool"
     yield "_!=_ not_equals: (A, A) -> bool"
+    yield "_+_ add_bytes: (bytes, bytes) -> bytes"
+    yield "_+_ add_double: (double, double) -> double"
+    yield "_+_ add_duration_duration: (duration, duration) -> duration"
+    yield "_+_ add_duration_timestamp: (duration, timestamp) -> timestamp"
+    yield "_+_ add_timestamp_duration: (timestamp, duration) -> timestamp"
+    yield "_+_ add_int64: (int, int) -> int"
+    yield "_+_ add_list: (list(A), list(A)) -> list(A)"
+    yield "_+_ add_string: (string, string) -> string"
+    yield "_+_ add_uint64: (uint, uint) -> uint"
+    for op, name in (("/", "divide"), ("%", "modulo"), ("*", "multiply")):
+        for kind in ("double", "int", "uint"):
+            if not (op == "%" and kind == "double"):
+                yield f"_{op}_ {name}_{_GO_NAMES.get(kind, kind)}: ({kind}, {kind}) -> {kind}"
+    yield "-_ negate_double: (double) -> double"
+    yield "-_ negate_int64: (int) -> int"
+    yield "_-_ subtract_double: (double, double) -> double"
+    yield "_-_ subtract_duration_duration: (duration, duration) -> duration"
+    yield "_-_ subtract_int64: (int, int) -> int"
+    yield "_-_ subtract_timestamp_duration: (timestamp, duration) -> timestamp"
+    yield "_-_ subtract_timestamp_timestamp: (timestamp, timestamp) -> duration"
+    yield "_-_ subtract_uint64: (uint, uint) -> uint"
+    ordering = (
+        ("bool", "bool"),
+        ("int", "int"),
+        ("int", "double"),
+        ("int", "uint"),
+        ("uint", "uint"),
+        ("uint", "double"),
+        ("uint", "int"),
+        ("double", "double"),
+        ("double", "int"),
+        ("double", "uint"),
+        ("string", "string"),
+        ("bytes", "bytes"),
+        ("timestamp", "timestamp"),
+        ("duration", "duration"),
+    )
     for op, name in (
         ("<", "less"),
         ("<=", "less_equals"),
         (">", "greater"),
         (">=", "greater_equals"),
     ):
-        for kind in _COMPARABLE:
-            yield f"_{op}_ {name}_{_GO_NAMES.get(kind, kind)}: ({kind}, {kind}) -> bool"
-        for a in _NUMERIC:
-            for b in _NUMERIC:
-                if a != b:
-                    ids = f"{_GO_NAMES.get(a, a)}_{_GO_NAMES.get(b, b)}"
-                    yield f"_{op}_ {name}_{ids}: ({a}, {b}) -> bool"
-    for op, name in (("+", "add"), ("-", "subtract"), ("*", "multiply"), ("/", "divide")):
-        for kind in _NUMERIC:
-            yield f"_{op}_ {name}_{_GO_NAMES.get(kind, kind)}: ({kind}, {kind}) -> {kind}"
-    yield "_%_ modulo_int64: (int, int) -> int"
-    yield "_%_ modulo_uint64: (uint, uint) -> uint"
-    yield "_+_ add_string: (string, string) -> string"
-    yield "_+_ add_bytes: (bytes, bytes) -> bytes"
-    yield "_+_ add_list: (list(A), list(A)) -> list(A)"
-    yield "_+_ add_timestamp_duration: (timestamp, duration) -> timestamp"
-    yield "_+_ add_duration_timestamp: (duration, timestamp) -> timestamp"
-    yield "_+_ add_duration_duration: (duration, duration) -> duration"
-    yield "_-_ subtract_timestamp_timestamp: (timestamp, timestamp) -> duration"
-    yield "_-_ subtract_timestamp_duration: (timestamp, duration) -> timestamp"
-    yield "_-_ subtract_duration_duration: (duration, duration) -> duration"
+        for a, b in ordering:
+            ids = _GO_NAMES.get(a, a) if a == b else f"{_GO_NAMES.get(a, a)}_{_GO_NAMES.get(b, b)}"
+            yield f"_{op}_ {name}_{ids}: ({a}, {b}) -> bool"
     yield "_[_] index_list: (list(A), int) -> A"
     yield "_[_] index_map: (map(K, V), K) -> V"
     yield "_[_] optional_list_index_int: (optional(list(V)), int) -> optional(V)"
@@ -168,10 +187,10 @@ def _signatures() -> Iterable[str]:
     yield "@in in_list: (A, list(A)) -> bool"
     yield "@in in_map: (A, map(A, B)) -> bool"
     for kind, arg in (
-        ("string", "string"),
         ("bytes", "bytes"),
         ("list", "list(A)"),
         ("map", "map(A, B)"),
+        ("string", "string"),
     ):
         yield f"size size_{kind}: ({arg}) -> int"
         yield f"size {kind}_size: {arg}.() -> int"
@@ -190,14 +209,14 @@ def _signatures() -> Iterable[str]:
 
 def _conversions() -> Iterable[str]:
     sources = {
-        "int": ("int", "uint", "double", "string", "timestamp"),
-        "uint": ("uint", "int", "double", "string"),
-        "double": ("double", "int", "uint", "string"),
-        "string": ("string", "int", "uint", "double", "bool", "bytes", "timestamp", "duration"),
-        "bytes": ("bytes", "string"),
         "bool": ("bool", "string"),
-        "timestamp": ("timestamp", "string", "int"),
-        "duration": ("duration", "string", "int"),
+        "bytes": ("bytes", "string"),
+        "double": ("double", "int", "string", "uint"),
+        "duration": ("duration", "string"),
+        "int": ("int", "double", "duration", "string", "timestamp", "uint"),
+        "string": ("string", "bool", "bytes", "double", "duration", "int", "timestamp", "uint"),
+        "timestamp": ("timestamp", "int", "string"),
+        "uint": ("uint", "double", "int", "string"),
     }
     for target, froms in sources.items():
         for source in froms:

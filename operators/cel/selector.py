@@ -88,7 +88,7 @@ class CompiledSelector:
         return CELEvalError(message), cost
 
 
-_cache: OrderedDict[tuple[str, bool, bool, bool], CompiledSelector] = OrderedDict()
+_cache: OrderedDict[tuple[str, bool, bool, bool, bool], CompiledSelector] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
@@ -98,8 +98,16 @@ def compile_selector(
     list_attributes: bool = False,
     consumable_capacity: bool = True,
     check_cost: bool = True,
+    stored: bool = False,
 ) -> CompiledSelector:
     """Compile a device selector; cached by expression and options.
+
+    ``stored`` compiles in upstream's "stored expressions" environment, the one
+    the scheduler's allocator uses for objects already stored: every field and
+    function is declared whatever the gates (the newest device type, list
+    attributes, ``includes``, ``device.allowMultipleAllocations``) and the cost
+    is not checked, so a claim keeps working after a gate is turned off. The
+    default is the "new expressions" environment that validation uses.
 
     ``list_attributes`` enables the DRAListTypeAttributes behaviour (list
     values, ``includes``). ``consumable_capacity`` exposes
@@ -108,13 +116,15 @@ def compile_selector(
     is created or changed; stored selectors are only bound by the runtime limit).
     Raises CELCompileError; failures are not cached.
     """
-    key = (expression, list_attributes, consumable_capacity, check_cost)
+    if stored:
+        check_cost = False
+    key = (expression, list_attributes, consumable_capacity, check_cost, stored)
     with _cache_lock:
         cached = _cache.get(key)
         if cached is not None:
             _cache.move_to_end(key)
             return cached
-    selector = _compile(expression, list_attributes, consumable_capacity, check_cost)
+    selector = _compile(expression, list_attributes, consumable_capacity, check_cost, stored)
     with _cache_lock:
         _cache[key] = selector
         while len(_cache) > _CACHE_SIZE:
@@ -132,7 +142,11 @@ def clear_cache() -> None:
 
 
 def _compile(
-    expression: str, list_attributes: bool, consumable_capacity: bool, check_cost: bool
+    expression: str,
+    list_attributes: bool,
+    consumable_capacity: bool,
+    check_cost: bool,
+    stored: bool,
 ) -> CompiledSelector:
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise CELCompileError(
@@ -142,8 +156,10 @@ def _compile(
         variables=frozenset({"device"}),
         checked=True,
         device_var="device",
-        list_attributes=list_attributes,
-        consumable_capacity=consumable_capacity,
+        # Stored expressions see the newest declarations whatever the gates; the
+        # gates still decide what a device's attributes are when it is evaluated.
+        list_attributes=list_attributes or stored,
+        consumable_capacity=consumable_capacity or stored,
     )
     try:
         program = compile_program(expression, env)
@@ -156,7 +172,7 @@ def _compile(
     result = program.checked.result
     # Upstream accepts a bool or exactly the attribute type (google.protobuf.Any
     # before DRAListTypeAttributes, dyn with it).
-    attribute = celtypes.DYN if list_attributes else celtypes.ANY
+    attribute = celtypes.DYN if env.list_attributes else celtypes.ANY
     if result not in (celtypes.BOOL, attribute):
         shown = "any" if result.kind == "any" else str(result)
         raise CELCompileError(f"must evaluate to bool or the unknown type, not {shown}")

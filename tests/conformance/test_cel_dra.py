@@ -541,17 +541,14 @@ _FEATURE_SETS = {
 def test_environment_matrix(env: str, features: str) -> None:
     """New expressions see only what the gates enable; stored ones see everything."""
     consumable, lists = _FEATURE_SETS[features]
-    if env == "stored-expressions":
-        consumable = lists = True
+    stored = env == "stored-expressions"
     device = DeviceView.build(D, {"name": 2}, {}, True)
     multi = "device.allowMultipleAllocations"
     includes = f"{ATTR}.name.includes(2)"
-    for expression, available in ((multi, consumable), (includes, lists)):
+    options = {"list_attributes": lists, "consumable_capacity": consumable, "stored": stored}
+    for expression, available in ((multi, consumable or stored), (includes, lists or stored)):
         if available:
-            selector = compile_selector(
-                expression, list_attributes=lists, consumable_capacity=consumable
-            )
-            assert selector.evaluate(device) is True
+            assert compile_selector(expression, **options).evaluate(device) is True
         else:
             with pytest.raises(CELCompileError):
-                compile_selector(expression, list_attributes=lists, consumable_capacity=consumable)
+                compile_selector(expression, **options)

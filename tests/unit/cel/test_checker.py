@@ -53,6 +53,18 @@ ATTR = f'device.attributes["{D}"]'
         ),
         ('"%d".format([1, 2]) == ""', False, "too many arguments supplied to string.format"),
         ('"%d %d".format([1]) == ""', False, "index 1 out of range"),
+        # A free type parameter is bound by the first overload (in cel-go's order) that
+        # accepts it: -x of an unknown element is a double, x + dyn a bytes.
+        (
+            "sets.contains([lists.range(0), lists.range(0)].flatten(), [].map(x, -x))",
+            False,
+            "found no matching overload for 'sets.contains' applied to '(list(int), list(double))'",
+        ),
+        (
+            f"{ATTR}.li.slice(0, 1).all(x, x + {ATTR}.n != 0)",
+            True,
+            "found no matching overload for '_!=_' applied to '(bytes, int)'",
+        ),
     ],
 )
 def test_upstream_type_errors_are_compile_errors(
