@@ -827,7 +827,9 @@ def generate(
     result = gen.expr(tree)
     body = gen.lines
     flat = gen.frames[0]
-    header = [f"    _cost = {flat}", "    _work = 0"]
+    header = [f"    _cost = {flat}"]
+    if any("_work" in line for line in body) or "_work" in result:
+        header.append("    _work = 0")
     if flat:
         # The fixed costs are counted up front: over the limit, nothing runs.
         header += ["    if _cost > _limit:", "        _cost_exceeded()"]
