@@ -365,6 +365,13 @@ class _Coster:
         self.push_iteration(node)
         try:
             args = [self.cost(a) for a in node.args]
+            # What the step appends ([t], or [x] for filter): the result's element size.
+            appended: ast.Node | None = None
+            if kind == "filter":
+                appended = ast.Ident(node.vars[0])
+            elif kind in ("map", "transformList"):
+                appended = node.args[-1]
+            element = self.size_or_unknown(appended) if appended is not None else None
         finally:
             for name in node.vars:
                 self.pop(name)
@@ -388,6 +395,9 @@ class _Coster:
             self.sizes[id(node)] = (1, 1)
         else:
             self.sizes[id(node)] = count
+        if element is not None:
+            # cel-go takes the step's entry size: the empty accumulator's joined with [t].
+            self.entries[id(node)] = _Entry("list", (1, 1), _union((0, 0), element))
         return _add(_add(_add(_add(rng, accu_init), result), loop), 0)
 
     def push_iteration(self, node: ast.Comprehension) -> None:

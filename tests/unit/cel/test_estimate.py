@@ -48,6 +48,14 @@ UNKNOWN = 2**64 - 1
             275,
         ),
         ("lists.range(300).all(a, lists.range(300).exists(b, a + b < 0) || true)", False, 814812),
+        # The elements a map() or filter() produces keep their size bound.
+        (f"[{ATTR}.n].map(x, string(x)).exists(s, s.contains({ATTR}.m))", False, 104),
+        (
+            "sets.equivalent(lists.range(1).transformList(i, v, i + v), "
+            f"[{ATTR}.i].filter(x, x > {ATTR}.?i.orValue(-1)).filter(x, x == x))",
+            False,
+            125,
+        ),
     ],
 )
 def test_estimate_is_upstreams(expression: str, list_attributes: bool, upstream: int) -> None:
