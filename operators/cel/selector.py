@@ -3,7 +3,10 @@
 ``compile_selector`` checks what upstream checks when a selector is
 compiled: syntax, undeclared names and functions, that the result can be a
 bool, and (unless disabled) that the worst-case estimated cost is within
-the 1,000,000 limit. ``CompiledSelector.evaluate`` runs the generated Python
+the 1,000,000 limit. Like upstream it has two environments: a new
+expression (admission) sees only what the feature gates enable, a stored
+one (the allocator, the toolkit) sees every field and function, so that a
+selector stored while a gate was on keeps working after it is turned off. ``CompiledSelector.evaluate`` runs the generated Python
 against a ``DeviceView`` with a runtime cost budget and turns results and
 errors into upstream's messages.
 """
@@ -69,7 +72,7 @@ class CompiledSelector:
         raise CELEvalError(f"CEL result of type {type_name(result)} could not be converted to bool")
 
 
-_cache: OrderedDict[tuple[str, bool, bool, bool], CompiledSelector] = OrderedDict()
+_cache: OrderedDict[tuple[str, bool, bool, bool, bool], CompiledSelector] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
@@ -78,24 +81,31 @@ def compile_selector(
     *,
     list_attributes: bool = False,
     consumable_capacity: bool = True,
-    check_cost: bool = True,
+    stored: bool = False,
+    check_cost: bool | None = None,
 ) -> CompiledSelector:
     """Compile a device selector; cached by expression and options.
 
-    ``list_attributes`` enables the DRAListTypeAttributes behaviour (list
-    values, ``includes``). ``consumable_capacity`` exposes
-    ``device.allowMultipleAllocations``. ``check_cost`` rejects expressions
-    whose estimated cost exceeds the limit (upstream does this when a selector
-    is created or changed; stored selectors are only bound by the runtime limit).
-    Raises CELCompileError; failures are not cached.
+    ``list_attributes`` is the DRAListTypeAttributes gate (list values; and for
+    a new expression ``includes``). ``consumable_capacity`` is the
+    DRAConsumableCapacity gate (for a new expression,
+    ``device.allowMultipleAllocations``). ``stored`` compiles an expression of
+    an object already stored: every field and function is declared whatever
+    the gates. ``check_cost`` rejects expressions whose estimated cost exceeds
+    the limit; by default new expressions are checked and stored ones are not
+    (upstream checks when a selector is created or changed; stored selectors
+    are only bound by the runtime limit). Raises CELCompileError; failures are
+    not cached.
     """
-    key = (expression, list_attributes, consumable_capacity, check_cost)
+    if check_cost is None:
+        check_cost = not stored
+    key = (expression, list_attributes, consumable_capacity, stored, check_cost)
     with _cache_lock:
         cached = _cache.get(key)
         if cached is not None:
             _cache.move_to_end(key)
             return cached
-    selector = _compile(expression, list_attributes, consumable_capacity, check_cost)
+    selector = _compile(expression, list_attributes, consumable_capacity, stored, check_cost)
     with _cache_lock:
         _cache[key] = selector
         while len(_cache) > _CACHE_SIZE:
@@ -113,7 +123,11 @@ def clear_cache() -> None:
 
 
 def _compile(
-    expression: str, list_attributes: bool, consumable_capacity: bool, check_cost: bool
+    expression: str,
+    list_attributes: bool,
+    consumable_capacity: bool,
+    stored: bool,
+    check_cost: bool,
 ) -> CompiledSelector:
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise CELCompileError(
@@ -123,14 +137,15 @@ def _compile(
         variables=frozenset({"device"}),
         checked=True,
         device_var="device",
-        list_attributes=list_attributes,
-        consumable_capacity=consumable_capacity,
+        list_attributes=list_attributes or stored,
+        consumable_capacity=consumable_capacity or stored,
+        kubernetes=True,
     )
     try:
         program = compile_program(expression, env)
     except CELCompileError as exc:
         message = str(exc)
-        if not message.startswith("compilation failed"):
+        if not message.startswith(("compilation failed", "program instantiation failed")):
             message = "compilation failed: " + message
         raise CELCompileError(message) from None
     result = analysis.result_type(program.tree)
