@@ -131,18 +131,19 @@ def device_view(device: Device) -> cel.DeviceView:
     return cel.DeviceView.build(
         device.driver,
         attributes,
-        {name: cel.Quantity(text) for name, text in device.capacity.items()},
+        # As read back from the API server: in canonical form (see main.go).
+        {name: cel.Quantity(str(cel.Quantity(text))) for name, text in device.capacity.items()},
         device.allow_multiple_allocations,
     )
 
 
-def _compile(case: Case) -> cel.CompiledSelector:
-    # dralloc has one environment: the stored compile is the new one.
+def _compile(case: Case, *, stored: bool) -> cel.CompiledSelector:
     features = case.features
     return cel.compile_selector(
         case.expression,
         list_attributes=features.list_type_attributes,
         consumable_capacity=features.consumable_capacity,
+        stored=stored,
         check_cost=False,
     )
 
@@ -182,11 +183,11 @@ def run_dralloc_case(case: Case) -> Verdict:
 def _dralloc_verdict(case: Case) -> Verdict:
     new_error = estimate = None
     try:
-        estimate = _compile(case).estimated_cost
+        estimate = _compile(case, stored=False).estimated_cost
     except cel.CELCompileError as error:
         new_error = str(error)
     try:
-        selector = _compile(case)
+        selector = _compile(case, stored=True)
     except cel.CELCompileError as error:
         return Verdict(new_error, estimate, False, str(error), None, None, None)
     refused = new_error is None and estimate is not None and estimate > COST_LIMIT
