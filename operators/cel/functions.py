@@ -888,27 +888,46 @@ def _sets_intersects(a: Any, b: Any) -> bool:
 # --- quantity and semver (Kubernetes libraries) -----------------------------------------------
 
 
+#: Text without digits that Kubernetes' parser still reads, as zero ("." or "k"; CEL's
+#: quantity() takes it, the API models do not).
+_DIGITLESS_QUANTITY = re.compile(
+    r"[+-]?\.?(?:(Ki|Mi|Gi|Ti|Pi|Ei)|[eE]([+-]?[0-9]+)|([numkMGTPE]))?"
+)
+_DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def _parse_quantity(text: str) -> Quantity | None:
+    try:
+        return Quantity(text)
+    except ValueError:
+        pass
+    match = _DIGITLESS_QUANTITY.fullmatch(text) if text else None
+    if match is None:
+        return None
+    binary, exponent, decimal = match.groups()
+    if binary is not None:
+        return Quantity.from_nanos(0, amount=(0, 0))
+    scale = int(exponent) if exponent is not None else _DECIMAL_EXPONENTS.get(decimal or "", 0)
+    return Quantity.from_nanos(0, amount=(0, scale) if scale >= -9 else None)
+
+
 @global_("quantity")
 def _quantity(text: Any) -> Quantity:
     if type(text) is not str:
         no_overload("quantity", text)
-    try:
-        return Quantity(text)
-    except ValueError:
+    quantity = _parse_quantity(text)
+    if quantity is None:
         fail(
             "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
         )
+    return quantity
 
 
 @global_("isQuantity")
 def _is_quantity(text: Any) -> bool:
     if type(text) is not str:
         no_overload("isQuantity", text)
-    try:
-        Quantity(text)
-    except ValueError:
-        return False
-    return True
+    return _parse_quantity(text) is not None
 
 
 def _semver_args(fn: str, text: Any, normalize: Any) -> None:

@@ -171,6 +171,10 @@ def _outcome(expression: str, **options: bool) -> object:
         ('quantity("999Ti").asInteger() > 0', "cannot convert value to integer"),
         ('quantity("5").sub(2).asInteger() == 3', True),
         (f"{C}.mem.isInteger()", True),  # stored as "1536Mi"
+        # Kubernetes' parser reads text without digits as zero.
+        ('isQuantity(".") && isQuantity("k") && isQuantity("-")', True),
+        ('quantity("Ki").isInteger() && !quantity("n").isInteger()', True),
+        ('isQuantity("..")', False),
         # Upstream plans `x in []` as false without evaluating x.
         (f"{A}.missing in []", False),
         (f"{A}.missing in [1]", "no such key: missing"),
