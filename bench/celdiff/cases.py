@@ -147,7 +147,8 @@ class Generator:
         if self.features.list_type_attributes:
             for name, kind in LIST_ATTRIBUTES.items():
                 if rng.random() < 0.6:
-                    size = rng.choice((0, 1, 2, 3, 5))
+                    # At least one value: the API refuses an attribute without one.
+                    size = rng.choice((1, 1, 2, 3, 5))
                     values = [self.scalar_value(kind[:-1]) for _ in range(size)]
                     attributes[name] = (kind, values)
         capacity = {

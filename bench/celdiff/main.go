@@ -127,6 +127,11 @@ func evaluate(program dracel.CompilationResult, d device) (ev *evalVerdict) {
 			ev.Error = ptrTo(fmt.Sprintf("panic: %v", r))
 		}
 	}()
+	d, err := stored(d)
+	if err != nil {
+		ev.Error = ptrTo(fmt.Sprintf("device: %v", err))
+		return ev
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	matches, details, err := program.DeviceMatches(ctx, dracel.Device{
@@ -144,6 +149,26 @@ func evaluate(program dracel.CompilationResult, d device) (ev *evalVerdict) {
 		ev.Result = &matches
 	}
 	return ev
+}
+
+// stored is the device as the allocator reads it from the API server: quantities come back
+// in their canonical form ("1.5Gi" as "1536Mi"), and how a quantity is parsed decides
+// what isInteger() says about it.
+func stored(d device) (device, error) {
+	capacity := make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(d.Capacity))
+	for name, c := range d.Capacity {
+		data, err := json.Marshal(c)
+		if err != nil {
+			return d, err
+		}
+		var back resourceapi.DeviceCapacity
+		if err := json.Unmarshal(data, &back); err != nil {
+			return d, err
+		}
+		capacity[name] = back
+	}
+	d.Capacity = capacity
+	return d, nil
 }
 
 func versions() map[string]string {

@@ -131,12 +131,13 @@ def device_view(device: Device) -> cel.DeviceView:
     return cel.DeviceView.build(
         device.driver,
         attributes,
-        {name: cel.Quantity(text) for name, text in device.capacity.items()},
+        # As read back from the API server: in canonical form (see main.go).
+        {name: cel.Quantity(str(cel.Quantity(text))) for name, text in device.capacity.items()},
         device.allow_multiple_allocations,
     )
 
 
-def _compile(case: Case, *, stored: bool = False) -> cel.CompiledSelector:
+def _compile(case: Case, *, stored: bool) -> cel.CompiledSelector:
     # New expressions honour the gates (admission); stored ones declare everything
     # (the allocator), as upstream's two environments do.
     features = case.features
@@ -144,8 +145,8 @@ def _compile(case: Case, *, stored: bool = False) -> cel.CompiledSelector:
         case.expression,
         list_attributes=features.list_type_attributes,
         consumable_capacity=features.consumable_capacity,
-        check_cost=False,
         stored=stored,
+        check_cost=False,
     )
 
 
@@ -184,7 +185,7 @@ def run_dralloc_case(case: Case) -> Verdict:
 def _dralloc_verdict(case: Case) -> Verdict:
     new_error = estimate = None
     try:
-        estimate = _compile(case).estimated_cost
+        estimate = _compile(case, stored=False).estimated_cost
     except cel.CELCompileError as error:
         new_error = str(error)
     try:

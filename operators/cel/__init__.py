@@ -19,13 +19,17 @@ Errors
 
 Device selectors
     ``compile_selector(expression, *, list_attributes=False,
-    consumable_capacity=True, check_cost=True) -> CompiledSelector``: cached
-    by expression and options; failed compiles are not cached.
+    consumable_capacity=True, stored=False, check_cost=None) -> CompiledSelector``:
+    cached by expression and options; failed compiles are not cached.
     ``list_attributes`` is the DRAListTypeAttributes gate (list values and
-    ``includes``), ``consumable_capacity`` exposes
-    ``device.allowMultipleAllocations``, ``check_cost`` rejects selectors whose
-    estimated worst-case cost exceeds 1,000,000 (pass False for stored
-    selectors: upstream only checks new or changed ones).
+    ``includes``), ``consumable_capacity`` the DRAConsumableCapacity gate
+    (``device.allowMultipleAllocations``). Like upstream there are two
+    environments: a new expression (admission; the default) sees only what
+    the gates enable, a ``stored`` one (the allocator, the toolkit) sees every
+    field and function whatever the gates. ``check_cost`` rejects selectors
+    whose estimated worst-case cost exceeds 1,000,000; by default new
+    expressions are checked and stored ones are not (upstream only checks new
+    or changed ones).
     ``CompiledSelector.evaluate(device, cost_limit=1_000_000) -> bool``;
     ``CompiledSelector.estimated_cost`` is the worst-case estimate.
     ``DeviceView.build(driver, attributes, capacity, allow_multiple_allocations)``:
@@ -86,6 +90,12 @@ Language coverage
     orValue/or/value/hasValue/optMap/optFlatMap), strings extension, regex
     matches/find/findAll (RE2), lists and sets helpers, timestamps and durations,
     Kubernetes quantity, semver, IP and CIDR libraries, DRA ``includes``.
+    Where upstream's own answer is specific, selectors give it: constant type
+    conversions that fail refuse the expression ("program instantiation
+    failed"), ``x in []`` is false unevaluated, a ``cel.bind`` binding is
+    lazy, semver and quantity refuse ``==`` with other types, ``isInteger``
+    follows how Kubernetes holds the quantity, and the strings extension has
+    no ``reverse`` (its version 2).
     Not supported: protobuf messages and containers, the URL library.
 """
 

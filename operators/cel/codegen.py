@@ -40,8 +40,14 @@ DEVICE_FIELDS = {
     "allowMultipleAllocations": "allow_multiple_allocations",
 }
 
-_FOLDABLE = frozenset(
-    {"quantity", "semver", "timestamp", "duration", "isSemver", "isQuantity", "bytes", "double"}
+#: Pure functions evaluated at compile time when their arguments are literals (an error is
+#: left for run time, as upstream does not fold them).
+_FOLDABLE = frozenset({"quantity", "semver", "isSemver", "isQuantity"})
+#: cel-go's type conversions: with a constant argument upstream runs them when it plans the
+#: program, anywhere in the expression, so a failing one refuses the whole expression
+#: ("program instantiation failed: ...") even where it would never be evaluated.
+_CONVERSIONS = frozenset(
+    {"bool", "bytes", "double", "duration", "dyn", "int", "string", "timestamp", "type", "uint"}
 )
 
 
@@ -56,6 +62,8 @@ class Environment:
     device_var: str | None = None
     list_attributes: bool = False
     consumable_capacity: bool = True
+    #: Kubernetes' libraries at upstream's version (device selectors), not the latest CEL.
+    kubernetes: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,8 @@ class _Codegen:
         self.namespace: dict[str, Any] = {}
         self.scopes: list[dict[str, str]] = [{}]
         self.used_vars: dict[str, str] = {}
+        #: Locals of cel.bind that may hold the evaluation error of their binding.
+        self.fallible: set[str] = set()
 
     # --- plumbing ---------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -180,6 +190,17 @@ class _Codegen:
             if name in scope:
                 return scope[name]
         return None
+
+    def discarded(self, node: ast.Node) -> None:
+        """Translate ``node`` for its compile errors only: upstream checks and plans parts of
+        an expression it never evaluates, so their errors refuse the expression too."""
+        lines, level = self.lines, self.level
+        self.lines = []
+        try:
+            with self.frame():  # nor does it count
+                self.expr(node)
+        finally:
+            self.lines, self.level = lines, level
 
     def runtime_error(self, message: str) -> str:
         """An expression that raises an evaluation error when reached."""
@@ -247,6 +268,11 @@ class _Codegen:
         name = node.name
         local = None if node.root else self.lookup_local(name)
         if local is not None:
+            if local in self.fallible:
+                # The binding failed when it was evaluated: the error surfaces where it is used.
+                self.emit(f"if isinstance({local}, {self.helper('EvalError', CELEvalError)}):")
+                with self.block():
+                    self.emit(f"raise {local}")
             return local
         if name in self.env.variables:
             return self.variable(name)
@@ -341,6 +367,10 @@ class _Codegen:
     _FAST_COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
 
     def x_Binary(self, node: ast.Binary) -> str:
+        if node.op == "in" and isinstance(node.right, ast.ListLit) and not node.right.elements:
+            # Upstream plans `x in []` as the constant false: x is never evaluated.
+            self.discarded(node.left)
+            return "False"
         if node.op == "in" and self.optimize and _constant_primitives(node.right):
             return self._set_membership(node)
         left = self.expr(node.left)
@@ -368,11 +398,7 @@ class _Codegen:
         return f"{call}({left}, {right})"
 
     def _set_membership(self, node: ast.Binary) -> str:
-        """``x in [constants]``: upstream makes it a set lookup, free of cost, and a test
-        against an empty list is false without evaluating ``x``."""
-        assert isinstance(node.right, ast.ListLit)
-        if not node.right.elements:
-            return "False"
+        """``x in [constants]``: upstream makes it a set lookup, free of cost."""
         left = self.expr(node.left)
         right = self.expr(node.right)
         return f"{self.helper('in', runtime.contains)}({left}, {right})"
@@ -538,13 +564,52 @@ class _Codegen:
         raise self.error(node, f"unsupported: message construction ({node.type_name})")
 
     def x_Bind(self, node: ast.Bind) -> str:
+        # cel-go evaluates a binding lazily: one the body never reads is never evaluated, and
+        # the error of one it reads only surfaces where it is read (so `false && x` is false).
+        if not _mentions(node.body, node.var):
+            self.discarded(node.init)
+            return self.expr(node.body)
         local = self.tmp("b")
-        self.emit(f"{local} = {self.expr(node.init)}")
+        if self._cannot_fail(node.init):
+            self.emit(f"{local} = {self.expr(node.init)}")
+        else:
+            self._guarded(node.init, local)
+            self.fallible.add(local)
         self.scopes.append({node.var: local})
         try:
             return self.expr(node.body)
         finally:
             self.scopes.pop()
+
+    def _cannot_fail(self, node: ast.Node) -> bool:
+        """Bindings that cannot fail need no error kept: literals, plain names, and the
+        usual DRA ``device.attributes["domain"]`` (an unknown domain is an empty map)."""
+        if isinstance(node, ast.Lit):
+            return True
+        if isinstance(node, ast.Ident):
+            local = None if node.root else self.lookup_local(node.name)
+            return local not in self.fallible if local is not None else True
+        if isinstance(node, ast.Index) and not node.optional:
+            return (
+                isinstance(node.operand, ast.Select)
+                and node.operand.field in ("attributes", "capacity")
+                and self._is_device(node.operand.operand)
+                and isinstance(node.index, ast.Lit)
+                and type(node.index.value) is str
+            )
+        return (
+            isinstance(node, ast.Select)
+            and not node.optional
+            and node.field in DEVICE_FIELDS
+            and self._is_device(node.operand)
+        )
+
+    def _is_device(self, node: ast.Node) -> bool:
+        return (
+            isinstance(node, ast.Ident)
+            and node.name == self.env.device_var
+            and self.lookup_local(node.name) is None
+        )
 
     def x_OptMap(self, node: ast.OptMap) -> str:
         target, result, local = self.tmp(), self.tmp("r"), self.tmp("b")
@@ -670,6 +735,8 @@ class _Codegen:
                 return self.undeclared(node, node.name)
             return self.call(node, node.name, fn, None)
         fn = functions.MEMBER.get(node.name)
+        if self.env.kubernetes:
+            fn = functions.KUBERNETES_MEMBER.get(node.name, fn)
         if fn is None and self.env.list_attributes:
             fn = functions.GATED_MEMBER.get(node.name)
         if fn is None:
@@ -692,24 +759,24 @@ class _Codegen:
             return self.runtime_error(f"found no matching overload for '{name}'")
         operands = ([target] if target is not None else []) + list(node.args)
         cost = runtimecost.CALLS.get(name)
-        if all(isinstance(a, ast.Lit) for a in operands):
-            values = [a.value for a in operands if isinstance(a, ast.Lit)]
-            if self.optimize and name in _CONVERSIONS and target is None and len(values) == 1:
-                # Upstream evaluates a conversion of a constant when it plans the program:
-                # it costs nothing at run time, and a failing one is refused at compile time.
+        if name in _CONVERSIONS and target is None and len(operands) == 1:
+            constant = _constant_value(operands[0])
+            if constant is not _NOT_CONSTANT:
+                # Planned away upstream: nothing to count at run time.
                 try:
-                    return self.bind(fn(*values))
-                except CELEvalError as exc:
+                    return self.bind(fn(constant))
+                except (CELEvalError, ArithmeticError, ValueError, TypeError) as exc:
                     raise CELCompileError(f"program instantiation failed: {exc}") from None
-            if name in _FOLDABLE:
-                try:
-                    folded = self.bind(fn(*values))
-                except CELEvalError:
-                    pass
-                else:
-                    # Folded here, not upstream: charge what upstream's call costs.
-                    self.charge(1 if cost is None else cost(*values))
-                    return folded
+        if name in _FOLDABLE and all(isinstance(a, ast.Lit) for a in operands):
+            values = [a.value for a in operands if isinstance(a, ast.Lit)]
+            try:
+                folded = self.bind(fn(*values))
+            except CELEvalError:
+                pass
+            else:
+                # Folded here, not upstream: charge what upstream's call costs.
+                self.charge(1 if cost is None else cost(*values))
+                return folded
         args = [self.expr(a) for a in operands]
         if name in functions.REGEX_FUNCTIONS and len(operands) >= 2:
             args[1] = self._constant_regex(node, operands[1], args[1])
@@ -736,10 +803,48 @@ class _Codegen:
             raise self.error(node, str(exc)) from None
 
 
-#: cel-go's type conversion functions: folded when their argument is a constant.
-_CONVERSIONS = frozenset(
-    {"bool", "bytes", "double", "duration", "dyn", "int", "string", "timestamp", "type", "uint"}
-)
+_NOT_CONSTANT = object()
+
+
+def _constant_value(node: ast.Node) -> Any:
+    """The value of a literal or of a type conversion of constants (cel-go folds these when
+    it plans a program), else _NOT_CONSTANT."""
+    if isinstance(node, ast.Lit):
+        return node.value
+    if (
+        isinstance(node, ast.Call)
+        and node.target is None
+        and node.name in _CONVERSIONS
+        and len(node.args) == 1
+    ):
+        inner = _constant_value(node.args[0])
+        if inner is not _NOT_CONSTANT:
+            try:
+                return functions.GLOBAL[node.name](inner)
+            except (CELEvalError, ArithmeticError, ValueError, TypeError):
+                return _NOT_CONSTANT  # reported when the inner call itself is translated
+    return _NOT_CONSTANT
+
+
+def _mentions(node: ast.Node, name: str) -> bool:
+    """Whether ``name`` appears as an identifier anywhere in ``node`` (shadowing ignored:
+    a false "yes" only costs the laziness of one binding)."""
+    if isinstance(node, ast.Ident):
+        return node.name == name and not node.root
+    return any(_mentions(value, name) for value in _children(node))
+
+
+def _children(node: ast.Node) -> Iterator[ast.Node]:
+    for slot in type(node).__slots__:
+        value = getattr(node, slot)
+        if isinstance(value, ast.Node):
+            yield value
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, ast.Node):
+                    yield item
+                elif isinstance(item, tuple):
+                    yield from (x for x in item if isinstance(x, ast.Node))
 
 
 def _constant(node: ast.Node) -> bool:

@@ -3,7 +3,10 @@
 ``compile_selector`` checks what upstream checks when a selector is
 compiled: syntax, undeclared names and functions, that the result can be a
 bool, and (unless disabled) that the worst-case estimated cost is within
-the 1,000,000 limit. ``CompiledSelector.evaluate`` runs the generated Python
+the 1,000,000 limit. Like upstream it has two environments: a new
+expression (admission) sees only what the feature gates enable, a stored
+one (the allocator, the toolkit) sees every field and function, so that a
+selector stored while a gate was on keeps working after it is turned off. ``CompiledSelector.evaluate`` runs the generated Python
 against a ``DeviceView`` with a runtime cost budget and turns results and
 errors into upstream's messages.
 """
@@ -97,34 +100,31 @@ def compile_selector(
     *,
     list_attributes: bool = False,
     consumable_capacity: bool = True,
-    check_cost: bool = True,
     stored: bool = False,
+    check_cost: bool | None = None,
 ) -> CompiledSelector:
     """Compile a device selector; cached by expression and options.
 
-    ``stored`` compiles in upstream's "stored expressions" environment, the one
-    the scheduler's allocator uses for objects already stored: every field and
-    function is declared whatever the gates (the newest device type, list
-    attributes, ``includes``, ``device.allowMultipleAllocations``) and the cost
-    is not checked, so a claim keeps working after a gate is turned off. The
-    default is the "new expressions" environment that validation uses.
-
-    ``list_attributes`` enables the DRAListTypeAttributes behaviour (list
-    values, ``includes``). ``consumable_capacity`` exposes
-    ``device.allowMultipleAllocations``. ``check_cost`` rejects expressions
-    whose estimated cost exceeds the limit (upstream does this when a selector
-    is created or changed; stored selectors are only bound by the runtime limit).
-    Raises CELCompileError; failures are not cached.
+    ``list_attributes`` is the DRAListTypeAttributes gate (list values; and for
+    a new expression ``includes``). ``consumable_capacity`` is the
+    DRAConsumableCapacity gate (for a new expression,
+    ``device.allowMultipleAllocations``). ``stored`` compiles an expression of
+    an object already stored: every field and function is declared whatever
+    the gates. ``check_cost`` rejects expressions whose estimated cost exceeds
+    the limit; by default new expressions are checked and stored ones are not
+    (upstream checks when a selector is created or changed; stored selectors
+    are only bound by the runtime limit). Raises CELCompileError; failures are
+    not cached.
     """
-    if stored:
-        check_cost = False
-    key = (expression, list_attributes, consumable_capacity, check_cost, stored)
+    if check_cost is None:
+        check_cost = not stored
+    key = (expression, list_attributes, consumable_capacity, stored, check_cost)
     with _cache_lock:
         cached = _cache.get(key)
         if cached is not None:
             _cache.move_to_end(key)
             return cached
-    selector = _compile(expression, list_attributes, consumable_capacity, check_cost, stored)
+    selector = _compile(expression, list_attributes, consumable_capacity, stored, check_cost)
     with _cache_lock:
         _cache[key] = selector
         while len(_cache) > _CACHE_SIZE:
@@ -145,8 +145,8 @@ def _compile(
     expression: str,
     list_attributes: bool,
     consumable_capacity: bool,
-    check_cost: bool,
     stored: bool,
+    check_cost: bool,
 ) -> CompiledSelector:
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise CELCompileError(
@@ -160,6 +160,7 @@ def _compile(
         # gates still decide what a device's attributes are when it is evaluated.
         list_attributes=list_attributes or stored,
         consumable_capacity=consumable_capacity or stored,
+        kubernetes=True,
     )
     try:
         program = compile_program(expression, env)
