@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test deps testbed image lint unit e2e matrix crds demo bench clean
+.PHONY: test deps testbed image lint unit e2e matrix crds demo bench celdiff clean
 
 ## test: install everything the tests need (Python deps, testbed binaries), lint, then run every test
 ## (lint failures do not hide test results: both run, either one fails the target)
@@ -23,13 +23,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 ## testbed: build (or reuse from the cache outside the repo) the control-plane binaries, the real
-## nodes' parts, the operator image, the benchmarks' Go harness (its smoke test runs it) and helm
-## (for the chart's tests). A failed build does not stop the run: the tests that need it then
+## nodes' parts, the operator image, the benchmarks' Go harnesses (their smoke tests run them) and
+## helm (for the chart's tests). A failed build does not stop the run: the tests that need it then
 ## skip and print why.
 testbed:
 	-testbed/build
 	-testbed/image
 	-bench/upstream/build
+	-bench/celdiff/build
 	-testbed/helm
 
 ## image: the operator image from the Dockerfile, with buildah on a locally made Debian base (no
@@ -71,6 +72,11 @@ crds: deps
 ## bench: every benchmark (engine vs upstream Go allocator, end to end vs in-tree DRA); not a test
 bench: deps testbed
 	$(BIN)/python -m bench
+
+## celdiff: the CEL differential test, dralloc vs upstream's DRA CEL on random selectors (not a
+## test: it prints mismatches by category; CELDIFF_ARGS="--cases 500 --seed 3" to vary it)
+celdiff: deps
+	$(BIN)/python -m bench celdiff $(CELDIFF_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.goprogram import GoProgramUnavailable, go_binary
 from bench.scenario import Scenario, Step, placement_digest, write_scenario
 from operators.allocator.nodes import NodeInfo, NodeSelector
 from operators.allocator.state import AllocatorState
@@ -181,21 +181,10 @@ def run_dralloc(scenario: Scenario, policy: str = "first-fit") -> EngineResult:
 
 def upstream_binary(build: bool = True) -> Path:
     """Path of the Go program, building it into the cache if allowed."""
-    override = os.environ.get("DRALLOC_UPSTREAM_BENCH")
-    if override:
-        return Path(override)
-    args = [str(UPSTREAM_BUILD)] + ([] if build else ["--check"])
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=1800, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise UpstreamUnavailable(f"bench/upstream/build: {error}") from error
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        reason = (proc.stderr or proc.stdout).strip().splitlines()
-        raise UpstreamUnavailable(
-            reason[-1] if reason else f"bench/upstream/build exited {proc.returncode}"
-        )
-    return Path(lines[-1])
+        return go_binary(UPSTREAM_BUILD, "DRALLOC_UPSTREAM_BENCH", build=build)
+    except GoProgramUnavailable as error:
+        raise UpstreamUnavailable(str(error)) from None
 
 
 def run_upstream(scenario: Scenario, binary: Path) -> EngineResult:

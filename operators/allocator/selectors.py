@@ -53,13 +53,14 @@ class SelectorEvaluator:
         program = self._programs.get(expression)
         if program is None:
             try:
-                # Stored selectors: upstream checks the estimated cost only when an
-                # expression is created or changed, so it is not checked here.
+                # Stored selectors, as upstream's allocator compiles them: every field
+                # and function declared whatever the gates, and the estimated cost only
+                # checked when an expression is created or changed, so not here.
                 program = cel.compile_selector(
                     expression,
                     list_attributes=self._features.list_type_attributes,
                     consumable_capacity=self._features.consumable_capacity,
-                    check_cost=False,
+                    stored=True,
                 )
             except cel.CELError as err:
                 program = SelectorCompileError(str(err))

@@ -77,6 +77,42 @@ def _ceil_div_away(numerator: int, denominator: int) -> int:
     return -q if numerator < 0 else q
 
 
+#: `Quantity._amount` before it is needed: derived from the canonical text.
+_DERIVED: Final = object()
+
+
+def _parsed_amount(
+    text: str,
+    whole: str,
+    fraction: str | None,
+    binary: str | None,
+    exponent: str | None,
+    decimal: str | None,
+) -> tuple[int, int] | None:
+    """Kubernetes' ParseQuantity fast path: (value, scale) if it keeps an int64, else None."""
+    if text == "0":
+        return (0, 0)
+    negative = text.startswith("-")
+    num = whole.lstrip("0") or "0"
+    denom = fraction or ""
+    if binary is not None:
+        exp2 = _BINARY_EXP[binary]
+        if denom:
+            return None
+        precision = 15 - len(num) - int(exp2 * 3 / 10) - 1
+        scale, multiplier = 0, 2**exp2
+    else:
+        exp10 = int(exponent[1:]) if exponent else (_DECIMAL_EXP[decimal] if decimal else 0)
+        precision = 18 - len(num) - len(denom)
+        scale, multiplier = exp10 - len(denom), 1
+    if precision < 0 or scale < -9:
+        return None
+    value = int(num + denom) * multiplier
+    if value > _INT64_MAX:
+        return None
+    return (-value if negative else value, scale)
+
+
 class Quantity:
     """An exact Kubernetes quantity: `nanos` is the value in units of 10**-9.
 
@@ -84,11 +120,13 @@ class Quantity:
     builds from the internal representation. Immutable by convention, hashable, ordered.
     """
 
-    __slots__ = ("_text", "format", "nanos")
+    __slots__ = ("_amount", "_text", "format", "nanos")
 
     nanos: int
     format: QuantityFormat
     _text: str | None
+    #: How Kubernetes holds the value (see `int64_amount`); _DERIVED: as its canonical text.
+    _amount: tuple[int, int] | object | None
 
     def __init__(self, value: str | int | Quantity = 0) -> None:
         if isinstance(value, str):
@@ -96,19 +134,49 @@ class Quantity:
             if parsed is None:
                 parsed = Quantity.parse(value)
             self.nanos, self.format, self._text = parsed.nanos, parsed.format, parsed._text
+            self._amount = parsed._amount
         elif isinstance(value, Quantity):
             self.nanos, self.format, self._text = value.nanos, value.format, value._text
+            self._amount = value._amount
         elif isinstance(value, int) and not isinstance(value, bool):
             self.nanos, self.format, self._text = value * NANO, QuantityFormat.DECIMAL_SI, None
+            self._amount = (value, 0) if _INT64_MIN <= value <= _INT64_MAX else None
         else:
             raise TypeError(f"cannot make a Quantity from {type(value).__name__}")
 
     @classmethod
-    def from_nanos(cls, nanos: int, fmt: QuantityFormat = QuantityFormat.DECIMAL_SI) -> Quantity:
-        """A quantity of `nanos` units of 10**-9, printed in the notation `fmt`."""
+    def from_nanos(
+        cls,
+        nanos: int,
+        fmt: QuantityFormat = QuantityFormat.DECIMAL_SI,
+        amount: tuple[int, int] | object | None = _DERIVED,
+    ) -> Quantity:
+        """A quantity of `nanos` units of 10**-9, printed in the notation `fmt`.
+
+        `amount` is how Kubernetes would hold it (see `int64_amount`, None: a decimal); by
+        default, as it would after a round trip through the API (its canonical text parsed).
+        """
         quantity = cls.__new__(cls)
         quantity.nanos, quantity.format, quantity._text = nanos, fmt, None
+        quantity._amount = amount
         return quantity
+
+    @property
+    def int64_amount(self) -> tuple[int, int] | None:
+        """(value, scale) when Kubernetes holds this quantity as value * 10**scale in an
+        int64, None when it holds it as an arbitrary-precision decimal.
+
+        Kubernetes' parser takes a fast int64 path only for short decimal numbers and
+        whole binary multiples of few digits ("1.5Gi" and "999Ti" are decimals, "1536Mi"
+        is not), and its sums stay int64 while they fit. CEL's `isInteger()` and
+        `asInteger()` answer from this representation, not from the value: "1000m" is
+        1000 * 10**-3, which it does not convert.
+        """
+        amount = self._amount
+        if amount is _DERIVED:
+            amount = Quantity._parse_uncached(str(self))._amount
+            self._amount = amount
+        return amount  # type: ignore[return-value]
 
     # -- construction -------------------------------------------------------------------
 
@@ -167,7 +235,9 @@ class Quantity:
                 fmt = QuantityFormat.DECIMAL_SI  # as upstream: a fraction of one is decimal
         if sign == "-":
             nano = -nano
-        return cls.from_nanos(nano, fmt)
+        return cls.from_nanos(
+            nano, fmt, _parsed_amount(text, whole, fraction, binary, exponent, decimal)
+        )
 
     @classmethod
     def coerce(cls, value: Any) -> Quantity:

@@ -19,13 +19,17 @@ Errors
 
 Device selectors
     ``compile_selector(expression, *, list_attributes=False,
-    consumable_capacity=True, check_cost=True) -> CompiledSelector``: cached
-    by expression and options; failed compiles are not cached.
+    consumable_capacity=True, stored=False, check_cost=None) -> CompiledSelector``:
+    cached by expression and options; failed compiles are not cached.
     ``list_attributes`` is the DRAListTypeAttributes gate (list values and
-    ``includes``), ``consumable_capacity`` exposes
-    ``device.allowMultipleAllocations``, ``check_cost`` rejects selectors whose
-    estimated worst-case cost exceeds 1,000,000 (pass False for stored
-    selectors: upstream only checks new or changed ones).
+    ``includes``), ``consumable_capacity`` the DRAConsumableCapacity gate
+    (``device.allowMultipleAllocations``). Like upstream there are two
+    environments: a new expression (admission; the default) sees only what
+    the gates enable, a ``stored`` one (the allocator, the toolkit) sees every
+    field and function whatever the gates. ``check_cost`` rejects selectors
+    whose estimated worst-case cost exceeds 1,000,000; by default new
+    expressions are checked and stored ones are not (upstream only checks new
+    or changed ones).
     ``CompiledSelector.evaluate(device, cost_limit=1_000_000) -> bool``;
     ``CompiledSelector.estimated_cost`` is the worst-case estimate.
     ``DeviceView.build(driver, attributes, capacity, allow_multiple_allocations)``:
@@ -46,22 +50,31 @@ Generic CEL
     (maps as dicts, lists as lists, uint as ``UInt``, optionals as
     ``Optional``, type values as ``CelType``). Unknown names are runtime errors.
 
+Type checking
+    Device selectors are type-checked at compile time as upstream checks them
+    (``checker``, with upstream's declarations in ``decls``): the ``device``
+    variable (``kubernetes.DRADevice``; attribute values are
+    ``google.protobuf.Any``, or ``dyn`` with DRAListTypeAttributes), the
+    Kubernetes libraries and extensions with their overloads, homogeneous
+    list and map literals, optionals, macros and ``cel.bind``. A type error is
+    a ``CELCompileError`` with upstream's message ("found no matching overload
+    for '_==_' applied to '(int, double)'", "expected type 'int' but found
+    'string'"). The checked types drive the cost estimate.
+
 Cost model
-    Every variable reference, field selection, index, operator and function
-    call costs 1, literals 0, list/map literals 10/30 plus their parts. A
-    comprehension costs its range plus, per iteration, its body plus 2. On
-    top of that, operations whose work or result grows with their operands
-    are charged by size *before* they run (``costs``): a tenth per string
-    character traversed or built (concatenation, comparisons, string
-    functions, parsing), string length times a quarter of the pattern length
-    for regexes, and 1 per list element or piece created (list
-    concatenation, ``split``, ``findAll``, ``flatten``, ``lists.range``).
-    So a cel.bind chain that doubles a string or list hits the limit after
-    a few megabytes instead of exhausting memory. The runtime counter
-    starts at the flat cost and exceeding the limit aborts at once. The
-    static estimate (``estimate``) applies the same charges to the largest
-    sizes a device allows (driver 63 characters, 32 map entries, 64 list
-    items or string characters), carrying sizes through cel.bind.
+    Upstream's. The static estimate (``estimate``) is cel-go's estimator with
+    the Kubernetes library's call estimates, the lists extension's and the DRA
+    size bounds (a driver name of 63 characters, 32 map entries per level,
+    attribute values of 64 characters or elements); it equals upstream's
+    ``MaxCost`` (the DRA conformance cases assert it). The actual cost is
+    counted as cel-go's tracker counts it (``runtimecost``): 1 per variable,
+    selection, index and call, 10 per list literal, a tenth per string
+    character compared, concatenated or scanned, and so on, added before each
+    operation runs; passing the limit aborts the evaluation. It never exceeds
+    the estimate. ``CompiledSelector.evaluate_with_cost`` reports it. A
+    second bound (``costs``) stops work that upstream's model does not charge
+    but our implementation does (list concatenation copies here), so cost
+    bombs stop quickly without changing the reported cost.
 
 Regular expressions
     ``matches``/``find``/``findAll`` use RE2 (google-re2): linear time, RE2
@@ -77,8 +90,13 @@ Language coverage
     orValue/or/value/hasValue/optMap/optFlatMap), strings extension, regex
     matches/find/findAll (RE2), lists and sets helpers, timestamps and durations,
     Kubernetes quantity, semver, IP and CIDR libraries, DRA ``includes``.
-    Not supported: protobuf messages and containers, the URL library, a
-    full static type checker (types are checked at run time).
+    Where upstream's own answer is specific, selectors give it: constant type
+    conversions that fail refuse the expression ("program instantiation
+    failed"), ``x in []`` is false unevaluated, a ``cel.bind`` binding is
+    lazy, semver and quantity refuse ``==`` with other types, ``isInteger``
+    follows how Kubernetes holds the quantity, and the strings extension has
+    no ``reverse`` (its version 2).
+    Not supported: protobuf messages and containers, the URL library.
 """
 
 from operators.api.quantity import Quantity

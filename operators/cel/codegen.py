@@ -3,9 +3,15 @@
 The generated function evaluates the expression with statements, not nested
 lambdas: ``&&``, ``||`` and ``?:`` become ``try``/``if`` blocks (errors are
 kept as values so that ``false && error`` is false, as CEL requires), macros
-become ``for`` loops over locals, ``cel.bind`` becomes an assignment. Each
-loop iteration adds its cost to a local counter and stops the evaluation when
-the budget is exhausted. Operators and library functions are calls into
+become ``for`` loops over locals, ``cel.bind`` becomes an assignment. The
+runtime cost is counted as upstream's cost tracker counts it: the fixed cost
+of every operation outside loops is added once at the start (``_cost``), each
+loop iteration adds the fixed cost of its body, and operations whose cost
+depends on their operands (``runtimecost``) add it just before they run; the
+evaluation stops as soon as the count passes the limit. A second counter
+(``_work``, ``costs``) bounds the work dralloc's implementation does beyond
+what upstream charges (its list concatenation copies, upstream's is lazy), so
+a cost bomb is stopped without making the reported cost differ from upstream's. Operators and library functions are calls into
 ``runtime`` and ``functions``, bound by name when the source is compiled.
 """
 
@@ -19,8 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import analysis, ast, costs, functions, runtime
-from .errors import CELCompileError, CELCostError, CELEvalError
+from . import analysis, ast, costs, functions, runtime, runtimecost
+from .checker import Checked
+from .errors import CELCompileError, CELCostError, CELError, CELEvalError
 from .parser import RESERVED_WORDS
 from .regex import RegexSyntaxError, compile_regex
 from .values import TYPES, UInt
@@ -33,8 +40,14 @@ DEVICE_FIELDS = {
     "allowMultipleAllocations": "allow_multiple_allocations",
 }
 
-_FOLDABLE = frozenset(
-    {"quantity", "semver", "timestamp", "duration", "isSemver", "isQuantity", "bytes", "double"}
+#: Pure functions evaluated at compile time when their arguments are literals (an error is
+#: left for run time, as upstream does not fold them).
+_FOLDABLE = frozenset({"quantity", "semver", "isSemver", "isQuantity"})
+#: cel-go's type conversions: with a constant argument upstream runs them when it plans the
+#: program, anywhere in the expression, so a failing one refuses the whole expression
+#: ("program instantiation failed: ...") even where it would never be evaluated.
+_CONVERSIONS = frozenset(
+    {"bool", "bytes", "double", "duration", "dyn", "int", "string", "timestamp", "type", "uint"}
 )
 
 
@@ -49,6 +62,8 @@ class Environment:
     device_var: str | None = None
     list_attributes: bool = False
     consumable_capacity: bool = True
+    #: Kubernetes' libraries at upstream's version (device selectors), not the latest CEL.
+    kubernetes: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,16 +83,71 @@ def _arity(fn: Callable[..., Any]) -> tuple[int, int]:
     return (required, len(params))
 
 
+#: Per-iteration fixed cost of each macro's loop condition and step as cel-go expands it
+#: (``@not_strictly_false(__result__)`` costs 2, ``__result__ + [t]`` 12, ...), beyond its
+#: predicate and transform.
+_LOOP_COST = {
+    "all": 3,
+    "exists": 4,
+    "exists_one": 2,
+    "map": 12,
+    "filter": 13,
+    "transformList": 12,
+    "transformMap": 3,
+}
+#: Fixed cost of a macro's result expression (``__result__``, ``__result__ == 1``).
+_RESULT_COST = {"exists_one": 2}
+
+#: Operations whose implementation here does more work than upstream charges for,
+#: bounded by the work counter (by CEL function name, or ``op_`` + operator helper).
+_WORK = {
+    "op_add": costs.concat,
+    "op_eq": costs.compare,
+    "op_ne": costs.compare,
+    "op_in": costs.membership,
+    **{
+        name: costs.CALLS[name]
+        for name in (
+            "replace",
+            "split",
+            "findAll",
+            "join",
+            "format",
+            "flatten",
+            "distinct",
+            "sort",
+            "sets.contains",
+            "sets.intersects",
+            "sets.equivalent",
+            "lists.range",
+            "slice",
+            "reverse",
+        )
+    },
+}
+
+
 class _Codegen:
-    def __init__(self, env: Environment, source: str) -> None:
+    def __init__(
+        self, env: Environment, source: str, own_costs: dict[int, int] | None = None
+    ) -> None:
         self.env = env
         self.source = source
+        #: Fixed costs being added up: the whole program, a loop body, a branch.
+        self.frames: list[int] = [0]
+        #: The static estimate of each node's own cost (checked programs only).
+        self.own_costs = own_costs or {}
+        #: Fold what upstream's optimized programs fold (device selectors: Kubernetes
+        #: plans them with cel.OptOptimize); generic CEL keeps cel-go's default.
+        self.optimize = env.device_var is not None and env.checked
         self.lines: list[str] = []
         self.level = 1
         self.counter = 0
         self.namespace: dict[str, Any] = {}
         self.scopes: list[dict[str, str]] = [{}]
         self.used_vars: dict[str, str] = {}
+        #: Locals of cel.bind that may hold the evaluation error of their binding.
+        self.fallible: set[str] = set()
 
     # --- plumbing ---------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -121,24 +191,61 @@ class _Codegen:
                 return scope[name]
         return None
 
+    def discarded(self, node: ast.Node) -> None:
+        """Translate ``node`` for its compile errors only: upstream checks and plans parts of
+        an expression it never evaluates, so their errors refuse the expression too."""
+        lines, level = self.lines, self.level
+        self.lines = []
+        try:
+            with self.frame():  # nor does it count
+                self.expr(node)
+        finally:
+            self.lines, self.level = lines, level
+
     def runtime_error(self, message: str) -> str:
         """An expression that raises an evaluation error when reached."""
         return f"{self.helper('fail', runtime.fail)}({message!r})"
 
-    def charged(self, name: str, cost: Callable[..., int], operands: list[str], call: str) -> str:
-        """``call`` (a format string over the operands) after charging its size-dependent cost.
+    def charge(self, cost: int) -> None:
+        """Add a fixed cost to what the current frame (program, loop body, branch) costs."""
+        self.frames[-1] += cost
+
+    @contextmanager
+    def frame(self) -> Iterator[list[int]]:
+        """Collect the fixed cost of a nested part; the caller decides how it counts."""
+        self.frames.append(0)
+        total = [0]
+        try:
+            yield total
+        finally:
+            total[0] = self.frames.pop()
+
+    def charged(
+        self,
+        name: str,
+        cost: Callable[..., int],
+        operands: list[str],
+        call: str,
+        work: Callable[..., int] | None = None,
+    ) -> str:
+        """``call`` (a format string over the operands) after charging its operand-dependent cost.
 
         The operands are evaluated once, in order, into temporaries; the cost is
         added and checked before the operation runs, so an operation over the
-        budget never allocates its result.
+        budget never allocates its result. Operations that do more work here
+        than upstream charges are also bounded by the work counter.
         """
         temps = [self.tmp() for _ in operands]
         assigned = ", ".join(f"({t} := {o})" for t, o in zip(temps, operands, strict=True))
         charge = self.helper("cost_" + name, cost)
+        guard = ""
+        if work is not None:
+            measure = self.helper("work_" + name, work)
+            guard = f" and (_work := {measure}({', '.join(temps)}) + _work) <= _limit"
         return (
             # The charge is computed before _cost is read: operands may charge too.
-            f"({call.format(*temps)} if (_cost := {charge}({assigned}) + _cost) <= _limit "
-            "else _cost_exceeded())"
+            f"({call.format(*temps)} if (_cost := {charge}({assigned}) + _cost) <= _limit"
+            f"{guard} else _cost_exceeded())"
         )
 
     # --- expressions ------------------------------------------------------
@@ -157,9 +264,15 @@ class _Codegen:
         return self.bind(value)
 
     def x_Ident(self, node: ast.Ident) -> str:
+        self.charge(1)
         name = node.name
         local = None if node.root else self.lookup_local(name)
         if local is not None:
+            if local in self.fallible:
+                # The binding failed when it was evaluated: the error surfaces where it is used.
+                self.emit(f"if isinstance({local}, {self.helper('EvalError', CELEvalError)}):")
+                with self.block():
+                    self.emit(f"raise {local}")
             return local
         if name in self.env.variables:
             return self.variable(name)
@@ -186,6 +299,7 @@ class _Codegen:
         if self.lookup_local(root) is not None:
             return None
         if dotted in self.env.variables:
+            self.charge(1)
             return self.variable(dotted)
         return None
 
@@ -202,6 +316,7 @@ class _Codegen:
             ):
                 return self.device_field(node)
         target = self.expr(node.operand)
+        self.charge(1)
         fn = runtime.optional_select if node.optional else runtime.select
         name = "optselect" if node.optional else "select"
         return f"{self.helper(name, fn)}({target}, {node.field!r})"
@@ -212,11 +327,13 @@ class _Codegen:
             attr == "allow_multiple_allocations" and not self.env.consumable_capacity
         ):
             raise self.error(node, f"undefined field '{node.field}'")
+        self.charge(1)
         return f"{self.expr(node.operand)}.{attr}"
 
     def x_Index(self, node: ast.Index) -> str:
         target = self.expr(node.operand)
         key = self.expr(node.index)
+        self.charge(1)
         if node.optional:
             return f"{self.helper('optindex', runtime.optional_index)}({target}, {key})"
         return f"{self.helper('index', runtime.index)}({target}, {key})"
@@ -228,6 +345,7 @@ class _Codegen:
             except CELEvalError:
                 pass
         operand = self.expr(node.operand)
+        self.charge(1)
         if node.op == "!":
             return f"{self.helper('not', runtime.logical_not)}({operand})"
         return f"{self.helper('neg', runtime.neg)}({operand})"
@@ -249,13 +367,20 @@ class _Codegen:
     _FAST_COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
 
     def x_Binary(self, node: ast.Binary) -> str:
+        if node.op == "in" and isinstance(node.right, ast.ListLit) and not node.right.elements:
+            # Upstream plans `x in []` as the constant false: x is never evaluated.
+            self.discarded(node.left)
+            return "False"
+        if node.op == "in" and self.optimize and _constant_primitives(node.right):
+            return self._set_membership(node)
         left = self.expr(node.left)
         right = self.expr(node.right)
         name, fn = self._BINARY[node.op]
         call = self.helper(name, fn)
         sized = self._sized_binary(node)
         if sized is not None:
-            return self.charged("op_" + name, sized, [left, right], call + "({}, {})")
+            work = _WORK.get("op_" + name)
+            return self.charged("op_" + name, sized, [left, right], call + "({}, {})", work)
         # Same-type fast path when one side is a string or int literal: skip the
         # helper call when the other side has that type too.
         if node.op in self._FAST_COMPARE:
@@ -272,17 +397,31 @@ class _Codegen:
                     return f"({direct} if type({t} := {other}) is {kind} else {slow})"
         return f"{call}({left}, {right})"
 
+    def _set_membership(self, node: ast.Binary) -> str:
+        """``x in [constants]``: upstream makes it a set lookup, free of cost."""
+        left = self.expr(node.left)
+        right = self.expr(node.right)
+        return f"{self.helper('in', runtime.contains)}({left}, {right})"
+
     def _sized_binary(self, node: ast.Binary) -> Callable[[Any, Any], int] | None:
-        """The size-dependent cost of a binary operator, None when it is bounded by a literal."""
-        left_const, right_const = analysis.is_constant(node.left), analysis.is_constant(node.right)
+        """The operand-dependent cost of a binary operator; None when it is fixed (charged now)."""
+        literal = _literal_operand(node.left, node.right)
         if node.op == "+":
-            if (left_const and right_const) or _is_scalar_literal(node.left, node.right):
+            if literal is not None and not isinstance(literal.value, (str, bytes)):
+                self.charge(1)
                 return None
-            return costs.concat
+            return runtimecost.concat
         if node.op == "in":
-            return None if right_const else costs.membership
+            return runtimecost.membership
         if node.op in self._FAST_COMPARE:
-            return None if (left_const or right_const) else costs.compare
+            if literal is not None:
+                # Bounded by the literal: upstream's estimate of this node (or, unchecked,
+                # a tenth of the literal's size) is charged now, and is never less than
+                # what upstream counts at run time.
+                self.charge(self.own_costs.get(id(node), _literal_bound(literal.value)))
+                return None
+            return runtimecost.compare if node.op in ("==", "!=") else runtimecost.order
+        self.charge(1)
         return None
 
     def _guarded(self, node: ast.Node, target: str) -> None:
@@ -344,15 +483,34 @@ class _Codegen:
         self.emit("for _ in _ONCE:")
         with self.block():
             current: ast.Node = node
+            # The conditions are charged with the rest; a branch's fixed cost when it is
+            # taken, as upstream counts (its estimate takes the dearer branch).
             while isinstance(current, ast.Cond):
                 cond = self.expr(current.cond)
                 self.emit(f"if {check}({cond}):")
                 with self.block():
-                    self.emit(f"{result} = {self.expr(current.then)}")
-                    self.emit("break")
+                    start = len(self.lines)
+                    with self.frame() as branch:
+                        self.emit(f"{result} = {self.expr(current.then)}")
+                        self.emit("break")
+                    self.charge_at(start, branch[0])
                 current = current.otherwise
-            self.emit(f"{result} = {self.expr(current)}")
+            start = len(self.lines)
+            with self.frame() as branch:
+                self.emit(f"{result} = {self.expr(current)}")
+            self.charge_at(start, branch[0])
         return result
+
+    def charge_at(self, position: int, cost: int, level: int | None = None) -> None:
+        """Insert, before the lines from ``position``, the charge of ``cost`` and the check."""
+        if cost <= 0:
+            return
+        indent = "    " * (self.level if level is None else level)
+        self.lines[position:position] = [
+            f"{indent}_cost += {cost}",
+            f"{indent}if _cost > _limit:",
+            f"{indent}    _cost_exceeded()",
+        ]
 
     def x_Has(self, node: ast.Has) -> str:
         select = node.select
@@ -365,17 +523,21 @@ class _Codegen:
             attr = DEVICE_FIELDS.get(select.field)
             if attr is None:
                 raise self.error(node, f"undefined field '{select.field}'")
+            self.charge(1)  # the device variable
             return "True"
         target = self.expr(operand)
         return f"{self.helper('has', runtime.has_field)}({target}, {select.field!r})"
 
     def x_ListLit(self, node: ast.ListLit) -> str:
+        # A list of constants is built when upstream plans the program: no cost to run.
+        self.charge(0 if self.optimize and _constant(node) else 10)
         if not any(optional for _, optional in node.elements):
             return "[" + ", ".join(self.expr(e) for e, _ in node.elements) + "]"
         items = ", ".join(f"({self.expr(e)}, {optional})" for e, optional in node.elements)
         return f"{self.helper('list_opt', runtime.list_with_optionals)}(({items},))"
 
     def x_MapLit(self, node: ast.MapLit) -> str:
+        self.charge(0 if self.optimize and _constant(node) else 30)
         if any(optional for _, _, optional in node.entries):
             items = ", ".join(
                 f"({self.expr(k)}, {self.expr(v)}, {optional})" for k, v, optional in node.entries
@@ -402,17 +564,57 @@ class _Codegen:
         raise self.error(node, f"unsupported: message construction ({node.type_name})")
 
     def x_Bind(self, node: ast.Bind) -> str:
+        # cel-go evaluates a binding lazily: one the body never reads is never evaluated, and
+        # the error of one it reads only surfaces where it is read (so `false && x` is false).
+        if not _mentions(node.body, node.var):
+            self.discarded(node.init)
+            return self.expr(node.body)
         local = self.tmp("b")
-        self.emit(f"{local} = {self.expr(node.init)}")
+        if self._cannot_fail(node.init):
+            self.emit(f"{local} = {self.expr(node.init)}")
+        else:
+            self._guarded(node.init, local)
+            self.fallible.add(local)
         self.scopes.append({node.var: local})
         try:
             return self.expr(node.body)
         finally:
             self.scopes.pop()
 
+    def _cannot_fail(self, node: ast.Node) -> bool:
+        """Bindings that cannot fail need no error kept: literals, plain names, and the
+        usual DRA ``device.attributes["domain"]`` (an unknown domain is an empty map)."""
+        if isinstance(node, ast.Lit):
+            return True
+        if isinstance(node, ast.Ident):
+            local = None if node.root else self.lookup_local(node.name)
+            return local not in self.fallible if local is not None else True
+        if isinstance(node, ast.Index) and not node.optional:
+            return (
+                isinstance(node.operand, ast.Select)
+                and node.operand.field in ("attributes", "capacity")
+                and self._is_device(node.operand.operand)
+                and isinstance(node.index, ast.Lit)
+                and type(node.index.value) is str
+            )
+        return (
+            isinstance(node, ast.Select)
+            and not node.optional
+            and node.field in DEVICE_FIELDS
+            and self._is_device(node.operand)
+        )
+
+    def _is_device(self, node: ast.Node) -> bool:
+        return (
+            isinstance(node, ast.Ident)
+            and node.name == self.env.device_var
+            and self.lookup_local(node.name) is None
+        )
+
     def x_OptMap(self, node: ast.OptMap) -> str:
         target, result, local = self.tmp(), self.tmp("r"), self.tmp("b")
         self.emit(f"{target} = {self.expr(node.target)}")
+        self.charge(3)  # hasValue(), value() and optional.of() of cel-go's expansion
         opt_cls = self.helper("Optional", type(functions.NONE))
         self.emit(f"if type({target}) is not {opt_cls}:")
         with self.block():
@@ -443,7 +645,7 @@ class _Codegen:
         self.emit(f"{rng} = {self.expr(node.range)}")
         two = len(node.vars) == 2
         iterate = runtime.iter_pairs if two else runtime.iter_range
-        step = analysis.iteration_cost(node)
+        self.charge(_RESULT_COST.get(node.kind, 1))
         names = [self.tmp("v") for _ in node.vars]
         loop_vars = ", ".join(names)
         result, err, value = self.tmp("r"), self.tmp("err"), self.tmp()
@@ -461,16 +663,16 @@ class _Codegen:
         if kind in ("all", "exists"):
             self.emit(f"{err} = None")
         self.emit(f"for {loop_vars} in {self.helper('iter' + str(len(names)), iterate)}({rng}):")
-        with self.block():
-            self.emit(f"_cost += {step}")
-            self.emit("if _cost > _limit:")
-            with self.block():
-                self.emit("_cost_exceeded()")
+        with self.block(), self.frame() as body:
+            step_at = len(self.lines)
             self.scopes.append(dict(zip(node.vars, names, strict=True)))
             try:
                 self._comprehension_body(node, result, err, value, names)
             finally:
                 self.scopes.pop()
+        # Each iteration is charged, before it runs, the fixed cost of cel-go's loop
+        # condition and step around the predicate and transform.
+        self.charge_at(step_at, body[0] + _LOOP_COST[node.kind], self.level + 1)
         if kind in ("all", "exists"):
             final = "True" if kind == "all" else "False"
             self.emit(f"if {result} is {final} and {err} is not None:")
@@ -533,6 +735,8 @@ class _Codegen:
                 return self.undeclared(node, node.name)
             return self.call(node, node.name, fn, None)
         fn = functions.MEMBER.get(node.name)
+        if self.env.kubernetes:
+            fn = functions.KUBERNETES_MEMBER.get(node.name, fn)
         if fn is None and self.env.list_attributes:
             fn = functions.GATED_MEMBER.get(node.name)
         if fn is None:
@@ -554,21 +758,40 @@ class _Codegen:
                 raise self.error(node, f"found no matching overload for '{name}'")
             return self.runtime_error(f"found no matching overload for '{name}'")
         operands = ([target] if target is not None else []) + list(node.args)
+        cost = runtimecost.CALLS.get(name)
+        if name in _CONVERSIONS and target is None and len(operands) == 1:
+            constant = _constant_value(operands[0])
+            if constant is not _NOT_CONSTANT:
+                # Planned away upstream: nothing to count at run time.
+                try:
+                    return self.bind(fn(constant))
+                except (CELEvalError, ArithmeticError, ValueError, TypeError) as exc:
+                    raise CELCompileError(f"program instantiation failed: {exc}") from None
         if name in _FOLDABLE and all(isinstance(a, ast.Lit) for a in operands):
+            values = [a.value for a in operands if isinstance(a, ast.Lit)]
             try:
-                return self.bind(fn(*(a.value for a in operands if isinstance(a, ast.Lit))))
+                folded = self.bind(fn(*values))
             except CELEvalError:
                 pass
+            else:
+                # Folded here, not upstream: charge what upstream's call costs.
+                self.charge(1 if cost is None else cost(*values))
+                return folded
         args = [self.expr(a) for a in operands]
         if name in functions.REGEX_FUNCTIONS and len(operands) >= 2:
             args[1] = self._constant_regex(node, operands[1], args[1])
         safe = "".join(c if c.isalnum() else "_" for c in name)
         function = self.helper(("m_" if target is not None else "f_") + safe, fn)
-        cost = costs.CALLS.get(name)
-        if cost is None or _charge_free(name, operands):
+        if cost is None:
+            self.charge(1)
+            return f"{function}({', '.join(args)})"
+        if name in ("startsWith", "endsWith") and isinstance(node.args[0], ast.Lit):
+            # Upstream charges a tenth of the prefix's size: known now.
+            self.charge(cost(None, node.args[0].value))
             return f"{function}({', '.join(args)})"
         placeholders = ", ".join("{}" for _ in args)
-        return self.charged(safe, cost, args, f"{function}({placeholders})")
+        work = _WORK.get(name)
+        return self.charged(safe, cost, args, f"{function}({placeholders})", work)
 
     def _constant_regex(self, node: ast.Call, pattern: ast.Node, code: str) -> str:
         """A literal pattern is compiled now: a syntax error is a compile error, as in cel-go."""
@@ -580,22 +803,84 @@ class _Codegen:
             raise self.error(node, str(exc)) from None
 
 
-def _is_scalar_literal(*nodes: ast.Node) -> bool:
-    """Whether any of the nodes is a number, bool or null literal (``+`` cannot grow then)."""
-    return any(isinstance(n, ast.Lit) and not isinstance(n.value, (str, bytes)) for n in nodes)
+_NOT_CONSTANT = object()
 
 
-def _charge_free(name: str, operands: list[ast.Node]) -> bool:
-    """Calls whose work is bounded by a literal argument's length need no size charge.
+def _constant_value(node: ast.Node) -> Any:
+    """The value of a literal or of a type conversion of constants (cel-go folds these when
+    it plans a program), else _NOT_CONSTANT."""
+    if isinstance(node, ast.Lit):
+        return node.value
+    if (
+        isinstance(node, ast.Call)
+        and node.target is None
+        and node.name in _CONVERSIONS
+        and len(node.args) == 1
+    ):
+        inner = _constant_value(node.args[0])
+        if inner is not _NOT_CONSTANT:
+            try:
+                return functions.GLOBAL[node.name](inner)
+            except (CELEvalError, ArithmeticError, ValueError, TypeError):
+                return _NOT_CONSTANT  # reported when the inner call itself is translated
+    return _NOT_CONSTANT
 
-    Not every call on literals: ``lists.range(1000000000)`` or a ``%.999999999f``
-    format are literals whose work is huge.
-    """
-    return (
-        name in costs.BOUNDED_BY_ARGUMENT
-        and len(operands) >= 2
-        and analysis.is_constant(operands[1])
+
+def _mentions(node: ast.Node, name: str) -> bool:
+    """Whether ``name`` appears as an identifier anywhere in ``node`` (shadowing ignored:
+    a false "yes" only costs the laziness of one binding)."""
+    if isinstance(node, ast.Ident):
+        return node.name == name and not node.root
+    return any(_mentions(value, name) for value in _children(node))
+
+
+def _children(node: ast.Node) -> Iterator[ast.Node]:
+    for slot in type(node).__slots__:
+        value = getattr(node, slot)
+        if isinstance(value, ast.Node):
+            yield value
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, ast.Node):
+                    yield item
+                elif isinstance(item, tuple):
+                    yield from (x for x in item if isinstance(x, ast.Node))
+
+
+def _constant(node: ast.Node) -> bool:
+    """A literal, or a list or map literal of constants (what upstream folds)."""
+    if isinstance(node, ast.Lit):
+        return True
+    if isinstance(node, ast.ListLit):
+        return all(not optional and _constant(e) for e, optional in node.elements)
+    if isinstance(node, ast.MapLit):
+        return all(
+            not optional and _constant(k) and _constant(v) for k, v, optional in node.entries
+        )
+    return False
+
+
+def _constant_primitives(node: ast.Node) -> bool:
+    """A list literal of bool, int, uint, double or string literals (a set lookup upstream)."""
+    return isinstance(node, ast.ListLit) and all(
+        not optional and isinstance(e, ast.Lit) and type(e.value) in (bool, int, UInt, float, str)
+        for e, optional in node.elements
     )
+
+
+def _literal_operand(*nodes: ast.Node) -> ast.Lit | None:
+    """The first operand written as a literal, if any."""
+    for node in nodes:
+        if isinstance(node, ast.Lit):
+            return node
+    return None
+
+
+def _literal_bound(value: Any) -> int:
+    """Upper bound of a comparison's cost with this literal on one side."""
+    if isinstance(value, (str, bytes)):
+        return math.ceil(len(value) * runtimecost.STRING_FACTOR)
+    return 1
 
 
 def _and_step(accumulated: Any, value: Any) -> Any:
@@ -629,22 +914,56 @@ def _not_bool(value: Any, macro: str) -> CELEvalError:
     )
 
 
-def generate(tree: ast.Node, env: Environment, source: str) -> GeneratedCode:
-    gen = _Codegen(env, source)
+def generate(
+    tree: ast.Node,
+    env: Environment,
+    source: str,
+    checked: Checked | None = None,
+    own_costs: dict[int, int] | None = None,
+) -> GeneratedCode:
+    """Python source of ``_cel_program(vars, limit) -> result`` and of ``_cel_program_cost``.
+
+    The second returns ``(result, actual cost)`` and sets ``actual_cost`` on the
+    error it raises: the same body, for tests and diagnostics, so the hot path
+    pays nothing for reporting its cost.
+    """
+    del checked  # the types drive the estimate; the generated code checks at run time
+    gen = _Codegen(env, source, own_costs)
     result = gen.expr(tree)
     body = gen.lines
-    flat = analysis.flat_cost(tree)
+    flat = gen.frames[0]
     header = [f"    _cost = {flat}"]
+    if any("_work" in line for line in body) or "_work" in result:
+        header.append("    _work = 0")
+    if flat:
+        # The fixed costs are counted up front: over the limit, nothing runs.
+        header += ["    if _cost > _limit:", "        _cost_exceeded()"]
     for cel_name, local in gen.used_vars.items():
         # The device selector's program receives the DeviceView itself.
         source_of = "_vars" if cel_name == env.device_var else f"_vars[{cel_name!r}]"
         header.append(f"    {local} = {source_of}")
     params = "_vars, _limit"
     source_text = "\n".join(
-        ["def _cel_program(" + params + "):", *header, *body, f"    return {result}", ""]
+        [
+            "def _cel_program(" + params + "):",
+            *header,
+            *body,
+            f"    return {result}",
+            "",
+            "def _cel_program_cost(" + params + "):",
+            *header,
+            "    try:",
+            *(["    " + line for line in body] or ["        pass"]),
+            f"        return ({result}, _cost)",
+            "    except _CELError as _exc:",
+            "        _exc.actual_cost = _cost",
+            "        raise",
+            "",
+        ]
     )
     gen.namespace["_cost_exceeded"] = _cost_exceeded
     gen.namespace["_ONCE"] = (None,)
+    gen.namespace["_CELError"] = CELError
     return GeneratedCode(
         source=source_text,
         namespace=gen.namespace,

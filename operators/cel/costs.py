@@ -1,15 +1,17 @@
-"""Size-proportional runtime costs: what an operation costs beyond its flat 1.
+"""The work bound: what dralloc's implementation of an operation does, by operand size.
 
-The flat model (``analysis``) charges 1 per operator, which lets a few bytes
-of CEL double a string thirty times with ``cel.bind`` and exhaust memory. Like
-cel-go's runtime cost tracker and Kubernetes' library cost estimator, work and
-allocation proportional to operand size are charged here: a tenth per string
-character traversed or built (cel-go's traversal factor), a quarter per pattern
-character for regexes, and 1 per list element or piece *created*. The last is
-stricter than cel-go, whose list concatenation is lazy; ours copies, so growth
-must cost. Every function returns the extra cost for the given operands and is
-called by generated code *before* the operation runs, so an expression over
-the budget is stopped before it allocates anything.
+Upstream's cost (``runtimecost``) is what the limit is decided on, but it does
+not follow our work everywhere: upstream's list concatenation is lazy and costs
+1 where ours copies, ``format`` is charged by its template only, comparing
+nested lists by their length only. So that a few bytes of CEL (a ``cel.bind``
+chain doubling a list forty times) cannot exhaust memory or time, the
+generated code keeps a second counter of this work, with the same limit:
+a tenth per string character traversed or built, a quarter per pattern
+character for regexes, and 1 per list element or piece *created*. Every
+function returns the work for the given operands and is called by generated
+code *before* the operation runs, so an expression over the bound is stopped
+before it allocates anything, with the same error as the cost limit. The
+reported actual cost is upstream's alone.
 
 Operand types are not checked here: for operands of the wrong type a function
 returns 0 and the operation itself reports the missing overload. Nested lists
@@ -294,7 +296,7 @@ def _last_argument_string(*args: Any) -> int:
     return _string_traversal(args[-1]) if args else 0
 
 
-#: Extra cost of a library call, by CEL function name, from its operands
+#: Work of a library call, by CEL function name, from its operands
 #: (the receiver first for member calls).
 CALLS: Final[dict[str, Callable[..., int]]] = {
     "contains": _contains,
@@ -346,13 +348,7 @@ CALLS: Final[dict[str, Callable[..., int]]] = {
     "ip.isCanonical": _last_argument_string,
 }
 
-#: Calls whose work is bounded by a constant operand: no charge when it is a literal
-#: (``x.startsWith("nvlink")`` compares at most six characters).
-BOUNDED_BY_ARGUMENT: Final = frozenset({"startsWith", "endsWith"})
-
-
 __all__ = [
-    "BOUNDED_BY_ARGUMENT",
     "CALLS",
     "ELEMENT_COST",
     "REGEX_FACTOR",

@@ -300,11 +300,104 @@ class _Folder:
     f_relation = f_addition = f_multiplication = _binary
 
     def f_unary(self, t: Tree) -> ast.Node:
-        op_node, operand = t.children
-        assert isinstance(op_node, Tree)
-        op = "!" if op_node.data == "unary_not" else "-"
-        inner = self.fold(operand)
-        return ast.Unary(op, inner, pos=self.pos(t))
+        # cel-go's grammar is `'!'+ member | '-'+ member`: a run of one operator over a
+        # member, where a run of even length cancels out (`--x` is `x`, whatever its type)
+        # and an odd one is a single operator. A lone '-' before a number is that number's
+        # sign, so `-5` is a literal but in `--5` both minus signs are operators, which makes
+        # `--9223372036854775808` an out-of-range literal.
+        op = self._unary_op(t)
+        assert op is not None
+        count, operand = 1, self._unwrap(t.children[1])
+        while isinstance(operand, Tree) and self._unary_op(operand) == op:
+            count += 1
+            operand = self._unwrap(operand.children[1])
+        signed = self._signed_number(t) if count == 1 and op == "-" else None
+        if signed is not None:
+            return signed
+        folded: ast.Node
+        other = self._unary_op(operand)
+        if other is not None:
+            # The other operator: only a signed number may follow (`!-1`).
+            assert isinstance(operand, Tree)
+            inner = self._signed_number(operand) if other == "-" else None
+            if inner is None:
+                raise self.error(
+                    operand, f"Syntax error: no viable alternative at input '{op}{other}'"
+                )
+            folded = inner
+        elif op == "-" and self._literal_token(operand) is not None:
+            folded = self._unsigned_number(operand)
+            if isinstance(folded, ast.Unary):
+                count += 1  # the literal's sign was one more operator
+                folded = folded.operand
+        else:
+            folded = self.fold(operand)
+        if count % 2 == 0:
+            return folded
+        return ast.Unary(op, folded, pos=self.pos(t))
+
+    @staticmethod
+    def _unwrap(node: Tree | Token) -> Tree | Token:
+        while isinstance(node, Tree) and len(node.children) == 1 and node.data in _PASS_THROUGH:
+            node = node.children[0]
+        return node
+
+    @staticmethod
+    def _unary_op(node: Tree | Token) -> str | None:
+        if isinstance(node, Tree) and node.data == "unary" and len(node.children) == 2:
+            op_node = node.children[0]
+            if isinstance(op_node, Tree):
+                return "!" if op_node.data == "unary_not" else "-"
+        return None
+
+    def _literal_token(self, node: Tree | Token) -> Token | None:
+        node = self._unwrap(node)
+        if isinstance(node, Tree) and node.data == "literal":
+            token = node.children[0]
+            if isinstance(token, Token) and token.type in ("INT_LIT", "UINT_LIT", "FLOAT_LIT"):
+                return token
+        return None
+
+    def _signed_number(self, t: Tree) -> ast.Lit | None:
+        """`- 5`: one minus sign and, after blanks only, an unsigned number: a literal."""
+        token = self._literal_token(t.children[1])
+        start = getattr(t.meta, "start_pos", None)
+        if token is None or start is None or token.type == "UINT_LIT" or str(token).startswith("-"):
+            return None
+        if self.source[start + 1 : token.start_pos].strip():
+            return None  # parenthesised: -(5) negates
+        literal = self.fold(t.children[1])
+        assert isinstance(literal, ast.Lit)
+        if type(literal.value) is int:
+            if -literal.value < INT64_MIN:
+                raise self.error(token, "invalid int literal")
+            return ast.Lit(-literal.value, pos=self.pos(t))
+        return ast.Lit(-literal.value, pos=self.pos(t))
+
+    def _unsigned_number(self, node: Tree | Token) -> ast.Node:
+        """The literal after a run of minus signs; one lexed with its sign comes back as
+        Unary('-', magnitude) so that the caller counts the sign as an operator."""
+        token = self._literal_token(node)
+        assert token is not None
+        text = str(token)
+        if not text.startswith("-"):
+            return self.fold(node)
+        magnitude_text = text[1:]
+        if token.type == "UINT_LIT":
+            magnitude: ast.Node = ast.Lit(
+                UInt(_int_literal(magnitude_text[:-1])), pos=self.pos(token)
+            )
+        elif token.type == "INT_LIT":
+            value = _int_literal(magnitude_text)
+            if value > INT64_MAX:
+                column = (token.column or 1) + 1
+                raise CELCompileError(
+                    f"ERROR: <input>:{token.line or 1}:{column}: invalid int literal"
+                )
+            magnitude = ast.Lit(value, pos=self.pos(token))
+        else:
+            magnitude = ast.Lit(float(magnitude_text), pos=self.pos(token))
+        return ast.Unary("-", magnitude, pos=self.pos(token))
 
     def f_member_dot(self, t: Tree) -> ast.Node:
         operand, name = t.children
@@ -422,6 +515,10 @@ class _Folder:
                 value = _int_literal(text)
                 if not INT64_MIN <= value <= INT64_MAX:
                     raise ValueError("integer literal out of range")
+            elif kind == "UINT_LIT" and text.startswith("-"):
+                # No signed uint literal: the lexer took an operator's minus sign.
+                magnitude = ast.Lit(UInt(_int_literal(text[1:-1])), pos=self.pos(t))
+                return ast.Unary("-", magnitude, pos=self.pos(t))
             elif kind == "UINT_LIT":
                 value = _int_literal(text[:-1])
                 if not 0 <= value <= UINT64_MAX:

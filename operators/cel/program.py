@@ -16,9 +16,11 @@ from typing import Any
 
 from . import (
     ast,
+    checker,
     estimate,
     netlib,  # noqa: F401  (importing it registers the IP/CIDR functions)
 )
+from . import types as celtypes
 from .codegen import Environment, generate
 from .errors import CELCompileError, CELEvalError
 from .parser import parse
@@ -37,6 +39,12 @@ class Program:
     source: str
     function: Callable[[Any, int], Any]
     flat_cost: int
+    #: The checker's types, for an environment with declarations (device selectors).
+    checked: checker.Checked | None = None
+    #: Upstream's worst-case cost estimate (checked programs only).
+    estimated_cost: int | None = None
+    #: ``function`` that returns ``(result, actual cost)`` and sets ``actual_cost`` on errors.
+    costed: Callable[[Any, int], tuple[Any, int]] | None = None
 
     def run(self, variables: Any, cost_limit: int = DEFAULT_COST_LIMIT) -> Any:
         try:
@@ -58,10 +66,26 @@ def as_eval_error(exc: BaseException) -> CELEvalError:
     return CELEvalError(f"no such overload: {exc}")
 
 
+def declarations(env: Environment) -> checker.Declarations | None:
+    """What the checker declares for ``env``: the ``device`` variable of a selector."""
+    if env.device_var is None or not env.checked:
+        return None
+    fields = checker.device_fields(env.list_attributes, env.consumable_capacity)
+    return checker.Declarations(
+        variables={env.device_var: celtypes.DEVICE},
+        structs={celtypes.DEVICE.name: fields},
+        includes=env.list_attributes,
+    )
+
+
 def compile_program(expression: str, env: Environment) -> Program:
     try:
         tree = parse(expression)
-        code = generate(tree, env, expression)
+        declared = declarations(env)
+        checked = checker.check(tree, declared) if declared is not None else None
+        estimated = estimate.estimate(tree, checked) if checked is not None else None
+        own = estimated.own if estimated is not None else None
+        code = generate(tree, env, expression, checked, own)
         namespace = dict(code.namespace)
         exec(compile(code.source, "<cel>", "exec"), namespace)
     except RecursionError:
@@ -76,6 +100,9 @@ def compile_program(expression: str, env: Environment) -> Program:
         source=code.source,
         function=namespace["_cel_program"],
         flat_cost=code.flat_cost,
+        checked=checked,
+        estimated_cost=estimated.cost if estimated is not None else None,
+        costed=namespace["_cel_program_cost"],
     )
 
 
@@ -130,7 +157,3 @@ def evaluate(
     program = _generic_cache.get(expression, env)
     variables = {name: to_cel(value) for name, value in bindings.items()}
     return to_python(program.run(variables, cost_limit))
-
-
-def estimated_cost(program: Program, device_var: str | None = "device") -> int:
-    return estimate.estimated_cost(program.tree, device_var)

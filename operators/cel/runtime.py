@@ -14,6 +14,9 @@ import math
 from collections.abc import Iterable
 from typing import Any, NoReturn
 
+from operators.api.quantity import Quantity
+from operators.api.semver import Semver
+
 from .errors import CELEvalError
 from .values import (
     FALSE_KEY,
@@ -23,6 +26,7 @@ from .values import (
     TRUE_KEY,
     UINT64_MAX,
     BoolKey,
+    ComputedQuantity,
     Duration,
     Optional,
     Timestamp,
@@ -119,6 +123,7 @@ def _num_cmp(a: Any, b: Any) -> int | None:
 
 
 def equals(a: Any, b: Any) -> bool:
+    """``a == b``: the left operand's notion of equality, as cel-go asks it."""
     ta = type(a)
     tb = type(b)
     if ta is tb:
@@ -126,6 +131,8 @@ def equals(a: Any, b: Any) -> bool:
             return _list_equals(a, b)
         if ta is dict:
             return _map_equals(a, b)
+        if ta is ComputedQuantity:
+            _refuse(a, b)
         return bool(a == b)
     if ta in _NUMERIC and tb in _NUMERIC:
         return _num_cmp(a, b) == 0
@@ -133,17 +140,49 @@ def equals(a: Any, b: Any) -> bool:
         return _list_equals(a, b)
     if isinstance(a, dict) and isinstance(b, dict):
         return _map_equals(a, b)
+    if ta in _STRICT_EQUALITY and b is not None:
+        if ta is ComputedQuantity and tb is Quantity:
+            return bool(a == b)
+        _refuse(a, b)
     return False
 
 
+#: Kubernetes' semver and quantity types refuse to be compared with anything but their
+#: own type (a null aside): "no such overload" where other types are just unequal.
+_STRICT_EQUALITY = frozenset({Semver, Quantity, ComputedQuantity})
+
+
+def _refuse(a: Any, b: Any) -> NoReturn:
+    raise CELEvalError("no such overload")
+
+
+def equal_or_false(a: Any, b: Any) -> bool:
+    """Equality as cel-go's list, map and library code use it: true only when ``a``
+    answers true, so a refused comparison counts as unequal."""
+    try:
+        return equals(a, b)
+    except CELEvalError:
+        return False
+
+
 def not_equals(a: Any, b: Any) -> bool:
-    return not equals(a, b)
+    # cel-go negates "is it true": a refused comparison is "not equal".
+    return not equal_or_false(a, b)
 
 
 def _list_equals(a: Any, b: Any) -> bool:
+    # cel-go stops at the first element pair that is false; a refused comparison is not
+    # false, so it does not make the lists unequal.
     if len(a) != len(b):
         return False
-    return all(equals(x, y) for x, y in zip(a, b, strict=True))
+    return all(_not_false(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _not_false(a: Any, b: Any) -> bool:
+    try:
+        return equals(a, b)
+    except CELEvalError:
+        return True
 
 
 def _map_equals(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
@@ -152,7 +191,7 @@ def _map_equals(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
     for key, value in a.items():
         if key not in b:
             return False
-        if not equals(value, b[key]):
+        if not _not_false(value, b[key]):
             return False
     return True
 
@@ -161,34 +200,45 @@ def compare(a: Any, b: Any, op: str) -> int:
     ta, tb = type(a), type(b)
     if ta is tb and ta in _ORDERED_SAME:
         if ta is float and (a != a or b != b):
-            return 2  # unordered: every comparison is false
+            _unordered()
         return (a > b) - (a < b)
     if ta in _NUMERIC and tb in _NUMERIC:
         r = _num_cmp(a, b)
-        return 2 if r is None else r
+        if r is None:
+            _unordered()
+        return r
     no_overload(op, a, b)
 
 
+def _unordered() -> NoReturn:
+    # cel-go refuses to order a NaN (equality with one is just false).
+    raise CELEvalError("NaN values cannot be ordered")
+
+
 def less(a: Any, b: Any) -> bool:
-    if type(a) is type(b) and type(a) in _ORDERED_SAME:
+    t = type(a)
+    if t is type(b) and t in _ORDERED_SAME and t is not float:
         return bool(a < b)
     return compare(a, b, "_<_") == -1
 
 
 def less_equal(a: Any, b: Any) -> bool:
-    if type(a) is type(b) and type(a) in _ORDERED_SAME:
+    t = type(a)
+    if t is type(b) and t in _ORDERED_SAME and t is not float:
         return bool(a <= b)
     return compare(a, b, "_<=_") in (-1, 0)
 
 
 def greater(a: Any, b: Any) -> bool:
-    if type(a) is type(b) and type(a) in _ORDERED_SAME:
+    t = type(a)
+    if t is type(b) and t in _ORDERED_SAME and t is not float:
         return bool(a > b)
     return compare(a, b, "_>_") == 1
 
 
 def greater_equal(a: Any, b: Any) -> bool:
-    if type(a) is type(b) and type(a) in _ORDERED_SAME:
+    t = type(a)
+    if t is type(b) and t in _ORDERED_SAME and t is not float:
         return bool(a >= b)
     return compare(a, b, "_>=_") in (0, 1)
 
@@ -351,7 +401,7 @@ def contains(element: Any, container: Any) -> bool:
     if isinstance(container, (list, tuple)):
         if type(element) is str:
             return element in container
-        return any(equals(element, item) for item in container)
+        return any(equal_or_false(element, item) for item in container)
     if isinstance(container, dict):
         key = map_key(element)
         if key is None:

@@ -3,7 +3,10 @@
 ``compile_selector`` checks what upstream checks when a selector is
 compiled: syntax, undeclared names and functions, that the result can be a
 bool, and (unless disabled) that the worst-case estimated cost is within
-the 1,000,000 limit. ``CompiledSelector.evaluate`` runs the generated Python
+the 1,000,000 limit. Like upstream it has two environments: a new
+expression (admission) sees only what the feature gates enable, a stored
+one (the allocator, the toolkit) sees every field and function, so that a
+selector stored while a gate was on keeps working after it is turned off. ``CompiledSelector.evaluate`` runs the generated Python
 against a ``DeviceView`` with a runtime cost budget and turns results and
 errors into upstream's messages.
 """
@@ -15,12 +18,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from . import analysis, estimate
+from . import types as celtypes
 from .codegen import Environment
 from .device import DeviceView
 from .errors import (
     NO_SUCH_KEY_HINT,
     CELCompileError,
+    CELError,
     CELEvalError,
 )
 from .program import (
@@ -68,8 +72,26 @@ class CompiledSelector:
             return result
         raise CELEvalError(f"CEL result of type {type_name(result)} could not be converted to bool")
 
+    def evaluate_with_cost(
+        self, device: DeviceView, cost_limit: int = MAX_COST
+    ) -> tuple[bool | CELError, int]:
+        """``(result or the error it raised, actual cost)``: upstream's EvalDetails.ActualCost."""
+        assert self.program.costed is not None
+        if device.list_attribute is not None and not self.list_attributes:
+            return CELEvalError(
+                f"attribute {device.list_attribute}: unsupported attribute value"
+            ), 0
+        try:
+            result, cost = self.program.costed(device, cost_limit)
+        except CELError as exc:
+            return exc, int(getattr(exc, "actual_cost", 0))
+        if result is True or result is False:
+            return result, cost
+        message = f"CEL result of type {type_name(result)} could not be converted to bool"
+        return CELEvalError(message), cost
 
-_cache: OrderedDict[tuple[str, bool, bool, bool], CompiledSelector] = OrderedDict()
+
+_cache: OrderedDict[tuple[str, bool, bool, bool, bool], CompiledSelector] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
@@ -78,24 +100,31 @@ def compile_selector(
     *,
     list_attributes: bool = False,
     consumable_capacity: bool = True,
-    check_cost: bool = True,
+    stored: bool = False,
+    check_cost: bool | None = None,
 ) -> CompiledSelector:
     """Compile a device selector; cached by expression and options.
 
-    ``list_attributes`` enables the DRAListTypeAttributes behaviour (list
-    values, ``includes``). ``consumable_capacity`` exposes
-    ``device.allowMultipleAllocations``. ``check_cost`` rejects expressions
-    whose estimated cost exceeds the limit (upstream does this when a selector
-    is created or changed; stored selectors are only bound by the runtime limit).
-    Raises CELCompileError; failures are not cached.
+    ``list_attributes`` is the DRAListTypeAttributes gate (list values; and for
+    a new expression ``includes``). ``consumable_capacity`` is the
+    DRAConsumableCapacity gate (for a new expression,
+    ``device.allowMultipleAllocations``). ``stored`` compiles an expression of
+    an object already stored: every field and function is declared whatever
+    the gates. ``check_cost`` rejects expressions whose estimated cost exceeds
+    the limit; by default new expressions are checked and stored ones are not
+    (upstream checks when a selector is created or changed; stored selectors
+    are only bound by the runtime limit). Raises CELCompileError; failures are
+    not cached.
     """
-    key = (expression, list_attributes, consumable_capacity, check_cost)
+    if check_cost is None:
+        check_cost = not stored
+    key = (expression, list_attributes, consumable_capacity, stored, check_cost)
     with _cache_lock:
         cached = _cache.get(key)
         if cached is not None:
             _cache.move_to_end(key)
             return cached
-    selector = _compile(expression, list_attributes, consumable_capacity, check_cost)
+    selector = _compile(expression, list_attributes, consumable_capacity, stored, check_cost)
     with _cache_lock:
         _cache[key] = selector
         while len(_cache) > _CACHE_SIZE:
@@ -113,7 +142,11 @@ def clear_cache() -> None:
 
 
 def _compile(
-    expression: str, list_attributes: bool, consumable_capacity: bool, check_cost: bool
+    expression: str,
+    list_attributes: bool,
+    consumable_capacity: bool,
+    stored: bool,
+    check_cost: bool,
 ) -> CompiledSelector:
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise CELCompileError(
@@ -123,20 +156,28 @@ def _compile(
         variables=frozenset({"device"}),
         checked=True,
         device_var="device",
-        list_attributes=list_attributes,
-        consumable_capacity=consumable_capacity,
+        # Stored expressions see the newest declarations whatever the gates; the
+        # gates still decide what a device's attributes are when it is evaluated.
+        list_attributes=list_attributes or stored,
+        consumable_capacity=consumable_capacity or stored,
+        kubernetes=True,
     )
     try:
         program = compile_program(expression, env)
     except CELCompileError as exc:
         message = str(exc)
-        if not message.startswith("compilation failed"):
+        if not message.startswith(("compilation failed", "program instantiation failed")):
             message = "compilation failed: " + message
         raise CELCompileError(message) from None
-    result = analysis.result_type(program.tree)
-    if result not in ("bool", "dyn"):
-        raise CELCompileError(f"must evaluate to bool or the unknown type, not {result}")
-    cost = estimate.estimated_cost(program.tree)
+    assert program.checked is not None and program.estimated_cost is not None
+    result = program.checked.result
+    # Upstream accepts a bool or exactly the attribute type (google.protobuf.Any
+    # before DRAListTypeAttributes, dyn with it).
+    attribute = celtypes.DYN if env.list_attributes else celtypes.ANY
+    if result not in (celtypes.BOOL, attribute):
+        shown = "any" if result.kind == "any" else str(result)
+        raise CELCompileError(f"must evaluate to bool or the unknown type, not {shown}")
+    cost = program.estimated_cost
     if check_cost and cost > MAX_COST:
         raise CELCompileError(
             f"too complex, exceeds cost limit (estimated cost {cost}, limit {MAX_COST})"

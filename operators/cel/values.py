@@ -33,6 +33,21 @@ class UInt(int):
         return f"{int(self)}u"
 
 
+class ComputedQuantity(Quantity):
+    """A quantity the quantity library computed (``add``, ``sub``).
+
+    Upstream hands these out by reference, and its quantity equality only accepts a
+    quantity held by value as the right operand: ``q.add(1) == quantity("2")`` compares,
+    ``quantity("2") == q.add(1)`` and ``q.add(1) == q.sub(1)`` are "no such overload".
+    Everything else treats it as the quantity it is.
+    """
+
+    __slots__ = ()
+
+
+QUANTITY_TYPES = (Quantity, ComputedQuantity)
+
+
 class BoolKey:
     """A bool used as a map key (keeps ``true`` and ``1`` apart in a dict)."""
 
@@ -299,6 +314,7 @@ _TYPE_NAME_BY_CLASS: dict[type, str] = {
     Timestamp: TIMESTAMP_TYPE_NAME,
     Duration: DURATION_TYPE_NAME,
     Quantity: "kubernetes.Quantity",
+    ComputedQuantity: "kubernetes.Quantity",
     Semver: "kubernetes.Semver",
 }
 
@@ -316,6 +332,7 @@ _GO_TYPE_NAME_BY_CLASS: dict[type, str] = {
     Timestamp: "types.Timestamp",
     Duration: "types.Duration",
     Quantity: "cel.Quantity",
+    ComputedQuantity: "*cel.Quantity",
     Semver: "cel.Semver",
 }
 

@@ -27,6 +27,8 @@ from operators.cel import (
 from tests.steps import step_limit
 
 D = "dra.example.com"
+#: Upstream's bound on an attribute value (characters or list items, whichever is larger).
+MAX_ELEMENTS = 64
 ATTR = f'device.attributes["{D}"]'
 CAP = f'device.capacity["{D}"]'
 BOMB = (
@@ -51,6 +53,8 @@ class DRACase:
     compile_error: str = ""
     match_error: str = ""
     match: bool = False
+    #: Upstream's estimated cost (``expectCost``), where its case has one.
+    expect_cost: int | None = None
 
 
 def _semver(text: str) -> Semver:
@@ -62,7 +66,10 @@ _LONG_49 = [f"value-{i}" for i in range(49)]
 _EXPENSIVE_ATTRIBUTES = {f"{D}/" + "x" * (32 - len(f"-{i}")) + f"-{i}": "abc" for i in range(32)}
 
 
-def _includes(kind: str, value: str, attr: Any, match: bool) -> DRACase:
+def _includes(kind: str, value: str, attr: Any, match: bool, upstream: bool = True) -> DRACase:
+    # The target costs 4 and ``includes`` on a dyn target its size bound; a semver()
+    # argument costs 1 more.
+    default = 4 + MAX_ELEMENTS + (1 if kind == "semver" else 0)
     return DRACase(
         f"{ATTR}.name.includes({value})",
         driver=D,
@@ -70,6 +77,7 @@ def _includes(kind: str, value: str, attr: Any, match: bool) -> DRACase:
         list_attributes=True,
         new_expressions=True,
         match=match,
+        expect_cost=default if upstream else None,
     )
 
 
@@ -81,35 +89,57 @@ CASES: dict[str, DRACase] = {
     "runtime-error-lookup-identifier": DRACase(
         'device.attributes["no-such-domain"].noSuchAttr.isGreaterThan(quantity("0"))',
         match_error="no such key: noSuchAttr",
+        expect_cost=6,
     ),
     "runtime-error-lookup-map": DRACase(
         'device.attributes["no-such-domain"]["noSuchAttr"].isGreaterThan(quantity("0"))',
         match_error="no such key: noSuchAttr",
+        expect_cost=6,
     ),
-    "domain-check-negative": DRACase('"no-such-domain" in device.attributes', match=False),
+    "domain-check-negative": DRACase(
+        '"no-such-domain" in device.attributes', match=False, expect_cost=3
+    ),
     "domain-check-positive": DRACase(
-        f'"{D}" in device.attributes', attributes={f"{D}/something": True}, match=True
+        f'"{D}" in device.attributes',
+        attributes={f"{D}/something": True},
+        match=True,
+        expect_cost=3,
     ),
-    "empty-driver-name": DRACase('device.driver == ""', match=True),
-    "real-driver-name": DRACase(f'device.driver == "{D}"', driver=D, match=True),
+    "empty-driver-name": DRACase('device.driver == ""', match=True, expect_cost=2),
+    "real-driver-name": DRACase(f'device.driver == "{D}"', driver=D, match=True, expect_cost=4),
     "driver-name-qualifier": DRACase(
-        f"{ATTR}.name", driver=D, attributes={"name": True}, match=True
+        f"{ATTR}.name",
+        driver=D,
+        attributes={"name": True},
+        match=True,
+        expect_cost=4,
     ),
     "driver-name-qualifier-map-lookup": DRACase(
-        f'{ATTR}["name"]', driver=D, attributes={"name": True}, match=True
+        f'{ATTR}["name"]',
+        driver=D,
+        attributes={"name": True},
+        match=True,
+        expect_cost=4,
     ),
     "bind": DRACase(
-        f"cel.bind(dra, {ATTR}, dra.name)", driver=D, attributes={"name": True}, match=True
+        f"cel.bind(dra, {ATTR}, dra.name)",
+        driver=D,
+        attributes={"name": True},
+        match=True,
+        expect_cost=15,
     ),
     "qualified-attribute-name": DRACase(
         'device.attributes["other.example.com"].name',
         driver=D,
         attributes={"other.example.com/name": True},
         match=True,
+        expect_cost=4,
     ),
-    "bool": DRACase(f"{ATTR}.name", driver=D, attributes={"name": True}, match=True),
-    "int": DRACase(f"{ATTR}.name > 0", driver=D, attributes={"name": 1}, match=True),
-    "string": DRACase(f'{ATTR}.name == "fish"', driver=D, attributes={"name": "fish"}, match=True),
+    "bool": DRACase(f"{ATTR}.name", driver=D, attributes={"name": True}, match=True, expect_cost=4),
+    "int": DRACase(f"{ATTR}.name > 0", driver=D, attributes={"name": 1}, match=True, expect_cost=5),
+    "string": DRACase(
+        f'{ATTR}.name == "fish"', driver=D, attributes={"name": "fish"}, match=True, expect_cost=5
+    ),
     "macro-exists-on-int": DRACase(
         f"{ATTR}.name.exists(x, x > 0)",
         driver=D,
@@ -117,6 +147,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match_error="got 'types.Int', expected iterable type",
+        expect_cost=5 + (3 + 3) * MAX_ELEMENTS,
     ),
     "macro-exists-on-bool": DRACase(
         f"{ATTR}.name.exists(x, x == true)",
@@ -125,6 +156,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match_error="got 'types.Bool', expected iterable type",
+        expect_cost=5 + (3 + 3) * MAX_ELEMENTS,
     ),
     "macro-exists-on-string": DRACase(
         f'{ATTR}.name.exists(x, x == "fish")',
@@ -133,6 +165,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match_error="got 'types.String', expected iterable type",
+        expect_cost=5 + (3 + 3) * MAX_ELEMENTS,
     ),
     "attribute-access-causes-match-error": DRACase(
         f"{ATTR}.names",
@@ -147,6 +180,7 @@ CASES: dict[str, DRACase] = {
         attributes={"names": ["fish", "bird"]},
         list_attributes=True,
         match_error="CEL result of type list could not be converted to bool",
+        expect_cost=4,
     ),
     "list-of-bool": DRACase(
         f"{ATTR}.names.size() == 2",
@@ -155,6 +189,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match=True,
+        expect_cost=6,
     ),
     "list-of-int": DRACase(
         f"{ATTR}.names.size() == 2",
@@ -163,6 +198,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match=True,
+        expect_cost=6,
     ),
     "list-of-string": DRACase(
         f"{ATTR}.names.size() == 2",
@@ -171,6 +207,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match=True,
+        expect_cost=6,
     ),
     "list-of-semver": DRACase(
         f"{ATTR}.names.size() == 2",
@@ -179,6 +216,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match=True,
+        expect_cost=6,
     ),
     "macro-on-list-of-int": DRACase(
         f"{ATTR}.names.exists(x, x > 0)",
@@ -187,6 +225,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match=True,
+        expect_cost=5 + (3 + 3) * MAX_ELEMENTS,
     ),
     "macro-on-list-of-string": DRACase(
         f'{ATTR}.names.all(x, x != "")',
@@ -195,6 +234,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match=True,
+        expect_cost=5 + (2 + 2) * MAX_ELEMENTS,
     ),
     "macro-on-list-of-semver": DRACase(
         f'{ATTR}.names.all(x, x.isGreaterThan(semver("0.0.1")))',
@@ -203,6 +243,7 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match=True,
+        expect_cost=5 + (2 + 4) * MAX_ELEMENTS,
     ),
     "includes-function-undeclared-error": DRACase(
         f'{ATTR}.name.includes("fish")',
@@ -244,7 +285,7 @@ CASES: dict[str, DRACase] = {
         "string", '"value-48"', _LONG_48, False
     ),
     "includes-function-on-very-long-list-negative": _includes(
-        "string", '"value-49"', _LONG_49, False
+        "string", '"value-49"', _LONG_49, False, upstream=False
     ),
     "in-operator-on-list": DRACase(
         f"1 in {ATTR}.names",
@@ -253,18 +294,21 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match=True,
+        expect_cost=4 + MAX_ELEMENTS,
     ),
     "version": DRACase(
         f'{ATTR}.name.isGreaterThan(semver("0.0.1"))',
         driver=D,
         attributes={"name": _semver("1.0.0")},
         match=True,
+        expect_cost=6,
     ),
     "version_v": DRACase(
         f'{ATTR}.name.isGreaterThan(semver("v0.0.1", true)) && isSemver("v1.0.0", true)',
         driver=D,
         attributes={"name": _semver("1.0.0")},
         match=True,
+        expect_cost=7,
     ),
     "macro-exists-on-version": DRACase(
         f'{ATTR}.name.exists(x, x.isGreaterThan(semver("0.0.1")))',
@@ -273,21 +317,26 @@ CASES: dict[str, DRACase] = {
         list_attributes=True,
         new_expressions=True,
         match_error="got 'cel.Semver', expected iterable type",
+        expect_cost=5 + (3 + 4) * MAX_ELEMENTS,
     ),
     "quantity": DRACase(
         f'{CAP}.name.isGreaterThan(quantity("1Ki"))',
         driver=D,
         capacity={"name": Quantity("1Mi")},
         match=True,
+        expect_cost=6,
     ),
     "check-positive": DRACase(
         f'"name" in {CAP} && {CAP}.name.isGreaterThan(quantity("1Ki"))',
         driver=D,
         capacity={"name": Quantity("1Mi")},
         match=True,
+        expect_cost=10,
     ),
     "check-negative": DRACase(
-        f'!("name" in {CAP}) || {CAP}.name.isGreaterThan(quantity("1Ki"))', match=True
+        f'!("name" in {CAP}) || {CAP}.name.isGreaterThan(quantity("1Ki"))',
+        match=True,
+        expect_cost=11,
     ),
     "all": DRACase(
         " &&\n".join(
@@ -308,72 +357,84 @@ CASES: dict[str, DRACase] = {
         attributes={"bool": True, "int": 1, "string": "fish", "version": _semver("1.0.0")},
         capacity={"quantity": Quantity("1Mi")},
         match=True,
+        expect_cost=52,
     ),
     "many": DRACase(
         f"{ATTR}.a && {ATTR}.b && {ATTR}.c",
         driver=D,
         attributes={"a": True, "b": True, "c": True},
         match=True,
+        expect_cost=12,
     ),
     "check_attribute_domains": DRACase(
         f'device.attributes.exists_one(x, x == "{D}")',
         driver=D,
         attributes={"services": "some_example_value"},
         match=True,
+        expect_cost=164,
     ),
     "check_attribute_ids": DRACase(
         f'{ATTR}.exists_one(x, x == "services")',
         driver=D,
         attributes={"services": "some_example_value"},
         match=True,
+        expect_cost=133,
     ),
     "split_attribute": DRACase(
         f'{ATTR}.services.split("example").size() >= 2',
         driver=D,
         attributes={"services": "some_example_value"},
         match=True,
+        expect_cost=19,
     ),
     "regexp_attribute": DRACase(
         f'{ATTR}.services.matches("[^a]?sym")',
         driver=D,
         attributes={"services": "asymetric"},
         match=True,
+        expect_cost=18,
     ),
     "check_capacity_domains": DRACase(
         f'device.capacity.exists_one(x, x == "{D}")',
         driver=D,
         capacity={"memory": Quantity("1Mi")},
         match=True,
+        expect_cost=164,
     ),
     "check_capacity_ids": DRACase(
         f'{CAP}.exists_one(x, x == "memory")',
         driver=D,
         capacity={"memory": Quantity("1Mi")},
         match=True,
+        expect_cost=133,
     ),
     "expensive": DRACase(
         BOMB,
         driver=D,
         attributes=_EXPENSIVE_ATTRIBUTES,
         match_error="actual cost limit exceeded",
+        expect_cost=85555551,
     ),
     "allow_multiple_allocations": DRACase(
         "device.allowMultipleAllocations == true",
         driver=D,
         allow_multiple_allocations=True,
         match=True,
+        expect_cost=3,
     ),
     "allow_multiple_allocations_default": DRACase(
         "device.allowMultipleAllocations == false",
         driver=D,
         allow_multiple_allocations=None,
         match=True,
+        expect_cost=3,
     ),
     "allow_multiple_allocations_false": DRACase(
         "device.allowMultipleAllocations == false",
         driver=D,
         allow_multiple_allocations=False,
         match=True,
+        expect_cost=3,
     ),
     "allow_multiple_allocations_new": DRACase(
         "device.allowMultipleAllocations == false",
@@ -381,6 +442,7 @@ CASES: dict[str, DRACase] = {
         allow_multiple_allocations=False,
         new_expressions=True,
         match=True,
+        expect_cost=3,
     ),
     "allow_multiple_allocations_enabled": DRACase(
         "device.allowMultipleAllocations == false",
@@ -388,6 +450,7 @@ CASES: dict[str, DRACase] = {
         allow_multiple_allocations=False,
         new_expressions=True,
         match=True,
+        expect_cost=3,
     ),
     "allow_multiple_allocations_disabled": DRACase(
         "device.allowMultipleAllocations == false",
@@ -433,6 +496,11 @@ def test_dra_cel_case(case: DRACase, list_attributes: bool) -> None:
     device = DeviceView.build(
         case.driver, case.attributes, case.capacity, case.allow_multiple_allocations
     )
+    if case.expect_cost is not None:
+        # Upstream asserts its estimate, and that no evaluation costs more than it.
+        assert selector.estimated_cost == case.expect_cost
+        _, actual = selector.evaluate_with_cost(device)
+        assert actual <= selector.estimated_cost
     if case.match_error:
         expected = CELCostError if "cost limit" in case.match_error else CELEvalError
         with pytest.raises(expected) as raised:
@@ -450,10 +518,11 @@ def test_expensive_is_rejected_by_the_estimate_for_new_expressions() -> None:
 def test_expensive_stops_quickly() -> None:
     selector = compile_selector(BOMB, check_cost=False)
     device = DeviceView.build(D, _EXPENSIVE_ATTRIBUTES, {}, False)
-    # Counted in calls, not seconds: ~1,600,000 until the 1,000,000 cost units run out; the
-    # whole 10**7 iterations would make tens of millions.
+    # Counted in calls, not seconds: ~2,050,000 until the 1,000,000 cost units run out (upstream
+    # builds the constant lists once, so an iteration costs 7); the whole 10**7 iterations
+    # would make well over a hundred million.
     with (
-        step_limit(2_000_000),
+        step_limit(2_500_000),
         pytest.raises(CELCostError, match="operation cancelled: actual cost limit exceeded"),
     ):
         selector.evaluate(device)
@@ -472,17 +541,14 @@ _FEATURE_SETS = {
 def test_environment_matrix(env: str, features: str) -> None:
     """New expressions see only what the gates enable; stored ones see everything."""
     consumable, lists = _FEATURE_SETS[features]
-    if env == "stored-expressions":
-        consumable = lists = True
+    stored = env == "stored-expressions"
     device = DeviceView.build(D, {"name": 2}, {}, True)
     multi = "device.allowMultipleAllocations"
     includes = f"{ATTR}.name.includes(2)"
-    for expression, available in ((multi, consumable), (includes, lists)):
+    options = {"list_attributes": lists, "consumable_capacity": consumable, "stored": stored}
+    for expression, available in ((multi, consumable or stored), (includes, lists or stored)):
         if available:
-            selector = compile_selector(
-                expression, list_attributes=lists, consumable_capacity=consumable
-            )
-            assert selector.evaluate(device) is True
+            assert compile_selector(expression, **options).evaluate(device) is True
         else:
             with pytest.raises(CELCompileError):
-                compile_selector(expression, list_attributes=lists, consumable_capacity=consumable)
+                compile_selector(expression, **options)

@@ -184,3 +184,28 @@ def test_cmp_and_int64_bounds_of_is_integer() -> None:
     assert Quantity("3").cmp(Quantity("2")) == 1
     assert Quantity(2**63 - 1).is_integer()
     assert not Quantity.from_nanos(2**63 * NANO).is_integer()
+
+
+@pytest.mark.parametrize(
+    ("text", "amount"),
+    [
+        ("0", (0, 0)),
+        ("1536Mi", (1536 * 2**20, 0)),
+        ("1.5Gi", None),  # a fraction of a binary suffix: Kubernetes keeps a decimal
+        ("999Ti", None),  # too many digits for its int64 fast path
+        ("1000m", (1000, -3)),
+        ("1.5k", (15, 2)),
+        ("-1.5", (-15, -1)),
+        ("1e3", (1, 3)),
+        ("1234567890123456789", None),
+    ],
+)
+def test_int64_amount_is_how_kubernetes_holds_the_parsed_quantity(
+    text: str, amount: tuple[int, int] | None
+) -> None:
+    assert Quantity(text).int64_amount == amount
+
+
+def test_a_computed_quantity_is_held_as_its_canonical_text_would_be() -> None:
+    # 1.5Gi prints as 1536Mi, which parses onto the int64 path.
+    assert Quantity.from_nanos(Quantity("1.5Gi").nanos).int64_amount == (1536 * 2**20, 0)

@@ -66,3 +66,44 @@ def test_nesting_limit_does_not_depend_on_the_recursion_limit(recursion_limit: i
         assert evaluate("(" * 100 + "1" + ")" * 100) == 1
     finally:
         sys.setrecursionlimit(saved)
+
+
+# Unary operators as cel-go's grammar reads them (`'-'+ member`, `'!'+ member`), each
+# answer checked against upstream with bench/celdiff (issue 22).
+@pytest.mark.parametrize(
+    ("source", "value"),
+    [
+        ('--"a" == "a"', True),  # an even run cancels out, whatever the operand's type
+        ("!!1 == 1", True),
+        ("!!!true", False),
+        ("--5u == 5u", True),
+        ("---5 == -5", True),
+        ("-- -5 == -5", True),
+        ("- 5 == -5", True),
+        ("-9223372036854775808 < 0", True),
+    ],
+)
+def test_unary_runs(source: str, value: object) -> None:
+    assert evaluate(source) == value
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        # Both minus signs are operators, so the literal is 9223372036854775808.
+        ("--9223372036854775808 == 0", "<input>:1:3: invalid int literal"),
+        ("- -9223372036854775808 == 0", "invalid int literal"),
+        ("-!true", "Syntax error: no viable alternative at input '-!'"),
+        ("!-x", "Syntax error"),
+    ],
+)
+def test_unary_syntax_errors(source: str, message: str) -> None:
+    with pytest.raises(CELCompileError, match=message):
+        parse(source)
+
+
+def test_a_parenthesised_number_is_negated_not_signed() -> None:
+    assert parse("-(5)") != parse("-5")
+    assert parse("- 5") == parse("-5")
+    # A lone minus before a number is its sign, also after another operator.
+    assert parse("!-1") == parse("!(-1)")

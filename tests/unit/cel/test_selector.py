@@ -7,6 +7,8 @@ from operators.cel import (
     CELCostError,
     CELEvalError,
     DeviceView,
+    Quantity,
+    Semver,
     compile_selector,
 )
 from operators.cel import selector as selector_module
@@ -98,3 +100,118 @@ def test_typical_selectors() -> None:
     }
     for expression, expected in cases.items():
         assert compile_selector(expression).evaluate(DEVICE) is expected, expression
+
+
+# --- upstream's answers at k8s.io/dynamic-resource-allocation v0.37.2 (cel-go v0.29.2),
+# each checked with the differential harness (python -m bench celdiff, issue 22) ---------
+
+PARITY_DEVICE = DeviceView.build(
+    DRIVER,
+    {"i": 3, "s": "abc", "v": Semver.parse("1.2.3")},
+    {"mem": Quantity("1536Mi"), "odd": Quantity("1.5Gi")},
+    False,
+)
+A = f'device.attributes["{DRIVER}"]'
+C = f'device.capacity["{DRIVER}"]'
+
+
+def _outcome(expression: str, **options: bool) -> object:
+    try:
+        return compile_selector(expression, **options).evaluate(PARITY_DEVICE)
+    except CELCompileError as error:
+        return f"compile: {error}"
+    except CELEvalError as error:
+        return f"runtime: {error}"
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # Functions upstream lacks at this version (a type checker refuses them at compile
+        # time; without one they fail when they run).
+        ('"abc".reverse() == "cba"', "found no matching overload for 'reverse'"),
+        # sign() is a global function: upstream's checker finds no member overload.
+        ('quantity("1").sign() == 1', "found no matching overload for 'sign'"),
+        ('string(quantity("1Gi")) == "1Gi"', "found no matching overload for 'string'"),
+        (f'string({A}.v) == "1.2.3"', "found no matching overload for 'string'"),
+        ('sign(quantity("-1")) == -1', True),
+        # cel.bind is lazy: an unused binding is never evaluated, a failed one fails where
+        # it is read.
+        ("cel.bind(x, 1 / 0, true)", True),
+        (f"cel.bind(x, {A}.missing, true)", True),
+        ("cel.bind(x, 1 / 0, false && x == 1)", False),
+        ("cel.bind(x, 1 / 0, x == 1 || true)", True),
+        ("cel.bind(x, 1 / 0, x == 1)", "division by zero"),
+        ("cel.bind(x, [1][3], cel.bind(y, x, true))", True),
+        # Kubernetes' semver and quantity only compare with their own kind.
+        (f"{A}.v == 1", "no such overload"),
+        (f'{A}.v == semver("1.2.3")', True),
+        (f'{A}.v != "x"', True),
+        (f'"1.2.3" == {A}.v', False),
+        (f'[{A}.v] == ["x"]', True),  # cel-go: a refused element pair is not "false"
+        (f'{A}.v in ["x"]', False),
+        (f'[{A}.v].exists(x, x == "a")', "no such overload"),
+        ('quantity("1") == quantity("1000m")', True),
+        ('quantity("1").add(1) == quantity("2")', True),
+        ('quantity("2") == quantity("1").add(1)', "no such overload"),
+        ('quantity("1").add(1) == quantity("3").sub(1)', "no such overload"),
+        (f"{C}.mem == {C}.mem", True),
+        # isInteger/asInteger answer from how Kubernetes holds the quantity.
+        ('quantity("1.5Gi").isInteger()', False),
+        ('quantity("999Ti").isInteger()', False),
+        ('quantity("1000m").isInteger()', False),
+        ('quantity("8Ei").isInteger()', False),
+        ('quantity("0.0").isInteger()', False),
+        ('quantity("1.5k").isInteger()', True),
+        ('quantity("1e3").isInteger()', True),
+        ('quantity("1Gi").isInteger()', True),
+        ('quantity("1.5").add(quantity("-1.5")).isInteger()', False),
+        ('quantity("1Gi").sub(quantity("1Gi")).isInteger()', True),
+        ('quantity("1E").add(quantity("9E")).isInteger()', False),
+        ('quantity("1.5").add(quantity("500m")).asInteger() == 2', "cannot convert value"),
+        ('quantity("999Ti").asInteger() > 0', "cannot convert value to integer"),
+        ('quantity("5").sub(2).asInteger() == 3', True),
+        (f"{C}.mem.isInteger()", True),  # stored as "1536Mi"
+        # Kubernetes' parser reads text without digits as zero.
+        ('isQuantity(".") && isQuantity("k") && isQuantity("-")', True),
+        ('quantity("Ki").isInteger() && !quantity("n").isInteger()', True),
+        ('isQuantity("..")', False),
+        # Upstream plans `x in []` as false without evaluating x.
+        (f"{A}.missing in []", False),
+        (f"{A}.missing in [1]", "no such key: missing"),
+        # Type conversions of constants run when the program is planned, everywhere.
+        ('int("") == 0', "program instantiation failed"),
+        ("int(1e308) > 0", "program instantiation failed"),
+        ('true || int("x") == 1', "program instantiation failed"),
+        ('cel.bind(u, int("x"), true)', "program instantiation failed"),
+        ("int(string(1)) == 1", True),
+        # Ordering a NaN is an error (equality with one is just false).
+        ("1e308 < (0.0 / 0.0)", "NaN values cannot be ordered"),
+        ("(0.0 / 0.0) == (0.0 / 0.0)", False),
+    ],
+)
+def test_upstream_answers(expression: str, expected: object) -> None:
+    outcome = _outcome(expression)
+    if isinstance(expected, str):
+        assert isinstance(outcome, str) and expected in outcome, outcome
+    else:
+        assert outcome is expected
+
+
+def test_new_expressions_honour_the_gates_and_stored_ones_declare_everything() -> None:
+    gates = {"list_attributes": False, "consumable_capacity": False}
+    multiple = "device.allowMultipleAllocations == false"
+    includes = f"{A}.i.includes(3)"
+    assert "undefined field 'allowMultipleAllocations'" in str(_outcome(multiple, **gates))
+    assert "undeclared reference to 'includes'" in str(_outcome(includes, **gates))
+    assert _outcome(multiple, stored=True, **gates) is True
+    assert _outcome(includes, stored=True, **gates) is True
+
+
+def test_stored_expressions_skip_the_cost_estimate_unless_asked() -> None:
+    expensive = "lists.range(300).all(a, lists.range(300).all(b, lists.range(300).all(c, true)))"
+    with pytest.raises(CELCompileError, match="exceeds cost limit"):
+        compile_selector(expensive)
+    assert compile_selector(expensive, stored=True).estimated_cost > 1_000_000
+    with pytest.raises(CELCompileError, match="exceeds cost limit"):
+        compile_selector(expensive, stored=True, check_cost=True)
