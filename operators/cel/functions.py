@@ -970,7 +970,7 @@ for _part in ("major", "minor", "patch"):
 @member("compareTo")
 def _compare_to(a: Any, b: Any) -> int:
     ta, tb = type(a), type(b)
-    if ta in QUANTITY_TYPES and tb in QUANTITY_TYPES:
+    if ta is tb is Quantity or (ta in QUANTITY_TYPES and tb in QUANTITY_TYPES):
         return a.cmp(b)
     if ta is Semver and tb is Semver:
         return a.compare(b)

@@ -3,9 +3,10 @@
 Each case gives a selector, a device and the expected outcome: a match
 result, a runtime error or a compile error. Cases that upstream runs with
 and without the DRAListTypeAttributes gate run twice here as well.
-Upstream's "NewExpressions" environment maps to ``check_cost=True`` with the
-feature options as given; "StoredExpressions" makes every field and function
-available, which callers get by enabling the options.
+Upstream's "NewExpressions" environment is ``compile_selector`` with the
+feature options as given (and the cost estimate checked); "StoredExpressions"
+is ``stored=True``, which declares every field and function whatever the
+options.
 """
 
 from __future__ import annotations
@@ -477,21 +478,21 @@ def _runs() -> list[Any]:
 def test_dra_cel_case(case: DRACase, list_attributes: bool) -> None:
     # Stored expressions are not checked against the estimated cost (the
     # "expensive" case must reach the runtime limit, as upstream's does).
-    check_cost = case.new_expressions
+    stored = not case.new_expressions
     if case.compile_error:
         with pytest.raises(CELCompileError, match=case.compile_error):
             compile_selector(
                 case.expression,
                 list_attributes=list_attributes,
                 consumable_capacity=case.consumable_capacity,
-                check_cost=check_cost,
+                stored=stored,
             )
         return
     selector = compile_selector(
         case.expression,
         list_attributes=list_attributes,
         consumable_capacity=case.consumable_capacity,
-        check_cost=check_cost,
+        stored=stored,
     )
     device = DeviceView.build(
         case.driver, case.attributes, case.capacity, case.allow_multiple_allocations
