@@ -79,16 +79,23 @@ class _Ready:
         ]
 
 
-def gang_members(controller: AllocationController, pod: Pod) -> list[Pod]:
-    """The live, gated pods of the pod's gang, in name order."""
+def gang_members(controller: AllocationController, pod: Pod) -> tuple[list[Pod], int]:
+    """The live, gated pods of the pod's gang, in name order, and how many live members
+    were released already (they count as placed: a gang write cut short between two pod
+    writes is finished by placing only the members still gated)."""
     assert pod.gang is not None
     keys = controller.pods.index_keys(POD_GANG_INDEX, (pod.namespace, pod.gang.name))
-    out = []
+    gated: list[Pod] = []
+    released = 0
     for key in sorted(keys):
         member = controller.pods.get(key)
-        if member is not None and member.gated and not member.done and not member.deleting:
-            out.append(member)
-    return out
+        if member is None or member.done or member.deleting:
+            continue
+        if member.gated:
+            gated.append(member)
+        else:
+            released += 1
+    return gated, released
 
 
 async def sync_gang(controller: AllocationController, pod: Pod) -> None:
@@ -96,7 +103,10 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
     if pod.gang is None:
         raise Unallocatable(pod.gang_error)  # malformed annotations: told on this pod
     gang = pod.gang
-    members = gang_members(controller, pod)
+    members, released = gang_members(controller, pod)
+    # Members released already count as placed; the rest must make up the gang size (at
+    # least one: once the size is reached, later members are placed as they fit).
+    need = max(gang.size - released, 1)
     keys = [Key(m.namespace, m.name) for m in members]
     if any(k in controller.in_flight or k in controller.written for k in keys):
         raise ClaimBusy()  # a member's writes are on their way: look again shortly
@@ -129,14 +139,14 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
                 find_gang,
                 controller.state,
                 gang_members_in_search,
-                gang.size,
+                need,
                 str(controller.settings.node_policy),
                 budget_seconds=controller.settings.decision_budget or None,
             )
         )
     except DecisionTimeout:
         found = GangPlacement(
-            gang.size,
+            need,
             len(ready),
             reason=f"the gang search exceeded {controller.settings.decision_budget:g}s",
             budget_exhausted=True,
@@ -146,8 +156,8 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
         await _give_back(controller, ready)
         waiting = f" ({len(unready)} waiting for their claims)" if unready else ""
         message = (
-            f'gang "{gang.name}" ({len(members)} of {gang.size} members present{waiting}): '
-            f"{found.reason}"
+            f'gang "{gang.name}" ({len(members) + released} of {gang.size} members '
+            f"present{waiting}): {found.reason}"
         )
         details = [
             f"member {name}: {placement.explanation.lines()[0]}"
@@ -218,7 +228,11 @@ async def _commit(
                     controller._mutate(controller.state.release, claim)
             raise
         for member, node, allocations in written:
-            await controller._write_pod(member.pod, node, member.entries, allocations)
+            # The freshest view of the pod: our own condition writes (and the claim
+            # controller's) change it while the gang waits, and a stale version conflicts.
+            current = controller.pods.get(member.key)
+            pod = current if current is not None and current.uid == member.pod.uid else member.pod
+            await controller._write_pod(pod, node, member.entries, allocations)
     except asyncio.CancelledError:
         for key in keys:
             controller.usage.forget(key)
