@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument("--taint-key", default="dralloc.dev/simulated")
     simulate.add_argument(
+        "--device-policy", choices=["first-fit", "pack"], default="first-fit",
+        help="device choice on a node, as the operator's --device-policy",
+    )  # fmt: skip
+    simulate.add_argument(
         "--progress", choices=["auto", "always", "never"], default="auto",
         help="progress bar on stderr (auto: on a terminal, for runs over half a second)",
     )  # fmt: skip
@@ -260,7 +264,13 @@ def _simulate(args: argparse.Namespace) -> int:
     snapshot = _load(args)
     mode = "never" if args.progress == "never" else args.progress
     with Progress(work_size(snapshot, scenarios), "simulating", mode=mode) as bar:
-        report = simulate(snapshot, scenarios, features=features, progress=bar.advance)
+        report = simulate(
+            snapshot,
+            scenarios,
+            features=features,
+            device_policy=args.device_policy,
+            progress=bar.advance,
+        )
     print(render.simulation(report, args.output))
     return EXIT_OK if report.fits else EXIT_DOES_NOT_FIT
 

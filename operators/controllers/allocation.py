@@ -131,7 +131,10 @@ class AllocationController(ClaimWrites, Explanations):
         self.nodes = cache[NODES]
         self.namespaces = cache[NAMESPACES]
         self.claims = cache.assumed(RESOURCE_CLAIMS)
-        self.state = AllocatorState(allocator_features(self.settings.feature_gates))
+        self.state = AllocatorState(
+            allocator_features(self.settings.feature_gates),
+            device_policy=str(self.settings.device_policy),
+        )
         self.queue: WorkQueue[Key] = WorkQueue(
             base_delay=self.settings.requeue_base_delay, max_delay=self.settings.requeue_max_delay
         )

@@ -72,11 +72,15 @@ class Cluster:
     """Snapshot state plus simulated changes, on top of one AllocatorState."""
 
     def __init__(
-        self, snapshot: Snapshot, features: Features | None = None, policy: str = "binpack"
+        self,
+        snapshot: Snapshot,
+        features: Features | None = None,
+        policy: str = "binpack",
+        device_policy: str = "first-fit",
     ) -> None:
         self.snapshot = snapshot
         self.policy = policy
-        self.state = AllocatorState(features or Features())
+        self.state = AllocatorState(features or Features(), device_policy=device_policy)
         for slice_ in snapshot.resource_slices.values():
             self.state.upsert_slice(slice_)
         for device_class in snapshot.device_classes.values():

@@ -118,10 +118,11 @@ def simulate(
     *,
     features: Features | None = None,
     policy: str = "binpack",
+    device_policy: str = "first-fit",
     progress: ProgressHook | None = None,
 ) -> SimulationReport:
     started = time.monotonic()
-    cluster = Cluster(snapshot, features, policy)
+    cluster = Cluster(snapshot, features, policy, device_policy)
     tick = progress or (lambda _n: None)
     placed: list[PodOutcome] = []
     pending: list[PodOutcome] = []

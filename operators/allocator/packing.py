@@ -1,0 +1,101 @@
+"""The ``pack`` device policy: among devices that fit, take those that keep big ones free.
+
+Upstream's per-node search is first fit: it takes devices in slice order, so partitions
+(MIG-like devices that consume counters of a shared physical device) land on every GPU in
+turn and soon no whole GPU is left (NVIDIA driver reports #932, #933). The search itself
+stays first fit; ``pack`` only changes the order it is shown the candidates in, so every
+answer is still one the search accepts under upstream's rules:
+
+* pools where devices are already allocated come before untouched pools;
+* in each slice, a device consuming counters comes before others in best-fit order: the
+  counter sets already partly used first, and among them the one left with the least
+  capacity after the device is taken; untouched counter sets (whole physical devices)
+  come last, so a later whole-device request still finds one;
+* ties keep the slice's order, so the result is deterministic.
+
+``first-fit`` (the default) leaves the order alone and is exactly upstream's behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from operators.allocator.allocated import AllocatedDevices
+from operators.allocator.compiled import CompiledDevice, CompiledSlice
+from operators.allocator.pools import Pool
+from operators.allocator.quantities import Nanos
+
+DEVICE_POLICIES = ("first-fit", "pack")
+
+CounterSets = Mapping[str, Mapping[str, Nanos]]
+
+
+def pack_pools(pools: Sequence[Pool], allocated: AllocatedDevices) -> list[Pool]:
+    """The pools (and their devices) in pack order; see the module docstring."""
+    ordered = []
+    for position, pool in enumerate(pools):
+        used, available = _pool_usage(pool, allocated)
+        if pool.counter_sets:
+            slices = tuple(_ordered_slice(s, pool.counter_sets, available) for s in pool.slices)
+            pool = dataclasses.replace(pool, slices=slices)
+        ordered.append((0 if used else 1, position, pool))
+    ordered.sort(key=lambda item: (item[0], item[1]))
+    return [pool for _, _, pool in ordered]
+
+
+def _pool_usage(
+    pool: Pool, allocated: AllocatedDevices
+) -> tuple[bool, dict[str, dict[str, Nanos]]]:
+    """Whether any device of the pool is allocated, and the counters left per set."""
+    available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+    used = False
+    for slice_ in (*pool.slices, *pool.slices_elsewhere):
+        for device in slice_.devices:
+            if not allocated.is_allocated(device.id):
+                continue
+            used = True
+            for set_name, counters in device.consumes_counters:
+                target = available.get(set_name)
+                if target is None:
+                    continue
+                for name, amount in counters.items():
+                    if name in target:
+                        target[name] -= amount
+    return used, available
+
+
+def _ordered_slice(
+    slice_: CompiledSlice, totals: CounterSets, available: CounterSets
+) -> CompiledSlice:
+    keyed = [
+        (_device_key(device, totals, available), index, device)
+        for index, device in enumerate(slice_.devices)
+    ]
+    keyed.sort(key=lambda item: (item[0], item[1]))
+    devices = tuple(device for _, _, device in keyed)
+    if devices == slice_.devices:
+        return slice_
+    return dataclasses.replace(slice_, devices=devices)
+
+
+def _device_key(
+    device: CompiledDevice, totals: CounterSets, available: CounterSets
+) -> tuple[int, float]:
+    """(0 partly used counter set / 1 untouched / 2 no counters, share of the set left after
+    taking the device): smaller first."""
+    if not device.consumes_counters:
+        return 2, 0.0
+    untouched = True
+    left = 0.0
+    for set_name, counters in device.consumes_counters:
+        total = totals.get(set_name) or {}
+        free = available.get(set_name) or {}
+        for name, amount in counters.items():
+            whole = total.get(name, 0)
+            if not whole:
+                continue
+            if free.get(name, 0) < whole:
+                untouched = False
+            left += max(free.get(name, 0) - amount, 0) / whole
+    return (1 if untouched else 0), left
