@@ -11,6 +11,9 @@ answer is still one the search accepts under upstream's rules:
   counter sets already partly used first, and among them the one left with the least
   capacity after the device is taken; untouched counter sets (whole physical devices)
   come last, so a later whole-device request still finds one;
+* among equal fits, the device that rules out the fewest other free devices of its slice
+  (weighted by their size): a small partition goes where it blocks no bigger one (MIG-like
+  placement, where partitions consume positional counters);
 * ties keep the slice's order, so the result is deterministic.
 
 ``first-fit`` (the default) leaves the order alone and is exactly upstream's behaviour.
@@ -37,7 +40,9 @@ def pack_pools(pools: Sequence[Pool], allocated: AllocatedDevices) -> list[Pool]
     for position, pool in enumerate(pools):
         used, available = _pool_usage(pool, allocated)
         if pool.counter_sets:
-            slices = tuple(_ordered_slice(s, pool.counter_sets, available) for s in pool.slices)
+            slices = tuple(
+                _ordered_slice(s, pool.counter_sets, available, allocated) for s in pool.slices
+            )
             pool = dataclasses.replace(pool, slices=slices)
         ordered.append((0 if used else 1, position, pool))
     ordered.sort(key=lambda item: (item[0], item[1]))
@@ -66,10 +71,16 @@ def _pool_usage(
 
 
 def _ordered_slice(
-    slice_: CompiledSlice, totals: CounterSets, available: CounterSets
+    slice_: CompiledSlice,
+    totals: CounterSets,
+    available: CounterSets,
+    allocated: AllocatedDevices,
 ) -> CompiledSlice:
+    free_devices = [
+        d for d in slice_.devices if d.consumes_counters and not allocated.is_allocated(d.id)
+    ]
     keyed = [
-        (_device_key(device, totals, available), index, device)
+        (_device_key(device, totals, available, free_devices), index, device)
         for index, device in enumerate(slice_.devices)
     ]
     keyed.sort(key=lambda item: (item[0], item[1]))
@@ -80,22 +91,46 @@ def _ordered_slice(
 
 
 def _device_key(
-    device: CompiledDevice, totals: CounterSets, available: CounterSets
-) -> tuple[int, float]:
-    """(0 partly used counter set / 1 untouched / 2 no counters, share of the set left after
-    taking the device): smaller first."""
+    device: CompiledDevice,
+    totals: CounterSets,
+    available: CounterSets,
+    free_devices: Sequence[CompiledDevice],
+) -> tuple[int, float, int]:
+    """Smaller first: (0 on a partly used counter set / 1 on an untouched one / 2 without
+    counters; the share of its counter sets left after taking it (best fit); how many
+    devices of the slice that could still be taken it rules out, weighted by what they
+    consume (a partition placed where it blocks the fewest bigger ones))."""
     if not device.consumes_counters:
-        return 2, 0.0
+        return 2, 0.0, 0
     untouched = True
     left = 0.0
+    after = {name: dict(available.get(name) or {}) for name, _ in device.consumes_counters}
     for set_name, counters in device.consumes_counters:
         total = totals.get(set_name) or {}
-        free = available.get(set_name) or {}
+        free = after[set_name]
         for name, amount in counters.items():
-            whole = total.get(name, 0)
-            if not whole:
-                continue
-            if free.get(name, 0) < whole:
-                untouched = False
-            left += max(free.get(name, 0) - amount, 0) / whole
-    return (1 if untouched else 0), left
+            if name in free:
+                free[name] -= amount
+        shares = [max(free.get(c, 0), 0) / whole for c, whole in total.items() if whole]
+        if any(free.get(c, 0) + counters.get(c, 0) < whole for c, whole in total.items()):
+            untouched = False
+        left += sum(shares) / len(shares) if shares else 0.0
+    blocked = 0
+    for other in free_devices:
+        if other is device or not _fits(other, available) or _fits(other, after):
+            continue
+        blocked += sum(sum(c.values()) for _, c in other.consumes_counters) or 1
+    return (1 if untouched else 0), left, blocked
+
+
+def _fits(device: CompiledDevice, available: CounterSets) -> bool:
+    """Whether the counters left cover what the device consumes (sets not in ``available``
+    are not the question here)."""
+    for set_name, counters in device.consumes_counters:
+        free = available.get(set_name)
+        if free is None:
+            continue
+        for name, amount in counters.items():
+            if free.get(name, 0) < amount:
+                return False
+    return True

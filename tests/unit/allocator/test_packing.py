@@ -127,3 +127,58 @@ def test_pack_prefers_a_pool_already_in_use() -> None:
 def test_an_unknown_device_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown device policy"):
         AllocatorState(device_policy="tetris")
+
+
+def mig_gpu() -> list[dict[str, Any]]:
+    """One GPU of 4 memory slices (a counter each); partitions at aligned positions, as
+    MIG places them: 1g at 0..3, 2g at 0-1 and 2-3, 4g over all."""
+    shapes = [
+        *((f"1g-{p}", "quarter", [p]) for p in range(4)),
+        ("2g-0", "half", [0, 1]),
+        ("2g-2", "half", [2, 3]),
+        ("4g-0", "whole", [0, 1, 2, 3]),
+    ]
+    devices = [
+        {
+            "name": name,
+            "attributes": {"profile": {"string": kind}},
+            "consumesCounters": [
+                {"counterSet": "gpu", "counters": {f"s{p}": {"value": "1"} for p in slots}}
+            ],
+        }
+        for name, kind, slots in shapes
+    ]
+    pool = {"name": "node-a", "generation": 0, "resourceSliceCount": 2}
+    counters = {f"s{p}": {"value": "1"} for p in range(4)}
+    return [
+        {
+            "metadata": {"name": "node-a-counters"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": "node-a",
+                "pool": pool,
+                "sharedCounters": [{"name": "gpu", "counters": counters}],
+            },
+        },
+        {
+            "metadata": {"name": "node-a-gpus"},
+            "spec": {"driver": DRIVER, "nodeName": "node-a", "pool": pool, "devices": devices},
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    ("policy", "device", "half_fits"), [("first-fit", "1g-0", False), ("pack", "1g-2", True)]
+)
+def test_pack_places_a_slice_where_it_blocks_no_bigger_partition(
+    policy: str, device: str, half_fits: bool
+) -> None:
+    # Slice 3 is in use: a 1g at slice 0 (first in the list) would break the last free
+    # aligned 2g; at slice 2 it breaks nothing that is not broken already.
+    state = state_with(policy, mig_gpu(), [])
+    state.allocated.add(UsedDevice(device=(DRIVER, "node-a", "1g-3")))
+    [small] = state.allocate([claim("c1", "quarter")], "node-a") or [None]
+    assert small is not None and small.devices[0].device == device
+    state.assume(claim("c1", "quarter"), small)
+    half = state.allocate([claim("c2", "half")], "node-a")
+    assert (half is not None) is half_fits
