@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from operators.allocator.compiled import CompiledClaim
 from operators.allocator.errors import AllocationError, DecisionTimeout, NodeAllocationError
+from operators.allocator.index import Signature
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.placement import Placement
 from operators.allocator.results import ClaimAllocation
@@ -40,7 +41,7 @@ from operators.allocator.search import Search
 if TYPE_CHECKING:  # annotations only: state is the caller's object
     from operators.allocator.state import AllocatorState
 
-DEFAULT_GANG_BUDGET = 5_000  # node searches per gang decision
+DEFAULT_GANG_BUDGET = 2_000  # node searches per gang decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,24 @@ class _Member:
     claims: list[CompiledClaim]
     nodes: list[NodeInfo]
     kind: object  # members of one kind are interchangeable (same claims spec, same nodes)
+    demand: tuple[Signature, int] | None  # see _simple_demand
+
+
+def _simple_demand(claims: Sequence[CompiledClaim]) -> tuple[Signature, int] | None:
+    """(signature, count) when that is all the member asks: one claim with one ExactCount
+    request, no admin access, capacity or constraints. Then the device index's free counts
+    say exactly how many such members a node can take."""
+    if len(claims) != 1 or claims[0].constraints or len(claims[0].requests) != 1:
+        return None
+    request = claims[0].requests[0].exactly
+    if (
+        request is None
+        or request.mode != "ExactCount"
+        or request.admin_access
+        or request.capacity_requests is not None
+    ):
+        return None
+    return request.signature, request.count
 
 
 def _kind(claims: Sequence[CompiledClaim], nodes: Sequence[NodeInfo], name: str) -> object:
@@ -178,7 +197,26 @@ class _GangSearch:
             self._apply(i, found.node, list(found.allocations))
             yield
             self._undo(i)
+            tried |= self._same_shape(i, found.node)
         yield from self._regroup(i, tried)
+
+    def _same_shape(self, i: int, node: str) -> set[str]:
+        """Nodes where this member would be in the same position as on ``node`` (as many
+        free devices it can use, and no other member there): trying them too only repeats
+        the same dead end. Only for members whose demand the index counts exactly."""
+        member = self.members[i]
+        if member.demand is None:
+            return set()
+        signature = member.demand[0]
+        index = self.state.device_index()
+        used = {n for n, _ in self.chosen.values()}
+        by_name = {n.name: n for n in member.nodes}
+
+        def shape(info: NodeInfo) -> tuple[int, bool]:
+            return index.counts(signature, info)[1], info.name in used
+
+        mine = shape(by_name[node])
+        return {n.name for n in member.nodes if shape(n) == mine}
 
     def _regroup(self, i: int, tried: set[str]) -> Iterator[None]:
         """On a node other members already use, search their claims and this member's
@@ -300,7 +338,15 @@ def find_gang(
     compiled = []
     for m in members:
         claims = state.compile_claims(m.claims)
-        compiled.append(_Member(m.name, claims, list(m.nodes), _kind(claims, m.nodes, m.name)))
+        compiled.append(
+            _Member(
+                m.name,
+                claims,
+                list(m.nodes),
+                _kind(claims, m.nodes, m.name),
+                _simple_demand(claims),
+            )
+        )
     total = len(compiled)
     if total < need:
         return GangPlacement(
@@ -312,6 +358,9 @@ def find_gang(
             if search.greedy():
                 return GangPlacement(need, total, search.result(), searches=search.searches)
             search.release_all()
+            short = _capacity_shortfall(state, compiled, need)
+            if short:
+                return GangPlacement(need, total, reason=short, searches=search.searches)
             blocking = _alone(search, compiled)
             fatal = next((p for p in blocking.values() if _fatal(p)), None)
             if fatal is not None:
@@ -368,10 +417,39 @@ def _fatal(found: Placement) -> bool:
 
 
 def _alone(search: _GangSearch, members: list[_Member]) -> dict[str, Placement]:
-    """The members that fit nowhere even with the rest of the gang absent, with why."""
+    """The members that fit nowhere even with the rest of the gang absent, with why (only
+    those are explained: an explanation looks at every node)."""
     out: dict[str, Placement] = {}
     for i, member in enumerate(members):
-        found = search.place_alone(i, member.nodes, explain=True)
-        if found.node is None:
-            out[member.name] = found
+        if search.place_alone(i, member.nodes, explain=False).node is None:
+            out[member.name] = search.place_alone(i, member.nodes, explain=True)
     return out
+
+
+def _capacity_shortfall(state: AllocatorState, members: list[_Member], need: int) -> str:
+    """Why ``need`` members cannot fit at once, told by the free counts alone ('' when the
+    counts allow it or cannot tell): for members that all ask for devices of one signature
+    on the same candidate nodes, a node with F free devices takes at most F // count."""
+    demands = [m.demand for m in members]
+    if any(d is None for d in demands) or len({d[0] for d in demands if d}) != 1:
+        return ""
+    names = {tuple(n.name for n in m.nodes) for m in members}
+    if len(names) != 1:
+        return ""
+    signature = members[0].demand[0] if members[0].demand else None
+    assert signature is not None
+    entry = state.device_index().entry(signature)
+    if entry.shared or entry.shareable_nodes or entry.shareable_shared:
+        return ""  # network-attached or multi-allocatable devices: counts do not add up
+    counts = sorted(d[1] for d in demands if d)
+    smallest = counts[0]
+    free = [entry.free.get(n.name, 0) for n in members[0].nodes]
+    room = sum(f // smallest for f in free)
+    cheapest = sum(counts[:need])
+    if room >= need and sum(free) >= cheapest:
+        return ""
+    return (
+        f"at most {min(room, need - 1)} of the gang's {len(members)} members fit at once "
+        f"({sum(free)} free matching devices on the nodes they may use), {need} must be "
+        "placed together"
+    )

@@ -89,9 +89,15 @@ def test_an_earlier_member_gets_other_devices_on_the_same_node() -> None:
 
 
 def test_a_gang_that_cannot_fit_gets_nothing_and_says_why() -> None:
+    # Four 1-GPU members of one kind, three GPUs: the free counts alone say so.
     state = cluster(**{"node-a": ["small"] * 2, "node-b": ["small"]})
     gang = members(state, *((f"w{i}", "small", 1) for i in range(4)))
     result = find_gang(state, gang, need=4)
+    assert not result.fits and result.placed == ()
+    assert "at most 3 of the gang's 4 members fit at once" in result.reason
+    # Members of different classes: only the joint search can tell.
+    mixed = members(state, *((f"w{i}", "small" if i % 2 else ANY, 1) for i in range(4)))
+    result = find_gang(state, mixed, need=4)
     assert not result.fits and result.placed == ()
     assert "not together" in result.reason
     assert not state.allocated.in_use(("gpu.example.com", "node-a", "d0"))  # nothing kept
@@ -124,7 +130,7 @@ def test_more_members_than_needed_places_those_that_fit() -> None:
 
 def test_a_budget_too_small_is_reported_and_places_nothing() -> None:
     state = cluster(**{f"node-{n}": ["small"] for n in range(6)})
-    gang = members(state, *((f"w{i}", "small", 1) for i in range(7)))
+    gang = members(state, *((f"w{i}", "small" if i % 2 else ANY, 1) for i in range(7)))
     result = find_gang(state, gang, need=7, budget=20)
     assert not result.fits and result.budget_exhausted
     assert "gave up after 20 node searches" in result.reason
