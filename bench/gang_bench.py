@@ -92,7 +92,10 @@ def stream(w: Workload) -> list[list[tuple[str, int]]]:
 
 def claim(name: str, count: int) -> dict[str, Any]:
     request = {"name": "gpus", "exactly": {"deviceClassName": "gpu", "count": count}}
-    return {"metadata": {"name": name, "namespace": "bench"}, "spec": {"devices": {"requests": [request]}}}
+    return {
+        "metadata": {"name": name, "namespace": "bench"},
+        "spec": {"devices": {"requests": [request]}},
+    }
 
 
 def per_pod(w: Workload) -> Figures:

@@ -91,6 +91,9 @@ class Pod:
     """The gang the pod belongs to (gang annotations), allocated all or nothing."""
     gang_error: str = ""
     """Why the gang annotations are malformed ('' = they are not)."""
+    pod_group: str = ""
+    """``spec.schedulingGroup.podGroupName``: the upstream Workload API's PodGroup (where the
+    API server serves it; dralloc does not read PodGroups, see allocgang.tell_pod_group)."""
 
     @property
     def ref(self) -> str:
@@ -191,6 +194,7 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
         created=str(metadata.get("creationTimestamp") or ""),
         gang=gang,
         gang_error=gang_error,
+        pod_group=str((spec.get("schedulingGroup") or {}).get("podGroupName") or ""),
     )
 
 

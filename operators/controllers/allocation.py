@@ -150,6 +150,7 @@ class AllocationController(ClaimWrites, Explanations):
         self.explained_at: dict[Key, float] = {}
         self.failing_since: dict[Key, float] = {}  # pods no node could take, since when
         self.missing_since: dict[Key, float] = {}  # pods naming a claim that does not exist
+        self.pod_groups_told: set[str] = set()  # pod UIDs told their PodGroup is not read
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
         self.allocated_pods = 0
@@ -280,6 +281,8 @@ class AllocationController(ClaimWrites, Explanations):
                 if key != change.key:
                     self.queue.add(key)
         if pod is None:
+            if change.old is not None:
+                self.pod_groups_told.discard(change.old.uid)
             self.waiting.discard(change.key)
             self.written.pop(change.key, None)
             self.explained_at.pop(change.key, None)
@@ -387,6 +390,8 @@ class AllocationController(ClaimWrites, Explanations):
             if pod.gated and (pod.gang is not None or pod.gang_error):
                 await allocgang.sync_gang(self, pod)  # the whole gang, all or nothing
                 return
+            if pod.gated and pod.pod_group:
+                await allocgang.tell_pod_group(self, pod)
             entries = self._resolve_claims(pod)
             started = time.perf_counter()
             candidates = self._candidates(pod, entries)

@@ -36,6 +36,7 @@ from operators import metrics
 from operators.allocator.errors import DecisionTimeout
 from operators.allocator.gang import GangMember, GangPlacement, find_gang
 from operators.allocator.results import ClaimAllocation
+from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
 from operators.api.models import AllocationResult, ResourceClaim
 from operators.cache.core import POD_GANG_INDEX, Pod, PodClaim
 from operators.cache.informer import Key
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
     from operators.controllers.allocation import AllocationController
 
 log = structlog.get_logger(__name__)
+
+REASON_POD_GROUP = "PodGroupNotRead"
 
 Entries = list[tuple[PodClaim, ResourceClaim]]
 
@@ -283,3 +286,23 @@ async def _tell_all(
     for member in pods:
         with contextlib.suppress(Conflict, NotFound):
             await controller._explain(member, reason)
+
+
+async def tell_pod_group(controller: AllocationController, pod: Pod) -> None:
+    """A pod of an upstream Workload API PodGroup without dralloc's gang annotations: say
+    once (per pod) that dralloc allocates it on its own, and how to make it a gang.
+
+    dralloc does not read PodGroups (``scheduling.k8s.io``, served from 1.35 behind the
+    GenericWorkload gate, v1beta1 in 1.37): where kube-scheduler gang-schedules such pods,
+    it does so only after dralloc released them one by one."""
+    if pod.uid in controller.pod_groups_told:
+        return
+    controller.pod_groups_told.add(pod.uid)
+    message = (
+        f'pod belongs to PodGroup "{pod.pod_group}" (Workload API); dralloc does not read '
+        "PodGroups and allocates this pod on its own. To allocate the group all or nothing, "
+        f'annotate its pods with {GANG_ANNOTATION}: "{pod.pod_group}" and '
+        f"{GANG_SIZE_ANNOTATION}: the group's minCount"
+    )
+    log.info("pod of a PodGroup allocated alone", pod=pod.ref, pod_group=pod.pod_group)
+    await controller.runtime.events.post(pod.involved(), REASON_POD_GROUP, message)
