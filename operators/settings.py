@@ -381,6 +381,9 @@ class Settings:
             raise  # unreachable: parser.error exits
 
 
+_CHOICES: dict[str, type[enum.StrEnum]] = {"policy": NodePolicy, "device-policy": DevicePolicy}
+
+
 def _convert(field: dataclasses.Field[Any], raw: Any) -> Any:
     name = field.name
     if not isinstance(raw, str):
@@ -388,19 +391,13 @@ def _convert(field: dataclasses.Field[Any], raw: Any) -> Any:
     kind = field.metadata.get("parse")
     if kind == "gates":
         return FeatureGates.parse(raw)
-    if kind == "policy":
+    choices = _CHOICES.get(kind) if isinstance(kind, str) else None
+    if choices is not None:
         try:
-            return NodePolicy(raw)
+            return choices(raw)
         except ValueError:
             raise SettingsError(
-                f"{name}: {raw!r} is not one of {', '.join(p.value for p in NodePolicy)}"
-            ) from None
-    if kind == "device-policy":
-        try:
-            return DevicePolicy(raw)
-        except ValueError:
-            raise SettingsError(
-                f"{name}: {raw!r} is not one of {', '.join(p.value for p in DevicePolicy)}"
+                f"{name}: {raw!r} is not one of {', '.join(p.value for p in choices)}"
             ) from None
     if field.type in ("bool", bool):
         return _parse_bool(raw, name)

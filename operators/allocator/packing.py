@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from operators.allocator.allocated import AllocatedDevices
 from operators.allocator.compiled import CompiledDevice, CompiledSlice
-from operators.allocator.pools import Pool
+from operators.allocator.pools import Pool, counters_left
 from operators.allocator.quantities import Nanos
 
 DEVICE_POLICIES = ("first-fit", "pack")
@@ -53,21 +53,12 @@ def _pool_usage(
     pool: Pool, allocated: AllocatedDevices
 ) -> tuple[bool, dict[str, dict[str, Nanos]]]:
     """Whether any device of the pool is allocated, and the counters left per set."""
-    available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-    used = False
-    for slice_ in (*pool.slices, *pool.slices_elsewhere):
-        for device in slice_.devices:
-            if not allocated.is_allocated(device.id):
-                continue
-            used = True
-            for set_name, counters in device.consumes_counters:
-                target = available.get(set_name)
-                if target is None:
-                    continue
-                for name, amount in counters.items():
-                    if name in target:
-                        target[name] -= amount
-    return used, available
+    used = any(
+        allocated.is_allocated(device.id)
+        for slice_ in (*pool.slices, *pool.slices_elsewhere)
+        for device in slice_.devices
+    )
+    return used, counters_left(pool, allocated)
 
 
 def _ordered_slice(

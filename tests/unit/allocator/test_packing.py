@@ -31,24 +31,24 @@ def gpus(count: int) -> list[dict[str, Any]]:
         for kind, many in (("whole", 1), ("half", 2), ("quarter", 4))
         for index in range(many)
     ]
+    counters = {f"gpu-{gpu}": {"memory": "8"} for gpu in range(count)}
+    return partitionable(counters, devices)
+
+
+def partitionable(
+    counter_sets: dict[str, dict[str, str]], devices: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """node-a's pool: the counter sets in a slice of their own (as the API wants), then the
+    devices."""
     pool = {"name": "node-a", "generation": 0, "resourceSliceCount": 2}
-    counters = [
-        {"name": f"gpu-{gpu}", "counters": {"memory": {"value": "8"}}} for gpu in range(count)
+    common = {"driver": DRIVER, "nodeName": "node-a", "pool": pool}
+    shared = [
+        {"name": name, "counters": {k: {"value": v} for k, v in counters.items()}}
+        for name, counters in counter_sets.items()
     ]
     return [
-        {
-            "metadata": {"name": "node-a-counters"},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": "node-a",
-                "pool": pool,
-                "sharedCounters": counters,
-            },
-        },
-        {
-            "metadata": {"name": "node-a-gpus"},
-            "spec": {"driver": DRIVER, "nodeName": "node-a", "pool": pool, "devices": devices},
-        },
+        {"metadata": {"name": "node-a-counters"}, "spec": {**common, "sharedCounters": shared}},
+        {"metadata": {"name": "node-a-gpus"}, "spec": {**common, "devices": devices}},
     ]
 
 
@@ -148,23 +148,7 @@ def mig_gpu() -> list[dict[str, Any]]:
         }
         for name, kind, slots in shapes
     ]
-    pool = {"name": "node-a", "generation": 0, "resourceSliceCount": 2}
-    counters = {f"s{p}": {"value": "1"} for p in range(4)}
-    return [
-        {
-            "metadata": {"name": "node-a-counters"},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": "node-a",
-                "pool": pool,
-                "sharedCounters": [{"name": "gpu", "counters": counters}],
-            },
-        },
-        {
-            "metadata": {"name": "node-a-gpus"},
-            "spec": {"driver": DRIVER, "nodeName": "node-a", "pool": pool, "devices": devices},
-        },
-    ]
+    return partitionable({"gpu": {f"s{p}": "1" for p in range(4)}}, devices)
 
 
 @pytest.mark.parametrize(
