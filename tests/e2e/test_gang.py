@@ -8,6 +8,7 @@ the other, and releases the three pods only when all of them can be placed.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -146,3 +147,42 @@ def test_malformed_gang_annotations_are_reported(
     message = wait_reason(testbed, namespace, "bad", GANG_SIZE)
     assert "not a whole number" in message, message
     assert gated(testbed, namespace, "bad")
+
+
+def test_devices_a_cut_short_gang_write_left_are_given_back(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    # What a crash between two members' writes leaves: one gated member's claim allocated and
+    # reserved for it, while the gang cannot be completed (here: its other members are gone).
+    pool = three_and_two(testbed, namespace)
+    testbed.apply(member(namespace, "w0", pool, "one", "cut", "3"))
+    wait_reason(testbed, namespace, "w0", "1 of 3 members present")
+    obj = get(testbed, "pod", "w0", namespace)
+    assert obj is not None
+    uid = obj["metadata"]["uid"]
+    [generated] = claims_of(testbed, namespace, uid)
+    node = pool.node("three")
+    allocation = {
+        "devices": {
+            "results": [{"request": "dev", "driver": pool.driver, "pool": node, "device": "dev-0"}]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+    }
+    reserved = [{"resource": "pods", "name": "w0", "uid": uid}]
+    group = pool.mode.api_version.split("/")[0]
+    testbed.kubectl(
+        "patch", f"resourceclaims.{group}", generated["metadata"]["name"], "-n", namespace,
+        "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"allocation": allocation, "reservedFor": reserved}}),
+    )  # fmt: skip
+
+    def given_back() -> bool:
+        [now] = claims_of(testbed, namespace, uid)
+        return not (now.get("status") or {}).get("allocation")
+
+    wait_for("the member's devices given back", given_back, timeout=30)
+    assert gated(testbed, namespace, "w0")
