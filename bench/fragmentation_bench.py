@@ -4,8 +4,9 @@ Run with ``python -m bench.fragmentation_bench`` (``--quick``, ``--markdown PATH
 has 4 GPUs modelled as MIG does it: 8 memory slices per GPU (a counter each, in the GPU's
 counter set) and partitions at aligned positions: 1g (one slice, 8 positions), 2g (4), 4g
 (2) and a whole GPU (all 8), listed by profile and position and then GPU (so that slice
-order alone does not pack). A churn sequence of arrivals (mostly small partitions, some
-whole-GPU requests) and departures (random running requests end) is replayed through:
+order alone does not pack). A churn sequence (one arrival per step, mostly small partitions and some whole-GPU
+requests, each ending after a random lifetime; the same sequence for both) is replayed
+through:
 
 - ``first-fit``: dralloc's default, upstream's order (the conformance table checks it is the
   same as in-tree DRA's allocator);
@@ -32,8 +33,9 @@ DRIVER = "gpu.example.com"
 GPUS_PER_NODE = 4
 SLICES = 8
 PROFILES = {"1g": 1, "2g": 2, "4g": 4, "whole": 8}
-# The chance that a step is a departure (the others are arrivals): the GPUs stay near full.
-DEPARTURE = 0.4
+# The demand the churn keeps up, as a share of the memory slices: near full, so that device
+# choice decides what still fits.
+LOAD = 0.95
 ARRIVALS = [("1g", 0.45), ("2g", 0.25), ("4g", 0.15), ("whole", 0.15)]
 
 
@@ -105,23 +107,40 @@ def replay(seq: Sequence, policy: str) -> Figures:
             state.upsert_slice(slice_)
     for profile in PROFILES:
         state.upsert_class(profile_class(profile))
-    rng = random.Random(seq.seed)
-    running: list[dict[str, Any]] = []
     out = Figures()
-    for step in range(seq.steps):
-        if running and rng.random() < DEPARTURE:
-            state.release(running.pop(rng.randrange(len(running))))
-        else:
-            profile = rng.choices([p for p, _ in ARRIVALS], [w for _, w in ARRIVALS])[0]
-            body = claim(f"c{step}", profile)
+    running: dict[int, dict[str, Any]] = {}
+    for step, (arrival, profile, ends) in enumerate(events(seq)):
+        for ended in ends:
+            body = running.pop(ended, None)
+            if body is not None:
+                state.release(body)
+        if profile is not None:
+            body = claim(f"c{arrival}", profile)
             out.asked[profile] += 1
             found = state.find_node([body], nodes, "first-fit", explain=False)
             if found.node is not None:
                 state.assume(body, found.allocations[0])
-                running.append(body)
+                running[arrival] = body
                 out.placed[profile] += 1
         if step % 10 == 0:
             out.whole_free.append(_whole_gpus_free(state, nodes))
+    return out
+
+
+def events(seq: Sequence) -> list[tuple[int, str | None, list[int]]]:
+    """The churn, fixed in advance so both policies see the same one: per step an arrival
+    (its number and profile) and the arrivals whose lifetime ends then (a request that was
+    not placed simply has nothing to release)."""
+    rng = random.Random(seq.seed)
+    mean_size = sum(PROFILES[p] * w for p, w in ARRIVALS) / sum(w for _, w in ARRIVALS)
+    slices = seq.nodes * GPUS_PER_NODE * SLICES
+    lifetime = max(2, int(2 * LOAD * slices / mean_size))  # uniform from 1: mean half of it
+    ending: dict[int, list[int]] = {}
+    out = []
+    for step in range(seq.steps):
+        profile = rng.choices([p for p, _ in ARRIVALS], [w for _, w in ARRIVALS])[0]
+        ending.setdefault(step + rng.randint(1, lifetime), []).append(step)
+        out.append((step, profile, ending.pop(step, [])))
     return out
 
 

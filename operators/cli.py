@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --add-gang: members that must be placed at once (default: N)",
     )  # fmt: skip
     simulate.add_argument(
+        "--gang-topology", metavar="LABEL",
+        help="with --add-gang: every member on nodes with one value of this node label",
+    )  # fmt: skip
+    simulate.add_argument(
         "--template", metavar="[NS/]NAME", help="ResourceClaimTemplate of each added pod"
     )
     simulate.add_argument(
@@ -253,11 +257,15 @@ def _simulate(args: argparse.Namespace) -> int:
         if not args.template or args.like_pod:
             raise ToolkitError("--add-gang needs --template (and no --like-pod)")
         namespace, name = _split_name(args.template, args.namespace)
-        scenarios.append(AddGang(args.add_gang, namespace, name, size=args.gang_size))
+        scenarios.append(
+            AddGang(
+                args.add_gang, namespace, name, size=args.gang_size, topology=args.gang_topology
+            )
+        )
     elif args.template or args.like_pod:
         raise ToolkitError("--template and --like-pod go with --add-pods N or --add-gang N")
-    if args.gang_size is not None and args.add_gang is None:
-        raise ToolkitError("--gang-size goes with --add-gang N")
+    if (args.gang_size is not None or args.gang_topology) and args.add_gang is None:
+        raise ToolkitError("--gang-size and --gang-topology go with --add-gang N")
     for device in args.taint_device:
         scenarios.append(TaintDevice(device, effect=args.taint_effect, key=args.taint_key))
     features = _features(args.feature_gates)

@@ -25,6 +25,7 @@ assumes the result it is going to write.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -328,12 +329,62 @@ def find_gang(
     *,
     budget: int = DEFAULT_GANG_BUDGET,
     budget_seconds: float | None = None,
+    topology: str | None = None,
 ) -> GangPlacement:
     """Nodes and allocations for at least ``need`` of the members at once, or none.
 
     ``budget`` bounds the node searches (the same input always gives the same answer);
     ``budget_seconds`` bounds the wall-clock time (DecisionTimeout), as for find_node.
+    With ``topology`` (a node label), every placed member is on nodes with one value of
+    that label (a rack, an NVLink domain): the domains are tried one by one, the one with
+    most candidate nodes first (then by value), and the first where the gang fits wins.
     """
+    if topology is None:
+        return _find_flat(state, members, need, policy, budget, budget_seconds)
+    deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
+    sizes: dict[str, int] = {}
+    for member in members:
+        for node in member.nodes:
+            value = node.labels.get(topology)
+            if value is not None:
+                sizes[value] = sizes.get(value, 0) + 1
+    spent = 0
+    tried: list[str] = []
+    for value in sorted(sizes, key=lambda v: (-sizes[v], v)):
+        inside = [
+            GangMember(m.name, m.claims, [n for n in m.nodes if n.labels.get(topology) == value])
+            for m in members
+        ]
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        found = _find_flat(state, inside, need, policy, budget - spent, left)
+        spent += found.searches
+        if found.fits or found.fatal:
+            return dataclasses.replace(found, searches=spent)
+        tried.append(f"{value}: {found.reason}")
+        if found.budget_exhausted or spent >= budget:
+            break
+    where = "; ".join(tried[:3]) + ("; ..." if len(tried) > 3 else "")
+    return GangPlacement(
+        need,
+        len(members),
+        reason=(
+            f"no value of node label {topology} has room for {need} members together"
+            + (f" ({where})" if where else ": no candidate node has the label")
+        ),
+        searches=spent,
+        budget_exhausted=spent >= budget,
+    )
+
+
+def _find_flat(
+    state: AllocatorState,
+    members: Sequence[GangMember],
+    need: int,
+    policy: str,
+    budget: int,
+    budget_seconds: float | None,
+) -> GangPlacement:
+    """find_gang without a topology."""
     deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
     compiled = []
     for m in members:

@@ -51,6 +51,9 @@ name are allocated all or nothing; the same in both API modes)."""
 GANG_SIZE_ANNOTATION: Final = f"{GROUP}/gang-size"
 """Pod annotation (user): how many members of the gang must be placed at once."""
 GANG_SIZE_MAX: Final = 4096
+GANG_TOPOLOGY_ANNOTATION: Final = f"{GROUP}/gang-topology"
+"""Pod annotation (user, optional): a node label; all placed members of the gang go to nodes
+with one value of it (a rack, an NVLink domain)."""
 
 # The in-tree equivalents, for the toolkit reading resource.k8s.io objects.
 KUBERNETES_FINALIZER: Final = "resource.kubernetes.io/delete-protection"
@@ -250,8 +253,13 @@ class GangRef:
 
     name: str
     size: int
+    topology: str | None = None
+    """A node label all placed members share one value of (None: anywhere)."""
 
 
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 _GANG_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -278,4 +286,9 @@ def pod_gang(annotations: Mapping[str, str] | None) -> GangRef | None:
             GANG_SIZE_ANNOTATION,
             [f"{size!r} is not a whole number from 1 to {GANG_SIZE_MAX}"],
         )
-    return GangRef(name, int(text))
+    topology = annotations.get(GANG_TOPOLOGY_ANNOTATION)
+    if topology is not None and not _LABEL_KEY.match(topology):
+        raise AnnotationError(
+            GANG_TOPOLOGY_ANNOTATION, [f"{topology!r} is not a valid node label key"]
+        )
+    return GangRef(name, int(text), topology)

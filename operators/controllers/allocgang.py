@@ -113,14 +113,17 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
     keys = [Key(m.namespace, m.name) for m in members]
     if any(k in controller.in_flight or k in controller.written for k in keys):
         raise ClaimBusy()  # a member's writes are on their way: look again shortly
-    sizes = sorted({m.gang.size for m in members if m.gang is not None})
-    if len(sizes) > 1:
-        message = (
-            f'gang "{gang.name}": its members disagree on the gang size '
-            f"({', '.join(map(str, sizes))}); give every member the same value"
-        )
-        await _tell_all(controller, members, Unallocatable(message))
-        return
+    for what, values in (
+        ("gang size", {str(m.gang.size) for m in members if m.gang is not None}),
+        ("gang topology", {str(m.gang.topology) for m in members if m.gang is not None}),
+    ):
+        if len(values) > 1:
+            message = (
+                f'gang "{gang.name}": its members disagree on the {what} '
+                f"({', '.join(sorted(values))}); give every member the same value"
+            )
+            await _tell_all(controller, members, Unallocatable(message))
+            return
     ready: list[_Ready] = []
     unready: list[Pod] = []
     for member in members:
@@ -145,6 +148,7 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
                 need,
                 str(controller.settings.node_policy),
                 budget_seconds=controller.settings.decision_budget or None,
+                topology=gang.topology,
             )
         )
     except DecisionTimeout:

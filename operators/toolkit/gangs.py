@@ -24,7 +24,9 @@ class GangOutcome:
     searches: int
 
 
-def place_gang(cluster: Cluster, pods: list[PodInfo], need: int) -> GangOutcome:
+def place_gang(
+    cluster: Cluster, pods: list[PodInfo], need: int, topology: str | None = None
+) -> GangOutcome:
     """Placements for at least ``need`` of ``pods`` at once, or none (nothing recorded:
     ``Cluster.commit`` each placement to keep it)."""
     members: list[GangMember] = []
@@ -38,7 +40,9 @@ def place_gang(cluster: Cluster, pods: list[PodInfo], need: int) -> GangOutcome:
         pending = [u for u in uses if u.key not in cluster.allocations]
         pending_of[pod.key] = [u.key for u in pending]
         members.append(GangMember(pod.key, [u.body for u in pending], candidates))
-    found: GangPlacement = find_gang(cluster.state, members, need, cluster.policy)
+    found: GangPlacement = find_gang(
+        cluster.state, members, need, cluster.policy, topology=topology
+    )
     if not found.fits:
         details = [
             f"{name}: {placement.explanation.lines()[0]}"

@@ -49,6 +49,8 @@ class AddGang:
     template: str
     size: int | None = None
     """Members that must be placed at once (default: all ``count``)."""
+    topology: str | None = None
+    """A node label all placed members share one value of."""
 
     def describe(self) -> str:
         need = self.size or self.count
@@ -145,8 +147,10 @@ def simulate(
         tick(1)
         return True
 
-    def place_together(pods: list[PodInfo], need: int, origin: str) -> bool:
-        outcome = place_gang(cluster, pods, need)
+    def place_together(
+        pods: list[PodInfo], need: int, origin: str, topology: str | None = None
+    ) -> bool:
+        outcome = place_gang(cluster, pods, need, topology)
         done = {p.pod for p in outcome.placements}
         by_key = {pod.key: pod for pod in pods}
         for result in outcome.placements:
@@ -169,7 +173,8 @@ def simulate(
             gangs.setdefault(key, []).append(pod)
     for members in gangs.values():
         size = max(m.gang.size for m in members if m.gang is not None)
-        place_together(members, size, "pending")
+        topology = next((m.gang.topology for m in members if m.gang and m.gang.topology), None)
+        place_together(members, size, "pending", topology)
     # With a scenario, only its own pods decide: a pod of the snapshot that cannot be placed
     # anyway (e.g. it asks for more than any node has) says nothing about the what-if.
     fits = True if scenarios else not pending
@@ -186,7 +191,7 @@ def simulate(
             need = scenario.size or scenario.count
             if not 1 <= need <= scenario.count:
                 raise ToolkitError(f"the gang size must be from 1 to {scenario.count}")
-            fits = place_together(pods, need, "added") and fits
+            fits = place_together(pods, need, "added", scenario.topology) and fits
         else:
             evicted = _taint(cluster, scenario, evictions)
             for pod in evicted:

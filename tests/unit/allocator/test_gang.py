@@ -173,3 +173,35 @@ def test_random_gangs_are_all_or_nothing_valid_and_deterministic(seed: int) -> N
         for allocation in placed.allocations:
             for result_device in allocation.devices:
                 assert result_device.device_id[1] == placed.node
+
+
+def racks() -> tuple[AllocatorState, list[NodeInfo]]:
+    """rack-a: a1 (2 GPUs), a2 (1); rack-b: b1 (2); c1 has no rack label (4)."""
+    state = cluster(
+        **{"a1": ["small"] * 2, "a2": ["small"], "b1": ["small"] * 2, "c1": ["small"] * 4}
+    )
+    labels = {"a1": "rack-a", "a2": "rack-a", "b1": "rack-b"}
+    nodes = [
+        NodeInfo(n, {"rack": labels[n]} if n in labels else {}) for n in ("a1", "a2", "b1", "c1")
+    ]
+    return state, nodes
+
+
+def rack_gang(nodes: list[NodeInfo], size: int) -> list[GangMember]:
+    return [GangMember(f"ns/w{i}", [wants(f"w{i}", "small")], nodes) for i in range(size)]
+
+
+def test_a_gang_topology_keeps_every_member_in_one_label_value() -> None:
+    state, nodes = racks()
+    rack_of = {n.name: n.labels.get("rack") for n in nodes}
+    # In first-fit order, c1 (listed first here, and without a rack) takes the whole gang.
+    order = [nodes[3], *nodes[:3]]
+    plain = find_gang(state, rack_gang(order, 3), need=3, policy="first-fit")
+    assert plain.fits and {rack_of[p.node] for p in plain.placed} == {None}
+    result = find_gang(state, rack_gang(order, 3), need=3, policy="first-fit", topology="rack")
+    assert result.fits
+    assert {rack_of[p.node] for p in result.placed} == {"rack-a"}
+    # Four members fit in no rack (3 and 2 GPUs); the node without the label does not count.
+    too_big = find_gang(state, rack_gang(nodes, 4), need=4, topology="rack")
+    assert not too_big.fits and too_big.placed == ()
+    assert "no value of node label rack has room for 4 members" in too_big.reason

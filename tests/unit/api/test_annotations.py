@@ -184,3 +184,11 @@ def test_malformed_gang_annotations_name_the_annotation_and_the_problem(
         ann.pod_gang(annotations)
     assert caught.value.annotation == named
     assert words in str(caught.value)
+
+
+def test_gang_topology_is_a_node_label_key() -> None:
+    base = {ann.GANG_ANNOTATION: "t", ann.GANG_SIZE_ANNOTATION: "2"}
+    gang = ann.pod_gang({**base, ann.GANG_TOPOLOGY_ANNOTATION: "topology.kubernetes.io/rack"})
+    assert gang is not None and gang.topology == "topology.kubernetes.io/rack"
+    with pytest.raises(ann.AnnotationError, match="not a valid node label key"):
+        ann.pod_gang({**base, ann.GANG_TOPOLOGY_ANNOTATION: "rack name"})
