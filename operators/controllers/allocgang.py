@@ -178,6 +178,8 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
     by_name = {str(r.key): r for r in ready}
     placed = [(by_name[p.member], p.node, list(p.allocations)) for p in found.placed]
     left_out = [r.pod for r in ready if str(r.key) not in {p.member for p in found.placed}]
+    for extra in left_out:
+        controller.waiting.add(Key(extra.namespace, extra.name))  # woken by cluster changes
     if left_out:
         await _tell_all(
             controller,
@@ -249,10 +251,15 @@ async def _commit(
         metrics.ALLOCATIONS.labels(result="error").inc()
         for key in keys:
             controller.usage.forget(key)
-        controller.queue.retry_after_failure(keys[0], error, controller=controller.name)
+        for key in keys:  # the next decision reads back what was written (see above)
+            controller.queue.retry_after_failure(key, error, controller=controller.name)
     else:
         metrics.ALLOCATIONS.labels(result="allocated").inc(len(placed))
         controller.allocated_pods += len(placed)
+        for member, _, _ in placed:
+            waited = metrics.age_seconds(member.pod.created)
+            if waited is not None:
+                metrics.GATED_SECONDS.observe(waited)
         for key in keys:
             controller.waiting.discard(key)
             controller.queue.forget(key)
@@ -261,8 +268,7 @@ async def _commit(
         controller.claims_in_flight -= claim_keys
         controller.slots.release()
         for key in keys:
-            controller.resync.discard(key)
-            controller.queue.add(key)  # one of them decides what is left (written pods skip)
+            controller.resync.discard(key)  # the watch of our own writes requeues them
 
 
 async def _give_back(controller: AllocationController, ready: list[_Ready]) -> None:
