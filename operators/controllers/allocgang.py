@@ -172,8 +172,10 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
             if placement.explanation is not None and placement.explanation.lines()
         ]
         await _tell_all(controller, members, Unallocatable(message, details))
-        for key in keys:
-            controller.waiting.add(key)
+        # One member stands for the gang (any member's sync decides for all of them): a
+        # cluster change then costs one gang decision, not one per member.
+        controller.waiting.add(keys[0])
+        controller.queue.retry(keys[0])  # safety net; cluster changes wake it sooner
         return
     by_name = {str(r.key): r for r in ready}
     placed = [(by_name[p.member], p.node, list(p.allocations)) for p in found.placed]
