@@ -49,13 +49,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="what fits where if pods are added or a device is tainted",
         description=(
             "Settle a snapshot (pending pods get placed), then apply scenarios in order: "
-            "--add-pods N with --template (a ResourceClaimTemplate) or --like-pod, and/or "
+            "--add-pods N with --template (a ResourceClaimTemplate) or --like-pod, or "
+            "--add-gang N with --template (all N placed together or none), and/or "
             "--taint-device. Reports placements, evictions and pending pods with reasons; "
             "exits 1 when a pod of the scenario finds no node."
         ),
     )
     _snapshot_arguments(simulate)
     simulate.add_argument("--add-pods", type=int, metavar="N", help="number of pods to add")
+    simulate.add_argument(
+        "--add-gang", type=int, metavar="N",
+        help="add a gang of N pods (with --template) that is placed all together or not at all",
+    )  # fmt: skip
+    simulate.add_argument(
+        "--gang-size", type=int, metavar="M",
+        help="with --add-gang: members that must be placed at once (default: N)",
+    )  # fmt: skip
+    simulate.add_argument(
+        "--gang-topology", metavar="LABEL",
+        help="with --add-gang: every member on nodes with one value of this node label",
+    )  # fmt: skip
     simulate.add_argument(
         "--template", metavar="[NS/]NAME", help="ResourceClaimTemplate of each added pod"
     )
@@ -70,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--taint-effect", choices=["NoExecute", "NoSchedule"], default="NoExecute"
     )
     simulate.add_argument("--taint-key", default="dralloc.dev/simulated")
+    simulate.add_argument(
+        "--device-policy", choices=["first-fit", "pack"], default="first-fit",
+        help="device choice on a node, as the operator's --device-policy",
+    )  # fmt: skip
     simulate.add_argument(
         "--progress", choices=["auto", "always", "never"], default="auto",
         help="progress bar on stderr (auto: on a terminal, for runs over half a second)",
@@ -218,7 +235,14 @@ def _simulate(args: argparse.Namespace) -> int:
     from operators.toolkit import render
     from operators.toolkit.errors import ToolkitError
     from operators.toolkit.progress import Progress
-    from operators.toolkit.simulate import AddPods, Scenario, TaintDevice, simulate, work_size
+    from operators.toolkit.simulate import (
+        AddGang,
+        AddPods,
+        Scenario,
+        TaintDevice,
+        simulate,
+        work_size,
+    )
 
     scenarios: list[Scenario] = []
     if args.add_pods is not None:
@@ -229,15 +253,32 @@ def _simulate(args: argparse.Namespace) -> int:
             scenarios.append(AddPods(args.add_pods, namespace, template=name))
         else:
             scenarios.append(AddPods(args.add_pods, namespace, like_pod=name))
+    elif args.add_gang is not None:
+        if not args.template or args.like_pod:
+            raise ToolkitError("--add-gang needs --template (and no --like-pod)")
+        namespace, name = _split_name(args.template, args.namespace)
+        scenarios.append(
+            AddGang(
+                args.add_gang, namespace, name, size=args.gang_size, topology=args.gang_topology
+            )
+        )
     elif args.template or args.like_pod:
-        raise ToolkitError("--template and --like-pod go with --add-pods N")
+        raise ToolkitError("--template and --like-pod go with --add-pods N or --add-gang N")
+    if (args.gang_size is not None or args.gang_topology) and args.add_gang is None:
+        raise ToolkitError("--gang-size and --gang-topology go with --add-gang N")
     for device in args.taint_device:
         scenarios.append(TaintDevice(device, effect=args.taint_effect, key=args.taint_key))
     features = _features(args.feature_gates)
     snapshot = _load(args)
     mode = "never" if args.progress == "never" else args.progress
     with Progress(work_size(snapshot, scenarios), "simulating", mode=mode) as bar:
-        report = simulate(snapshot, scenarios, features=features, progress=bar.advance)
+        report = simulate(
+            snapshot,
+            scenarios,
+            features=features,
+            device_policy=args.device_policy,
+            progress=bar.advance,
+        )
     print(render.simulation(report, args.output))
     return EXIT_OK if report.fits else EXIT_DOES_NOT_FIT
 

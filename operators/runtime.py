@@ -125,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         },
         feature_gates=settings.feature_gates.render(),
         node_policy=str(settings.node_policy),
+        device_policy=str(settings.device_policy),
     )
     try:
         asyncio.run(operate(settings))

@@ -55,6 +55,16 @@ class NodePolicy(enum.StrEnum):
     FIRST_FIT = "first-fit"
 
 
+class DevicePolicy(enum.StrEnum):
+    """Which devices the allocator takes among those that fit a claim on a node."""
+
+    FIRST_FIT = "first-fit"
+    """Upstream's order (slice order): identical to in-tree DRA."""
+    PACK = "pack"
+    """Partitions on partly used devices first (best fit), used pools before empty ones:
+    keeps whole devices free for whole-device requests (see allocator/packing.py)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class FeatureGates:
     """Upstream-named feature gates; unknown names are refused so typos do not pass silently."""
@@ -140,6 +150,14 @@ class Settings:
             "Node choice among fitting nodes: binpack (fewest free matching devices left), "
             "spread (most left) or first-fit (first by name).",
             parse="policy",
+        ),
+    )
+    device_policy: DevicePolicy = dataclasses.field(
+        default=DevicePolicy.FIRST_FIT,
+        metadata=_doc(
+            "Device choice on a node: first-fit (upstream's order) or pack (partitions on "
+            "partly used devices and pools first, to keep whole devices free).",
+            parse="device-policy",
         ),
     )
     requeue_base_delay: float = dataclasses.field(
@@ -363,6 +381,9 @@ class Settings:
             raise  # unreachable: parser.error exits
 
 
+_CHOICES: dict[str, type[enum.StrEnum]] = {"policy": NodePolicy, "device-policy": DevicePolicy}
+
+
 def _convert(field: dataclasses.Field[Any], raw: Any) -> Any:
     name = field.name
     if not isinstance(raw, str):
@@ -370,12 +391,13 @@ def _convert(field: dataclasses.Field[Any], raw: Any) -> Any:
     kind = field.metadata.get("parse")
     if kind == "gates":
         return FeatureGates.parse(raw)
-    if kind == "policy":
+    choices = _CHOICES.get(kind) if isinstance(kind, str) else None
+    if choices is not None:
         try:
-            return NodePolicy(raw)
+            return choices(raw)
         except ValueError:
             raise SettingsError(
-                f"{name}: {raw!r} is not one of {', '.join(p.value for p in NodePolicy)}"
+                f"{name}: {raw!r} is not one of {', '.join(p.value for p in choices)}"
             ) from None
     if field.type in ("bool", bool):
         return _parse_bool(raw, name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from operators.allocator.allocated import AllocatedDevices
 from operators.allocator.compiled import CompiledSlice, PoolId
 from operators.allocator.errors import AllocationError
 from operators.allocator.features import Features
@@ -180,3 +181,20 @@ def _counter_reference_problem(
                 if counter not in available:
                     return f"counter {counter} not found in counter set {set_name}"
     return ""
+
+
+def counters_left(pool: Pool, allocated: AllocatedDevices) -> dict[str, dict[str, Nanos]]:
+    """Per counter set of the pool, what its allocated devices leave of each counter."""
+    available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+    for slice_ in (*pool.slices, *pool.slices_elsewhere):
+        for device in slice_.devices:
+            if not device.consumes_counters or not allocated.is_allocated(device.id):
+                continue
+            for set_name, counters in device.consumes_counters:
+                target = available.get(set_name)
+                if target is None:
+                    continue
+                for name, amount in counters.items():
+                    if name in target:
+                        target[name] -= amount
+    return available

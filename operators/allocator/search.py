@@ -38,7 +38,7 @@ from operators.allocator.errors import (
 )
 from operators.allocator.features import Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError, merge_terms
-from operators.allocator.pools import Pool
+from operators.allocator.pools import Pool, counters_left
 from operators.allocator.quantities import Nanos
 from operators.allocator.results import ClaimAllocation, ConfigResult, DeviceResult
 from operators.allocator.selectors import (
@@ -469,19 +469,7 @@ class Search:
     def _available(self, pool: Pool) -> dict[str, dict[str, Nanos]]:
         available = self.available_counters.get(pool.id)
         if available is None:
-            available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-            allocated = self.inputs.allocated
-            for slice_ in (*pool.slices, *pool.slices_elsewhere):
-                for device in slice_.devices:
-                    if not device.consumes_counters or not allocated.is_allocated(device.id):
-                        continue
-                    for set_name, counters in device.consumes_counters:
-                        target = available.get(set_name)
-                        if target is None:
-                            continue
-                        for name, amount in counters.items():
-                            if name in target:
-                                target[name] -= amount
+            available = counters_left(pool, self.inputs.allocated)
             self.available_counters[pool.id] = available
         return available
 

@@ -35,6 +35,7 @@ from operators.allocator.features import Features
 from operators.allocator.index import DeviceIndex
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.objects import as_dict, object_ref
+from operators.allocator.packing import DEVICE_POLICIES, pack_pools
 from operators.allocator.placement import Placement, find_node, reasons_for
 from operators.allocator.pools import Pool, gather_pools
 from operators.allocator.quantities import to_nanos
@@ -90,9 +91,21 @@ def usage_from_status(claim: ClaimLike) -> tuple[UsedDevice, ...]:
 class AllocatorState:
     """Cluster state for allocation: inventory, classes, allocations, caches."""
 
-    def __init__(self, features: Features | None = None, *, budget: int = DEFAULT_BUDGET) -> None:
+    def __init__(
+        self,
+        features: Features | None = None,
+        *,
+        budget: int = DEFAULT_BUDGET,
+        device_policy: str = "first-fit",
+    ) -> None:
+        if device_policy not in DEVICE_POLICIES:
+            raise ValueError(
+                f"unknown device policy {device_policy!r}; use one of {', '.join(DEVICE_POLICIES)}"
+            )
         self.features = features or Features()
         self.budget = budget
+        # Which devices a search is shown first (packing.py); first-fit = upstream's order.
+        self.device_policy = device_policy
         self.evaluator = SelectorEvaluator(self.features)
         self._slices: dict[str, CompiledSlice] = {}
         self._node_slices: dict[str, dict[str, CompiledSlice]] = {}
@@ -289,6 +302,13 @@ class AllocatorState:
         return self._rule_taints.get(device, ())
 
     def pools_for(self, node: NodeInfo) -> list[Pool]:
+        """Pools reachable from the node, in the device policy's order."""
+        pools = self._pools_for(node)
+        if self.device_policy == "pack":
+            return pack_pools(pools, self.allocated)  # depends on allocations: not cached
+        return pools
+
+    def _pools_for(self, node: NodeInfo) -> list[Pool]:
         """Pools reachable from the node (cached until slices change)."""
         key = node.key
         pools = self._pool_cache.get(key)

@@ -10,7 +10,9 @@ name the annotation and the problem.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
@@ -43,6 +45,15 @@ held while a claim is allocated, dropped when it is released or deleted."""
 ADMIN_ACCESS_LABEL: Final = f"{GROUP}/admin-access"
 """Namespace label (cluster admin): must be "true" for adminAccess requests there."""
 ADMIN_ACCESS_LABEL_VALUE: Final = "true"
+GANG_ANNOTATION: Final = f"{GROUP}/gang"
+"""Pod annotation (user): the gang the pod belongs to (pods of one namespace with the same
+name are allocated all or nothing; the same in both API modes)."""
+GANG_SIZE_ANNOTATION: Final = f"{GROUP}/gang-size"
+"""Pod annotation (user): how many members of the gang must be placed at once."""
+GANG_SIZE_MAX: Final = 4096
+GANG_TOPOLOGY_ANNOTATION: Final = f"{GROUP}/gang-topology"
+"""Pod annotation (user, optional): a node label; all placed members of the gang go to nodes
+with one value of it (a rack, an NVLink domain)."""
 
 # The in-tree equivalents, for the toolkit reading resource.k8s.io objects.
 KUBERNETES_FINALIZER: Final = "resource.kubernetes.io/delete-protection"
@@ -234,3 +245,50 @@ def pod_claims(annotations: Mapping[str, str] | None) -> tuple[PodResourceClaim,
     if not annotations or CLAIMS_ANNOTATION not in annotations:
         return None
     return parse_pod_claims(annotations[CLAIMS_ANNOTATION])
+
+
+@dataclass(frozen=True, slots=True)
+class GangRef:
+    """A pod's gang: its name (in the pod's namespace) and the members needed at once."""
+
+    name: str
+    size: int
+    topology: str | None = None
+    """A node label all placed members share one value of (None: anywhere)."""
+
+
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_GANG_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def pod_gang(annotations: Mapping[str, str] | None) -> GangRef | None:
+    """The pod's gang (None if it names none); raises AnnotationError if the two gang
+    annotations are malformed or one comes without the other."""
+    annotations = annotations or {}
+    name = annotations.get(GANG_ANNOTATION)
+    size = annotations.get(GANG_SIZE_ANNOTATION)
+    if name is None and size is None:
+        return None
+    if name is None:
+        raise AnnotationError(GANG_SIZE_ANNOTATION, [f"is set, but {GANG_ANNOTATION} is not"])
+    if not _GANG_NAME.match(name):
+        raise AnnotationError(
+            GANG_ANNOTATION,
+            [f"{name!r} is not a valid name (lower-case letters, digits, '-' and '.')"],
+        )
+    if size is None:
+        raise AnnotationError(GANG_ANNOTATION, [f"is set, but {GANG_SIZE_ANNOTATION} is not"])
+    text = size.strip()
+    if not text.isdigit() or not 1 <= int(text) <= GANG_SIZE_MAX:
+        raise AnnotationError(
+            GANG_SIZE_ANNOTATION,
+            [f"{size!r} is not a whole number from 1 to {GANG_SIZE_MAX}"],
+        )
+    topology = annotations.get(GANG_TOPOLOGY_ANNOTATION)
+    if topology is not None and not _LABEL_KEY.match(topology):
+        raise AnnotationError(
+            GANG_TOPOLOGY_ANNOTATION, [f"{topology!r} is not a valid node label key"]
+        )
+    return GangRef(name, int(text), topology)

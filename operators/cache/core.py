@@ -21,9 +21,12 @@ from operators.api.annotations import (
     FINALIZER,
     POD_CLAIM_NAME_ANNOTATION,
     SCHEDULING_GATE,
+    AnnotationError,
+    GangRef,
     PodResourceClaim,
     PodResourceClaimStatus,
     format_claim_statuses,
+    pod_gang,
 )
 from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.kube import JsonDict
@@ -37,6 +40,7 @@ __all__ = [
     "FINALIZER",
     "POD_CLAIMS_INDEX",
     "POD_CLAIM_NAME_ANNOTATION",
+    "POD_GANG_INDEX",
     "SCHEDULING_GATE",
     "ClaimStatus",
     "Namespace",
@@ -49,6 +53,8 @@ __all__ = [
 PodClaim = PodResourceClaim
 ClaimStatus = PodResourceClaimStatus
 
+POD_GANG_INDEX = "pod-gang"
+"""Pods by the (namespace, gang name) of their gang annotation."""
 POD_CLAIMS_INDEX = "pod-claims"
 """The pod index every controller shares: pods by the (namespace, name) of their claims."""
 
@@ -81,6 +87,13 @@ class Pod:
     """``Kind/name`` of the controller owning the pod ('' = a bare pod)."""
     created: str = ""
     """``metadata.creationTimestamp`` as the API server wrote it ('' = unknown)."""
+    gang: GangRef | None = None
+    """The gang the pod belongs to (gang annotations), allocated all or nothing."""
+    gang_error: str = ""
+    """Why the gang annotations are malformed ('' = they are not)."""
+    pod_group: str = ""
+    """``spec.schedulingGroup.podGroupName``: the upstream Workload API's PodGroup (where the
+    API server serves it; dralloc does not read PodGroups, see allocgang.tell_pod_group)."""
 
     @property
     def ref(self) -> str:
@@ -117,6 +130,10 @@ class Pod:
                 names.append(name)
         return names
 
+    def gang_keys(self) -> list[tuple[str, str]]:
+        """``(namespace, gang)``: the :data:`POD_GANG_INDEX` value, if the pod is in one."""
+        return [(self.namespace, self.gang.name)] if self.gang is not None else []
+
     def claim_keys(self) -> list[tuple[str, str]]:
         """``(namespace, name)`` of each known claim: the :data:`POD_CLAIMS_INDEX` values."""
         return [(self.namespace, name) for name in self.claim_names()]
@@ -145,6 +162,10 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
     gates = tuple(g.get("name", "") for g in spec.get("schedulingGates") or ())
+    try:
+        gang, gang_error = pod_gang(annotations), ""
+    except AnnotationError as problem:
+        gang, gang_error = None, str(problem)
     return Pod(
         namespace=metadata.get("namespace") or "",
         name=metadata.get("name") or "",
@@ -171,6 +192,9 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
             "",
         ),
         created=str(metadata.get("creationTimestamp") or ""),
+        gang=gang,
+        gang_error=gang_error,
+        pod_group=str((spec.get("schedulingGroup") or {}).get("podGroupName") or ""),
     )
 
 

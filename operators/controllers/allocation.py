@@ -45,13 +45,20 @@ from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
 from operators.api.models import ResourceClaim
 from operators.cache.core import (
     POD_CLAIMS_INDEX,
+    POD_GANG_INDEX,
     Namespace,
     Node,
     Pod,
     PodClaim,
 )
 from operators.cache.informer import Change, Key, version_number
-from operators.controllers import claimrules, claimstatus, placement, podcondition
+from operators.controllers import (
+    allocgang,
+    claimrules,
+    claimstatus,
+    placement,
+    podcondition,
+)
 from operators.controllers.allocexplain import REASON_FAILED, Explanations
 from operators.controllers.allocwrites import (
     ClaimWrites,
@@ -124,7 +131,10 @@ class AllocationController(ClaimWrites, Explanations):
         self.nodes = cache[NODES]
         self.namespaces = cache[NAMESPACES]
         self.claims = cache.assumed(RESOURCE_CLAIMS)
-        self.state = AllocatorState(allocator_features(self.settings.feature_gates))
+        self.state = AllocatorState(
+            allocator_features(self.settings.feature_gates),
+            device_policy=str(self.settings.device_policy),
+        )
         self.queue: WorkQueue[Key] = WorkQueue(
             base_delay=self.settings.requeue_base_delay, max_delay=self.settings.requeue_max_delay
         )
@@ -140,6 +150,7 @@ class AllocationController(ClaimWrites, Explanations):
         self.explained_at: dict[Key, float] = {}
         self.failing_since: dict[Key, float] = {}  # pods no node could take, since when
         self.missing_since: dict[Key, float] = {}  # pods naming a claim that does not exist
+        self.pod_groups_told: set[str] = set()  # pod UIDs told their PodGroup is not read
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
         self.allocated_pods = 0
@@ -153,6 +164,7 @@ class AllocationController(ClaimWrites, Explanations):
         self.decisions = DecisionThread()
         self.decision_spent: dict[Key, float] = {}  # seconds of budget used, per pod
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
+        self.pods.ensure_index(POD_GANG_INDEX, Pod.gang_keys)
         self._statuses_by_others = (
             runtime.protocol.claims_in_spec and not self.settings.claims_controller
         )
@@ -258,7 +270,19 @@ class AllocationController(ClaimWrites, Explanations):
         self.usage.update(change.key, pod.needs if pod is not None else None)
         if left and self.usage.node_of(change.key) != left:
             self._wake()  # what it held on its node is free for waiting pods
+        if (
+            change.old is not None
+            and change.old.gang is not None
+            and (pod is None or pod.gang != change.old.gang or not pod.gated)
+        ):
+            # A member left (or was released): the rest decide again (and give back what a
+            # gang that can no longer be completed holds).
+            for key in self.pods.index_keys(POD_GANG_INDEX, change.old.gang_keys()[0]):
+                if key != change.key:
+                    self.queue.add(key)
         if pod is None:
+            if change.old is not None:
+                self.pod_groups_told.discard(change.old.uid)
             self.waiting.discard(change.key)
             self.written.pop(change.key, None)
             self.explained_at.pop(change.key, None)
@@ -363,6 +387,11 @@ class AllocationController(ClaimWrites, Explanations):
             self.resync.add(key)
             return
         try:
+            if pod.gated and (pod.gang is not None or pod.gang_error):
+                await allocgang.sync_gang(self, pod)  # the whole gang, all or nothing
+                return
+            if pod.gated and pod.pod_group:
+                await allocgang.tell_pod_group(self, pod)
             entries = self._resolve_claims(pod)
             started = time.perf_counter()
             candidates = self._candidates(pod, entries)

@@ -96,6 +96,24 @@ class ClaimWrites:
         results: list[ClaimAllocation],
     ) -> None:
         """The writes, in order; an error releases what was assumed but not written."""
+        allocations = await self._write_claims(pod, node, entries, results)
+        await self._write_pod(pod, node, entries, allocations)
+        log.info(
+            "pod allocated",
+            pod=pod.ref,
+            node=node,
+            claims=[claim.metadata.name for _, claim in entries],
+        )
+
+    async def _write_claims(
+        self,
+        pod: Pod,
+        node: str,
+        entries: list[tuple[PodClaim, ResourceClaim]],
+        results: list[ClaimAllocation],
+    ) -> dict[str, AllocationResult]:
+        """The claim writes (allocations and reservations), per pod entry name; an error
+        releases what was assumed but not written."""
         allocations: dict[str, AllocationResult] = {}
         new = {
             claim.metadata.name: result
@@ -129,13 +147,7 @@ class ClaimWrites:
                 if not self._write_landed(claim):
                     self._mutate(self.state.release, claim)
             raise
-        await self._write_pod(pod, node, entries, allocations)
-        log.info(
-            "pod allocated",
-            pod=pod.ref,
-            node=node,
-            claims=[claim.metadata.name for _, claim in entries],
-        )
+        return allocations
 
     def _write_landed(self, claim: ResourceClaim) -> bool:
         current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))

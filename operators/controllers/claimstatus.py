@@ -131,6 +131,33 @@ async def patch_status(
     return updated
 
 
+async def release_claim(
+    client: KubeClient,
+    claims: AssumeCache[ResourceClaim],
+    protocol: PodProtocol,
+    claim: ResourceClaim,
+    uid: str,
+) -> None:
+    """The pod ``uid`` leaves the claim's reservedFor; a claim nobody else uses is
+    deallocated (conditional on the claim's resourceVersion)."""
+    assert claim.status is not None
+    kept = [r.to_kube() for r in claim.status.reserved_for if r.uid != uid]
+    status: dict[str, Any] = {"reservedFor": kept or None}
+    if not kept:
+        status |= deallocation(protocol)
+        remaining = without_condition(claim)
+        if remaining is not None:
+            status["conditions"] = remaining or None
+    await patch_status(
+        client,
+        claims,
+        claim.metadata.name or "",
+        claim.metadata.namespace,
+        claim.metadata.resource_version,
+        status,
+    )
+
+
 def involved(claim: ResourceClaim) -> JsonDict:
     """The minimal object an Event needs to point at a claim."""
     return {

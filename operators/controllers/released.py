@@ -188,23 +188,7 @@ class ReleasedPodsController:
         log.warning("released pod refused by the scheduler", pod=pod.ref, node=node)
 
     async def _release_claim(self, claim: ResourceClaim, uid: str) -> None:
-        """The pod leaves the claim's reservedFor; a claim nobody else uses is deallocated."""
-        assert claim.status is not None
-        kept = [r.to_kube() for r in claim.status.reserved_for if r.uid != uid]
-        status: dict[str, Any] = {"reservedFor": kept or None}
-        if not kept:
-            status |= claimstatus.deallocation(self.runtime.protocol)
-            remaining = claimstatus.without_condition(claim)
-            if remaining is not None:
-                status["conditions"] = remaining or None
-        await claimstatus.patch_status(
-            self.client,
-            self.claims,
-            claim.metadata.name or "",
-            claim.metadata.namespace,
-            claim.metadata.resource_version,
-            status,
-        )
+        await claimstatus.release_claim(self.client, self.claims, self.runtime.protocol, claim, uid)
 
 
 register_controller(

@@ -72,11 +72,15 @@ class Cluster:
     """Snapshot state plus simulated changes, on top of one AllocatorState."""
 
     def __init__(
-        self, snapshot: Snapshot, features: Features | None = None, policy: str = "binpack"
+        self,
+        snapshot: Snapshot,
+        features: Features | None = None,
+        policy: str = "binpack",
+        device_policy: str = "first-fit",
     ) -> None:
         self.snapshot = snapshot
         self.policy = policy
-        self.state = AllocatorState(features or Features())
+        self.state = AllocatorState(features or Features(), device_policy=device_policy)
         for slice_ in snapshot.resource_slices.values():
             self.state.upsert_slice(slice_)
         for device_class in snapshot.device_classes.values():
@@ -174,30 +178,10 @@ class Cluster:
             return Placement(pod.key, None, reason=problem)
         allocated = [u for u in uses if u.key in self.allocations]
         pending = [u for u in uses if u.key not in self.allocations]
-        pinned: list[tuple[str, NodeSelector]] = []
-        for use in allocated:
-            selector = self.allocations[use.key].get("nodeSelector")
-            if selector:
-                try:
-                    pinned.append((use.key, NodeSelector.parse(selector)))
-                except NodeSelectorError as exc:
-                    return Placement(pod.key, None, reason=f"claim {use.key}: {exc}")
-        excluded: dict[str, NodeVerdict] = {}
-        candidates: list[NodeInfo] = []
-        pod_filter = filters.prepare(
-            pod.scheduling_needs(),
-            self.usage,
-            [e.view for e in self.snapshot.nodes.values() if e.view is not None],
-            lambda ns: self.snapshot.namespace_labels.get(ns, {}),
-            key=pod.key,
-        )
-        for name in self.node_names:
-            verdict = self._node_filter(pod_filter, name, pinned)
-            if verdict is None:
-                candidates.append(node_info(self.snapshot.nodes.get(name), name))
-            else:
-                excluded[name] = verdict
-        held = tuple(line for u in allocated for line in _lines(u.key, self.allocations[u.key]))
+        candidates, excluded, problem = self.candidates(pod, uses)
+        if problem:
+            return Placement(pod.key, None, reason=problem)
+        held = tuple(line for u in allocated for line in lines_of(u.key, self.allocations[u.key]))
         placement = Placement(pod.key, None)
         allocations: dict[str, dict[str, Any]] = {}
         if not pending:
@@ -214,7 +198,7 @@ class Cluster:
                 new = [
                     line
                     for use, allocation in zip(pending, found.allocations, strict=True)
-                    for line in _lines(use.key, allocation.to_dict())
+                    for line in lines_of(use.key, allocation.to_dict())
                 ]
                 placement.devices = held + tuple(new)
             elif found.explanation is not None and found.explanation.fatal_error:
@@ -241,12 +225,42 @@ class Cluster:
                 devices = held + tuple(
                     line
                     for key, allocation in allocations.get(name, {}).items()
-                    for line in _lines(key, allocation)
+                    for line in lines_of(key, allocation)
                 )
                 placement.verdicts.append(NodeVerdict(name, True, (), devices))
         if placement.node is None and not placement.reason:
             placement.reason = summarize(placement.verdicts)
         return placement
+
+    def candidates(
+        self, pod: PodInfo, uses: list[ClaimUse]
+    ) -> tuple[list[NodeInfo], dict[str, NodeVerdict], str]:
+        """The nodes the pod may use (scheduler filters, its allocated claims' nodes), the
+        verdicts on the others, or a problem that rules out every node."""
+        pinned: list[tuple[str, NodeSelector]] = []
+        for use in uses:
+            selector = (self.allocations.get(use.key) or {}).get("nodeSelector")
+            if selector:
+                try:
+                    pinned.append((use.key, NodeSelector.parse(selector)))
+                except NodeSelectorError as exc:
+                    return [], {}, f"claim {use.key}: {exc}"
+        excluded: dict[str, NodeVerdict] = {}
+        candidates: list[NodeInfo] = []
+        pod_filter = filters.prepare(
+            pod.scheduling_needs(),
+            self.usage,
+            [e.view for e in self.snapshot.nodes.values() if e.view is not None],
+            lambda ns: self.snapshot.namespace_labels.get(ns, {}),
+            key=pod.key,
+        )
+        for name in self.node_names:
+            verdict = self._node_filter(pod_filter, name, pinned)
+            if verdict is None:
+                candidates.append(node_info(self.snapshot.nodes.get(name), name))
+            else:
+                excluded[name] = verdict
+        return candidates, excluded, ""
 
     def _node_filter(
         self, pod_filter: filters.PodFilter, name: str, pinned: list[tuple[str, NodeSelector]]
@@ -350,7 +364,7 @@ def node_info(entry: NodeEntry | None, name: str) -> NodeInfo:
     return NodeInfo(name=name, labels=labels)
 
 
-def _lines(claim: str, allocation: Mapping[str, Any]) -> list[DeviceLine]:
+def lines_of(claim: str, allocation: Mapping[str, Any]) -> list[DeviceLine]:
     results = (allocation.get("devices") or {}).get("results") or []
     return [
         DeviceLine(claim, str(r.get("request")), f"{r['driver']}/{r['pool']}/{r['device']}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from operators.allocator.features import Features
 from operators.toolkit.cluster import Cluster, DeviceLine, NodeVerdict
 from operators.toolkit.errors import ToolkitError
+from operators.toolkit.gangs import gang_key, place_gang
 from operators.toolkit.pods import PodClaim, PodInfo
 from operators.toolkit.snapshot import Snapshot
 
@@ -29,6 +30,8 @@ class Explanation:
     node: str | None
     devices: tuple[DeviceLine, ...]
     nodes: tuple[NodeVerdict, ...]
+    gang: str = ""
+    """For a gang member: what the gang as a whole gets (the joint search's answer)."""
 
 
 def parse_subject(text: str) -> tuple[str, str]:
@@ -125,6 +128,7 @@ def _explain_pod(cluster: Cluster, pod: PodInfo, subject: str) -> Explanation:
             tuple(placement.verdicts),
         )
     placement = cluster.evaluate(pod, every_node=True)
+    gang = _gang_view(cluster, pod)
     fitting = [v.node for v in placement.verdicts if v.fits]
     if all(u.key in cluster.allocations for u in uses):
         status = "allocated"
@@ -146,4 +150,37 @@ def _explain_pod(cluster: Cluster, pod: PodInfo, subject: str) -> Explanation:
         placement.node,
         placement.devices,
         tuple(placement.verdicts),
+        gang,
     )
+
+
+def _gang_view(cluster: Cluster, pod: PodInfo) -> str:
+    """What the joint search says about the pod's gang: its waiting members together (the
+    nodes above are what the pod could get alone, if the gang did not bind it)."""
+    key = gang_key(pod)
+    if key is None or pod.gang is None:
+        return ""
+    members = [
+        p
+        for p in cluster.pods.values()
+        if gang_key(p) == key and p.active and p.claims and not cluster.pod_is_allocated(p)
+    ]
+    if pod.key not in {m.key for m in members}:
+        members.append(pod)
+    members.sort(key=lambda p: p.key)
+    placed = sum(
+        1 for p in cluster.pods.values() if gang_key(p) == key and cluster.pod_is_allocated(p)
+    )
+    need = max(pod.gang.size - placed, 1)
+    head = (
+        f'gang "{pod.gang.name}": {len(members) + placed} of {pod.gang.size} members present'
+        f" ({placed} allocated)"
+    )
+    outcome = place_gang(cluster, members, need)
+    if not outcome.placements:
+        return f"{head}; the members cannot be placed together: {outcome.reason}"
+    mine = next((p for p in outcome.placements if p.pod == pod.key), None)
+    where = (
+        f"this pod on node {mine.node}" if mine is not None and mine.node else "without this pod"
+    )
+    return f"{head}; placed together: {len(outcome.placements)} members, {where}"

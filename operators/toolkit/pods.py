@@ -26,8 +26,10 @@ from operators.api.annotations import (
     DEVICES_ANNOTATION,
     SCHEDULING_GATE,
     AnnotationError,
+    GangRef,
     parse_claim_statuses,
     parse_pod_claims,
+    pod_gang,
 )
 from operators.scheduling.model import PodNeeds, parse_pod_needs
 from operators.toolkit.errors import ObjectRef, SnapshotError
@@ -86,6 +88,8 @@ class PodInfo:
     devices_annotation: str | None = None
     """The ``resource.dralloc.dev/devices`` annotation as written (dralloc's output, which
     ``dralloc check`` compares with the claims; never read as proof of an allocation)."""
+    gang: GangRef | None = None
+    """The pod's gang (``resource.dralloc.dev/gang`` and ``gang-size``), placed all or nothing."""
 
     def scheduling_needs(self) -> PodNeeds:
         """The filters' view of this pod as it is now (simulated copies of a pod get their
@@ -165,6 +169,12 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         statuses = parse_claim_statuses(statuses_text) if statuses_text else ()
     except AnnotationError as exc:
         raise SnapshotError(ref, "; ".join(exc.problems), status_where) from exc
+    try:
+        gang = pod_gang(annotations)
+    except AnnotationError as exc:
+        raise SnapshotError(
+            ref, "; ".join(exc.problems), f"metadata.annotations[{exc.annotation}]"
+        ) from exc
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
@@ -188,6 +198,7 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         protocol=protocol,
         needs=parse_pod_needs(body),
         devices_annotation=annotations.get(DEVICES_ANNOTATION),
+        gang=gang,
     )
 
 

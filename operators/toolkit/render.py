@@ -78,6 +78,8 @@ def explanation(result: Explanation, fmt: str = "table") -> str:
     if fmt != "table":
         return structured(result, fmt)
     out = [f"{result.subject}: {result.status}", f"  {result.summary}"]
+    if result.gang:
+        out.append(f"  {result.gang}")
     if result.claims:
         out.append(f"  claims: {', '.join(result.claims)}")
     if result.devices:

@@ -17,6 +17,7 @@ from operators.allocator.compiled import Taint, Toleration
 from operators.allocator.features import Features
 from operators.toolkit.cluster import Cluster, DeviceLine, Placement
 from operators.toolkit.errors import ObjectRef, ToolkitError
+from operators.toolkit.gangs import gang_key, place_gang
 from operators.toolkit.pods import PodClaim, PodInfo
 from operators.toolkit.snapshot import Snapshot
 
@@ -40,6 +41,26 @@ class AddPods:
 
 
 @dataclass(frozen=True)
+class AddGang:
+    """Add a gang of ``count`` pods of a template, placed all together or not at all."""
+
+    count: int
+    namespace: str
+    template: str
+    size: int | None = None
+    """Members that must be placed at once (default: all ``count``)."""
+    topology: str | None = None
+    """A node label all placed members share one value of."""
+
+    def describe(self) -> str:
+        need = self.size or self.count
+        return (
+            f"add a gang of {self.count} pod(s) of template {self.template} in namespace "
+            f"{self.namespace} (at least {need} placed together)"
+        )
+
+
+@dataclass(frozen=True)
 class TaintDevice:
     """Taint one device (``driver/pool/device``), as a DeviceTaintRule would."""
 
@@ -60,7 +81,7 @@ class TaintDevice:
         return driver, pool, name
 
 
-Scenario = AddPods | TaintDevice
+Scenario = AddPods | AddGang | TaintDevice
 
 
 @dataclass(frozen=True)
@@ -99,10 +120,11 @@ def simulate(
     *,
     features: Features | None = None,
     policy: str = "binpack",
+    device_policy: str = "first-fit",
     progress: ProgressHook | None = None,
 ) -> SimulationReport:
     started = time.monotonic()
-    cluster = Cluster(snapshot, features, policy)
+    cluster = Cluster(snapshot, features, policy, device_policy)
     tick = progress or (lambda _n: None)
     placed: list[PodOutcome] = []
     pending: list[PodOutcome] = []
@@ -125,9 +147,34 @@ def simulate(
         tick(1)
         return True
 
-    # 1. Settle: pods of the snapshot that wait for devices.
+    def place_together(
+        pods: list[PodInfo], need: int, origin: str, topology: str | None = None
+    ) -> bool:
+        outcome = place_gang(cluster, pods, need, topology)
+        done = {p.pod for p in outcome.placements}
+        by_key = {pod.key: pod for pod in pods}
+        for result in outcome.placements:
+            cluster.commit(by_key[result.pod], result)
+            placed.append(PodOutcome(result.pod, origin, result.node, result.devices))
+        for pod in pods:
+            if pod.key not in done:
+                reason = outcome.reason or "the gang was placed without this member"
+                pending.append(PodOutcome(pod.key, origin, None, reason=reason))
+        tick(len(pods))
+        return bool(outcome.placements)
+
+    # 1. Settle: pods of the snapshot that wait for devices (a gang's members together).
+    gangs: dict[str, list[PodInfo]] = {}
     for pod in _waiting_pods(cluster):
-        place(pod, "pending")
+        key = gang_key(pod)
+        if key is None:
+            place(pod, "pending")
+        else:
+            gangs.setdefault(key, []).append(pod)
+    for members in gangs.values():
+        size = max(m.gang.size for m in members if m.gang is not None)
+        topology = next((m.gang.topology for m in members if m.gang and m.gang.topology), None)
+        place_together(members, size, "pending", topology)
     # With a scenario, only its own pods decide: a pod of the snapshot that cannot be placed
     # anyway (e.g. it asks for more than any node has) says nothing about the what-if.
     fits = True if scenarios else not pending
@@ -137,6 +184,14 @@ def simulate(
         if isinstance(scenario, AddPods):
             for pod in _new_pods(cluster, scenario):
                 fits = place(pod, "added") and fits
+        elif isinstance(scenario, AddGang):
+            pods = _new_pods(
+                cluster, AddPods(scenario.count, scenario.namespace, scenario.template)
+            )
+            need = scenario.size or scenario.count
+            if not 1 <= need <= scenario.count:
+                raise ToolkitError(f"the gang size must be from 1 to {scenario.count}")
+            fits = place_together(pods, need, "added", scenario.topology) and fits
         else:
             evicted = _taint(cluster, scenario, evictions)
             for pod in evicted:
@@ -156,7 +211,7 @@ def simulate(
 def work_size(snapshot: Snapshot, scenarios: list[Scenario]) -> int:
     """How many placements a run will try, for the progress bar."""
     waiting = sum(1 for p in snapshot.pods.values() if p.active and p.claims)
-    added = sum(s.count for s in scenarios if isinstance(s, AddPods))
+    added = sum(s.count for s in scenarios if isinstance(s, AddPods | AddGang))
     return waiting + added
 
 

@@ -209,3 +209,12 @@ def test_toolkit_reads_the_live_cluster(examples: Testbed) -> None:
     report = json.loads(simulated.stdout)
     assert report["fits"] is False
     assert any(p["origin"] == "added" for p in report["pending"])
+
+
+def test_gang_members_are_released_together(examples: Testbed) -> None:
+    held = []
+    for i in range(3):
+        devices = pod_devices(examples, NS, f"trainer-{i}")
+        assert len(devices) == 2, devices
+        held += [(d["pool"], d["device"]) for d in devices]
+    assert len(set(held)) == 6, held

@@ -39,6 +39,15 @@ def test_simulate_that_does_not_fit_exits_one(capsys: pytest.CaptureFixture[str]
     assert "PENDING" in out and "DOES NOT FIT" in out
 
 
+def test_simulate_a_gang_that_does_not_fit_places_none(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "-f", INTREE, "-n", "team-a", "--add-gang", "4", "--template", "one-gpu"]
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == EXIT_DOES_NOT_FIT
+    assert "one-gpu-sim-0  added   at most 3 of the gang's 4 members fit at once" in out
+    assert main([*argv, "--gang-size", "3"]) == EXIT_OK
+
+
 @pytest.mark.parametrize("fmt", ["json", "yaml"])
 def test_simulate_machine_output(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
@@ -80,6 +89,8 @@ def test_bad_snapshot_exits_two_naming_file_object_and_field(
     [
         (["simulate", "-f", INTREE, "--add-pods", "1"], "exactly one of --template or --like-pod"),
         (["simulate", "-f", INTREE, "--template", "x"], "go with --add-pods"),
+        (["simulate", "-f", INTREE, "--add-gang", "2"], "--add-gang needs --template"),
+        (["simulate", "-f", INTREE, "--gang-size", "2"], "go with --add-gang N"),
         (["simulate"], "-f PATH"),
         (["simulate", "-f", INTREE, "--feature-gates", "NoSuchGate=true"], "NoSuchGate"),
         (["check", "-f", INTREE, "--live"], "not both"),

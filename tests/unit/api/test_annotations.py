@@ -142,3 +142,53 @@ def test_unknown_fields_in_a_claims_entry_are_refused_by_name(
     message = str(caught.value)
     assert message.startswith("annotation resource.dralloc.dev/claims: ")
     assert f"[1].{field}: unknown field" in message, message
+
+
+def test_gang_annotations_parse_to_a_name_and_a_size() -> None:
+    assert ann.pod_gang({}) is None
+    gang = ann.pod_gang({ann.GANG_ANNOTATION: "train", ann.GANG_SIZE_ANNOTATION: " 4 "})
+    assert gang == ann.GangRef("train", 4)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "named", "words"),
+    [
+        ({ann.GANG_ANNOTATION: "train"}, ann.GANG_ANNOTATION, "gang-size is not"),
+        ({ann.GANG_SIZE_ANNOTATION: "2"}, ann.GANG_SIZE_ANNOTATION, "gang is not"),
+        (
+            {ann.GANG_ANNOTATION: "Train!", ann.GANG_SIZE_ANNOTATION: "2"},
+            ann.GANG_ANNOTATION,
+            "not a valid name",
+        ),
+        (
+            {ann.GANG_ANNOTATION: "t", ann.GANG_SIZE_ANNOTATION: "two"},
+            ann.GANG_SIZE_ANNOTATION,
+            "whole number",
+        ),
+        (
+            {ann.GANG_ANNOTATION: "t", ann.GANG_SIZE_ANNOTATION: "0"},
+            ann.GANG_SIZE_ANNOTATION,
+            "from 1 to",
+        ),
+        (
+            {ann.GANG_ANNOTATION: "t", ann.GANG_SIZE_ANNOTATION: "99999"},
+            ann.GANG_SIZE_ANNOTATION,
+            "from 1 to",
+        ),
+    ],
+)
+def test_malformed_gang_annotations_name_the_annotation_and_the_problem(
+    annotations: dict[str, str], named: str, words: str
+) -> None:
+    with pytest.raises(ann.AnnotationError) as caught:
+        ann.pod_gang(annotations)
+    assert caught.value.annotation == named
+    assert words in str(caught.value)
+
+
+def test_gang_topology_is_a_node_label_key() -> None:
+    base = {ann.GANG_ANNOTATION: "t", ann.GANG_SIZE_ANNOTATION: "2"}
+    gang = ann.pod_gang({**base, ann.GANG_TOPOLOGY_ANNOTATION: "topology.kubernetes.io/rack"})
+    assert gang is not None and gang.topology == "topology.kubernetes.io/rack"
+    with pytest.raises(ann.AnnotationError, match="not a valid node label key"):
+        ann.pod_gang({**base, ann.GANG_TOPOLOGY_ANNOTATION: "rack name"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from operators.settings import FeatureGates, NodePolicy, Settings, SettingsError
+from operators.settings import DevicePolicy, FeatureGates, NodePolicy, Settings, SettingsError
 
 
 def test_defaults() -> None:
@@ -71,3 +71,12 @@ def test_one_lease_location_for_every_way_of_running(
         )
     moved = Settings.from_argv(["--lease-namespace=ops"], {})
     assert moved.effective_lease_namespace == "ops"
+
+
+def test_device_policy_is_first_fit_unless_set() -> None:
+    assert Settings.from_argv([], {}).device_policy is DevicePolicy.FIRST_FIT
+    assert Settings.from_argv(["--device-policy=pack"], {}).device_policy is DevicePolicy.PACK
+    env = {"DRALLOC_DEVICE_POLICY": "pack"}
+    assert Settings.from_argv([], env).device_policy is DevicePolicy.PACK
+    with pytest.raises(SettingsError, match="first-fit, pack"):
+        Settings.from_sources({"device_policy": "tetris"}, {})

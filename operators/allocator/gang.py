@@ -1,0 +1,506 @@
+"""Gang allocation: nodes and devices for at least N pods at once, or for none.
+
+In-tree DRA allocates the pods of a gang one at a time, first fit: it can hold devices
+for half a gang that then never completes, and it misses joint placements that exist
+(kubernetes#138765). This module searches for the members together, on top of the
+per-pod machinery and without changing it:
+
+* one member's placement is what ``AllocatorState.find_node`` would give that member
+  (the same index prefilter, node policy, prioritized-list ranking and per-node search),
+  among the nodes the caller says the member may go to (the placement rules);
+* members decided earlier count as allocated (``assume``) while later members are
+  searched, so no device is handed out twice;
+* when a member finds no room, the nodes already chosen for other members are searched
+  again with all their claims together (the per-node search may then give an earlier
+  member other devices on the same node), and otherwise the search backtracks: it moves
+  an earlier member to its next node;
+* the whole search is bounded by a budget of node searches and is deterministic (members
+  in the caller's order, nodes in policy order, ties by name).
+
+The answer is all or nothing: either at least ``need`` members have a node and
+allocations, or no member has any (``GangPlacement.placed`` is empty) and ``reason``
+says why. Nothing stays assumed in the state when ``find_gang`` returns: the caller
+assumes the result it is going to write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from operators.allocator.compiled import CompiledClaim
+from operators.allocator.errors import AllocationError, DecisionTimeout, NodeAllocationError
+from operators.allocator.index import Signature
+from operators.allocator.nodes import NodeInfo
+from operators.allocator.placement import Placement
+from operators.allocator.results import ClaimAllocation
+from operators.allocator.search import Search
+
+if TYPE_CHECKING:  # annotations only: state is the caller's object
+    from operators.allocator.state import AllocatorState
+
+DEFAULT_GANG_BUDGET = 2_000  # node searches per gang decision
+
+
+@dataclass(frozen=True, slots=True)
+class GangMember:
+    """One pod of a gang: its claims still to allocate and the nodes it may go to."""
+
+    name: str  # "namespace/name" of the pod, for results and messages
+    claims: Sequence[Any]  # claims in any form AllocatorState accepts
+    nodes: Sequence[NodeInfo]  # candidates, already filtered by the placement rules
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPlacement:
+    member: str
+    node: str
+    allocations: tuple[ClaimAllocation, ...]  # one per claim of the member, in order
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlacement:
+    """Outcome of find_gang: placements for at least ``need`` members, or none and why."""
+
+    need: int
+    members: int
+    placed: tuple[MemberPlacement, ...] = ()
+    reason: str = ""  # why not, when nothing is placed
+    blocking: dict[str, Placement] = field(default_factory=dict)  # members that fit nowhere
+    searches: int = 0  # node searches spent
+    budget_exhausted: bool = False
+    fatal: bool = False  # a claim is broken (missing class, bad CEL): retrying does not help
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.placed)
+
+
+class _BudgetExhausted(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class _Member:
+    name: str
+    claims: list[CompiledClaim]
+    nodes: list[NodeInfo]
+    kind: object  # members of one kind are interchangeable (same claims spec, same nodes)
+    demand: tuple[Signature, int] | None  # see _simple_demand
+
+
+def _simple_demand(claims: Sequence[CompiledClaim]) -> tuple[Signature, int] | None:
+    """(signature, count) when that is all the member asks: one claim with one ExactCount
+    request, no admin access, capacity or constraints. Then the device index's free counts
+    say exactly how many such members a node can take."""
+    if len(claims) != 1 or claims[0].constraints or len(claims[0].requests) != 1:
+        return None
+    request = claims[0].requests[0].exactly
+    if (
+        request is None
+        or request.mode != "ExactCount"
+        or request.admin_access
+        or request.capacity_requests is not None
+    ):
+        return None
+    return request.signature, request.count
+
+
+def _kind(claims: Sequence[CompiledClaim], nodes: Sequence[NodeInfo], name: str) -> object:
+    """What makes two members interchangeable for the search's memory of dead ends."""
+    try:
+        spec = tuple((c.requests, c.constraints) for c in claims)
+        hash(spec)
+    except TypeError:
+        return name  # not comparable: this member is its own kind
+    return (spec, tuple(n.name for n in nodes))
+
+
+class _GangSearch:
+    def __init__(
+        self,
+        state: AllocatorState,
+        members: list[_Member],
+        need: int,
+        policy: str,
+        budget: int,
+        deadline: float | None,
+    ) -> None:
+        self.state = state
+        self.members = members
+        self.need = need
+        self.policy = policy
+        self.budget = budget
+        self.deadline = deadline
+        self.searches = 0
+        self.chosen: dict[int, tuple[str, list[ClaimAllocation]]] = {}  # member -> node
+        self.failed: set[tuple[int, frozenset[tuple[object, str, tuple[Any, ...]]]]] = set()
+
+    # --- tentative allocations --------------------------------------------------------
+
+    def _apply(self, i: int, node: str, results: list[ClaimAllocation]) -> None:
+        for claim, allocation in zip(self.members[i].claims, results, strict=True):
+            self.state.assume(claim, allocation)
+        self.chosen[i] = (node, results)
+
+    def _undo(self, i: int) -> None:
+        for claim in self.members[i].claims:
+            self.state.release(claim)
+        del self.chosen[i]
+
+    def release_all(self) -> None:
+        for i in list(self.chosen):
+            self._undo(i)
+
+    def _charge(self, searches: int) -> None:
+        self.searches += max(searches, 1)
+        if self.searches > self.budget:
+            raise _BudgetExhausted()
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise DecisionTimeout(0.0)
+
+    def _remaining_seconds(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(self.deadline - time.monotonic(), 0.0)
+
+    # --- one member's options ---------------------------------------------------------
+
+    def place_alone(self, i: int, nodes: Sequence[NodeInfo], *, explain: bool) -> Placement:
+        member = self.members[i]
+        found = self.state.find_node(
+            member.claims,
+            nodes,
+            self.policy,
+            explain=explain,
+            budget_seconds=self._remaining_seconds(),
+        )
+        self._charge(found.nodes_searched)
+        return found
+
+    def _options(self, i: int) -> Iterator[None]:
+        """Each option applied in turn (undone when the caller moves on): the member's
+        best node in policy order, then its next best, ...; then the nodes of other
+        members searched again together with this one."""
+        member = self.members[i]
+        tried: set[str] = set()
+        while True:
+            nodes = [n for n in member.nodes if n.name not in tried]
+            if not nodes:
+                break
+            found = self.place_alone(i, nodes, explain=False)
+            if found.node is None:
+                break
+            tried.add(found.node)
+            self._apply(i, found.node, list(found.allocations))
+            yield
+            self._undo(i)
+            tried |= self._same_shape(i, found.node)
+        yield from self._regroup(i, tried)
+
+    def _same_shape(self, i: int, node: str) -> set[str]:
+        """Nodes where this member would be in the same position as on ``node`` (as many
+        free devices it can use, and no other member there): trying them too only repeats
+        the same dead end. Only for members whose demand the index counts exactly."""
+        member = self.members[i]
+        if member.demand is None:
+            return set()
+        signature = member.demand[0]
+        index = self.state.device_index()
+        used = {n for n, _ in self.chosen.values()}
+        by_name = {n.name: n for n in member.nodes}
+
+        def shape(info: NodeInfo) -> tuple[int, bool]:
+            return index.counts(signature, info)[1], info.name in used
+
+        mine = shape(by_name[node])
+        return {n.name for n in member.nodes if shape(n) == mine}
+
+    def _regroup(self, i: int, tried: set[str]) -> Iterator[None]:
+        """On a node other members already use, search their claims and this member's
+        together: the per-node search may give them other devices there."""
+        member = self.members[i]
+        allowed = {n.name: n for n in member.nodes}
+        used = sorted({node for node, _ in self.chosen.values()})
+        for name in used:
+            info = allowed.get(name)
+            if info is None or name in tried:
+                continue
+            there = sorted(j for j, (node, _) in self.chosen.items() if node == name)
+            before = {j: self.chosen[j] for j in there}
+            for j in there:
+                self._undo(j)
+            results = self._search_together([*there, i], info)
+            if results is None:
+                for j in there:
+                    self._apply(j, *before[j])
+                continue
+            for j, mine in zip([*there, i], results, strict=True):
+                self._apply(j, name, mine)
+            yield
+            for j in [*there, i]:
+                self._undo(j)
+            for j in there:
+                self._apply(j, *before[j])
+
+    def _search_together(
+        self, indexes: list[int], node: NodeInfo
+    ) -> list[list[ClaimAllocation]] | None:
+        self._charge(1)
+        claims = [c for j in indexes for c in self.members[j].claims]
+        try:
+            results = Search(
+                claims,
+                node,
+                self.state.pools_for(node),
+                self.state.search_inputs(self.deadline),
+            ).run()
+        except NodeAllocationError:
+            return None
+        if results is None:
+            return None
+        out: list[list[ClaimAllocation]] = []
+        start = 0
+        for j in indexes:
+            count = len(self.members[j].claims)
+            out.append(results[start : start + count])
+            start += count
+        return out
+
+    # --- the search -------------------------------------------------------------------
+
+    def _memo_key(self, i: int) -> tuple[int, frozenset[tuple[object, str, tuple[Any, ...]]]]:
+        placed = frozenset(
+            (
+                self.members[j].kind,
+                node,
+                tuple(tuple(d.device_id for d in a.devices) for a in results),
+            )
+            for j, (node, results) in self.chosen.items()
+        )
+        return i, placed
+
+    def greedy(self) -> bool:
+        """Members one after another, each on its best node (regrouping when needed),
+        skipping as many as the gang can spare. Most gangs that fit are placed here."""
+        spare = len(self.members) - self.need
+        for i in range(len(self.members)):
+            # The first option stays applied: a generator left unfinished undoes nothing.
+            if next(self._options(i), False) is False:
+                if spare == 0:
+                    return False
+                spare -= 1
+        return True
+
+    def backtrack(self, i: int = 0) -> bool:
+        """Depth first over the members' options; dead ends are remembered (by what is
+        placed where, interchangeable members counted alike) and not searched again."""
+        placed = len(self.chosen)
+        if i == len(self.members):
+            return placed >= self.need
+        if placed + len(self.members) - i < self.need:
+            return False
+        key = self._memo_key(i)
+        if key in self.failed:
+            return False
+        for _ in self._options(i):
+            if self.backtrack(i + 1):
+                return True
+        if placed + len(self.members) - i - 1 >= self.need and self.backtrack(i + 1):
+            return True
+        self.failed.add(key)
+        return False
+
+    def result(self) -> tuple[MemberPlacement, ...]:
+        return tuple(
+            MemberPlacement(self.members[i].name, node, tuple(results))
+            for i, (node, results) in sorted(self.chosen.items())
+        )
+
+
+def find_gang(
+    state: AllocatorState,
+    members: Sequence[GangMember],
+    need: int,
+    policy: str = "binpack",
+    *,
+    budget: int = DEFAULT_GANG_BUDGET,
+    budget_seconds: float | None = None,
+    topology: str | None = None,
+) -> GangPlacement:
+    """Nodes and allocations for at least ``need`` of the members at once, or none.
+
+    ``budget`` bounds the node searches (the same input always gives the same answer);
+    ``budget_seconds`` bounds the wall-clock time (DecisionTimeout), as for find_node.
+    With ``topology`` (a node label), every placed member is on nodes with one value of
+    that label (a rack, an NVLink domain): the domains are tried one by one, the one with
+    most candidate nodes first (then by value), and the first where the gang fits wins.
+    """
+    if topology is None:
+        return _find_flat(state, members, need, policy, budget, budget_seconds)
+    deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
+    sizes: dict[str, int] = {}
+    for member in members:
+        for node in member.nodes:
+            value = node.labels.get(topology)
+            if value is not None:
+                sizes[value] = sizes.get(value, 0) + 1
+    spent = 0
+    tried: list[str] = []
+    for value in sorted(sizes, key=lambda v: (-sizes[v], v)):
+        inside = [
+            GangMember(m.name, m.claims, [n for n in m.nodes if n.labels.get(topology) == value])
+            for m in members
+        ]
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        found = _find_flat(state, inside, need, policy, budget - spent, left)
+        spent += found.searches
+        if found.fits or found.fatal:
+            return dataclasses.replace(found, searches=spent)
+        tried.append(f"{value}: {found.reason}")
+        if found.budget_exhausted or spent >= budget:
+            break
+    where = "; ".join(tried[:3]) + ("; ..." if len(tried) > 3 else "")
+    return GangPlacement(
+        need,
+        len(members),
+        reason=(
+            f"no value of node label {topology} has room for {need} members together"
+            + (f" ({where})" if where else ": no candidate node has the label")
+        ),
+        searches=spent,
+        budget_exhausted=spent >= budget,
+    )
+
+
+def _find_flat(
+    state: AllocatorState,
+    members: Sequence[GangMember],
+    need: int,
+    policy: str,
+    budget: int,
+    budget_seconds: float | None,
+) -> GangPlacement:
+    """find_gang without a topology."""
+    deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
+    compiled = []
+    for m in members:
+        claims = state.compile_claims(m.claims)
+        compiled.append(
+            _Member(
+                m.name,
+                claims,
+                list(m.nodes),
+                _kind(claims, m.nodes, m.name),
+                _simple_demand(claims),
+            )
+        )
+    total = len(compiled)
+    if total < need:
+        return GangPlacement(
+            need, total, reason=f"waiting for gang members: {total} of {need} present"
+        )
+    search = _GangSearch(state, compiled, need, policy, budget, deadline)
+    try:
+        try:
+            if search.greedy():
+                return GangPlacement(need, total, search.result(), searches=search.searches)
+            search.release_all()
+            short = _capacity_shortfall(state, compiled, need)
+            if short:
+                return GangPlacement(need, total, reason=short, searches=search.searches)
+            blocking = _alone(search, compiled)
+            fatal = next((p for p in blocking.values() if _fatal(p)), None)
+            if fatal is not None:
+                assert fatal.explanation is not None
+                return GangPlacement(
+                    need,
+                    total,
+                    reason=fatal.explanation.fatal_error or "",
+                    blocking=blocking,
+                    searches=search.searches,
+                    fatal=True,
+                )
+            if total - len(blocking) < need:
+                return GangPlacement(
+                    need,
+                    total,
+                    reason=(
+                        f"only {total - len(blocking)} of the gang's {total} members fit on "
+                        f"any node, {need} must be placed together"
+                    ),
+                    blocking=blocking,
+                    searches=search.searches,
+                )
+            if search.backtrack():
+                return GangPlacement(need, total, search.result(), searches=search.searches)
+            return GangPlacement(
+                need,
+                total,
+                reason=(
+                    f"no joint placement for {need} of the gang's {total} members: each fits "
+                    f"alone, but not together ({search.searches} node searches)"
+                ),
+                searches=search.searches,
+            )
+        except _BudgetExhausted:
+            return GangPlacement(
+                need,
+                total,
+                reason=(
+                    f"the gang search gave up after {budget} node searches without placing "
+                    f"{need} members together; trying again when the cluster changes"
+                ),
+                searches=search.searches,
+                budget_exhausted=True,
+            )
+    except AllocationError as error:  # a broken claim seen by a regrouping search
+        return GangPlacement(need, total, reason=str(error), searches=search.searches, fatal=True)
+    finally:
+        search.release_all()
+
+
+def _fatal(found: Placement) -> bool:
+    return found.explanation is not None and bool(found.explanation.fatal_error)
+
+
+def _alone(search: _GangSearch, members: list[_Member]) -> dict[str, Placement]:
+    """The members that fit nowhere even with the rest of the gang absent, with why (only
+    those are explained: an explanation looks at every node)."""
+    out: dict[str, Placement] = {}
+    for i, member in enumerate(members):
+        if search.place_alone(i, member.nodes, explain=False).node is None:
+            out[member.name] = search.place_alone(i, member.nodes, explain=True)
+    return out
+
+
+def _capacity_shortfall(state: AllocatorState, members: list[_Member], need: int) -> str:
+    """Why ``need`` members cannot fit at once, told by the free counts alone ('' when the
+    counts allow it or cannot tell): for members that all ask for devices of one signature
+    on the same candidate nodes, a node with F free devices takes at most F // count."""
+    demands = [m.demand for m in members]
+    if any(d is None for d in demands) or len({d[0] for d in demands if d}) != 1:
+        return ""
+    names = {tuple(n.name for n in m.nodes) for m in members}
+    if len(names) != 1:
+        return ""
+    signature = members[0].demand[0] if members[0].demand else None
+    assert signature is not None
+    entry = state.device_index().entry(signature)
+    if entry.shared or entry.shareable_nodes or entry.shareable_shared:
+        return ""  # network-attached or multi-allocatable devices: counts do not add up
+    counts = sorted(d[1] for d in demands if d)
+    smallest = counts[0]
+    free = [entry.free.get(n.name, 0) for n in members[0].nodes]
+    room = sum(f // smallest for f in free)
+    cheapest = sum(counts[:need])
+    if room >= need and sum(free) >= cheapest:
+        return ""
+    return (
+        f"at most {min(room, need - 1)} of the gang's {len(members)} members fit at once "
+        f"({sum(free)} free matching devices on the nodes they may use), {need} must be "
+        "placed together"
+    )

@@ -1,0 +1,320 @@
+"""Gang allocation in the allocation loop: the pods of a gang are released together or not.
+
+A pod names its gang with ``resource.dralloc.dev/gang`` and ``resource.dralloc.dev/gang-size``
+(:mod:`operators.api.annotations`). When any member comes up in the queue, the whole gang is
+decided at once:
+
+1. the members are the gated, live pods of the namespace with that gang name; each must have
+   its claims (the claim controller creates them from templates) and its node filter's
+   candidates, as for a single pod;
+2. the joint search (:func:`operators.allocator.gang.find_gang`) places at least gang-size
+   members, or none;
+3. the writes: first every placed member's claims (allocation and ``reservedFor``, each
+   conditional), and only when all of them landed, each member's pod (devices, pin, gate
+   removed). No pod is released while another member's claims are not written.
+
+A crash or a conflict between the claim writes leaves some members' claims allocated and
+reserved for their (still gated) pods. Truth lives in claims: the next decision reads those
+members as placed where their claims say and searches only for the others. If the gang can no
+longer be completed, the members' partial holdings are given back (their claims are
+deallocated), so nothing is stranded while the gang waits.
+
+Every member that waits, or a gang that cannot fit, gets the reason on its condition and in
+an Event (written only when the reason changes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from typing import TYPE_CHECKING
+
+import structlog
+
+from operators import metrics
+from operators.allocator.errors import DecisionTimeout
+from operators.allocator.gang import GangMember, GangPlacement, find_gang
+from operators.allocator.results import ClaimAllocation
+from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
+from operators.api.models import AllocationResult, ResourceClaim
+from operators.cache.core import POD_GANG_INDEX, Pod, PodClaim
+from operators.cache.informer import Key
+from operators.controllers import claimrules, claimstatus
+from operators.controllers.allocwrites import is_allocated, pending
+from operators.controllers.decisions import (
+    Candidates,
+    ClaimBusy,
+    NotReady,
+    StillWaiting,
+    Unallocatable,
+)
+from operators.kube import Conflict, NotFound
+
+if TYPE_CHECKING:
+    from operators.controllers.allocation import AllocationController
+
+log = structlog.get_logger(__name__)
+
+REASON_POD_GROUP = "PodGroupNotRead"
+
+Entries = list[tuple[PodClaim, ResourceClaim]]
+
+
+class _Ready:
+    """One member that can take part in the search."""
+
+    def __init__(self, pod: Pod, entries: Entries, candidates: Candidates) -> None:
+        self.pod = pod
+        self.entries = entries
+        self.candidates = candidates
+
+    @property
+    def key(self) -> Key:
+        return Key(self.pod.namespace, self.pod.name)
+
+    def holdings(self) -> list[ResourceClaim]:
+        """Claims allocated and reserved for this gated member (a gang write cut short)."""
+        return [
+            claim
+            for _, claim in self.entries
+            if is_allocated(claim) and claimrules.reserved_for(claim, self.pod.uid)
+        ]
+
+
+def gang_members(controller: AllocationController, pod: Pod) -> tuple[list[Pod], int]:
+    """The live, gated pods of the pod's gang, in name order, and how many live members
+    were released already (they count as placed: a gang write cut short between two pod
+    writes is finished by placing only the members still gated)."""
+    assert pod.gang is not None
+    keys = controller.pods.index_keys(POD_GANG_INDEX, (pod.namespace, pod.gang.name))
+    gated: list[Pod] = []
+    released = 0
+    for key in sorted(keys):
+        member = controller.pods.get(key)
+        if member is None or member.done or member.deleting:
+            continue
+        if member.gated:
+            gated.append(member)
+        else:
+            released += 1
+    return gated, released
+
+
+async def sync_gang(controller: AllocationController, pod: Pod) -> None:
+    """Decide for the whole gang of ``pod`` (see the module docstring)."""
+    if pod.gang is None:
+        raise Unallocatable(pod.gang_error)  # malformed annotations: told on this pod
+    gang = pod.gang
+    members, released = gang_members(controller, pod)
+    # Members released already count as placed; the rest must make up the gang size (at
+    # least one: once the size is reached, later members are placed as they fit).
+    need = max(gang.size - released, 1)
+    keys = [Key(m.namespace, m.name) for m in members]
+    if any(k in controller.in_flight or k in controller.written for k in keys):
+        raise ClaimBusy()  # a member's writes are on their way: look again shortly
+    for what, values in (
+        ("gang size", {str(m.gang.size) for m in members if m.gang is not None}),
+        ("gang topology", {str(m.gang.topology) for m in members if m.gang is not None}),
+    ):
+        if len(values) > 1:
+            message = (
+                f'gang "{gang.name}": its members disagree on the {what} '
+                f"({', '.join(sorted(values))}); give every member the same value"
+            )
+            await _tell_all(controller, members, Unallocatable(message))
+            return
+    ready: list[_Ready] = []
+    unready: list[Pod] = []
+    for member in members:
+        try:
+            entries = controller._resolve_claims(member)
+            ready.append(_Ready(member, entries, controller._candidates(member, entries)))
+        except (NotReady, StillWaiting):
+            unready.append(member)  # its claims are still being created
+        except Unallocatable as reason:
+            await _tell_all(controller, [member], reason)
+            unready.append(member)
+    gang_members_in_search = [
+        GangMember(str(r.key), [claim for _, claim in pending(r.entries)], r.candidates.infos)
+        for r in ready
+    ]
+    try:
+        found: GangPlacement = await controller.decisions.run(
+            functools.partial(
+                find_gang,
+                controller.state,
+                gang_members_in_search,
+                need,
+                str(controller.settings.node_policy),
+                budget_seconds=controller.settings.decision_budget or None,
+                topology=gang.topology,
+            )
+        )
+    except DecisionTimeout:
+        found = GangPlacement(
+            need,
+            len(ready),
+            reason=f"the gang search exceeded {controller.settings.decision_budget:g}s",
+            budget_exhausted=True,
+        )
+    if not found.fits:
+        metrics.ALLOCATIONS.labels(result="unallocatable").inc()
+        await _give_back(controller, ready)
+        waiting = f" ({len(unready)} waiting for their claims)" if unready else ""
+        message = (
+            f'gang "{gang.name}" ({len(members) + released} of {gang.size} members '
+            f"present{waiting}): {found.reason}"
+        )
+        details = [
+            f"member {name}: {placement.explanation.lines()[0]}"
+            for name, placement in found.blocking.items()
+            if placement.explanation is not None and placement.explanation.lines()
+        ]
+        await _tell_all(controller, members, Unallocatable(message, details))
+        # One member stands for the gang (any member's sync decides for all of them): a
+        # cluster change then costs one gang decision, not one per member.
+        controller.waiting.add(keys[0])
+        controller.queue.retry(keys[0])  # safety net; cluster changes wake it sooner
+        return
+    by_name = {str(r.key): r for r in ready}
+    placed = [(by_name[p.member], p.node, list(p.allocations)) for p in found.placed]
+    left_out = [r.pod for r in ready if str(r.key) not in {p.member for p in found.placed}]
+    for extra in left_out:
+        controller.waiting.add(Key(extra.namespace, extra.name))  # woken by cluster changes
+    if left_out:
+        await _tell_all(
+            controller,
+            left_out,
+            Unallocatable(
+                f'gang "{gang.name}": {len(placed)} members were placed together; '
+                "this one waits for room"
+            ),
+        )
+    log.info(
+        "gang placed",
+        gang=f"{pod.namespace}/{gang.name}",
+        members=[str(r.key) for r, _, _ in placed],
+        searches=found.searches,
+    )
+    await _start_writes(controller, placed)
+
+
+async def _start_writes(
+    controller: AllocationController, placed: list[tuple[_Ready, str, list[ClaimAllocation]]]
+) -> None:
+    """Count the gang's devices as used and hand its writes to a background task."""
+    await controller.slots.acquire()  # one slot for the gang: its writes run one by one
+    claim_keys: set[Key] = set()
+    for member, node, results in placed:
+        for (_, claim), chosen in zip(pending(member.entries), results, strict=True):
+            controller._mutate(controller.state.assume, claim, chosen)
+        controller.usage.assume(member.key, member.pod.needs, node)
+        claim_keys |= {Key(member.pod.namespace, c.metadata.name or "") for _, c in member.entries}
+        controller.in_flight.add(member.key)
+    controller.claims_in_flight |= claim_keys
+    assert controller._writers is not None
+    controller._writers.create_task(_commit(controller, placed, claim_keys))
+
+
+async def _commit(
+    controller: AllocationController,
+    placed: list[tuple[_Ready, str, list[ClaimAllocation]]],
+    claim_keys: set[Key],
+) -> None:
+    """Every member's claims, then every member's pod. A failure before the pods leaves the
+    gang gated: the written claims are read back by the next decision."""
+    written: list[tuple[_Ready, str, dict[str, AllocationResult]]] = []
+    keys = [member.key for member, _, _ in placed]
+    try:
+        try:
+            for member, node, results in placed:
+                allocations = await controller._write_claims(
+                    member.pod, node, member.entries, results
+                )
+                written.append((member, node, allocations))
+        except BaseException:
+            for member, _, _ in placed[len(written) + 1 :]:  # never attempted
+                for _, claim in pending(member.entries):
+                    controller._mutate(controller.state.release, claim)
+            raise
+        for member, node, allocations in written:
+            # The freshest view of the pod: our own condition writes (and the claim
+            # controller's) change it while the gang waits, and a stale version conflicts.
+            current = controller.pods.get(member.key)
+            pod = current if current is not None and current.uid == member.pod.uid else member.pod
+            await controller._write_pod(pod, node, member.entries, allocations)
+    except asyncio.CancelledError:
+        for key in keys:
+            controller.usage.forget(key)
+        raise
+    except Exception as error:
+        log.warning("gang write failed", members=[str(k) for k in keys], error=str(error))
+        metrics.ALLOCATIONS.labels(result="error").inc()
+        for key in keys:
+            controller.usage.forget(key)
+        for key in keys:  # the next decision reads back what was written (see above)
+            controller.queue.retry_after_failure(key, error, controller=controller.name)
+    else:
+        metrics.ALLOCATIONS.labels(result="allocated").inc(len(placed))
+        controller.allocated_pods += len(placed)
+        for member, _, _ in placed:
+            waited = metrics.age_seconds(member.pod.created)
+            if waited is not None:
+                metrics.GATED_SECONDS.observe(waited)
+        for key in keys:
+            controller.waiting.discard(key)
+            controller.queue.forget(key)
+    finally:
+        controller.in_flight.difference_update(keys)
+        controller.claims_in_flight -= claim_keys
+        controller.slots.release()
+        for key in keys:
+            controller.resync.discard(key)  # the watch of our own writes requeues them
+
+
+async def _give_back(controller: AllocationController, ready: list[_Ready]) -> None:
+    """A gang that cannot be completed holds nothing: claims a cut-short gang write
+    allocated for its members are released (conditional writes; a conflict retries)."""
+    for member in ready:
+        for claim in member.holdings():
+            log.info(
+                "gang member gives back its devices", pod=member.pod.ref, claim=claim.metadata.name
+            )
+            with contextlib.suppress(Conflict, NotFound):
+                await claimstatus.release_claim(
+                    controller.client,
+                    controller.claims,
+                    controller.runtime.protocol,
+                    claim,
+                    member.pod.uid,
+                )
+
+
+async def _tell_all(
+    controller: AllocationController, pods: list[Pod], reason: Unallocatable
+) -> None:
+    """The reason on every member (condition and Event; unchanged reasons write nothing)."""
+    for member in pods:
+        with contextlib.suppress(Conflict, NotFound):
+            await controller._explain(member, reason)
+
+
+async def tell_pod_group(controller: AllocationController, pod: Pod) -> None:
+    """A pod of an upstream Workload API PodGroup without dralloc's gang annotations: say
+    once (per pod) that dralloc allocates it on its own, and how to make it a gang.
+
+    dralloc does not read PodGroups (``scheduling.k8s.io``, served from 1.35 behind the
+    GenericWorkload gate, v1beta1 in 1.37): where kube-scheduler gang-schedules such pods,
+    it does so only after dralloc released them one by one."""
+    if pod.uid in controller.pod_groups_told:
+        return
+    controller.pod_groups_told.add(pod.uid)
+    message = (
+        f'pod belongs to PodGroup "{pod.pod_group}" (Workload API); dralloc does not read '
+        "PodGroups and allocates this pod on its own. To allocate the group all or nothing, "
+        f'annotate its pods with {GANG_ANNOTATION}: "{pod.pod_group}" and '
+        f"{GANG_SIZE_ANNOTATION}: the group's minCount"
+    )
+    log.info("pod of a PodGroup allocated alone", pod=pod.ref, pod_group=pod.pod_group)
+    await controller.runtime.events.post(pod.involved(), REASON_POD_GROUP, message)

@@ -1,0 +1,188 @@
+"""Gang allocation on the testbed: the members of a gang are released together or not at all.
+
+The cases are built so that per-pod placement (binpack, one member after another) would
+half-place the gang: a 1-device member first takes the 2-device node, and then one of the
+2-device members fits nowhere. dralloc's joint search finds 1+2 on the 3-device node and 2 on
+the other, and releases the three pods only when all of them can be placed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .kube_helpers import Testbed, wait_for
+from .operator_fixtures import (
+    GATE,
+    GROUP,
+    NodeShape,
+    OperatorProcess,
+    Pool,
+    events,
+    get,
+    make_sized_pool,
+    pod,
+    running_operator,
+    template,
+)
+from .reliability_helpers import pod_condition
+from .test_placement import claims_of, describe, wait_placed
+
+pytestmark = [pytest.mark.timeout(150), pytest.mark.api_modes]
+
+CONDITION = f"{GROUP}/DevicesAllocated"
+GANG = f"{GROUP}/gang"
+GANG_SIZE = f"{GROUP}/gang-size"
+HOLD_S = 5.0  # how long a member that must wait is watched to stay gated
+
+
+@pytest.fixture(scope="module")
+def operator(
+    testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    yield from running_operator(testbed, tmp_path_factory, env={"DRALLOC_NODE_POLICY": "binpack"})
+
+
+def member(
+    namespace: str, name: str, pool: Pool, template_name: str, gang: str, size: str
+) -> dict[str, Any]:
+    body = pod(namespace, name, pool, [{"name": "gpu", "resourceClaimTemplateName": template_name}])
+    body["metadata"]["annotations"] |= {GANG: gang, GANG_SIZE: size}
+    return body
+
+
+def gated(testbed: Testbed, namespace: str, name: str) -> bool:
+    obj = get(testbed, "pod", name, namespace)
+    assert obj is not None, f"pod {namespace}/{name} disappeared"
+    return GATE in [g.get("name") for g in obj["spec"].get("schedulingGates") or []]
+
+
+def allocated_claims(testbed: Testbed, namespace: str, name: str) -> list[dict[str, Any]]:
+    obj = get(testbed, "pod", name, namespace)
+    assert obj is not None
+    return [
+        c
+        for c in claims_of(testbed, namespace, obj["metadata"]["uid"])
+        if (c.get("status") or {}).get("allocation")
+    ]
+
+
+def assert_held(testbed: Testbed, namespace: str, names: list[str], seconds: float) -> None:
+    """Every named member stays gated and holds no device for ``seconds``."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        for name in names:
+            assert gated(testbed, namespace, name), (
+                f"member {name} was released alone: {describe(get(testbed, 'pod', name, namespace))}"
+            )
+            assert not allocated_claims(testbed, namespace, name), f"member {name} holds devices"
+        time.sleep(0.25)
+
+
+def wait_reason(testbed: Testbed, namespace: str, name: str, words: str) -> str:
+    def told() -> str | None:
+        found = pod_condition(get(testbed, "pod", name, namespace), CONDITION) or {}
+        if found.get("status") == "False" and words in found.get("message", ""):
+            return str(found["message"])
+        return None
+
+    try:
+        return wait_for(f"member {name} told {words!r}", told, timeout=30)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {describe(get(testbed, 'pod', name, namespace))}") from None
+
+
+def three_and_two(testbed: Testbed, namespace: str) -> Pool:
+    pool = make_sized_pool(testbed, [NodeShape("three", 3), NodeShape("two", 2)])
+    testbed.apply(template(namespace, "one", pool, count=1))
+    testbed.apply(template(namespace, "two", pool, count=2))
+    return pool
+
+
+def test_a_gang_is_released_together_once_its_late_member_comes(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = three_and_two(testbed, namespace)
+    testbed.apply(member(namespace, "w0", pool, "one", "train", "3"))
+    testbed.apply(member(namespace, "w1", pool, "two", "train", "3"))
+    # Two of three: both wait, hold nothing, and are told so.
+    for name in ("w0", "w1"):
+        wait_reason(testbed, namespace, name, "2 of 3 members present")
+    assert_held(testbed, namespace, ["w0", "w1"], HOLD_S)
+
+    testbed.apply(member(namespace, "w2", pool, "two", "train", "3"))
+    nodes = {name: wait_placed(testbed, namespace, name) for name in ("w0", "w1", "w2")}
+    # Member by member, binpack would put w0 on the 2-device node and strand w2.
+    assert nodes["w0"] == pool.node("three"), nodes
+    assert sorted(nodes.values()) == sorted([pool.node("three")] * 2 + [pool.node("two")])
+
+
+def test_a_gang_that_cannot_fit_stays_gated_with_the_reason_on_every_member(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = three_and_two(testbed, namespace)
+    names = ["a", "b", "c"]
+    for name in names:
+        testbed.apply(member(namespace, name, pool, "two", "big", "3"))  # 6 devices of 5
+    for name in names:
+        wait_reason(testbed, namespace, name, 'gang "big"')
+    assert_held(testbed, namespace, names, HOLD_S)
+    for name in names:
+        assert [
+            e
+            for e in events(testbed, namespace, name, "FailedAllocation")
+            if "gang" in e.get("message", "")
+        ]
+
+
+def test_malformed_gang_annotations_are_reported(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = three_and_two(testbed, namespace)
+    testbed.apply(member(namespace, "bad", pool, "one", "train", "three"))
+    message = wait_reason(testbed, namespace, "bad", GANG_SIZE)
+    assert "not a whole number" in message, message
+    assert gated(testbed, namespace, "bad")
+
+
+def test_devices_a_cut_short_gang_write_left_are_given_back(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    # What a crash between two members' writes leaves: one gated member's claim allocated and
+    # reserved for it, while the gang cannot be completed (here: its other members are gone).
+    pool = three_and_two(testbed, namespace)
+    testbed.apply(member(namespace, "w0", pool, "one", "cut", "3"))
+    wait_reason(testbed, namespace, "w0", "1 of 3 members present")
+    obj = get(testbed, "pod", "w0", namespace)
+    assert obj is not None
+    uid = obj["metadata"]["uid"]
+    [generated] = claims_of(testbed, namespace, uid)
+    node = pool.node("three")
+    allocation = {
+        "devices": {
+            "results": [{"request": "dev", "driver": pool.driver, "pool": node, "device": "dev-0"}]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+    }
+    reserved = [{"resource": "pods", "name": "w0", "uid": uid}]
+    group = pool.mode.api_version.split("/")[0]
+    testbed.kubectl(
+        "patch", f"resourceclaims.{group}", generated["metadata"]["name"], "-n", namespace,
+        "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"allocation": allocation, "reservedFor": reserved}}),
+    )  # fmt: skip
+
+    def given_back() -> bool:
+        [now] = claims_of(testbed, namespace, uid)
+        return not (now.get("status") or {}).get("allocation")
+
+    wait_for("the member's devices given back", given_back, timeout=30)
+    assert gated(testbed, namespace, "w0")

@@ -1,0 +1,207 @@
+"""find_gang: joint placement of a gang's members, all or nothing, deterministic, bounded."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from operators.allocator import AllocatorState, NodeInfo
+from operators.allocator.gang import GangMember, GangPlacement, find_gang
+from tests.unit.allocator.test_placement import claim_of, device, model_class, node_slice
+
+ANY = "any-gpu"
+
+
+def cluster(**nodes: list[str]) -> AllocatorState:
+    """node name -> device models; classes "large", "small" and "any-gpu"."""
+    state = AllocatorState()
+    for node, models in nodes.items():
+        devices = [device(f"d{i}", model) for i, model in enumerate(models)]
+        state.upsert_slice(node_slice(node, devices))
+    state.upsert_class(model_class("large"))
+    state.upsert_class(model_class("small"))
+    state.upsert_class({"metadata": {"name": ANY}, "spec": {}})
+    return state
+
+
+def wants(name: str, cls: str, count: int = 1) -> dict[str, Any]:
+    return claim_of(name, {"name": "gpu", "exactly": {"deviceClassName": cls, "count": count}})
+
+
+def members(state: AllocatorState, *specs: tuple[str, str, int]) -> list[GangMember]:
+    nodes = [NodeInfo(n) for n in sorted(state.node_names())]
+    return [GangMember(f"ns/{name}", [wants(name, cls, n)], nodes) for name, cls, n in specs]
+
+
+def one_by_one(state: AllocatorState, gang: list[GangMember], policy: str) -> int:
+    """Per-pod placement as in-tree DRA does it: each member on its own, devices kept."""
+    placed = 0
+    for member in gang:
+        found = state.find_node(member.claims, member.nodes, policy, explain=False)
+        if found.node is not None:
+            placed += 1
+            for claim, allocation in zip(member.claims, found.allocations, strict=True):
+                state.assume(claim, allocation)
+    for member in gang:
+        for claim in member.claims:
+            state.release(claim)
+    return placed
+
+
+def used_devices(result: GangPlacement) -> list[tuple[str, str, str]]:
+    return [d.device_id for p in result.placed for a in p.allocations for d in a.devices]
+
+
+@pytest.mark.parametrize(
+    ("policy", "big", "small"), [("binpack", "node-a", "node-b"), ("first-fit", "node-b", "node-a")]
+)
+def test_a_joint_placement_is_found_where_member_by_member_half_places(
+    policy: str, big: str, small: str
+) -> None:
+    # A node with 3 GPUs and one with 2: the 1-GPU member first takes the small node
+    # (binpack: fewest left) or node-a (first-fit: listed first), and one of the 2-GPU
+    # members then fits nowhere. Together: 1+2 on the big node, 2 on the small one.
+    state = cluster(**{big: ["small"] * 3, small: ["small"] * 2})
+    gang = members(state, ("w0", "small", 1), ("w1", "small", 2), ("w2", "small", 2))
+    assert one_by_one(state, gang, policy) == 2
+    result = find_gang(state, gang, need=3, policy=policy)
+    assert result.fits, result.reason
+    nodes = {p.member: p.node for p in result.placed}
+    assert nodes["ns/w0"] == big
+    assert sorted(nodes.values()) == sorted([big, big, small])
+    assert len(set(used_devices(result))) == len(used_devices(result)) == 5
+
+
+def test_an_earlier_member_gets_other_devices_on_the_same_node() -> None:
+    # One node: a large and a small GPU. The any-GPU member's first fit is the large one,
+    # which the large-GPU member needs; searched together they both fit.
+    state = cluster(**{"node-a": ["large", "small"]})
+    gang = members(state, ("any", ANY, 1), ("big", "large", 1))
+    assert one_by_one(state, gang, "binpack") == 1
+    result = find_gang(state, gang, need=2)
+    assert result.fits, result.reason
+    by_member = {
+        p.member: [d.device for a in p.allocations for d in a.devices] for p in result.placed
+    }
+    assert by_member == {"ns/any": ["d1"], "ns/big": ["d0"]}
+
+
+def test_a_gang_that_cannot_fit_gets_nothing_and_says_why() -> None:
+    # Four 1-GPU members of one kind, three GPUs: the free counts alone say so.
+    state = cluster(**{"node-a": ["small"] * 2, "node-b": ["small"]})
+    gang = members(state, *((f"w{i}", "small", 1) for i in range(4)))
+    result = find_gang(state, gang, need=4)
+    assert not result.fits and result.placed == ()
+    assert "at most 3 of the gang's 4 members fit at once" in result.reason
+    # Members of different classes: only the joint search can tell.
+    mixed = members(state, *((f"w{i}", "small" if i % 2 else ANY, 1) for i in range(4)))
+    result = find_gang(state, mixed, need=4)
+    assert not result.fits and result.placed == ()
+    assert "not together" in result.reason
+    assert not state.allocated.in_use(("gpu.example.com", "node-a", "d0"))  # nothing kept
+
+
+def test_members_that_fit_nowhere_are_named() -> None:
+    state = cluster(**{"node-a": ["small"] * 2})
+    gang = members(state, ("w0", "small", 1), ("w1", "large", 1))
+    result = find_gang(state, gang, need=2)
+    assert not result.fits
+    assert list(result.blocking) == ["ns/w1"]
+    assert "only 1 of the gang's 2 members" in result.reason
+    explanation = result.blocking["ns/w1"].explanation
+    assert explanation is not None and explanation.reasons
+
+
+def test_fewer_members_than_the_gang_size_wait() -> None:
+    state = cluster(**{"node-a": ["small"] * 4})
+    result = find_gang(state, members(state, ("w0", "small", 1)), need=2)
+    assert not result.fits and "1 of 2 present" in result.reason
+
+
+def test_more_members_than_needed_places_those_that_fit() -> None:
+    state = cluster(**{"node-a": ["small"] * 2})
+    gang = members(state, ("w0", "small", 1), ("w1", "small", 2), ("w2", "small", 1))
+    result = find_gang(state, gang, need=2)
+    assert result.fits
+    assert [p.member for p in result.placed] == ["ns/w0", "ns/w2"]
+
+
+def test_a_budget_too_small_is_reported_and_places_nothing() -> None:
+    state = cluster(**{f"node-{n}": ["small"] for n in range(6)})
+    gang = members(state, *((f"w{i}", "small" if i % 2 else ANY, 1) for i in range(7)))
+    result = find_gang(state, gang, need=7, budget=20)
+    assert not result.fits and result.budget_exhausted
+    assert "gave up after 20 node searches" in result.reason
+    assert result.placed == ()
+
+
+def random_gang(rng: random.Random) -> tuple[AllocatorState, list[GangMember], int]:
+    state = cluster(
+        **{
+            f"node-{n}": [rng.choice(["large", "small"]) for _ in range(rng.randint(0, 4))]
+            for n in range(rng.randint(2, 6))
+        }
+    )
+    specs = [
+        (f"w{i}", rng.choice(["large", "small", ANY]), rng.randint(1, 3))
+        for i in range(rng.randint(2, 6))
+    ]
+    gang = members(state, *specs)
+    return state, gang, rng.randint(1, len(gang))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_gangs_are_all_or_nothing_valid_and_deterministic(seed: int) -> None:
+    state, gang, need = random_gang(random.Random(seed))
+    result = find_gang(state, gang, need=need)
+    again = find_gang(state, gang, need=need)
+    assert result == again  # same input, same answer
+    assert not any(state.is_assumed(c) for m in gang for c in m.claims)  # nothing kept
+    if not result.fits:
+        assert result.reason
+        return
+    assert len(result.placed) >= need
+    used = used_devices(result)
+    assert len(used) == len(set(used))  # never a device twice
+    for placed in result.placed:
+        member = next(m for m in gang if m.name == placed.member)
+        # Every member's allocation is one the per-node search accepts on its own.
+        alone = state.allocate(member.claims, placed.node)
+        assert alone is not None
+        for allocation in placed.allocations:
+            for result_device in allocation.devices:
+                assert result_device.device_id[1] == placed.node
+
+
+def racks() -> tuple[AllocatorState, list[NodeInfo]]:
+    """rack-a: a1 (2 GPUs), a2 (1); rack-b: b1 (2); c1 has no rack label (4)."""
+    state = cluster(
+        **{"a1": ["small"] * 2, "a2": ["small"], "b1": ["small"] * 2, "c1": ["small"] * 4}
+    )
+    labels = {"a1": "rack-a", "a2": "rack-a", "b1": "rack-b"}
+    nodes = [
+        NodeInfo(n, {"rack": labels[n]} if n in labels else {}) for n in ("a1", "a2", "b1", "c1")
+    ]
+    return state, nodes
+
+
+def rack_gang(nodes: list[NodeInfo], size: int) -> list[GangMember]:
+    return [GangMember(f"ns/w{i}", [wants(f"w{i}", "small")], nodes) for i in range(size)]
+
+
+def test_a_gang_topology_keeps_every_member_in_one_label_value() -> None:
+    state, nodes = racks()
+    rack_of = {n.name: n.labels.get("rack") for n in nodes}
+    # In first-fit order, c1 (listed first here, and without a rack) takes the whole gang.
+    order = [nodes[3], *nodes[:3]]
+    plain = find_gang(state, rack_gang(order, 3), need=3, policy="first-fit")
+    assert plain.fits and {rack_of[p.node] for p in plain.placed} == {None}
+    result = find_gang(state, rack_gang(order, 3), need=3, policy="first-fit", topology="rack")
+    assert result.fits
+    assert {rack_of[p.node] for p in result.placed} == {"rack-a"}
+    # Four members fit in no rack (3 and 2 GPUs); the node without the label does not count.
+    too_big = find_gang(state, rack_gang(nodes, 4), need=4, topology="rack")
+    assert not too_big.fits and too_big.placed == ()
+    assert "no value of node label rack has room for 4 members" in too_big.reason

@@ -1,0 +1,168 @@
+"""The pack device policy: best fit on partitioned devices, used pools first; first-fit as is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from operators.allocator import AllocatorState, UsedDevice
+
+DRIVER = "gpu.example.com"
+SIZES = {"whole": 8, "half": 4, "quarter": 2}
+
+
+def partition(gpu: int, kind: str, index: int) -> dict[str, Any]:
+    return {
+        "name": f"gpu-{gpu}-{kind}-{index}",
+        "attributes": {"profile": {"string": kind}},
+        "consumesCounters": [
+            {"counterSet": f"gpu-{gpu}", "counters": {"memory": {"value": str(SIZES[kind])}}}
+        ],
+    }
+
+
+def gpus(count: int) -> list[dict[str, Any]]:
+    """One node, ``count`` partitionable GPUs of 8 memory units: a whole, 2 halves, 4
+    quarters each; the counters in a slice of their own, as the API wants."""
+    devices = [
+        partition(gpu, kind, index)
+        for gpu in range(count)
+        for kind, many in (("whole", 1), ("half", 2), ("quarter", 4))
+        for index in range(many)
+    ]
+    counters = {f"gpu-{gpu}": {"memory": "8"} for gpu in range(count)}
+    return partitionable(counters, devices)
+
+
+def partitionable(
+    counter_sets: dict[str, dict[str, str]], devices: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """node-a's pool: the counter sets in a slice of their own (as the API wants), then the
+    devices."""
+    pool = {"name": "node-a", "generation": 0, "resourceSliceCount": 2}
+    common = {"driver": DRIVER, "nodeName": "node-a", "pool": pool}
+    shared = [
+        {"name": name, "counters": {k: {"value": v} for k, v in counters.items()}}
+        for name, counters in counter_sets.items()
+    ]
+    return [
+        {"metadata": {"name": "node-a-counters"}, "spec": {**common, "sharedCounters": shared}},
+        {"metadata": {"name": "node-a-gpus"}, "spec": {**common, "devices": devices}},
+    ]
+
+
+def kind_class(kind: str) -> dict[str, Any]:
+    expr = f'device.attributes["{DRIVER}"].profile == "{kind}"'
+    return {"metadata": {"name": kind}, "spec": {"selectors": [{"cel": {"expression": expr}}]}}
+
+
+def claim(name: str, kind: str) -> dict[str, Any]:
+    request = {"name": "r", "exactly": {"deviceClassName": kind}}
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"devices": {"requests": [request]}},
+    }
+
+
+def state_with(policy: str, slices: list[dict[str, Any]], used: list[str]) -> AllocatorState:
+    state = AllocatorState(device_policy=policy)
+    for slice_ in slices:
+        state.upsert_slice(slice_)
+    for kind in SIZES:
+        state.upsert_class(kind_class(kind))
+    for device in used:
+        pool = "node-a" if device.startswith("gpu-") else device.split("/")[0]
+        state.allocated.add(UsedDevice(device=(DRIVER, pool, device.split("/")[-1])))
+    return state
+
+
+def chosen(state: AllocatorState, kind: str) -> str:
+    [allocation] = state.allocate([claim("c", kind)], "node-a") or [None]
+    assert allocation is not None
+    return allocation.devices[0].device
+
+
+def test_pack_puts_a_partition_where_it_fits_best_first_fit_where_it_comes_first() -> None:
+    # gpu-0 has a quarter in use (6 left), gpu-1 a half (4 left), gpu-2 is untouched.
+    used = ["gpu-0-quarter-0", "gpu-1-half-0"]
+    assert chosen(state_with("first-fit", gpus(3), used), "half") == "gpu-0-half-0"
+    assert chosen(state_with("pack", gpus(3), used), "half") == "gpu-1-half-1"
+
+
+def test_pack_keeps_untouched_gpus_for_whole_requests() -> None:
+    # Nothing in use yet on gpu-1: a quarter goes next to the one on gpu-0, not onto gpu-1
+    # (first-fit agrees here: the slice lists gpu-0 first) ...
+    assert chosen(state_with("pack", gpus(2), ["gpu-0-quarter-0"]), "quarter") == "gpu-0-quarter-1"
+    # ... and when gpu-0's first partitions are free again but another is held, pack still
+    # goes to the used GPU, first-fit to the first free partition of the list.
+    used = ["gpu-1-quarter-3"]
+    assert chosen(state_with("first-fit", gpus(2), used), "quarter") == "gpu-0-quarter-0"
+    assert chosen(state_with("pack", gpus(2), used), "quarter") == "gpu-1-quarter-0"
+
+
+def plain_pool(pool: str) -> dict[str, Any]:
+    devices = [{"name": f"d{i}", "attributes": {"profile": {"string": "whole"}}} for i in range(2)]
+    return {
+        "metadata": {"name": f"{pool}-slice"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": "node-a",
+            "pool": {"name": pool, "generation": 0, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def test_pack_prefers_a_pool_already_in_use() -> None:
+    slices = [plain_pool("pool-a"), plain_pool("pool-b")]
+    used = ["pool-b/d0"]
+    first = state_with("first-fit", slices, used).allocate([claim("c", "whole")], "node-a")
+    packed = state_with("pack", slices, used).allocate([claim("c", "whole")], "node-a")
+    assert first is not None and packed is not None
+    assert first[0].devices[0].pool == "pool-a"
+    assert (packed[0].devices[0].pool, packed[0].devices[0].device) == ("pool-b", "d1")
+
+
+def test_an_unknown_device_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown device policy"):
+        AllocatorState(device_policy="tetris")
+
+
+def mig_gpu() -> list[dict[str, Any]]:
+    """One GPU of 4 memory slices (a counter each); partitions at aligned positions, as
+    MIG places them: 1g at 0..3, 2g at 0-1 and 2-3, 4g over all."""
+    shapes = [
+        *((f"1g-{p}", "quarter", [p]) for p in range(4)),
+        ("2g-0", "half", [0, 1]),
+        ("2g-2", "half", [2, 3]),
+        ("4g-0", "whole", [0, 1, 2, 3]),
+    ]
+    devices = [
+        {
+            "name": name,
+            "attributes": {"profile": {"string": kind}},
+            "consumesCounters": [
+                {"counterSet": "gpu", "counters": {f"s{p}": {"value": "1"} for p in slots}}
+            ],
+        }
+        for name, kind, slots in shapes
+    ]
+    return partitionable({"gpu": {f"s{p}": "1" for p in range(4)}}, devices)
+
+
+@pytest.mark.parametrize(
+    ("policy", "device", "half_fits"), [("first-fit", "1g-0", False), ("pack", "1g-2", True)]
+)
+def test_pack_places_a_slice_where_it_blocks_no_bigger_partition(
+    policy: str, device: str, half_fits: bool
+) -> None:
+    # Slice 3 is in use: a 1g at slice 0 (first in the list) would break the last free
+    # aligned 2g; at slice 2 it breaks nothing that is not broken already.
+    state = state_with(policy, mig_gpu(), [])
+    state.allocated.add(UsedDevice(device=(DRIVER, "node-a", "1g-3")))
+    [small] = state.allocate([claim("c1", "quarter")], "node-a") or [None]
+    assert small is not None and small.devices[0].device == device
+    state.assume(claim("c1", "quarter"), small)
+    half = state.allocate([claim("c2", "half")], "node-a")
+    assert (half is not None) is half_fits

@@ -1,0 +1,34 @@
+"""The pod view: gang annotations and the Workload API's PodGroup reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operators.cache.core import parse_pod
+
+
+def raw_pod(annotations: dict[str, str], spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "annotations": annotations},
+        "spec": spec or {},
+    }
+
+
+def test_a_pod_names_its_gang_by_annotations() -> None:
+    pod = parse_pod(
+        raw_pod({"resource.dralloc.dev/gang": "train", "resource.dralloc.dev/gang-size": "4"})
+    )
+    assert pod.gang is not None and (pod.gang.name, pod.gang.size) == ("train", 4)
+    assert pod.gang_keys() == [("ns", "train")]
+    assert pod.gang_error == ""
+
+
+def test_malformed_gang_annotations_become_a_reason_not_an_error() -> None:
+    pod = parse_pod(raw_pod({"resource.dralloc.dev/gang": "train"}))
+    assert pod.gang is None and pod.gang_keys() == []
+    assert "resource.dralloc.dev/gang-size is not" in pod.gang_error
+
+
+def test_the_workload_api_pod_group_is_seen() -> None:
+    pod = parse_pod(raw_pod({}, {"schedulingGroup": {"podGroupName": "workers"}}))
+    assert pod.pod_group == "workers" and pod.gang is None
