@@ -51,6 +51,7 @@ class Resource:
     plural: str
     kind: str
     namespaced: bool
+    follows_mode: bool = True  # a DRA kind the API mode moves to resource.k8s.io
 
     @property
     def api_version(self) -> str:
@@ -79,6 +80,10 @@ RESOURCE_CLAIM_TEMPLATES = Resource(
 RESOURCE_SLICES = Resource(DRALLOC_GROUP, DRALLOC_VERSION, "resourceslices", "ResourceSlice", False)
 DEVICE_TAINT_RULES = Resource(
     DRALLOC_GROUP, DRALLOC_VERSION, "devicetaintrules", "DeviceTaintRule", False
+)
+# dralloc's own kind in both API modes (in-tree DRA has no allocation-time quota to mirror).
+DEVICE_QUOTAS = Resource(
+    DRALLOC_GROUP, DRALLOC_VERSION, "devicequotas", "DeviceQuota", True, follows_mode=False
 )
 
 
@@ -260,7 +265,11 @@ class KubeClient:
         resolved = self._resolved.get(resource)
         if resolved is None:
             resolved = resource
-            if resource.group == DRALLOC_GROUP and self.api_group != DRALLOC_GROUP:
+            if (
+                resource.group == DRALLOC_GROUP
+                and resource.follows_mode
+                and self.api_group != DRALLOC_GROUP
+            ):
                 resolved = dataclasses.replace(resource, group=self.api_group)
             self._resolved[resource] = resolved
         return resolved
