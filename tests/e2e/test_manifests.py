@@ -100,6 +100,9 @@ def other_group_denied(group: str) -> list[Access]:
 
 # By the code that needs it; the same in both modes.
 COMMON_ALLOWED: list[Access] = [
+    # allocator: DeviceQuotas (resource.dralloc.dev in both modes) and their usage in status
+    *[(verb, f"devicequotas.{GROUP}", "") for verb in ("list", "watch")],
+    ("patch", f"devicequotas.{GROUP}/status", "team-a"),
     *[
         (verb, resource, "")
         for resource in ("pods", "nodes", "namespaces")
