@@ -83,6 +83,8 @@ class Cluster:
             self.state.upsert_class(device_class)
         for rule in snapshot.taint_rules.values():
             self.state.upsert_taint_rule(rule)
+        for quota in snapshot.quotas.values():
+            self.state.upsert_quota(quota)
         self.claims: dict[str, JsonDict] = {}
         self.allocations: dict[str, JsonDict] = {}
         """Claim key -> status.allocation JSON, for every allocated claim."""

@@ -64,6 +64,10 @@ def list_calls(group: str) -> tuple[ListCall, ...]:
         ListCall(Resource(group, DRA_VERSION, plural, kind, namespaced), optional=True)
         for kind, (plural, namespaced) in DRA_KINDS.items()
     ]
+    # DeviceQuota is dralloc's own kind whichever group the DRA kinds are read from.
+    calls.append(
+        ListCall(Resource(GROUPS[0], DRA_VERSION, "devicequotas", "DeviceQuota", True), True)
+    )
     calls += [
         ListCall(Resource("", "v1", plural, kind, namespaced), optional=False)
         for kind, (plural, namespaced) in CORE_KINDS.items()

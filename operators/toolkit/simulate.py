@@ -60,7 +60,20 @@ class TaintDevice:
         return driver, pool, name
 
 
-Scenario = AddPods | TaintDevice
+@dataclass(frozen=True)
+class AddQuota:
+    """Add (or replace) a DeviceQuota, as if it had been applied before what follows."""
+
+    body: dict[str, object]
+
+    def describe(self) -> str:
+        meta = self.body.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        return f"add DeviceQuota {namespace or 'default'}/{name}"
+
+
+Scenario = AddPods | TaintDevice | AddQuota
 
 
 @dataclass(frozen=True)
@@ -137,6 +150,8 @@ def simulate(
         if isinstance(scenario, AddPods):
             for pod in _new_pods(cluster, scenario):
                 fits = place(pod, "added") and fits
+        elif isinstance(scenario, AddQuota):
+            cluster.state.upsert_quota(scenario.body)
         else:
             evicted = _taint(cluster, scenario, evictions)
             for pod in evicted:

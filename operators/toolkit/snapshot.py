@@ -15,6 +15,7 @@ from typing import Any
 
 from operators.api import (
     DeviceClass,
+    DeviceQuota,
     DeviceTaintRule,
     InvalidObjectError,
     ResourceClaim,
@@ -28,7 +29,14 @@ from operators.toolkit.pods import PodInfo, parse_pod
 from operators.toolkit.sources import RawObject
 
 DRA_KINDS = frozenset(
-    {"DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "DeviceTaintRule"}
+    {
+        "DeviceClass",
+        "ResourceClaim",
+        "ResourceClaimTemplate",
+        "ResourceSlice",
+        "DeviceTaintRule",
+        "DeviceQuota",
+    }
 )
 ADMIN_ACCESS_LABELS = ("resource.dralloc.dev/admin-access", "resource.kubernetes.io/admin-access")
 
@@ -78,6 +86,8 @@ class Snapshot:
     skipped: Mapping[str, int]
     """Kinds that were read but play no part, with their counts."""
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    quotas: Mapping[str, DeviceQuota] = field(default_factory=dict)
+    """DeviceQuotas (dralloc's kind in either API group's snapshot), keyed ``namespace/name``."""
     """Labels of every Namespace seen (inter-pod affinity namespace selectors read them)."""
 
     def ref(self, kind: str, key: str) -> ObjectRef:
@@ -98,6 +108,7 @@ class Snapshot:
             f"{len(self.claims)} ResourceClaims",
             f"{len(self.templates)} ResourceClaimTemplates",
             f"{len(self.taint_rules)} DeviceTaintRules",
+            *([f"{len(self.quotas)} DeviceQuotas"] if self.quotas else []),
             f"{len(self.pods)} Pods",
             f"{len(self.nodes)} Nodes",
         ]
@@ -118,6 +129,7 @@ def build_snapshot(
     claims: dict[str, ResourceClaim] = {}
     templates: dict[str, ResourceClaimTemplate] = {}
     rules: dict[str, DeviceTaintRule] = {}
+    quotas: dict[str, DeviceQuota] = {}
     pods: dict[str, PodInfo] = {}
     nodes: dict[str, NodeEntry] = {}
     admin_namespaces: set[str] = set()
@@ -137,8 +149,13 @@ def build_snapshot(
         kind, ref, body = raw.kind, raw.ref, raw.body
         if kind in DRA_KINDS:
             model = _parse_dra(raw)
-            groups.add(raw.api_version.split("/")[0])
             name = model.metadata.name or ""
+            if isinstance(model, DeviceQuota):  # resource.dralloc.dev in both API modes
+                key = f"{model.metadata.namespace or 'default'}/{name}"
+                remember(kind, key, ref)
+                quotas[key] = model
+                return
+            groups.add(raw.api_version.split("/")[0])
             if isinstance(model, DeviceClass):
                 remember(kind, name, ref)
                 classes[name] = model
@@ -188,6 +205,7 @@ def build_snapshot(
         claims=claims,
         templates=templates,
         taint_rules=rules,
+        quotas=quotas,
         pods=pods,
         nodes=nodes,
         admin_namespaces=frozenset(admin_namespaces),
