@@ -283,7 +283,8 @@ class Cluster:
             if node.name in verdicts:
                 continue
             try:
-                result = self.state.allocate(bodies, node)
+                search = self.state.search(bodies, node)
+                result = search.run()
             except NodeAllocationError as exc:
                 errors[node.name] = str(exc)
                 failed.append(node)
@@ -292,6 +293,9 @@ class Cluster:
                 verdicts[node.name] = NodeVerdict(node.name, False, (str(exc),))
                 continue
             if result is None:
+                refusal = search.quota_refusal()
+                if refusal is not None:
+                    errors[node.name] = refusal
                 failed.append(node)
             else:
                 fitting[node.name] = {

@@ -28,6 +28,8 @@ DRA_KINDS = {
     "ResourceClaimTemplate": ("resourceclaimtemplates", True),
     "DeviceTaintRule": ("devicetaintrules", False),
 }
+OWN_KINDS = {"DeviceQuota": ("devicequotas", True)}
+"""dralloc's own kinds: read from resource.dralloc.dev whichever group the DRA kinds are."""
 CORE_KINDS = {"Pod": ("pods", True), "Node": ("nodes", False), "Namespace": ("namespaces", False)}
 GROUPS = ("resource.dralloc.dev", "resource.k8s.io")
 DRA_VERSION = "v1"
@@ -64,10 +66,10 @@ def list_calls(group: str) -> tuple[ListCall, ...]:
         ListCall(Resource(group, DRA_VERSION, plural, kind, namespaced), optional=True)
         for kind, (plural, namespaced) in DRA_KINDS.items()
     ]
-    # DeviceQuota is dralloc's own kind whichever group the DRA kinds are read from.
-    calls.append(
-        ListCall(Resource(GROUPS[0], DRA_VERSION, "devicequotas", "DeviceQuota", True), True)
-    )
+    calls += [
+        ListCall(Resource(GROUPS[0], DRA_VERSION, plural, kind, namespaced), optional=True)
+        for kind, (plural, namespaced) in OWN_KINDS.items()
+    ]
     calls += [
         ListCall(Resource("", "v1", plural, kind, namespaced), optional=False)
         for kind, (plural, namespaced) in CORE_KINDS.items()
