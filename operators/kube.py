@@ -90,24 +90,35 @@ DEVICE_QUOTAS = Resource(
 class ApiError(Exception):
     """The API server answered with an error status."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, causes: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.causes = causes  # details.causes[].message (a refused eviction names the budget)
 
     @staticmethod
     def from_status(status: int, body: Any) -> ApiError:
         reason = message = ""
+        causes: tuple[str, ...] = ()
         if isinstance(body, dict):
             reason = str(body.get("reason", ""))
             message = str(body.get("message", ""))
+            details = body.get("details")
+            if isinstance(details, dict):
+                causes = tuple(
+                    str(c.get("message", ""))
+                    for c in details.get("causes") or ()
+                    if isinstance(c, dict) and c.get("message")
+                )
         elif body:
             message = str(body)[:500]
         cls: type[ApiError] = {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
         if status == 422 and "test operation" in message.lower():
             cls = Conflict  # a failed JSON-patch `test` is a stale precondition, not bad input
-        return cls(status, reason, message)
+        return cls(status, reason, message, causes)
 
 
 class NotFound(ApiError):
