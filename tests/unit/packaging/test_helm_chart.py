@@ -282,6 +282,12 @@ def test_in_tree_with_cert_manager_is_the_component_on_that_overlay(tmp_path: Pa
     assert_same(chart, kustomize_with(tmp_path, overlay, "in-tree"))
 
 
+def test_evict_mode_is_the_component(tmp_path: Path) -> None:
+    chart = template("--set", "evictionMode=evict")
+    assert env_by_name(chart)["DRALLOC_EVICTION_MODE"] == "evict"
+    assert_same(chart, kustomize_with(tmp_path, MANIFESTS, "evict-with-budgets"))
+
+
 def test_gate_labelled_namespaces_is_the_component(tmp_path: Path) -> None:
     chart = template(*IN_TREE, "--set", "gateLabelledNamespaces.enabled=true")
     overlay = MANIFESTS / "overlays" / "in-tree"
