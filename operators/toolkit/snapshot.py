@@ -23,7 +23,7 @@ from operators.api import (
     ResourceSlice,
     parse_object,
 )
-from operators.scheduling.model import Node, parse_node
+from operators.scheduling.model import LabelSelector, Node, parse_node
 from operators.toolkit.errors import ObjectRef, SnapshotError
 from operators.toolkit.pods import PodInfo, parse_pod
 from operators.toolkit.sources import RawObject
@@ -63,6 +63,38 @@ class NodeEntry:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """A PodDisruptionBudget as far as an eviction asks it: whose pods, how many may go."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None
+    allowed: int
+    """status.disruptionsAllowed; 0 while the disruption controller has not processed the
+    budget's current generation (the API server then refuses every eviction it covers)."""
+
+    def covers(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        return (
+            namespace == self.namespace
+            and self.selector is not None
+            and self.selector.matches(labels)
+        )
+
+
+def parse_budget(body: Mapping[str, Any]) -> Budget:
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    processed = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+    spec = body.get("spec") or {}
+    return Budget(
+        str(meta.get("namespace") or "default"),
+        str(meta.get("name") or ""),
+        LabelSelector.parse(spec.get("selector")),
+        int(status.get("disruptionsAllowed") or 0) if processed and status else 0,
+    )
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything read, keyed the way lookups need it."""
 
@@ -87,6 +119,9 @@ class Snapshot:
     """Kinds that were read but play no part, with their counts."""
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     quotas: Mapping[str, DeviceQuota] = field(default_factory=dict)
+    budgets: Mapping[str, Budget] = field(default_factory=dict)
+    """PodDisruptionBudgets (policy/v1), keyed ``namespace/name``: which simulated evictions
+    a budget would refuse."""
     """DeviceQuotas (dralloc's kind in either API group's snapshot), keyed ``namespace/name``."""
     """Labels of every Namespace seen (inter-pod affinity namespace selectors read them)."""
 
@@ -130,6 +165,7 @@ def build_snapshot(
     templates: dict[str, ResourceClaimTemplate] = {}
     rules: dict[str, DeviceTaintRule] = {}
     quotas: dict[str, DeviceQuota] = {}
+    budgets: dict[str, Budget] = {}
     pods: dict[str, PodInfo] = {}
     nodes: dict[str, NodeEntry] = {}
     admin_namespaces: set[str] = set()
@@ -176,6 +212,11 @@ def build_snapshot(
             pod = parse_pod(ref, body)
             remember(kind, pod.key, ref)
             pods[pod.key] = pod
+        elif kind == "PodDisruptionBudget" and raw.api_version == "policy/v1":
+            budget = parse_budget(body)
+            key = f"{budget.namespace}/{budget.name}"
+            remember(kind, key, ref)
+            budgets[key] = budget
         elif kind == "Node" and raw.api_version == "v1":
             node = _parse_node(ref, body)
             remember(kind, node.name, ref)
@@ -206,6 +247,7 @@ def build_snapshot(
         templates=templates,
         taint_rules=rules,
         quotas=quotas,
+        budgets=budgets,
         pods=pods,
         nodes=nodes,
         admin_namespaces=frozenset(admin_namespaces),

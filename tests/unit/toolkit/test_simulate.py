@@ -159,3 +159,32 @@ def test_an_added_quota_holds_back_the_pods_over_it(snapshot: Snapshot) -> None:
     assert "DeviceQuota team-a/gpus: devices 6 of 6 used, claim needs 1" in refused.reason
     assert not report.fits
     assert report.scenario.startswith("add DeviceQuota team-a/gpus; ")
+
+
+def budget(allowed: int, *, processed: bool = True) -> dict[str, object]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-trainer", "namespace": "team-a", "generation": 2},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}},
+        "status": {"observedGeneration": 2 if processed else 1, "disruptionsAllowed": allowed},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pdb", "refused"),
+    [
+        (budget(0), "PodDisruptionBudget team-a/keep-trainer"),
+        (budget(1), ""),
+        (budget(1, processed=False), "PodDisruptionBudget team-a/keep-trainer"),
+    ],
+)
+def test_taint_reports_the_evictions_a_budget_would_refuse(
+    write_snapshot: Callable[..., Path], pdb: dict[str, object], refused: str
+) -> None:
+    items = load_items()
+    find(items, "Pod", "trainer")["metadata"]["labels"] = {"app": "trainer"}
+    snapshot = build_snapshot(read_objects([write_snapshot([*items, pdb])]))
+    report = simulate(snapshot, [TaintDevice("gpu.example.com/node-a/gpu-1")])
+    assert [(e.pod, e.budget) for e in report.evictions] == [("team-a/trainer", refused)]
+    assert any("refused by a PodDisruptionBudget" in n for n in report.notes) == bool(refused)
