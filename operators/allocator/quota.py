@@ -53,20 +53,20 @@ class CompiledQuota:
     devices: int | None
     claims: int | None
     capacity: tuple[tuple[str, Quantity], ...]  # (name as written, hard limit)
+    ref: str = field(init=False)
+    limits: tuple[tuple[str, Nanos, Quantity | int], ...] = field(init=False)
+    """Every limited resource: (name, limit as counted, limit as written), in a fixed order
+    (worked out once: the search asks for every device it takes)."""
 
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def resources(self) -> list[tuple[str, Quantity | int]]:
-        """Every limited resource with its hard limit, in a fixed order."""
-        out: list[tuple[str, Quantity | int]] = []
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", f"{self.namespace}/{self.name}")
+        limits: list[tuple[str, Nanos, Quantity | int]] = []
         if self.devices is not None:
-            out.append((DEVICES, self.devices))
+            limits.append((DEVICES, self.devices, self.devices))
         if self.claims is not None:
-            out.append((CLAIMS, self.claims))
-        out.extend(self.capacity)
-        return out
+            limits.append((CLAIMS, self.claims, self.claims))
+        limits.extend((name, hard.nanos, hard) for name, hard in self.capacity)
+        object.__setattr__(self, "limits", tuple(limits))
 
 
 def compile_quota(obj: Any) -> CompiledQuota:
@@ -187,19 +187,12 @@ def status_charges(claim: CompiledClaim, obj: Any) -> tuple[Charge, ...]:
     return _results_charges(claim, items)
 
 
-def allocation_charges(claim: CompiledClaim, allocation: ClaimAllocation) -> tuple[Charge, ...]:
-    """What an allocation the operator is writing charges."""
-    return _results_charges(
-        claim,
-        (
-            (
-                d.request,
-                d.device_id,
-                d.consumed_qualified if d.share_id else None,
-                bool(d.admin_access),
-            )
-            for d in allocation.devices
-        ),
+def allocation_charges(allocation: ClaimAllocation) -> tuple[Charge, ...]:
+    """What an allocation the operator is writing charges (its results know their class)."""
+    return tuple(
+        Charge(d.device_class, d.device_id, d.consumed_qualified if d.share_id else None)
+        for d in allocation.devices
+        if not d.admin_access
     )
 
 
@@ -411,6 +404,7 @@ class QuotaTally:
         self.stack: list[list[_Taken]] = []
         self.refusal: Refusal | str | None = None  # the first refusal, for the reason
         self._applicable: dict[tuple[int, str], tuple[CompiledQuota, ...]] = {}
+        self._invalid: dict[str, tuple[str, bool] | None] = {}
 
     def _quotas(self, ci: int, class_name: str) -> tuple[CompiledQuota, ...]:
         key = (ci, class_name)
@@ -436,7 +430,11 @@ class QuotaTally:
         for quota in quotas:
             if not book.counts(quota, device.id):
                 continue
-            invalid = book.invalid_reason(quota)
+            ref = quota.ref
+            if ref in self._invalid:
+                invalid = self._invalid[ref]
+            else:
+                invalid = self._invalid[ref] = book.invalid_reason(quota)
             if invalid is not None and invalid[1]:
                 if self.refusal is None:
                     self.refusal = (
@@ -449,8 +447,7 @@ class QuotaTally:
             add.capacity = book.capacity_of(quota, device.id, consumed)
             used = book.used(quota)
             pending = self.pending.get(quota.ref)
-            for resource, hard in quota.resources():
-                limit = hard.nanos if isinstance(hard, Quantity) else hard
+            for resource, limit, hard in quota.limits:
                 extra = add.amount(resource)
                 if not extra:
                     continue

@@ -609,6 +609,7 @@ class Search:
                     share_id=item.share_id,
                     consumed_capacity=consumed_published,
                     consumed_qualified=item.consumed,
+                    device_class=request.class_name,
                 )
             )
         try:

@@ -250,10 +250,11 @@ class AllocatorState:
     def assume(self, claim: ClaimLike, allocation: ClaimAllocation | Mapping[str, Any]) -> None:
         """Count an allocation before its write is confirmed by the watch."""
         key = claim_key(claim)
+        charges: LazyCharges | None
         if isinstance(allocation, ClaimAllocation):
             result = allocation
             usage = allocation.usage()
-            charges = self._charges(claim, lambda c: allocation_charges(c, result))
+            charges = LazyCharges(lambda: allocation_charges(result))
         else:
             status = {"status": {"allocation": allocation}}
             usage = usage_from_status(status)
