@@ -270,7 +270,7 @@ def mode_accesses(kind: str) -> list[Any]:
 
 def test_kustomize_renders_the_operator_and_the_crds(testbed: Testbed) -> None:
     kinds = sorted(o["kind"] for o in render(testbed, MANIFESTS))
-    assert kinds.count("CustomResourceDefinition") == 5
+    assert kinds.count("CustomResourceDefinition") == 6
     for kind in ("Deployment", "MutatingWebhookConfiguration", "ClusterRole", "Role", "Service"):
         assert kind in kinds
 
