@@ -66,13 +66,16 @@ class UpstreamUnavailable(RuntimeError):
 class DrallocReplay:
     """Replays a scenario through dralloc's allocator with the operator's calls."""
 
-    def __init__(self, scenario: Scenario, policy: str = "first-fit") -> None:
+    def __init__(self, scenario: Scenario, policy: str = "first-fit", quotas: bool = False) -> None:
         self.policy = policy
         self.state = AllocatorState()
         for obj in scenario.slices:
             self.state.upsert_slice(parse_object(obj))
         for obj in scenario.classes:
             self.state.upsert_class(parse_object(obj))
+        if quotas:
+            for quota in roomy_quotas(scenario):
+                self.state.upsert_quota(parse_object(quota))
         self.nodes = [
             NodeInfo(n["metadata"]["name"], dict(n["metadata"].get("labels") or {}))
             for n in scenario.nodes
@@ -149,13 +152,44 @@ class DrallocReplay:
         return placed, failed, time.perf_counter() - start
 
 
+def roomy_quotas(scenario: Scenario) -> list[dict[str, Any]]:
+    """A DeviceQuota per namespace of the scenario's claims and class, with limits no pod
+    reaches: every device taken is checked and counted (the cost of quotas) while the
+    placements stay upstream's, so the digests still compare."""
+    claims = [
+        *scenario.shared_claims,
+        *scenario.preallocated,
+        *(
+            obj
+            for step in (*scenario.init_steps, *scenario.measure_steps)
+            for obj in step.new_claims
+        ),
+    ]
+    namespaces = sorted({obj["metadata"].get("namespace") or "default" for obj in claims})
+    return [
+        {
+            "apiVersion": "resource.dralloc.dev/v1",
+            "kind": "DeviceQuota",
+            "metadata": {"name": f"bench-{cls['metadata']['name']}", "namespace": namespace},
+            "spec": {
+                "deviceClassName": cls["metadata"]["name"],
+                "hard": {"devices": 10**9, "claims": 10**9},
+            },
+        }
+        for namespace in namespaces
+        for cls in scenario.classes
+    ]
+
+
 def _key(obj: dict[str, Any]) -> str:
     meta = obj["metadata"]
     return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
-def run_dralloc(scenario: Scenario, policy: str = "first-fit") -> EngineResult:
-    replay = DrallocReplay(scenario, policy)
+def run_dralloc(
+    scenario: Scenario, policy: str = "first-fit", quotas: bool = False
+) -> EngineResult:
+    replay = DrallocReplay(scenario, policy, quotas)
     placements: list[tuple[str, str]] = []
     if scenario.init_steps:
         replay.warm_up(scenario.init_steps[0])
@@ -259,15 +293,22 @@ def best(results: Sequence[EngineResult]) -> EngineResult:
 
 
 def compare(
-    scenario: Scenario, file: str, binary: Path | None, *, repeat: int = 1, binpack: bool = False
+    scenario: Scenario,
+    file: str,
+    binary: Path | None,
+    *,
+    repeat: int = 1,
+    binpack: bool = False,
+    quotas: bool = False,
 ) -> Comparison:
-    """Upstream and dralloc (first fit) alternately ``repeat`` times, best of each."""
+    """Upstream and dralloc (first fit) alternately ``repeat`` times, best of each; with
+    ``quotas`` dralloc runs with a roomy DeviceQuota per namespace and class."""
     upstream_runs: list[EngineResult] = []
     dralloc_runs: list[EngineResult] = []
     for _ in range(max(1, repeat)):
         if binary is not None:
             upstream_runs.append(run_upstream(scenario, binary))
-        dralloc_runs.append(run_dralloc(scenario, "first-fit"))
+        dralloc_runs.append(run_dralloc(scenario, "first-fit", quotas))
     w = scenario.workload
     return Comparison(
         w.name,
@@ -276,6 +317,6 @@ def compare(
         w.devices,
         best(dralloc_runs),
         best(upstream_runs) if upstream_runs else None,
-        dralloc_binpack=run_dralloc(scenario, "binpack") if binpack else None,
+        dralloc_binpack=run_dralloc(scenario, "binpack", quotas) if binpack else None,
         smoke="smoke" in w.tags,
     )

@@ -63,7 +63,13 @@ def profile_dralloc(workload: Workload, lines: int = 18) -> str:
 
 
 def run_level1(
-    workloads: Sequence[Workload], *, upstream: bool, repeat: int, binpack: bool, log: Any
+    workloads: Sequence[Workload],
+    *,
+    upstream: bool,
+    repeat: int,
+    binpack: bool,
+    log: Any,
+    quotas: bool = False,
 ) -> tuple[list[dict[str, Any]], str | None]:
     binary = None
     skipped = None
@@ -76,7 +82,7 @@ def run_level1(
     for workload in workloads:
         started = time.perf_counter()
         comparison = level1.compare(
-            expand(workload), workload.key, binary, repeat=repeat, binpack=binpack
+            expand(workload), workload.key, binary, repeat=repeat, binpack=binpack, quotas=quotas
         )
         row = comparison.to_json()
         row["tags"] = list(workload.tags)
@@ -110,6 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-binpack", action="store_true", help="skip dralloc's binpack column")
     parser.add_argument(
+        "--quotas",
+        action="store_true",
+        help="level 1: dralloc with a DeviceQuota (limits no pod reaches) per namespace and class",
+    )
+    parser.add_argument(
         "--systems",
         nargs="*",
         default=[],
@@ -122,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "quick": args.quick,
+        "quotas": args.quotas,
         "machine": report.machine(),
         "skipped": {},
     }
@@ -134,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             repeat=1 if args.quick else args.repeat,
             binpack=not args.no_binpack and not args.quick,
             log=log,
+            quotas=args.quotas,
         )
         if skipped:
             results["skipped"]["upstream (level 1)"] = skipped

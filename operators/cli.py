@@ -17,8 +17,12 @@ import argparse
 import platform
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from operators import __version__
+
+if TYPE_CHECKING:  # the commands import what they need when they run (a quick --help)
+    from operators.toolkit.simulate import AddQuota
 
 EXIT_OK = 0
 EXIT_DOES_NOT_FIT = 1
@@ -86,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--device-policy", choices=["first-fit", "pack"], default="first-fit",
         help="device choice on a node, as the operator's --device-policy",
+    )  # fmt: skip
+    simulate.add_argument(
+        "--add-quota", metavar="FILE", action="append", default=[],
+        help="a DeviceQuota manifest to add before the other scenarios (repeatable)",
     )  # fmt: skip
     simulate.add_argument(
         "--progress", choices=["auto", "always", "never"], default="auto",
@@ -244,7 +252,7 @@ def _simulate(args: argparse.Namespace) -> int:
         work_size,
     )
 
-    scenarios: list[Scenario] = []
+    scenarios: list[Scenario] = [_quota_scenario(path, args.namespace) for path in args.add_quota]
     if args.add_pods is not None:
         if bool(args.template) == bool(args.like_pod):
             raise ToolkitError("--add-pods needs exactly one of --template or --like-pod")
@@ -281,6 +289,31 @@ def _simulate(args: argparse.Namespace) -> int:
         )
     print(render.simulation(report, args.output))
     return EXIT_OK if report.fits else EXIT_DOES_NOT_FIT
+
+
+def _quota_scenario(path: str, namespace: str) -> AddQuota:
+    """The DeviceQuota in a manifest file, as a simulate scenario (validated like the API's)."""
+    from pathlib import Path
+
+    import yaml
+
+    from operators.api import DeviceQuota, InvalidObjectError, parse_object
+    from operators.toolkit.errors import ToolkitError
+    from operators.toolkit.simulate import AddQuota
+
+    try:
+        body = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ToolkitError(f"--add-quota {path}: {error}") from None
+    if not isinstance(body, dict) or body.get("kind") != "DeviceQuota":
+        raise ToolkitError(f"--add-quota {path}: expected one DeviceQuota manifest")
+    body.setdefault("metadata", {}).setdefault("namespace", namespace)
+    try:
+        model = parse_object(body)
+    except InvalidObjectError as error:
+        raise ToolkitError(f"--add-quota {path}: {error}") from None
+    assert isinstance(model, DeviceQuota)
+    return AddQuota(model.to_kube())
 
 
 def _webhook_cert(args: argparse.Namespace) -> int:

@@ -51,6 +51,7 @@ class Resource:
     plural: str
     kind: str
     namespaced: bool
+    follows_mode: bool = True  # a DRA kind the API mode moves to resource.k8s.io
 
     @property
     def api_version(self) -> str:
@@ -80,29 +81,44 @@ RESOURCE_SLICES = Resource(DRALLOC_GROUP, DRALLOC_VERSION, "resourceslices", "Re
 DEVICE_TAINT_RULES = Resource(
     DRALLOC_GROUP, DRALLOC_VERSION, "devicetaintrules", "DeviceTaintRule", False
 )
+# dralloc's own kind in both API modes (in-tree DRA has no allocation-time quota to mirror).
+DEVICE_QUOTAS = Resource(
+    DRALLOC_GROUP, DRALLOC_VERSION, "devicequotas", "DeviceQuota", True, follows_mode=False
+)
 
 
 class ApiError(Exception):
     """The API server answered with an error status."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, causes: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.causes = causes  # details.causes[].message (a refused eviction names the budget)
 
     @staticmethod
     def from_status(status: int, body: Any) -> ApiError:
         reason = message = ""
+        causes: tuple[str, ...] = ()
         if isinstance(body, dict):
             reason = str(body.get("reason", ""))
             message = str(body.get("message", ""))
+            details = body.get("details")
+            if isinstance(details, dict):
+                causes = tuple(
+                    str(c.get("message", ""))
+                    for c in details.get("causes") or ()
+                    if isinstance(c, dict) and c.get("message")
+                )
         elif body:
             message = str(body)[:500]
         cls: type[ApiError] = {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
         if status == 422 and "test operation" in message.lower():
             cls = Conflict  # a failed JSON-patch `test` is a stale precondition, not bad input
-        return cls(status, reason, message)
+        return cls(status, reason, message, causes)
 
 
 class NotFound(ApiError):
@@ -260,7 +276,11 @@ class KubeClient:
         resolved = self._resolved.get(resource)
         if resolved is None:
             resolved = resource
-            if resource.group == DRALLOC_GROUP and self.api_group != DRALLOC_GROUP:
+            if (
+                resource.group == DRALLOC_GROUP
+                and resource.follows_mode
+                and self.api_group != DRALLOC_GROUP
+            ):
                 resolved = dataclasses.replace(resource, group=self.api_group)
             self._resolved[resource] = resolved
         return resolved

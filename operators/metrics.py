@@ -92,6 +92,41 @@ def register_claims_gauge(source: Callable[[], Iterable[ClaimLabels]]) -> None:
         _claims_gauge.source = source
 
 
+QuotaFigure = tuple[str, str, str, float, float]  # namespace, quota, resource, used, hard
+
+
+class QuotaGauge(Collector):
+    """``dralloc_device_quota_used`` and ``dralloc_device_quota_hard``: per DeviceQuota and
+    limited resource (devices, claims, or a capacity name; capacity in its base unit)."""
+
+    def __init__(self) -> None:
+        self.figures: list[QuotaFigure] = []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["namespace", "quota", "resource"]
+        used = GaugeMetricFamily(
+            "dralloc_device_quota_used",
+            "Usage the allocator counts against a DeviceQuota.",
+            labels=labels,
+        )
+        hard = GaugeMetricFamily(
+            "dralloc_device_quota_hard", "The limit of a DeviceQuota.", labels=labels
+        )
+        for namespace, quota, resource, amount, limit in self.figures:
+            used.add_metric([namespace, quota, resource], amount)
+            hard.add_metric([namespace, quota, resource], limit)
+        yield used
+        yield hard
+
+
+_quota_gauge = QuotaGauge()
+REGISTRY.register(_quota_gauge)
+
+
+def set_quota_usage(figures: Iterable[QuotaFigure]) -> None:
+    _quota_gauge.figures = sorted(figures)
+
+
 class GatedPodsGauge(Collector):
     """``dralloc_gated_pods`` and ``dralloc_gated_pod_oldest_seconds``, on scrape from the
     cache: the pods that carry dralloc's gate now, and how long the oldest of them has

@@ -65,6 +65,13 @@ class DevicePolicy(enum.StrEnum):
     keeps whole devices free for whole-device requests (see allocator/packing.py)."""
 
 
+class EvictionMode(enum.StrEnum):
+    """How the taint controller makes a pod go."""
+
+    DELETE = "delete"  # as upstream: a plain delete, disruption budgets are not asked
+    EVICT = "evict"  # the Eviction API (policy/v1): PodDisruptionBudgets hold
+
+
 @dataclasses.dataclass(frozen=True)
 class FeatureGates:
     """Upstream-named feature gates; unknown names are refused so typos do not pass silently."""
@@ -197,6 +204,15 @@ class Settings:
         default=0,
         metadata=_doc(
             "Upper bound on pod deletions by the taint controller per minute; 0 = no limit."
+        ),
+    )
+    eviction_mode: EvictionMode = dataclasses.field(
+        default=EvictionMode.DELETE,
+        metadata=_doc(
+            "How the taint controller removes pods: delete (as upstream) or evict (the "
+            "Eviction API, so PodDisruptionBudgets hold; a refused eviction is retried with "
+            "backoff).",
+            parse="eviction",
         ),
     )
     eviction_workers: int = dataclasses.field(
@@ -398,6 +414,13 @@ def _convert(field: dataclasses.Field[Any], raw: Any) -> Any:
         except ValueError:
             raise SettingsError(
                 f"{name}: {raw!r} is not one of {', '.join(p.value for p in choices)}"
+            ) from None
+    if kind == "eviction":
+        try:
+            return EvictionMode(raw)
+        except ValueError:
+            raise SettingsError(
+                f"{name}: {raw!r} is not one of {', '.join(m.value for m in EvictionMode)}"
             ) from None
     if field.type in ("bool", bool):
         return _parse_bool(raw, name)

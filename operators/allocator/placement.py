@@ -362,7 +362,8 @@ def _try_nodes(
         if prefiltered is not None:
             ruled_out = prefiltered()
         try:
-            results = Search(claims, node, state.pools_for(node), inputs).run()
+            search = Search(claims, node, state.pools_for(node), inputs)
+            results = search.run()
         except SearchAborted as err:
             if deadline is not None and time.monotonic() > deadline[0]:
                 raise DecisionTimeout(deadline[1]) from err
@@ -379,6 +380,9 @@ def _try_nodes(
                 nodes_prefiltered=ruled_out,
             )
         if results is None:
+            refusal = search.quota_refusal()
+            if refusal is not None:
+                errors[node.name] = refusal
             continue
         actual = (-allocation_score(claims, results), key[1], key[2])
         if actual <= key:  # as good as promised: nothing after it can do better

@@ -34,6 +34,8 @@ class DeviceResult:
     consumed_capacity: Mapping[str, Quantity] | None = None
     # Same amounts keyed by fully qualified names (for accounting).
     consumed_qualified: Mapping[str, Nanos] | None = None
+    # The DeviceClass the request named (for quotas; not part of the written result).
+    device_class: str = ""
 
     @property
     def device_id(self) -> tuple[str, str, str]:

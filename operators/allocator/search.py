@@ -40,6 +40,7 @@ from operators.allocator.features import Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError, merge_terms
 from operators.allocator.pools import Pool, counters_left
 from operators.allocator.quantities import Nanos
+from operators.allocator.quota import QuotaBook, QuotaTally
 from operators.allocator.results import ClaimAllocation, ConfigResult, DeviceResult
 from operators.allocator.selectors import (
     SelectorCompileError,
@@ -74,6 +75,7 @@ class SearchInputs:
     budget: int = DEFAULT_BUDGET
     deadline: float | None = None  # time.monotonic() value
     cancelled: Callable[[], str | None] | None = None  # returns a cause once cancelled
+    quotas: QuotaBook | None = None  # DeviceQuotas, consulted before a device is taken
 
 
 @dataclass(slots=True)
@@ -101,6 +103,7 @@ class Search:
     consumed_counters: dict[PoolId, dict[str, dict[str, Nanos]]] = field(default_factory=dict)
     available_counters: dict[PoolId, dict[str, dict[str, Nanos]]] = field(default_factory=dict)
     match_cache: dict[tuple[DeviceId, tuple[int, int, int]], bool] = field(default_factory=dict)
+    quota: QuotaTally | None = None  # set in _prepare when a DeviceQuota applies
 
     # --- entry point ---------------------------------------------------------
 
@@ -119,10 +122,17 @@ class Search:
             return None
         return [self._claim_result(i) for i in range(len(self.claims))]
 
+    def quota_refusal(self) -> str | None:
+        """After a failed run: the first DeviceQuota that refused a device, if any."""
+        refusal = self.quota.refusal if self.quota is not None else None
+        return str(refusal) if refusal is not None else None
+
     # --- validation (before the search) --------------------------------------
 
     def _prepare(self) -> None:
         features = self.inputs.features
+        if self.inputs.quotas is not None:
+            self.quota = self.inputs.quotas.tally(self.claims)
         for ci, claim in enumerate(self.claims):
             min_devices = 0
             for ri, request in enumerate(claim.requests):
@@ -554,9 +564,15 @@ class Search:
                 totals = self.allocating_capacity.setdefault(did, {})
                 for key, amount in consumed.items():
                     totals[key] = totals.get(key, 0) + amount
+        quota = None if admin else self.quota  # adminAccess is not charged
+        if quota is not None and not quota.take(ci, rd.cls.name, device, consumed):
+            self._undo(ci, device, pool, name, parent, shared, reserved, consumed, existed, False)
+            return None
         self.picked[ci].append(_Picked(request, device, share_id, consumed))
 
         def undo() -> None:
+            if quota is not None:
+                quota.give_back()
             self._undo(ci, device, pool, name, parent, shared, reserved, consumed, existed, True)
 
         return undo
@@ -623,6 +639,7 @@ class Search:
                     share_id=item.share_id,
                     consumed_capacity=consumed_published,
                     consumed_qualified=item.consumed,
+                    device_class=request.class_name,
                 )
             )
         try:

@@ -10,7 +10,7 @@ results are cached until the slices they depend on change.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from operators.allocator.allocated import AllocatedDevices, UsedDevice
@@ -39,6 +39,14 @@ from operators.allocator.packing import DEVICE_POLICIES, pack_pools
 from operators.allocator.placement import Placement, find_node, reasons_for
 from operators.allocator.pools import Pool, gather_pools
 from operators.allocator.quantities import to_nanos
+from operators.allocator.quota import (
+    Charge,
+    CompiledQuota,
+    LazyCharges,
+    QuotaBook,
+    allocation_charges,
+    status_charges,
+)
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.search import DEFAULT_BUDGET, Search, SearchInputs
 from operators.allocator.selectors import SelectorEvaluator
@@ -126,6 +134,9 @@ class AllocatorState:
         self.allocations_version = 0
         self._listeners: list[Any] = []
         self._index: DeviceIndex | None = None
+        self._devices: dict[DeviceId, Any] | None = None
+        self.quotas = QuotaBook(self.evaluator, self.device)
+        self.quotas.classes = self._classes.get
 
     # --- inventory -----------------------------------------------------------
 
@@ -172,6 +183,27 @@ class AllocatorState:
         self.slices_version += 1
         self._pool_cache.clear()
         self._rule_taints = None
+        self._devices = None
+        if self.quotas.quotas:
+            self.quotas.devices_changed()
+
+    def device(self, device_id: DeviceId) -> Any:
+        """The compiled device with this id in any slice, or None."""
+        if self._devices is None:
+            self._devices = {d.id: d for s in self._slices.values() for d in s.devices}
+        return self._devices.get(device_id)
+
+    # --- quotas --------------------------------------------------------------
+
+    def upsert_quota(self, obj: Any) -> CompiledQuota:
+        """A DeviceQuota added or changed (see allocator/quota.py)."""
+        quota = self.quotas.upsert_quota(obj)
+        self.allocations_version += 1
+        return quota
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        self.quotas.remove_quota(namespace, name)
+        self.allocations_version += 1
 
     def upsert_class(self, obj: Any) -> CompiledClass:
         compiled = obj if isinstance(obj, CompiledClass) else compile_class(obj)
@@ -217,23 +249,45 @@ class AllocatorState:
             self._set_usage(self._assumed, key, None)  # the write landed
         else:
             self._set_usage(self._confirmed, key, None)
+        self.quotas.confirm(
+            key, self._charges(obj, lambda c: status_charges(c, obj)) if usage else None
+        )
 
     def remove_claim(self, claim: ClaimLike) -> None:
         key = claim_key(claim)
         self._set_usage(self._confirmed, key, None)
         self._set_usage(self._assumed, key, None)
+        self.quotas.confirm(key, None)
+        self.quotas.assume(key, None)
 
     def assume(self, claim: ClaimLike, allocation: ClaimAllocation | Mapping[str, Any]) -> None:
         """Count an allocation before its write is confirmed by the watch."""
+        key = claim_key(claim)
+        charges: LazyCharges | None
         if isinstance(allocation, ClaimAllocation):
+            result = allocation
             usage = allocation.usage()
+            charges = LazyCharges(lambda: allocation_charges(result))
         else:
-            usage = usage_from_status({"status": {"allocation": allocation}})
-        self._set_usage(self._assumed, claim_key(claim), usage)
+            status = {"status": {"allocation": allocation}}
+            usage = usage_from_status(status)
+            charges = self._charges(claim, lambda c: status_charges(c, status))
+        self._set_usage(self._assumed, key, usage)
+        self.quotas.assume(key, charges if usage else None)
+
+    def _charges(
+        self, claim: ClaimLike, count: Callable[[CompiledClaim], tuple[Charge, ...]]
+    ) -> LazyCharges | None:
+        """What quotas charge the claim, worked out when a quota asks (None: a bare key,
+        whose requests and so classes are unknown)."""
+        if isinstance(claim, str):
+            return None
+        return LazyCharges(lambda: count(self.compile_claims([claim])[0]))
 
     def release(self, claim: ClaimLike) -> None:
         """Forget an assumed allocation (the write failed or was abandoned)."""
         self._set_usage(self._assumed, claim_key(claim), None)
+        self.quotas.assume(claim_key(claim), None)
 
     def is_assumed(self, claim: ClaimLike) -> bool:
         return claim_key(claim) in self._assumed
@@ -346,6 +400,7 @@ class AllocatorState:
             extra_taints=self.rule_taints,
             budget=budget or self.budget,
             deadline=deadline,
+            quotas=self.quotas,
         )
 
     # --- query 1: upstream's Allocate ----------------------------------------

@@ -19,6 +19,7 @@ from operators.api.models import (
     KUBERNETES_GROUP,
     VERSION,
     DeviceClass,
+    DeviceQuota,
     DeviceTaintRule,
     ResourceClaim,
     ResourceClaimTemplate,
@@ -36,6 +37,7 @@ __all__ = [
     "VERSION",
     "APIObject",
     "DeviceClass",
+    "DeviceQuota",
     "DeviceTaintRule",
     "FieldError",
     "InvalidObjectError",
@@ -47,7 +49,14 @@ __all__ = [
     "parse_object",
 ]
 
-APIObject = DeviceClass | ResourceClaim | ResourceClaimTemplate | ResourceSlice | DeviceTaintRule
+APIObject = (
+    DeviceClass
+    | ResourceClaim
+    | ResourceClaimTemplate
+    | ResourceSlice
+    | DeviceTaintRule
+    | DeviceQuota
+)
 
 KINDS: Final[dict[str, type[APIObject]]] = {
     "DeviceClass": DeviceClass,
@@ -55,6 +64,7 @@ KINDS: Final[dict[str, type[APIObject]]] = {
     "ResourceClaimTemplate": ResourceClaimTemplate,
     "ResourceSlice": ResourceSlice,
     "DeviceTaintRule": DeviceTaintRule,
+    "DeviceQuota": DeviceQuota,
 }
 
 API_VERSIONS: Final = frozenset({API_VERSION, KUBERNETES_API_VERSION})

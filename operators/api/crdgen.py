@@ -25,6 +25,7 @@ from operators.api.models import (
     GROUP,
     VERSION,
     DeviceClass,
+    DeviceQuota,
     DeviceTaintRule,
     ResourceClaim,
     ResourceClaimTemplate,
@@ -142,6 +143,30 @@ KINDS: Final[tuple[KindInfo, ...]] = (
                 "Evicting",
                 ".status.conditions[?(@.type=='EvictionInProgress')].status",
                 description="Whether pods using the tainted devices are being evicted.",
+            ),
+            _AGE,
+        ),
+    ),
+    KindInfo(
+        DeviceQuota,
+        "devicequotas",
+        "Namespaced",
+        ("drquota",),
+        status=True,
+        columns=(
+            _column("Class", ".spec.deviceClassName"),
+            _column("Devices", ".status.used.devices", "integer", description="Devices counted."),
+            _column(
+                "Max Devices", ".spec.hard.devices", "integer", description="The device limit."
+            ),
+            _column(
+                "Claims", ".status.used.claims", "integer", description="Allocated claims counted."
+            ),
+            _column("Max Claims", ".spec.hard.claims", "integer", priority=1),
+            _column(
+                "Valid",
+                ".status.conditions[?(@.type=='Valid')].status",
+                description="Whether the quota can be enforced (class exists, selectors compile).",
             ),
             _AGE,
         ),

@@ -1,7 +1,7 @@
 """Every model of the resource.dralloc.dev/v1 API, importable from one place.
 
 The kinds live in one module each (deviceclass, resourceclaim, resourceslice,
-devicetaintrule; shared types in common and meta). Type names are the upstream Go names of
+devicetaintrule, devicequota; shared types in common and meta). Type names are the upstream Go names of
 resource.k8s.io/v1, and the field set is upstream's, so a manifest ports by changing its
 apiVersion. Conventions (see base.KubeModel): snake_case attributes with camelCase JSON
 aliases, frozen models, tuples for lists, unknown fields ignored, `to_kube()` for JSON.
@@ -33,6 +33,13 @@ from operators.api.common import (
     TolerationOperator,
 )
 from operators.api.deviceclass import DeviceClass, DeviceClassSpec
+from operators.api.devicequota import (
+    DeviceQuota,
+    DeviceQuotaLimits,
+    DeviceQuotaSpec,
+    DeviceQuotaStatus,
+    DeviceQuotaUsage,
+)
 from operators.api.devicetaintrule import (
     DeviceTaintRule,
     DeviceTaintRuleSpec,
@@ -113,6 +120,11 @@ __all__ = [
     "DeviceClassSpec",
     "DeviceConstraint",
     "DeviceCounterConsumption",
+    "DeviceQuota",
+    "DeviceQuotaLimits",
+    "DeviceQuotaSpec",
+    "DeviceQuotaStatus",
+    "DeviceQuotaUsage",
     "DeviceRequest",
     "DeviceRequestAllocationResult",
     "DeviceSelector",

@@ -13,6 +13,7 @@ from typing import Any
 
 from operators.api.models import (
     DeviceClass,
+    DeviceQuota,
     DeviceTaintRule,
     ResourceClaim,
     ResourceClaimTemplate,
@@ -23,6 +24,7 @@ from operators.cache.core import parse_namespace, parse_node, parse_pod
 from operators.cache.informer import Parser
 from operators.kube import (
     DEVICE_CLASSES,
+    DEVICE_QUOTAS,
     DEVICE_TAINT_RULES,
     NAMESPACES,
     NODES,
@@ -50,11 +52,13 @@ _DRA_PARSERS: Mapping[Resource, Parser[Any]] = {
     RESOURCE_CLAIM_TEMPLATES: ResourceClaimTemplate.model_validate,
     RESOURCE_SLICES: ResourceSlice.model_validate,
     DEVICE_TAINT_RULES: DeviceTaintRule.model_validate,
+    DEVICE_QUOTAS: DeviceQuota.model_validate,
 }
 
 
-OPTIONAL: frozenset[Resource] = frozenset({DEVICE_TAINT_RULES})
-"""Kinds a server may not serve: in-tree DeviceTaintRule reached resource.k8s.io/v1 only in
+OPTIONAL: frozenset[Resource] = frozenset({DEVICE_TAINT_RULES, DEVICE_QUOTAS})
+"""Kinds a server may not serve: DeviceQuota where its CRD is not installed (an in-tree
+install from before quotas existed; no quota then applies); in-tree DeviceTaintRule reached resource.k8s.io/v1 only in
 Kubernetes 1.37 (1.36 serves v1beta2 behind an off-by-default gate, 1.33-1.35 v1alpha3).
 Missing at every version of :data:`OTHER_VERSIONS`, they read as empty (with a warning)."""
 

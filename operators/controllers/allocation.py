@@ -80,10 +80,12 @@ from operators.controllers.decisions import (
     TooSlow,
     Unallocatable,
 )
+from operators.controllers.quotastatus import QuotaStatusWriter
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord
 from operators.kube import (
     DEVICE_CLASSES,
+    DEVICE_QUOTAS,
     DEVICE_TAINT_RULES,
     NAMESPACES,
     NODES,
@@ -179,6 +181,10 @@ class AllocationController(ClaimWrites, Explanations):
         cache[RESOURCE_SLICES].add_handler(self._on_slice)
         cache[DEVICE_CLASSES].add_handler(self._on_class)
         cache[DEVICE_TAINT_RULES].add_handler(self._on_rule)
+        cache[DEVICE_QUOTAS].add_handler(self._on_quota)
+        self.quota_status = QuotaStatusWriter(
+            self.client, cache[DEVICE_QUOTAS], self.state.quotas, self.decisions.run
+        )
         self.namespaces.add_handler(self._on_namespace)
         metrics.register_gated_gauge(self._gated_created)
 
@@ -208,6 +214,13 @@ class AllocationController(ClaimWrites, Explanations):
         else:
             self._mutate(self.state.remove_taint_rule, change.key.name)
         self._wake()
+
+    def _on_quota(self, change: Change[Any]) -> None:
+        if change.new is not None:
+            self._mutate(self.state.upsert_quota, change.new)
+        else:
+            self._mutate(self.state.remove_quota, change.key.namespace, change.key.name)
+        self._wake()  # a raised limit lets waiting pods in
 
     def _on_claim(self, change: Change[ResourceClaim]) -> None:
         if change.new is not None:
@@ -364,6 +377,7 @@ class AllocationController(ClaimWrites, Explanations):
         async with asyncio.TaskGroup() as writers:
             self._writers = writers
             writers.create_task(retry_forever("confirm-writes", self._confirm_unanswered))
+            writers.create_task(retry_forever("quota-status", self.quota_status.run))
             await run_workers(self.queue, self.sync, workers=1, name=self.name)
 
     def health(self) -> dict[str, Any]:

@@ -169,6 +169,7 @@ def rule_condition(
     pending_namespaces: int,
     evicted: int,
     simulation: tuple[int, int, int, int] | None = None,
+    blocked: int = 0,
 ) -> tuple[str, str, str]:
     """(status, reason, message) of the rule's EvictionInProgress condition."""
     effect = rule.spec.taint.effect
@@ -178,5 +179,11 @@ def rule_condition(
     if effect != "NoExecute":
         return "False", "OtherEffect", "Eviction only happens for the NoExecute effect."
     if pending_pods:
-        return "True", "PodsPendingEviction", pending_message(pending_pods, pending_namespaces)
+        message = pending_message(pending_pods, pending_namespaces)
+        if blocked:
+            message += (
+                f" {_plural(blocked, 'eviction', 'evictions')} refused by a disruption budget"
+                f" (retrying); {completed_message(evicted)}"
+            )
+        return "True", "PodsPendingEviction", message
     return "False", "Completed", completed_message(evicted)

@@ -8,7 +8,10 @@ pod is read live: a pod that is gone, being deleted, or a *new* pod of the same 
 UID) is left alone; the delete itself carries the UID precondition.
 
 Each DeviceTaintRule gets an ``EvictionInProgress`` condition, refreshed at most once per
-10 s. Beyond upstream, ``max_evictions_per_minute`` caps the deletion rate.
+10 s. Beyond upstream, ``max_evictions_per_minute`` caps the deletion rate, and with
+``eviction_mode=evict`` pods go through the Eviction API (policy/v1), so PodDisruptionBudgets
+hold: a refused eviction (429) is retried with backoff, the pod's Event names the budget and
+the rule's condition counts the refused evictions beside the pending and done ones.
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ from operators.kube import (
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    ApiError,
     Conflict,
     FailureKind,
     NotFound,
     failure_kind,
 )
+from operators.settings import EvictionMode
 
 log = structlog.get_logger(__name__)
 
@@ -72,6 +77,15 @@ class EvictionRateLimiter:
             return 0.0
         return 60.0 - (now - self.recent[0])
 
+    def refund(self) -> None:
+        """The last allowed eviction did not happen (a budget refused it): it does not count."""
+        if self.recent:
+            self.recent.pop()
+
+
+class BudgetRefused(Exception):
+    """The Eviction API refused: a PodDisruptionBudget does not allow the disruption now."""
+
 
 class TaintController:
     name = "taints"
@@ -90,6 +104,8 @@ class TaintController:
         self.limiter = EvictionRateLimiter(self.settings.max_evictions_per_minute)
         self.scheduled: dict[Key, tuple[str, ClaimEviction]] = {}  # pod -> (uid, eviction)
         self.evicted_by_rule: collections.Counter[str] = collections.Counter()
+        self.mode = self.settings.eviction_mode
+        self.refused: dict[Key, str] = {}  # pod -> the budget's words, while it refuses
         self.evictions = 0
         self._taints: dict[DeviceId, list[EffectiveTaint]] | None = None
         self._rules_dirty: set[str] = set()
@@ -179,6 +195,7 @@ class TaintController:
         eviction = self.eviction_for(pod, now) if pod is not None else None
         previous = self.scheduled.get(key)
         if eviction is None or pod is None:
+            self.refused.pop(key, None)
             if previous is not None:
                 del self.scheduled[key]
                 self._mark_rules(previous[1].rules)
@@ -200,8 +217,14 @@ class TaintController:
             return
         # Gone or replaced in the meantime: nothing to evict. Other failures raise, and the
         # work queue retries (with backoff, or late if refused).
-        with contextlib.suppress(Conflict, NotFound):
-            await self.evict(pod, eviction, now)
+        try:
+            with contextlib.suppress(Conflict, NotFound):
+                await self.evict(pod, eviction, now)
+        except BudgetRefused:
+            self.limiter.refund()
+            self.queue.retry(key)  # with this pod's backoff
+            return
+        self.refused.pop(key, None)
         self.queue.forget(key)
 
     async def evict(self, pod: Pod, eviction: ClaimEviction, now: datetime.datetime) -> None:
@@ -209,6 +232,50 @@ class TaintController:
         metadata = live.get("metadata") or {}
         if metadata.get("uid") != pod.uid or metadata.get("deletionTimestamp"):
             return
+        if self.mode is EvictionMode.EVICT:
+            await self._evict_through_api(pod, eviction)
+        else:
+            await self._delete(pod, now)
+        metrics.EVICTION_DELETIONS.inc()
+        metrics.EVICTION_LATENCY.observe(max(0.0, (now - eviction.deadline).total_seconds()))
+        self.evictions += 1
+        for rule in eviction.rules:
+            self.evicted_by_rule[rule] += 1
+        self._mark_rules(eviction.rules)
+        log.info("pod evicted for a device taint", pod=pod.ref, rules=sorted(eviction.rules))
+
+    async def _evict_through_api(self, pod: Pod, eviction: ClaimEviction) -> None:
+        """POST the pod's eviction subresource (the API server sets DisruptionTarget)."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": {"preconditions": {"uid": pod.uid}},
+        }
+        try:
+            await self.client.request(
+                "POST", PODS.path(pod.namespace, pod.name) + "/eviction", body=body
+            )
+        except ApiError as error:
+            if error.status != 429:
+                raise
+            budget = "; ".join(error.causes) or error.message
+            key = Key(pod.namespace, pod.name)
+            if self.refused.get(key) != budget:
+                self.refused[key] = budget
+                self._mark_rules(eviction.rules)
+            await self.runtime.events.post(
+                pod.involved(),
+                REASON_EVICTION,
+                f"Eviction refused by a disruption budget, retrying with backoff: {budget}",
+                warning=True,
+            )
+            log.info("eviction refused by a disruption budget", pod=pod.ref, budget=budget)
+            raise BudgetRefused(budget) from error
+        await self.runtime.events.post(pod.involved(), REASON_EVICTION, "Evicted")
+
+    async def _delete(self, pod: Pod, now: datetime.datetime) -> None:
+        """As upstream: the DisruptionTarget condition, then a delete with the UID."""
         await self.runtime.events.post(pod.involved(), REASON_EVICTION, "Marking for deletion")
         condition = conditions.condition(
             "DisruptionTarget",
@@ -224,13 +291,6 @@ class TaintController:
             content_type="application/strategic-merge-patch+json",
         )
         await self.client.delete(PODS, pod.name, namespace=pod.namespace, uid=pod.uid)
-        metrics.EVICTION_DELETIONS.inc()
-        metrics.EVICTION_LATENCY.observe(max(0.0, (now - eviction.deadline).total_seconds()))
-        self.evictions += 1
-        for rule in eviction.rules:
-            self.evicted_by_rule[rule] += 1
-        self._mark_rules(eviction.rules)
-        log.info("pod evicted for a device taint", pod=pod.ref, rules=sorted(eviction.rules))
 
     # --- DeviceTaintRule status ------------------------------------------------------------
 
@@ -276,6 +336,7 @@ class TaintController:
             pending_namespaces=len({key.namespace for key in pending}),
             evicted=self.evicted_by_rule[name],
             simulation=simulation,
+            blocked=sum(1 for key in pending if key in self.refused),
         )
 
     def _simulate(self, rule: DeviceTaintRule) -> tuple[int, int, int, int]:

@@ -87,6 +87,8 @@ class Cluster:
             self.state.upsert_class(device_class)
         for rule in snapshot.taint_rules.values():
             self.state.upsert_taint_rule(rule)
+        for quota in snapshot.quotas.values():
+            self.state.upsert_quota(quota)
         self.claims: dict[str, JsonDict] = {}
         self.allocations: dict[str, JsonDict] = {}
         """Claim key -> status.allocation JSON, for every allocated claim."""
@@ -295,7 +297,8 @@ class Cluster:
             if node.name in verdicts:
                 continue
             try:
-                result = self.state.allocate(bodies, node)
+                search = self.state.search(bodies, node)
+                result = search.run()
             except NodeAllocationError as exc:
                 errors[node.name] = str(exc)
                 failed.append(node)
@@ -304,6 +307,9 @@ class Cluster:
                 verdicts[node.name] = NodeVerdict(node.name, False, (str(exc),))
                 continue
             if result is None:
+                refusal = search.quota_refusal()
+                if refusal is not None:
+                    errors[node.name] = refusal
                 failed.append(node)
             else:
                 fitting[node.name] = {

@@ -28,6 +28,11 @@ DRA_KINDS = {
     "ResourceClaimTemplate": ("resourceclaimtemplates", True),
     "DeviceTaintRule": ("devicetaintrules", False),
 }
+OWN_KINDS = {"DeviceQuota": ("devicequotas", True)}
+"""dralloc's own kinds: read from resource.dralloc.dev whichever group the DRA kinds are."""
+POLICY_KINDS = {"PodDisruptionBudget": ("poddisruptionbudgets", True)}
+"""policy/v1: which simulated evictions a budget would refuse (optional: an account that may
+not read budgets still gets a snapshot)."""
 CORE_KINDS = {"Pod": ("pods", True), "Node": ("nodes", False), "Namespace": ("namespaces", False)}
 GROUPS = ("resource.dralloc.dev", "resource.k8s.io")
 DRA_VERSION = "v1"
@@ -63,6 +68,14 @@ def list_calls(group: str) -> tuple[ListCall, ...]:
     calls = [
         ListCall(Resource(group, DRA_VERSION, plural, kind, namespaced), optional=True)
         for kind, (plural, namespaced) in DRA_KINDS.items()
+    ]
+    calls += [
+        ListCall(Resource(GROUPS[0], DRA_VERSION, plural, kind, namespaced), optional=True)
+        for kind, (plural, namespaced) in OWN_KINDS.items()
+    ]
+    calls += [
+        ListCall(Resource("policy", "v1", plural, kind, namespaced), optional=True)
+        for kind, (plural, namespaced) in POLICY_KINDS.items()
     ]
     calls += [
         ListCall(Resource("", "v1", plural, kind, namespaced), optional=False)

@@ -44,12 +44,23 @@ def simulation(report: SimulationReport, fmt: str = "table") -> str:
     out.extend(f"note: {note}" for note in report.notes)
     if report.evictions:
         out += ["", "EVICTED"]
-        out.append(
-            table(
-                ["POD", "CLAIM", "DEVICE", "TAINT"],
-                [[e.pod, e.claim, e.device, e.taint] for e in report.evictions],
+        if any(e.budget for e in report.evictions):
+            out.append(
+                table(
+                    ["POD", "CLAIM", "DEVICE", "TAINT", "REFUSED BY (eviction mode evict)"],
+                    [
+                        [e.pod, e.claim, e.device, e.taint, e.budget or "-"]
+                        for e in report.evictions
+                    ],
+                )
             )
-        )
+        else:
+            out.append(
+                table(
+                    ["POD", "CLAIM", "DEVICE", "TAINT"],
+                    [[e.pod, e.claim, e.device, e.taint] for e in report.evictions],
+                )
+            )
     if report.placed:
         out += ["", "PLACED"]
         rows = []

@@ -81,7 +81,20 @@ class TaintDevice:
         return driver, pool, name
 
 
-Scenario = AddPods | AddGang | TaintDevice
+@dataclass(frozen=True)
+class AddQuota:
+    """Add (or replace) a DeviceQuota, as if it had been applied before what follows."""
+
+    body: dict[str, object]
+
+    def describe(self) -> str:
+        meta = self.body.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        return f"add DeviceQuota {namespace or 'default'}/{name}"
+
+
+Scenario = AddPods | AddGang | TaintDevice | AddQuota
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,8 @@ class Eviction:
     claim: str
     device: str
     taint: str
+    budget: str = ""
+    """The PodDisruptionBudget that would refuse it with eviction_mode=evict ("" = none)."""
 
 
 @dataclass(frozen=True)
@@ -192,10 +207,19 @@ def simulate(
             if not 1 <= need <= scenario.count:
                 raise ToolkitError(f"the gang size must be from 1 to {scenario.count}")
             fits = place_together(pods, need, "added", scenario.topology) and fits
+        elif isinstance(scenario, AddQuota):
+            cluster.state.upsert_quota(scenario.body)
         else:
             evicted = _taint(cluster, scenario, evictions)
             for pod in evicted:
                 fits = place(_recreated(pod), "evicted") and fits
+    refused = sum(1 for e in evictions if e.budget)
+    if refused:
+        notes.append(
+            f"{refused} eviction(s) would be refused by a PodDisruptionBudget with "
+            "eviction_mode=evict (the operator retries them until the budget allows); "
+            "with eviction_mode=delete (the default) they happen as shown"
+        )
     return SimulationReport(
         scenario="; ".join(s.describe() for s in scenarios) or "settle the snapshot",
         snapshot=snapshot.summary(),
@@ -292,6 +316,7 @@ def _taint(cluster: Cluster, scenario: TaintDevice, evictions: list[Eviction]) -
     taint = Taint(scenario.key, scenario.value, scenario.effect)
     shown = f"{scenario.key}:{scenario.effect}"
     victims: dict[str, PodInfo] = {}
+    room = {key: budget.allowed for key, budget in cluster.snapshot.budgets.items()}
     for claim_key, allocation in sorted(cluster.allocations.items()):
         for result in (allocation.get("devices") or {}).get("results") or []:
             if (result.get("driver"), result.get("pool"), result.get("device")) != (
@@ -303,13 +328,33 @@ def _taint(cluster: Cluster, scenario: TaintDevice, evictions: list[Eviction]) -
             if _tolerated(result.get("tolerations") or [], taint):
                 continue
             for pod_key in sorted(cluster.consumers.get(claim_key, ())):
-                evictions.append(Eviction(pod_key, claim_key, scenario.device, shown))
                 pod = cluster.pods.get(pod_key)
+                budget = _refusing_budget(cluster, pod, room) if pod_key not in victims else ""
+                evictions.append(Eviction(pod_key, claim_key, scenario.device, shown, budget))
                 if pod is not None:
                     victims[pod_key] = pod
     for pod_key in victims:
         cluster.release_pod(pod_key)
     return list(victims.values())
+
+
+def _refusing_budget(cluster: Cluster, pod: PodInfo | None, room: dict[str, int]) -> str:
+    """The first budget covering the pod that has no disruption left (as the Eviction API
+    decides); otherwise every covering budget spends one."""
+    if pod is None:
+        return ""
+    labels = pod.scheduling_needs().labels
+    covering = [
+        key
+        for key, b in sorted(cluster.snapshot.budgets.items())
+        if b.covers(pod.namespace, labels)
+    ]
+    for key in covering:
+        if room[key] <= 0:
+            return f"PodDisruptionBudget {key}"
+    for key in covering:
+        room[key] -= 1
+    return ""
 
 
 def _tolerated(tolerations: list[dict[str, object]], taint: Taint) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 from operators.api import (
     DeviceClass,
+    DeviceQuota,
     DeviceTaintRule,
     InvalidObjectError,
     ResourceClaim,
@@ -22,13 +23,20 @@ from operators.api import (
     ResourceSlice,
     parse_object,
 )
-from operators.scheduling.model import Node, parse_node
+from operators.scheduling.model import LabelSelector, Node, parse_node
 from operators.toolkit.errors import ObjectRef, SnapshotError
 from operators.toolkit.pods import PodInfo, parse_pod
 from operators.toolkit.sources import RawObject
 
 DRA_KINDS = frozenset(
-    {"DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "DeviceTaintRule"}
+    {
+        "DeviceClass",
+        "ResourceClaim",
+        "ResourceClaimTemplate",
+        "ResourceSlice",
+        "DeviceTaintRule",
+        "DeviceQuota",
+    }
 )
 ADMIN_ACCESS_LABELS = ("resource.dralloc.dev/admin-access", "resource.kubernetes.io/admin-access")
 
@@ -55,6 +63,38 @@ class NodeEntry:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """A PodDisruptionBudget as far as an eviction asks it: whose pods, how many may go."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None
+    allowed: int
+    """status.disruptionsAllowed; 0 while the disruption controller has not processed the
+    budget's current generation (the API server then refuses every eviction it covers)."""
+
+    def covers(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        return (
+            namespace == self.namespace
+            and self.selector is not None
+            and self.selector.matches(labels)
+        )
+
+
+def parse_budget(body: Mapping[str, Any]) -> Budget:
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    processed = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+    spec = body.get("spec") or {}
+    return Budget(
+        str(meta.get("namespace") or "default"),
+        str(meta.get("name") or ""),
+        LabelSelector.parse(spec.get("selector")),
+        int(status.get("disruptionsAllowed") or 0) if processed and status else 0,
+    )
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything read, keyed the way lookups need it."""
 
@@ -78,6 +118,11 @@ class Snapshot:
     skipped: Mapping[str, int]
     """Kinds that were read but play no part, with their counts."""
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    quotas: Mapping[str, DeviceQuota] = field(default_factory=dict)
+    budgets: Mapping[str, Budget] = field(default_factory=dict)
+    """PodDisruptionBudgets (policy/v1), keyed ``namespace/name``: which simulated evictions
+    a budget would refuse."""
+    """DeviceQuotas (dralloc's kind in either API group's snapshot), keyed ``namespace/name``."""
     """Labels of every Namespace seen (inter-pod affinity namespace selectors read them)."""
 
     def ref(self, kind: str, key: str) -> ObjectRef:
@@ -98,6 +143,7 @@ class Snapshot:
             f"{len(self.claims)} ResourceClaims",
             f"{len(self.templates)} ResourceClaimTemplates",
             f"{len(self.taint_rules)} DeviceTaintRules",
+            *([f"{len(self.quotas)} DeviceQuotas"] if self.quotas else []),
             f"{len(self.pods)} Pods",
             f"{len(self.nodes)} Nodes",
         ]
@@ -118,6 +164,8 @@ def build_snapshot(
     claims: dict[str, ResourceClaim] = {}
     templates: dict[str, ResourceClaimTemplate] = {}
     rules: dict[str, DeviceTaintRule] = {}
+    quotas: dict[str, DeviceQuota] = {}
+    budgets: dict[str, Budget] = {}
     pods: dict[str, PodInfo] = {}
     nodes: dict[str, NodeEntry] = {}
     admin_namespaces: set[str] = set()
@@ -137,8 +185,13 @@ def build_snapshot(
         kind, ref, body = raw.kind, raw.ref, raw.body
         if kind in DRA_KINDS:
             model = _parse_dra(raw)
-            groups.add(raw.api_version.split("/")[0])
             name = model.metadata.name or ""
+            if isinstance(model, DeviceQuota):  # resource.dralloc.dev in both API modes
+                key = f"{model.metadata.namespace or 'default'}/{name}"
+                remember(kind, key, ref)
+                quotas[key] = model
+                return
+            groups.add(raw.api_version.split("/")[0])
             if isinstance(model, DeviceClass):
                 remember(kind, name, ref)
                 classes[name] = model
@@ -159,6 +212,11 @@ def build_snapshot(
             pod = parse_pod(ref, body)
             remember(kind, pod.key, ref)
             pods[pod.key] = pod
+        elif kind == "PodDisruptionBudget" and raw.api_version == "policy/v1":
+            budget = parse_budget(body)
+            key = f"{budget.namespace}/{budget.name}"
+            remember(kind, key, ref)
+            budgets[key] = budget
         elif kind == "Node" and raw.api_version == "v1":
             node = _parse_node(ref, body)
             remember(kind, node.name, ref)
@@ -188,6 +246,8 @@ def build_snapshot(
         claims=claims,
         templates=templates,
         taint_rules=rules,
+        quotas=quotas,
+        budgets=budgets,
         pods=pods,
         nodes=nodes,
         admin_namespaces=frozenset(admin_namespaces),

@@ -22,6 +22,7 @@ from .operator_fixtures import DEVICES_ANNOTATION, OperatorProcess, operator  # 
 EXAMPLES = REPO_ROOT / "manifests" / "examples"
 NS = "dralloc-examples"
 MONITORING = "dralloc-monitoring"
+QUOTA_NS = "dralloc-quota-example"
 GROUP = "resource.dralloc.dev"
 WAIT_S = 90.0
 
@@ -40,7 +41,9 @@ def examples(testbed: Testbed, operator: OperatorProcess) -> Iterator[Testbed]: 
             "--ignore-not-found",
             check=False,
         )
-        testbed.kubectl("delete", "namespace", NS, MONITORING, "--wait=false", check=False)
+        testbed.kubectl(
+            "delete", "namespace", NS, MONITORING, QUOTA_NS, "--wait=false", check=False
+        )
         testbed.kubectl(
             "delete",
             "-k",
@@ -186,6 +189,35 @@ def test_noexecute_device_taint_evicts_the_pinned_pod(examples: Testbed) -> None
         lambda: examples.get("pod", "pinned-gpu", "-n", NS) is None,
         timeout=WAIT_S,
     )
+
+
+def test_device_quota_lets_two_h100s_in_and_holds_back_the_third(examples: Testbed) -> None:
+    devices = pod_devices(examples, QUOTA_NS, "h100-pair")
+    assert {d["pool"] for d in devices} == {"kwok-node-1"}
+
+    def refusal() -> str | None:
+        found = examples.get(
+            "events", "-n", QUOTA_NS,
+            "--field-selector=involvedObject.name=h100-trio,reason=FailedAllocation",
+        )  # fmt: skip
+        for event in (found or {}).get("items") or []:
+            if f"DeviceQuota {QUOTA_NS}/h100-memory: memory " in event["message"]:
+                return str(event["message"])
+        return None
+
+    message = wait_for("h100-trio told about the quota", refusal, timeout=WAIT_S)
+    assert "of 160Gi used, claim needs" in message, message
+    trio = examples.get("pod", "h100-trio", "-n", QUOTA_NS)
+    assert trio is not None and not trio["spec"].get("nodeName")
+
+    def used() -> dict[str, Any] | None:
+        quota = examples.get(f"devicequotas.{GROUP}", "h100-memory", "-n", QUOTA_NS) or {}
+        return (quota.get("status") or {}).get("used")
+
+    wait_for(
+        "the quota's usage", lambda: (used() or {}).get("capacity") == {"memory": "160Gi"},
+        timeout=WAIT_S,
+    )  # fmt: skip
 
 
 def test_toolkit_reads_the_live_cluster(examples: Testbed) -> None:

@@ -154,8 +154,10 @@ def test_every_rendered_object_exists(
         f"{o['kind']}/{o['metadata']['name']}" for o in objects if not exists(helm.testbed, o)
     ]
     assert not missing
-    kinds = {o["kind"] for o in objects}
-    assert ("CustomResourceDefinition" in kinds) == (mode == "crd")
+    crds = {o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"}
+    # In-tree mode installs only DeviceQuota's CRD: quotas are dralloc's kind in both modes.
+    assert (len(crds) > 1) == (mode == "crd")
+    assert "devicequotas.resource.dralloc.dev" in crds
     status = json.loads(helm("status", RELEASE, "-o", "json").stdout)
     assert status["info"]["status"] == "deployed"
     namespace = helm.testbed.get("namespace", NAMESPACE)

@@ -100,6 +100,9 @@ def other_group_denied(group: str) -> list[Access]:
 
 # By the code that needs it; the same in both modes.
 COMMON_ALLOWED: list[Access] = [
+    # allocator: DeviceQuotas (resource.dralloc.dev in both modes) and their usage in status
+    *[(verb, f"devicequotas.{GROUP}", "") for verb in ("list", "watch")],
+    ("patch", f"devicequotas.{GROUP}/status", "team-a"),
     *[
         (verb, resource, "")
         for resource in ("pods", "nodes", "namespaces")
@@ -267,7 +270,7 @@ def mode_accesses(kind: str) -> list[Any]:
 
 def test_kustomize_renders_the_operator_and_the_crds(testbed: Testbed) -> None:
     kinds = sorted(o["kind"] for o in render(testbed, MANIFESTS))
-    assert kinds.count("CustomResourceDefinition") == 5
+    assert kinds.count("CustomResourceDefinition") == 6
     for kind in ("Deployment", "MutatingWebhookConfiguration", "ClusterRole", "Role", "Service"):
         assert kind in kinds
 
@@ -300,7 +303,8 @@ def test_cert_manager_overlay_renders(testbed: Testbed) -> None:
 def test_in_tree_overlay_renders(dra_testbed: Testbed, tmp_path: Path) -> None:
     objects = render_mode(dra_testbed, MODES["in-tree"], tmp_path)
     kinds = [o["kind"] for o in objects]
-    assert "CustomResourceDefinition" not in kinds
+    crds = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
+    assert crds == [f"devicequotas.{GROUP}"]  # quotas are dralloc's kind in both modes
     for kind in ("Deployment", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy"):
         assert kind in kinds
     env = container_env(objects)
@@ -311,7 +315,9 @@ def test_in_tree_overlay_renders(dra_testbed: Testbed, tmp_path: Path) -> None:
         o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == OPERATOR
     )
     groups = {group for rule in role["rules"] for group in rule["apiGroups"]}
-    assert IN_TREE_GROUP in groups and GROUP not in groups, groups
+    assert IN_TREE_GROUP in groups, groups
+    ours = {r for rule in role["rules"] if GROUP in rule["apiGroups"] for r in rule["resources"]}
+    assert ours == {"devicequotas", "devicequotas/status"}, ours
     (condition,) = the_webhook(objects)["matchConditions"]
     assert "spec.resourceClaims" in condition["expression"]
 

@@ -67,6 +67,8 @@ NEEDED_EVERYWHERE: Final[dict[str, set[str]]] = {
     f"resourceclaims.{GROUP}": {"get", "list", "watch", "create", "patch", "delete"},
     f"resourceclaims.{GROUP}/status": {"patch"},
     f"devicetaintrules.{GROUP}/status": {"patch"},
+    f"devicequotas.{GROUP}": {"get", "list", "watch"},
+    f"devicequotas.{GROUP}/status": {"patch"},
     "pods": {"get", "list", "watch", "patch", "delete"},
     "pods/status": {"patch"},
     "nodes": {"get", "list", "watch"},

@@ -72,6 +72,7 @@ def test_one_crd_per_kind_with_names_and_scope() -> None:
         "ResourceClaimTemplate",
         "ResourceSlice",
         "DeviceTaintRule",
+        "DeviceQuota",
     }
     scopes = {kind: c["spec"]["scope"] for kind, c in crds.items()}
     assert scopes == {
@@ -80,6 +81,7 @@ def test_one_crd_per_kind_with_names_and_scope() -> None:
         "ResourceClaimTemplate": "Namespaced",
         "ResourceSlice": "Cluster",
         "DeviceTaintRule": "Cluster",
+        "DeviceQuota": "Namespaced",
     }
     for crd in crds.values():
         names = crd["spec"]["names"]
@@ -88,7 +90,7 @@ def test_one_crd_per_kind_with_names_and_scope() -> None:
         assert names["shortNames"] and "dralloc" in names["categories"]
         assert [v["name"] for v in crd["spec"]["versions"]] == ["v1"]
     with_status = {k for k, c in crds.items() if "subresources" in c["spec"]["versions"][0]}
-    assert with_status == {"ResourceClaim", "DeviceTaintRule"}
+    assert with_status == {"ResourceClaim", "DeviceTaintRule", "DeviceQuota"}
 
 
 @pytest.mark.parametrize(("crd", "schema"), list(_schemas()))

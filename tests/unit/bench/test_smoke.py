@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import level1, report
-from bench.scenario import expand, load, load_all
+from bench.scenario import expand, load, load_all, placement_digest
 
 
 def test_every_workload_definition_loads() -> None:
@@ -44,6 +44,19 @@ def test_dralloc_replay_places_every_pod() -> None:
     # are released before the next pod is placed.
     steady = level1.run_dralloc(expand(load("steady_full_100nodes").scaled(0.03)))
     assert (steady.pods, steady.unschedulable) == (30, 0)
+
+
+def test_roomy_quotas_check_every_pod_and_change_no_placement() -> None:
+    scenario = expand(load("template_fast"))
+    without = level1.run_dralloc(scenario)
+    replay = level1.DrallocReplay(scenario, quotas=True)
+    placements: list[tuple[str, str]] = []
+    replay.run(scenario.init_steps, placements)
+    replay.run(scenario.measure_steps, placements)
+    assert placement_digest(placements) == without.digest
+    book = replay.state.quotas
+    counted = sum(book.used(q).devices for q in book.all_quotas())
+    assert counted == len(replay.state.allocated.exclusive) > 0
 
 
 def test_shared_claims_pin_later_pods_to_the_first_pods_node() -> None:

@@ -100,3 +100,14 @@ def test_rule_messages() -> None:
     assert message.startswith(
         "4 published devices selected. 2 allocated devices selected. 1 pods would be evicted"
     )
+
+
+def test_refused_evictions_are_counted_while_pending() -> None:
+    status, reason, message = taintrules.rule_condition(
+        rule({"pool": "p"}), pending_pods=2, pending_namespaces=1, evicted=1, blocked=1
+    )
+    assert (status, reason) == ("True", "PodsPendingEviction")
+    assert message == (
+        "2 pods need to be evicted in 1 namespace. 1 eviction refused by a disruption budget"
+        " (retrying); 1 pod evicted since starting the controller."
+    )

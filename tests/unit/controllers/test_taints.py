@@ -92,6 +92,15 @@ def test_rate_limiter_counts_a_sliding_minute() -> None:
     assert all(unlimited.wait_time() == 0.0 for _ in range(100))
 
 
+def test_a_refused_eviction_gives_its_slot_back() -> None:
+    clock = [0.0]
+    limiter = EvictionRateLimiter(1, clock=lambda: clock[0])
+    assert limiter.wait_time() == 0.0
+    limiter.refund()  # the budget refused it: nothing was evicted
+    assert limiter.wait_time() == 0.0
+    assert limiter.wait_time() > 0.0
+
+
 async def test_evictions_past_the_rate_limit_wait_their_turn() -> None:
     client = FakeClient()
     controller, _ = cluster(client, 3, max_evictions_per_minute=2)

@@ -261,7 +261,8 @@ def test_defaults_are_manifests() -> None:
 
 def test_in_tree_is_the_in_tree_overlay() -> None:
     chart = template(*IN_TREE)
-    assert "CustomResourceDefinition" not in {o["kind"] for o in chart}
+    crds = [o["metadata"]["name"] for o in chart if o["kind"] == "CustomResourceDefinition"]
+    assert crds == ["devicequotas.resource.dralloc.dev"]  # dralloc's own kind in both modes
     assert env_by_name(chart)["DRALLOC_API_GROUP"] == "resource.k8s.io"
     assert_same(chart, kustomize(MANIFESTS / "overlays" / "in-tree"))
 
@@ -272,9 +273,19 @@ def test_cert_manager_is_the_cert_manager_overlay() -> None:
 
 
 def test_in_tree_with_cert_manager_is_the_component_on_that_overlay(tmp_path: Path) -> None:
-    chart = template(*IN_TREE, "--set", "webhook.certificate.mode=certManager")
+    # The cert-manager overlay leaves every CRD to `kubectl apply -k crds/` (or, in-tree, its
+    # DeviceQuota file), like the chart with crds.install=false.
+    chart = template(
+        *IN_TREE, "--set", "webhook.certificate.mode=certManager", "--set", "crds.install=false"
+    )
     overlay = MANIFESTS / "overlays" / "cert-manager"
     assert_same(chart, kustomize_with(tmp_path, overlay, "in-tree"))
+
+
+def test_evict_mode_is_the_component(tmp_path: Path) -> None:
+    chart = template("--set", "evictionMode=evict")
+    assert env_by_name(chart)["DRALLOC_EVICTION_MODE"] == "evict"
+    assert_same(chart, kustomize_with(tmp_path, MANIFESTS, "evict-with-budgets"))
 
 
 def test_gate_labelled_namespaces_is_the_component(tmp_path: Path) -> None:

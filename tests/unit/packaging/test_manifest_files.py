@@ -225,7 +225,7 @@ def flat_rules(rules: list[dict[str, Any]], rename: dict[str, str]) -> set[tuple
 
 def test_in_tree_role_is_the_base_role_on_the_in_tree_group(base: list[dict[str, Any]]) -> None:
     """components/in-tree replaces the operator's ClusterRole: it must keep every grant of the
-    base (on resource.k8s.io instead of resource.dralloc.dev) and add only the binding check
+    base (on resource.k8s.io instead of resource.dralloc.dev, but DeviceQuotas) and add only the binding check
     of Kubernetes 1.36+, so that a rule added to the base is not forgotten here."""
     path = REPO / "manifests" / "components" / "in-tree" / "clusterrole.yaml"
     in_tree = yaml.safe_load(path.read_text())
@@ -235,6 +235,10 @@ def test_in_tree_role_is_the_base_role_on_the_in_tree_group(base: list[dict[str,
             assert "*" not in rule[field]
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
     base_rules = only(base, "ClusterRole", OPERATOR)["rules"]
-    expected = flat_rules(base_rules, {"resource.dralloc.dev": "resource.k8s.io"})
+    # DeviceQuotas stay resource.dralloc.dev in both modes.
+    quota_rules = [r for r in base_rules if r["resources"][0].startswith("devicequotas")]
+    other_rules = [r for r in base_rules if r not in quota_rules]
+    expected = flat_rules(other_rules, {"resource.dralloc.dev": "resource.k8s.io"})
+    expected |= flat_rules(quota_rules, {})
     expected.add(("resource.k8s.io", "resourceclaims/binding", "patch"))
     assert flat_rules(in_tree["rules"], {}) == expected

@@ -103,3 +103,22 @@ def test_bodies_are_encoded_as_the_api_server_encodes_them() -> None:
         '{"spec":{"parameters":{"a":"\\u003cb\\u003e \\u0026 c","n":[1,2.5],"\\u00e9":"\\u2028"}}}'
     )
     assert json.loads(text) == body
+
+
+def test_a_refused_eviction_keeps_the_causes_that_name_the_budget() -> None:
+    body = {
+        "reason": "TooManyRequests",
+        "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+        "details": {
+            "causes": [
+                {
+                    "reason": "DisruptionBudget",
+                    "message": "The disruption budget keep-one needs 1 healthy pods and has 1 currently",
+                }
+            ]
+        },
+    }
+    error = ApiError.from_status(429, body)
+    assert error.causes == (
+        "The disruption budget keep-one needs 1 healthy pods and has 1 currently",
+    )

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from operators.settings import DevicePolicy, FeatureGates, NodePolicy, Settings, SettingsError
+from operators.settings import (
+    DevicePolicy,
+    EvictionMode,
+    FeatureGates,
+    NodePolicy,
+    Settings,
+    SettingsError,
+)
 
 
 def test_defaults() -> None:
     settings = Settings.from_sources({}, {})
     assert settings.node_policy is NodePolicy.BINPACK
     assert settings.max_evictions_per_minute == 0
+    assert settings.eviction_mode is EvictionMode.DELETE  # as upstream
     assert settings.feature_gates["DRAAdminAccess"] is True
     assert settings.feature_gates["DRAListTypeAttributes"] is False
 
@@ -29,8 +37,10 @@ def test_environment_types() -> None:
         "DRALLOC_RETRY_PERIOD": "0.5",
         "DRALLOC_TAINTS_CONTROLLER": "off",
         "DRALLOC_FEATURE_GATES": "DRAAdminAccess=false",
+        "DRALLOC_EVICTION_MODE": "evict",
     }
     settings = Settings.from_sources({}, env)
+    assert settings.eviction_mode is EvictionMode.EVICT
     assert settings.max_evictions_per_minute == 12
     assert settings.retry_period == 0.5
     assert settings.taints_controller is False
@@ -41,6 +51,7 @@ def test_environment_types() -> None:
     "env",
     [
         {"DRALLOC_NODE_POLICY": "random"},
+        {"DRALLOC_EVICTION_MODE": "drain"},
         {"DRALLOC_FEATURE_GATES": "DRANoSuchGate=true"},
         {"DRALLOC_FEATURE_GATES": "DRAAdminAccess=maybe"},
         {"DRALLOC_MAX_EVICTIONS_PER_MINUTE": "-1"},

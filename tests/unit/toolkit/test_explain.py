@@ -103,3 +103,22 @@ def test_node_resources_and_running_pods_count(write_snapshot: Callable[..., Pat
     assert verdicts["node-a"].reasons == ("Insufficient cpu",)  # the trainer holds 6 of 8
     assert result.status == "pending"
     assert "2 Insufficient cpu" in result.summary, result.summary
+
+
+def test_a_quota_in_the_snapshot_is_named_where_it_refuses(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    quota = {
+        "apiVersion": "resource.dralloc.dev/v1",
+        "kind": "DeviceQuota",
+        "metadata": {"name": "gpus", "namespace": "team-a"},
+        "spec": {"deviceClassName": "gpu", "hard": {"devices": 3}},
+    }
+    snapshot = build_snapshot(read_objects([write_snapshot([*load_items(), quota])]))
+    assert "1 DeviceQuotas" in snapshot.summary()
+    result = explain(snapshot, "pod/west-pair", "team-a")
+    verdicts = {v.node: v for v in result.nodes}
+    assert not verdicts["node-b"].fits
+    assert verdicts["node-b"].reasons[0] == (
+        "DeviceQuota team-a/gpus: devices 3 of 3 used, claim needs 1"
+    )

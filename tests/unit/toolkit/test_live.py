@@ -19,7 +19,14 @@ import pytest
 import yaml
 
 from operators.toolkit.errors import ToolkitError
-from operators.toolkit.live import CORE_KINDS, DRA_KINDS, list_calls, read_cluster
+from operators.toolkit.live import (
+    CORE_KINDS,
+    DRA_KINDS,
+    OWN_KINDS,
+    POLICY_KINDS,
+    list_calls,
+    read_cluster,
+)
 from operators.toolkit.snapshot import DRA_KINDS as SNAPSHOT_DRA_KINDS
 
 
@@ -126,17 +133,23 @@ def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
 def test_the_plan_lists_every_kind_a_snapshot_reads_cluster_wide() -> None:
     calls = list_calls("resource.dralloc.dev")
     kinds = [c.resource.kind for c in calls]
-    assert set(kinds) == set(SNAPSHOT_DRA_KINDS) | {"Pod", "Node", "Namespace"}
-    assert len(kinds) == len(set(kinds)) == len(DRA_KINDS) + len(CORE_KINDS)
+    assert set(kinds) == set(SNAPSHOT_DRA_KINDS) | {"Pod", "Node", "Namespace"} | set(POLICY_KINDS)
+    assert len(kinds) == len(set(kinds))
+    assert len(kinds) == len(DRA_KINDS) + len(OWN_KINDS) + len(POLICY_KINDS) + len(CORE_KINDS)
     for call in calls:
         path = call.resource.path()
         assert "/namespaces/" not in path, f"{path} is not a cluster-wide list"
         if call.resource.kind in SNAPSHOT_DRA_KINDS:
             assert path.startswith("/apis/resource.dralloc.dev/v1/")
             assert call.optional
+        elif call.resource.kind in POLICY_KINDS:
+            assert path.startswith("/apis/policy/v1/")
+            assert call.optional
         else:
             assert path.startswith("/api/v1/")
             assert not call.optional
+    in_tree = {c.resource.kind: c.resource.group for c in list_calls("resource.k8s.io")}
+    assert in_tree["DeviceQuota"] == "resource.dralloc.dev"  # dralloc's kind in both modes
     with pytest.raises(ToolkitError, match="unknown DRA API group"):
         list_calls("example.com")
 

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from operators.toolkit.errors import ToolkitError
-from operators.toolkit.simulate import AddPods, Scenario, TaintDevice, simulate, work_size
+from operators.toolkit.simulate import (
+    AddPods,
+    AddQuota,
+    Scenario,
+    TaintDevice,
+    simulate,
+    work_size,
+)
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import read_objects
 
@@ -132,3 +139,52 @@ def test_a_stuck_pod_of_the_snapshot_does_not_fail_a_scenario_that_fits(
     assert [p.origin for p in report.pending] == ["pending"]
     assert [p.origin for p in report.placed] == ["added"]
     assert report.fits
+
+
+def gpu_quota(devices: int) -> dict[str, object]:
+    return {
+        "apiVersion": "resource.dralloc.dev/v1",
+        "kind": "DeviceQuota",
+        "metadata": {"name": "gpus", "namespace": "team-a"},
+        "spec": {"deviceClassName": "gpu", "hard": {"devices": devices}},
+    }
+
+
+def test_an_added_quota_holds_back_the_pods_over_it(snapshot: Snapshot) -> None:
+    # After settling, team-a holds 5 GPUs (trainer 3, west-pair 2): a quota of 6 lets one in.
+    scenarios: list[Scenario] = [AddQuota(gpu_quota(6)), AddPods(2, "team-a", template="one-gpu")]
+    report = simulate(snapshot, scenarios)
+    assert [p.origin for p in report.placed if p.origin == "added"] == ["added"]
+    (refused,) = [p for p in report.pending if p.origin == "added"]
+    assert "DeviceQuota team-a/gpus: devices 6 of 6 used, claim needs 1" in refused.reason
+    assert not report.fits
+    assert report.scenario.startswith("add DeviceQuota team-a/gpus; ")
+
+
+def budget(allowed: int, *, processed: bool = True) -> dict[str, object]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-trainer", "namespace": "team-a", "generation": 2},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}},
+        "status": {"observedGeneration": 2 if processed else 1, "disruptionsAllowed": allowed},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pdb", "refused"),
+    [
+        (budget(0), "PodDisruptionBudget team-a/keep-trainer"),
+        (budget(1), ""),
+        (budget(1, processed=False), "PodDisruptionBudget team-a/keep-trainer"),
+    ],
+)
+def test_taint_reports_the_evictions_a_budget_would_refuse(
+    write_snapshot: Callable[..., Path], pdb: dict[str, object], refused: str
+) -> None:
+    items = load_items()
+    find(items, "Pod", "trainer")["metadata"]["labels"] = {"app": "trainer"}
+    snapshot = build_snapshot(read_objects([write_snapshot([*items, pdb])]))
+    report = simulate(snapshot, [TaintDevice("gpu.example.com/node-a/gpu-1")])
+    assert [(e.pod, e.budget) for e in report.evictions] == [("team-a/trainer", refused)]
+    assert any("refused by a PodDisruptionBudget" in n for n in report.notes) == bool(refused)

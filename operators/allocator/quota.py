@@ -1,0 +1,478 @@
+"""DeviceQuota accounting: usage derived from claims, and the check the search consults.
+
+Truth lives in claims. The book keeps, per claim, its allocation as the watch shows it
+(confirmed) or as the operator is writing it (assumed, in flight), exactly like the
+allocator state does for devices; a quota's usage is the sum over the claims of its
+namespace. So a restart, or a second replica, computes the same usage from the same
+claims, and an in-flight allocation counts at once: two pods racing for the last unit are
+decided one after the other, and the second sees the first's assumed claim.
+
+What is counted (per quota: one DeviceClass, optionally narrowed by CEL selectors):
+- every allocated device result requested through the class whose device passes the
+  selectors; an ``All`` request counts what it got, not 32;
+- capacity: a device taken whole counts its published capacity, a share of a
+  multi-allocatable device what it consumes;
+- a claim counts once, however many pods share it; adminAccess results are not charged
+  (as upstream's quota leaves them out); a deallocated claim releases its part.
+
+The search asks a :class:`QuotaTally` (one per search) before it takes a device; a device
+that would push a quota over a limit is not taken, so the search backtracks to devices
+the quota does not count, or fails with the refusal as the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.allocator.capacity import device_capacity, qualified
+from operators.allocator.compiled import CompiledClaim, CompiledDevice, DeviceId
+from operators.allocator.objects import as_dict
+from operators.allocator.quantities import Nanos, to_nanos
+from operators.allocator.results import ClaimAllocation
+from operators.allocator.selectors import (
+    SelectorCompileError,
+    SelectorEvaluator,
+    SelectorRuntimeError,
+)
+from operators.api.quantity import Quantity
+
+DEVICES = "devices"
+CLAIMS = "claims"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledQuota:
+    """A DeviceQuota as the accounting reads it."""
+
+    namespace: str
+    name: str
+    class_name: str
+    selectors: tuple[str, ...]  # CEL expressions, all must be true
+    devices: int | None
+    claims: int | None
+    capacity: tuple[tuple[str, Quantity], ...]  # (name as written, hard limit)
+    ref: str = field(init=False)
+    limits: tuple[tuple[str, Nanos, Quantity | int], ...] = field(init=False)
+    """Every limited resource: (name, limit as counted, limit as written), in a fixed order
+    (worked out once: the search asks for every device it takes)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", f"{self.namespace}/{self.name}")
+        limits: list[tuple[str, Nanos, Quantity | int]] = []
+        if self.devices is not None:
+            limits.append((DEVICES, self.devices, self.devices))
+        if self.claims is not None:
+            limits.append((CLAIMS, self.claims, self.claims))
+        limits.extend((name, hard.nanos, hard) for name, hard in self.capacity)
+        object.__setattr__(self, "limits", tuple(limits))
+
+
+def compile_quota(obj: Any) -> CompiledQuota:
+    """A DeviceQuota model or dict."""
+    data = as_dict(obj)
+    meta = data.get("metadata") or {}
+    spec = data.get("spec") or {}
+    hard = spec.get("hard") or {}
+    return CompiledQuota(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        class_name=str(spec.get("deviceClassName") or ""),
+        selectors=tuple(
+            str((s.get("cel") or {}).get("expression") or "") for s in spec.get("selectors") or ()
+        ),
+        devices=hard.get("devices"),
+        claims=hard.get("claims"),
+        capacity=tuple(
+            sorted((str(k), Quantity.coerce(v)) for k, v in (hard.get("capacity") or {}).items())
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One allocated device result, as quotas count it."""
+
+    class_name: str
+    device: DeviceId
+    consumed: Mapping[str, Nanos] | None  # a share's consumed capacity (qualified names)
+
+
+@dataclass(slots=True)
+class Usage:
+    devices: int = 0
+    claims: int = 0
+    capacity: dict[str, Nanos] = field(default_factory=dict)  # by the quota's names
+
+    def add(self, other: Usage, sign: int = 1) -> None:
+        self.devices += sign * other.devices
+        self.claims += sign * other.claims
+        for name, amount in other.capacity.items():
+            self.capacity[name] = self.capacity.get(name, 0) + sign * amount
+
+    def amount(self, resource: str) -> Nanos:
+        if resource == DEVICES:
+            return self.devices
+        if resource == CLAIMS:
+            return self.claims
+        return self.capacity.get(resource, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a quota refuses a device: the words a gated pod's reason shows."""
+
+    quota: str
+    resource: str
+    used: str
+    hard: str
+    needs: str
+
+    def __str__(self) -> str:
+        return (
+            f"DeviceQuota {self.quota}: {self.resource} {self.used} of {self.hard} used, "
+            f"claim needs {self.needs}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStatus:
+    """What the operator writes to a quota's status, and the metrics show."""
+
+    used: Usage
+    invalid: str | None  # why the quota cannot be enforced as written
+    blocking: bool  # an invalid quota that holds back what it limits (see QuotaBook.status)
+
+
+def _format(resource: str, amount: Nanos, hard: Quantity | int) -> str:
+    if isinstance(hard, Quantity):
+        return str(Quantity.from_nanos(amount, hard.format))
+    return str(amount)
+
+
+def _results_charges(
+    claim: CompiledClaim, results: Iterable[tuple[str, DeviceId, Mapping[str, Nanos] | None, bool]]
+) -> tuple[Charge, ...]:
+    classes: dict[str, str] = {}
+    for request in claim.requests:
+        if request.exactly is not None:
+            classes[request.name] = request.exactly.class_name
+        for sub in request.first_available:
+            classes[f"{request.name}/{sub.name}"] = sub.class_name
+    return tuple(
+        Charge(classes.get(name, ""), device, consumed)
+        for name, device, consumed, admin in results
+        if not admin
+    )
+
+
+def status_charges(claim: CompiledClaim, obj: Any) -> tuple[Charge, ...]:
+    """What a claim's status.allocation charges."""
+    allocation = (as_dict(obj).get("status") or {}).get("allocation") or {}
+    items = []
+    for result in (allocation.get("devices") or {}).get("results") or ():
+        driver = str(result.get("driver", ""))
+        consumed = result.get("consumedCapacity")
+        items.append(
+            (
+                str(result.get("request", "")),
+                (driver, str(result.get("pool", "")), str(result.get("device", ""))),
+                {qualified(k, driver): to_nanos(v) for k, v in consumed.items()}
+                if consumed and result.get("shareID")
+                else None,
+                bool(result.get("adminAccess")),
+            )
+        )
+    return _results_charges(claim, items)
+
+
+def allocation_charges(allocation: ClaimAllocation) -> tuple[Charge, ...]:
+    """What an allocation the operator is writing charges (its results know their class)."""
+    return tuple(
+        Charge(d.device_class, d.device_id, d.consumed_qualified if d.share_id else None)
+        for d in allocation.devices
+        if not d.admin_access
+    )
+
+
+class LazyCharges:
+    """A claim's charges, worked out only when a quota of its namespace asks (claims of
+    namespaces without quotas, the common case, are never compiled for it)."""
+
+    __slots__ = ("_charges", "_make")
+
+    def __init__(self, make: Callable[[], tuple[Charge, ...]]) -> None:
+        self._make: Callable[[], tuple[Charge, ...]] | None = make
+        self._charges: tuple[Charge, ...] = ()
+
+    def get(self) -> tuple[Charge, ...]:
+        if self._make is not None:
+            self._charges, self._make = self._make(), None
+        return self._charges
+
+
+class QuotaBook:
+    """Every quota and every claim's charges; usage per quota, kept current incrementally.
+
+    ``devices`` finds a device by id (for its capacity and the selectors); a device no
+    slice publishes any more still counts as a device, with no capacity.
+    """
+
+    def __init__(
+        self, evaluator: SelectorEvaluator, devices: Callable[[DeviceId], CompiledDevice | None]
+    ) -> None:
+        self.evaluator = evaluator
+        self.devices = devices
+        self.quotas: dict[str, dict[str, CompiledQuota]] = {}  # namespace -> name -> quota
+        self._confirmed: dict[str, LazyCharges] = {}  # claim key -> charges
+        self._assumed: dict[str, LazyCharges] = {}
+        self._by_namespace: dict[str, dict[str, LazyCharges]] = {}  # effective
+        self._used: dict[str, Usage] = {}  # quota ref -> usage (absent: recompute)
+        self.classes: Callable[[str], object | None] = lambda _name: None
+        self.version = 0
+
+    # --- feeding ------------------------------------------------------------------------
+
+    def upsert_quota(self, obj: Any) -> CompiledQuota:
+        quota = obj if isinstance(obj, CompiledQuota) else compile_quota(obj)
+        self.quotas.setdefault(quota.namespace, {})[quota.name] = quota
+        self._used.pop(quota.ref, None)
+        self.version += 1
+        return quota
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        quotas = self.quotas.get(namespace, {})
+        if quotas.pop(name, None) is not None:
+            self._used.pop(f"{namespace}/{name}", None)
+            self.version += 1
+        if not quotas:
+            self.quotas.pop(namespace, None)
+
+    def devices_changed(self) -> None:
+        """Capacities and selector results may differ: recompute usage when next asked."""
+        self._used.clear()
+        self.version += 1
+
+    def confirm(self, key: str, charges: LazyCharges | None) -> None:
+        """The claim's allocation as the watch shows it (None: not allocated, or gone)."""
+        self._set(self._confirmed, key, charges)
+        if charges:
+            self._set(self._assumed, key, None)  # the write landed
+
+    def assume(self, key: str, charges: LazyCharges | None) -> None:
+        """An allocation being written (None: released, the write failed)."""
+        self._set(self._assumed, key, charges)
+
+    def _set(self, table: dict[str, LazyCharges], key: str, charges: LazyCharges | None) -> None:
+        before = self._confirmed.get(key) or self._assumed.get(key)
+        if charges is not None:
+            table[key] = charges
+        else:
+            table.pop(key, None)
+        after = self._confirmed.get(key) or self._assumed.get(key)
+        if before is after:
+            return
+        namespace = key.partition("/")[0]
+        claims = self._by_namespace.setdefault(namespace, {})
+        if after is not None:
+            claims[key] = after
+        else:
+            claims.pop(key, None)
+            if not claims:
+                del self._by_namespace[namespace]
+        for quota in self.quotas.get(namespace, {}).values():
+            used = self._used.get(quota.ref)
+            if used is not None:
+                if before is not None:
+                    used.add(self._contribution(quota, before.get()), -1)
+                if after is not None:
+                    used.add(self._contribution(quota, after.get()))
+        self.version += 1
+
+    # --- counting -----------------------------------------------------------------------
+
+    def counts(self, quota: CompiledQuota, device_id: DeviceId) -> bool:
+        """Whether the quota counts a device of its class (its selectors pass).
+
+        A selector that fails on a device counts it (a quota errs on the side of limiting);
+        a selector that does not compile makes the quota invalid (see ``status``).
+        """
+        if not quota.selectors:
+            return True
+        device = self.devices(device_id)
+        if device is None:
+            return True
+        for expression in quota.selectors:
+            try:
+                if not self.evaluator.matches(expression, device):
+                    return False
+            except (SelectorCompileError, SelectorRuntimeError):
+                return True
+        return True
+
+    def capacity_of(
+        self, quota: CompiledQuota, device_id: DeviceId, consumed: Mapping[str, Nanos] | None
+    ) -> dict[str, Nanos]:
+        """The limited capacities a device result takes: a share's consumption, or the
+        whole device's published capacity."""
+        if not quota.capacity:
+            return {}
+        driver = device_id[0]
+        if consumed is not None:
+            return {name: consumed.get(qualified(name, driver), 0) for name, _ in quota.capacity}
+        device = self.devices(device_id)
+        published = device_capacity(device) if device is not None else {}
+        out = {}
+        for name, _ in quota.capacity:
+            entry = published.get(qualified(name, driver))
+            out[name] = entry[1].value if entry is not None else 0
+        return out
+
+    def _contribution(self, quota: CompiledQuota, charges: Sequence[Charge]) -> Usage:
+        usage = Usage()
+        for charge in charges:
+            if charge.class_name != quota.class_name or not self.counts(quota, charge.device):
+                continue
+            usage.devices += 1
+            for name, amount in self.capacity_of(quota, charge.device, charge.consumed).items():
+                usage.capacity[name] = usage.capacity.get(name, 0) + amount
+        usage.claims = 1 if usage.devices else 0
+        return usage
+
+    def used(self, quota: CompiledQuota) -> Usage:
+        used = self._used.get(quota.ref)
+        if used is None:
+            used = Usage()
+            for charges in self._by_namespace.get(quota.namespace, {}).values():
+                used.add(self._contribution(quota, charges.get()))
+            self._used[quota.ref] = used
+        return used
+
+    def invalid_reason(self, quota: CompiledQuota) -> tuple[str, bool] | None:
+        """(why the quota is invalid, whether it blocks), or None when it is valid.
+
+        A selector that does not compile blocks what the quota would limit (its class, in
+        its namespace): the quota cannot say which devices it counts, and letting
+        everything through would silently lift a limit someone set. An unknown class
+        blocks nothing: no claim can be allocated devices of a class that does not exist.
+        """
+        for i, expression in enumerate(quota.selectors):
+            error = self.evaluator.compile_error(expression)
+            if error is not None:
+                return f"selector #{i}: CEL compile error: {error}", True
+        if self.classes(quota.class_name) is None:
+            return f'deviceclass "{quota.class_name}" not found', False
+        return None
+
+    def status(self, quota: CompiledQuota) -> QuotaStatus:
+        invalid = self.invalid_reason(quota)
+        used = self.used(quota)
+        copy = Usage(used.devices, used.claims, dict(used.capacity))
+        if invalid is None:
+            return QuotaStatus(copy, None, False)
+        return QuotaStatus(copy, invalid[0], invalid[1])
+
+    def all_quotas(self) -> list[CompiledQuota]:
+        return [q for ns in sorted(self.quotas) for _, q in sorted(self.quotas[ns].items())]
+
+    # --- the search's view --------------------------------------------------------------
+
+    def tally(self, claims: Sequence[CompiledClaim]) -> QuotaTally | None:
+        """A check for one search, or None when no quota applies to these claims."""
+        quotas = self.quotas
+        if not quotas or not any(c.namespace in quotas for c in claims):
+            return None
+        return QuotaTally(self, claims)
+
+
+@dataclass(slots=True)
+class _Taken:
+    quota: CompiledQuota
+    ci: int
+    usage: Usage
+
+
+class QuotaTally:
+    """The quotas of one search: what it has tentatively taken, on top of the book."""
+
+    def __init__(self, book: QuotaBook, claims: Sequence[CompiledClaim]) -> None:
+        self.book = book
+        self.claims = claims
+        self.pending: dict[str, Usage] = {}  # quota ref -> taken by this search
+        self.per_claim: dict[tuple[str, int], Usage] = {}
+        self.stack: list[list[_Taken]] = []
+        self.refusal: Refusal | str | None = None  # the first refusal, for the reason
+        self._applicable: dict[tuple[int, str], tuple[CompiledQuota, ...]] = {}
+        self._invalid: dict[str, tuple[str, bool] | None] = {}
+
+    def _quotas(self, ci: int, class_name: str) -> tuple[CompiledQuota, ...]:
+        key = (ci, class_name)
+        found = self._applicable.get(key)
+        if found is None:
+            namespace = self.claims[ci].namespace
+            found = tuple(
+                q
+                for q in self.book.quotas.get(namespace, {}).values()
+                if q.class_name == class_name
+            )
+            self._applicable[key] = found
+        return found
+
+    def take(
+        self, ci: int, class_name: str, device: CompiledDevice, consumed: Mapping[str, Nanos] | None
+    ) -> bool:
+        """Whether the device may be taken for claim ``ci``; if so it is counted until
+        ``give_back``. Calls nest: each successful take is undone by one give_back."""
+        quotas = self._quotas(ci, class_name)
+        taken: list[_Taken] = []
+        book = self.book
+        for quota in quotas:
+            if not book.counts(quota, device.id):
+                continue
+            ref = quota.ref
+            if ref in self._invalid:
+                invalid = self._invalid[ref]
+            else:
+                invalid = self._invalid[ref] = book.invalid_reason(quota)
+            if invalid is not None and invalid[1]:
+                if self.refusal is None:
+                    self.refusal = (
+                        f"DeviceQuota {quota.ref} is invalid ({invalid[0]}): "
+                        "allocations it limits wait until it is fixed"
+                    )
+                return False
+            mine = self.per_claim.get((quota.ref, ci))
+            add = Usage(1, 0 if mine is not None and mine.devices else 1)
+            add.capacity = book.capacity_of(quota, device.id, consumed)
+            used = book.used(quota)
+            pending = self.pending.get(quota.ref)
+            for resource, limit, hard in quota.limits:
+                extra = add.amount(resource)
+                if not extra:
+                    continue
+                others = (pending.amount(resource) if pending else 0) - (
+                    mine.amount(resource) if mine else 0
+                )
+                needs = (mine.amount(resource) if mine else 0) + extra
+                if used.amount(resource) + others + needs > limit:
+                    if self.refusal is None:
+                        self.refusal = Refusal(
+                            quota.ref,
+                            resource,
+                            _format(resource, used.amount(resource) + others, hard),
+                            _format(resource, limit, hard),
+                            _format(resource, needs, hard),
+                        )
+                    return False
+            taken.append(_Taken(quota, ci, add))
+        for item in taken:
+            self.pending.setdefault(item.quota.ref, Usage()).add(item.usage)
+            self.per_claim.setdefault((item.quota.ref, ci), Usage()).add(item.usage)
+        self.stack.append(taken)
+        return True
+
+    def give_back(self) -> None:
+        for item in self.stack.pop():
+            self.pending[item.quota.ref].add(item.usage, -1)
+            self.per_claim[(item.quota.ref, item.ci)].add(item.usage, -1)
