@@ -203,7 +203,7 @@ class ReleasedPodsController:
             claim.metadata.name or "",
             claim.metadata.namespace,
             claim.metadata.resource_version,
-            status,
+            claimstatus.summarized(status, self.runtime.protocol),
         )
 
 
