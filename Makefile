@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test deps testbed image lint unit e2e matrix crds demo bench clean
+.PHONY: test deps testbed image lint unit e2e matrix crds chart-files demo bench clean
 
 ## test: install everything the tests need (Python deps, testbed binaries), lint, then run every test
 ## (lint failures do not hide test results: both run, either one fails the target)
@@ -68,6 +68,11 @@ demo: deps
 crds: deps
 	$(BIN)/python -m operators.api.crdgen crds/
 	$(BIN)/python -m operators.api.crdgen charts/dralloc/files/crds/
+
+## chart-files: the chart's copies of manifests/monitoring's PrometheusRule and dashboard
+## (charts/dralloc/files/monitoring; Helm reads no file outside the chart; a unit test checks)
+chart-files:
+	cp manifests/monitoring/prometheusrule.yaml manifests/monitoring/dralloc-dashboard.json charts/dralloc/files/monitoring/
 
 ## bench: every benchmark (engine vs upstream Go allocator, end to end vs in-tree DRA); not a test
 bench: deps testbed
