@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test deps testbed image lint unit e2e matrix crds demo bench celdiff clean
+.PHONY: test deps testbed image lint unit e2e matrix crds chart-files demo bench celdiff clean
 
 ## test: install everything the tests need (Python deps, testbed binaries), lint, then run every test
 ## (lint failures do not hide test results: both run, either one fails the target)
@@ -51,11 +51,12 @@ e2e: deps testbed
 	$(BIN)/pytest tests/e2e
 
 ## matrix: the version matrix, not part of `test`: for Kubernetes 1.34-1.37 build that version's
-## testbed (testbed/build --k8s MINOR; about 7 min each when cold) and run e2e tests in both API
-## modes against it; prints the table (testbed/matrix). MATRIX_VERSIONS=1.36,1.37 and
-## MATRIX_TESTS="tests/e2e/test_x.py ..." narrow it.
+## testbed (testbed/build --k8s MINOR; about 7 min each when cold) and run the whole e2e suite
+## (but the real-node tests) in both API modes against it; prints the table (testbed/matrix).
+## MATRIX_VERSIONS=1.36,1.37, MATRIX_TESTS="tests/e2e/test_x.py ..." and MATRIX_SUBSET=1 (the
+## four files of testbed/matrix's SUBSET) narrow it.
 matrix: deps
-	DRALLOC_PYTEST=$(BIN)/pytest testbed/matrix $(if $(MATRIX_VERSIONS),--versions $(MATRIX_VERSIONS)) $(if $(MATRIX_TESTS),--tests $(MATRIX_TESTS))
+	DRALLOC_PYTEST=$(BIN)/pytest testbed/matrix $(if $(MATRIX_VERSIONS),--versions $(MATRIX_VERSIONS)) $(if $(MATRIX_SUBSET),--subset) $(if $(MATRIX_TESTS),--tests $(MATRIX_TESTS))
 
 ## demo: a local control plane, the operator and manifests/examples; prints the allocations.
 ## Tear down with `scripts/demo down`. `make demo REAL_NODE=1`: the operator in-cluster from its
@@ -68,6 +69,11 @@ demo: deps
 crds: deps
 	$(BIN)/python -m operators.api.crdgen crds/
 	$(BIN)/python -m operators.api.crdgen charts/dralloc/files/crds/
+
+## chart-files: the chart's copies of manifests/monitoring's PrometheusRule and dashboard
+## (charts/dralloc/files/monitoring; Helm reads no file outside the chart; a unit test checks)
+chart-files:
+	cp manifests/monitoring/prometheusrule.yaml manifests/monitoring/dralloc-dashboard.json charts/dralloc/files/monitoring/
 
 ## bench: every benchmark (engine vs upstream Go allocator, end to end vs in-tree DRA); not a test
 bench: deps testbed

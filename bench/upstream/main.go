@@ -244,7 +244,10 @@ func main() {
 	if err := json.Unmarshal(data, &sc); err != nil {
 		fail(fmt.Errorf("parse %s: %w", *path, err))
 	}
-	// kube-scheduler 1.36 defaults: every beta/GA DRA gate on (the "incubating" allocator).
+	// The features dralloc implements, which select upstream's "incubating" allocator (as in
+	// the comparison against v0.36.3). kube-scheduler 1.37's default gates add
+	// CompatibilityGroups, DerivedAttributes and OptionalNodeOperations, which only the
+	// "experimental" allocator supports; the scenarios use none of them.
 	features := structured.Features{
 		AdminAccess:            true,
 		PrioritizedList:        true,

@@ -82,18 +82,19 @@ KINDS: Final[tuple[KindInfo, ...]] = (
                 "date",
                 description="When the claim was allocated; empty while pending.",
             ),
+            # The API server's printer shows only the first value of a JSONPath (a shared
+            # claim showed its first pod, a claim of many devices its first device): the
+            # operator writes all names in one string, which a CEL rule ties to the lists.
             _column(
                 "Reserved For",
-                ".status.reservedFor[*].name",
-                description="Pods using the claim.",
+                ".status.reservedForNames",
+                description="Pods using the claim (dralloc extension, comma-separated).",
             ),
             _column(
                 "Node",
                 ".status.allocation.nodeSelector.nodeSelectorTerms[*].matchFields[?(@.key=='metadata.name')].values[*]",
                 description="Node the allocated devices are bound to, if any.",
             ),
-            # The API server's printer shows only the first value of a JSONPath (a list of
-            # devices showed as its first device); the operator writes all names in one string.
             _column(
                 "Devices",
                 ".status.allocatedDevices",

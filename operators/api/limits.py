@@ -59,6 +59,10 @@ RESOURCE_CLAIM_STATUS_MAX_CONDITIONS: Final = 8  # dralloc extension (not upstre
 RESOURCE_CLAIM_STATUS_ALLOCATED_DEVICES_MAX_LENGTH: Final = ALLOCATION_RESULTS_MAX_SIZE * (
     DNS_LABEL_MAX_LENGTH + 1
 )
+# dralloc extension: every reservedFor entry's name (a DNS subdomain), comma-separated
+RESOURCE_CLAIM_STATUS_RESERVED_FOR_NAMES_MAX_LENGTH: Final = (
+    RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE * (DNS_SUBDOMAIN_MAX_LENGTH + 1)
+)
 # dralloc extension (not upstream): entries of the pod claims annotation, which mirrors
 # pod.spec.resourceClaims. Kubernetes 1.36 puts no count limit on that list (its pod
 # validation checks names and sources only); upstream's one count limit on a consumer's

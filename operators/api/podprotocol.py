@@ -70,11 +70,13 @@ class PodProtocol:
     ``allocation.nodeSelector``; and if the pod then fits nowhere, the plugin deallocates the
     claim and allocates it afresh (its own fallback), which a pinned pod would defeat: it
     would wait on the pinned node forever, and a gate cannot be put back."""
-    allocated_devices: bool = False
-    """Whether claims have dralloc's ``status.allocatedDevices``: the allocated devices' names
-    in one string, for the CRD's ``Devices`` printer column. The API server's printer takes
-    only the first value of a JSONPath (``results[*].device`` showed one device of many), so
-    the operator writes the list with the allocation and clears it with it. Not in
+    status_summaries: bool = False
+    """Whether claims have dralloc's ``status.allocatedDevices`` and
+    ``status.reservedForNames``: the allocated devices' and the consumers' names in one string
+    each, for the CRD's ``Devices`` and ``Reserved For`` printer columns. The API server's
+    printer takes only the first value of a JSONPath (``results[*].device`` showed one device
+    of many, ``reservedFor[*].name`` one pod of a shared claim), so the operator writes each
+    summary with its list, and the CRD's CEL rules refuse one that does not match. Not in
     ``resource.k8s.io/v1``, whose server drops unknown fields."""
 
     def pod_claims(self, raw: Mapping[str, Any]) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
@@ -166,7 +168,7 @@ DRALLOC: Final = PodProtocol(
     claims_in_spec=False,
     claim_conditions=True,
     pins_node=True,
-    allocated_devices=True,
+    status_summaries=True,
 )
 """dralloc's CRDs and the annotation protocol (DESIGN.md "The pod protocol")."""
 

@@ -317,8 +317,9 @@ class ResourceClaimConsumerReference(NullTolerantModel):
     """API group of the consumer; empty for core objects such as pods."""
     resource: str
     """Resource type of the consumer, for example pods."""
-    name: str
-    """Name of the consumer."""
+    name: Annotated[str, Field(max_length=limits.DNS_SUBDOMAIN_MAX_LENGTH)]
+    """Name of the consumer (an object name: at most 253 characters, which keeps the CEL rule
+    on ``status.reservedForNames`` within the API server's cost budget)."""
     uid: str
     """UID of the consumer."""
 
@@ -392,6 +393,28 @@ class ResourceClaimStatus(NullTolerantModel):
                 "!has(oldSelf.allocation) || !has(self.allocation) || self.allocation == oldSelf.allocation",
                 "allocation cannot be changed once set; it can only be cleared",
             ),
+            # The summaries kubectl shows may be absent, never wrong: a write that changes the
+            # allocation or reservedFor must rewrite or drop them. Only the API server checks
+            # this (no Python mirror): the cache must not drop a claim over its summary.
+            (
+                "!has(self.allocatedDevices) || (has(self.allocation)"
+                " && self.allocatedDevices.split(',').all(n,"
+                " self.allocation.devices.results.exists(r, r.device == n))"
+                " && self.allocation.devices.results.all(r,"
+                " self.allocatedDevices.split(',').exists_one(n, n == r.device)))",
+                "allocatedDevices must name each device of status.allocation exactly once,"
+                " comma-separated (absent without an allocation)",
+            ),
+            # Lists computed in CEL (map, transformList) have no element size the cost
+            # estimator knows (a join of one counts as unbounded), so the summaries are split
+            # and compared element by element, each split once per rule or per result.
+            (
+                "!has(self.reservedForNames) || (has(self.reservedFor)"
+                " && size(self.reservedForNames.split(',')) == size(self.reservedFor)"
+                " && self.reservedForNames.split(',').all(i, n, n == self.reservedFor[i].name))",
+                "reservedForNames must be the names of status.reservedFor, comma-separated, in"
+                " its order",
+            ),
         )
     )
 
@@ -433,6 +456,11 @@ class ResourceClaimStatus(NullTolerantModel):
         | None
     ) = None
     """dralloc extension (absent in resource.k8s.io/v1): the allocated devices' names, comma-separated, written with the allocation and cleared with it; what `kubectl get` shows (a printer column shows only the first element of a list)."""
+    reserved_for_names: (
+        Annotated[str, Field(max_length=limits.RESOURCE_CLAIM_STATUS_RESERVED_FOR_NAMES_MAX_LENGTH)]
+        | None
+    ) = None
+    """dralloc extension (absent in resource.k8s.io/v1): the names in reservedFor, comma-separated, written with every change of reservedFor; what `kubectl get` shows in Reserved For (a printer column shows only the first element of a list)."""
 
     @model_validator(mode="after")
     def _check(self) -> ResourceClaimStatus:

@@ -64,3 +64,12 @@ Missing at every version of :data:`OTHER_VERSIONS`, they read as empty (with a w
 
 OTHER_VERSIONS: Mapping[Resource, tuple[str, ...]] = {DEVICE_TAINT_RULES: ("v1beta2", "v1alpha3")}
 """Older versions to read an optional kind at when the server lacks v1 (same fields)."""
+
+WITHOUT_STATUS: Mapping[Resource, frozenset[str]] = {DEVICE_TAINT_RULES: frozenset({"v1alpha3"})}
+"""Versions at which a kind has no status: in-tree DeviceTaintRule got one in v1beta2, so a
+v1alpha3 rule (Kubernetes 1.33-1.35) has no status subresource to write to."""
+
+
+def has_status(kind: Resource, served_version: str) -> bool:
+    """Whether ``kind``, read at ``served_version`` (the informer's ``served``), has a status."""
+    return served_version not in WITHOUT_STATUS.get(kind, frozenset())

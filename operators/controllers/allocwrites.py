@@ -219,9 +219,9 @@ class ClaimWrites:
             entry.to_kube() for entry in (claim.status.reserved_for if claim.status else ())
         ]
         reserved.append(consumer(pod))
-        status: dict[str, Any] = {"allocation": allocation, "reservedFor": reserved}
-        if self.runtime.protocol.allocated_devices:
-            status[claimstatus.ALLOCATED_DEVICES] = claimstatus.allocated_devices(allocation)
+        status = claimstatus.summarized(
+            {"allocation": allocation, "reservedFor": reserved}, self.runtime.protocol
+        )
         claim_conditions = (
             claimstatus.updated_conditions(
                 claim,
@@ -260,7 +260,7 @@ class ClaimWrites:
             claim.metadata.name or "",
             claim.metadata.namespace,
             claim.metadata.resource_version,
-            {"reservedFor": reserved},
+            claimstatus.summarized({"reservedFor": reserved}, self.runtime.protocol),
         )
 
     async def _write_pod(

@@ -346,7 +346,7 @@ class ClaimController:
                 claim.metadata.name or "",
                 pod.namespace,
                 claim.metadata.resource_version,
-                {"reservedFor": reserved},
+                claimstatus.summarized({"reservedFor": reserved}, self.protocol),
             )
 
     async def _correct_devices_annotation(self, pod: Pod, version: str) -> None:
@@ -423,6 +423,7 @@ class ClaimController:
                 remaining = claimstatus.without_condition(claim)
                 if remaining is not None:
                     status["conditions"] = remaining or None  # "Allocated" no longer holds
+            status = claimstatus.summarized(status, self.protocol)
             updated = await self.client.merge_patch(
                 RESOURCE_CLAIMS,
                 key.name,

@@ -10,7 +10,7 @@ no I/O.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from operators.allocator.explain import Explanation
@@ -42,11 +42,36 @@ def allocated_devices(allocation: JsonDict) -> str:
     return ",".join(name for name in names if name)
 
 
+RESERVED_FOR_NAMES = "reservedForNames"
+
+
+def reserved_for_names(reserved: Iterable[Mapping[str, Any]]) -> str | None:
+    """``status.reservedForNames`` for a reservedFor list: its names, in order, comma-separated
+    (None for an empty list: the field goes with the last consumer)."""
+    return ",".join(str(entry.get("name") or "") for entry in reserved) or None
+
+
+def summarized(status: JsonDict, protocol: PodProtocol) -> JsonDict:
+    """A claim status patch with dralloc's summaries of the lists it writes, where claims have
+    them: ``allocatedDevices`` follows ``allocation``, ``reservedForNames`` follows
+    ``reservedFor`` (the CRD refuses a summary that does not match its list, so every status
+    write that touches either list goes through here)."""
+    if not protocol.status_summaries:
+        return status
+    out = dict(status)
+    if "allocation" in status:
+        allocation = status["allocation"]
+        out[ALLOCATED_DEVICES] = allocated_devices(allocation) if allocation else None
+    if "reservedFor" in status:
+        out[RESERVED_FOR_NAMES] = reserved_for_names(status["reservedFor"] or ())
+    return out
+
+
 def deallocation(protocol: PodProtocol) -> JsonDict:
     """The status fields a deallocation clears (merge-patch nulls): the allocation, what
     drivers reported about its devices, and dralloc's list of them where claims have it."""
     cleared: JsonDict = {"allocation": None, "devices": None}
-    if protocol.allocated_devices:
+    if protocol.status_summaries:
         cleared[ALLOCATED_DEVICES] = None
     return cleared
 
@@ -154,7 +179,7 @@ async def release_claim(
         claim.metadata.name or "",
         claim.metadata.namespace,
         claim.metadata.resource_version,
-        status,
+        summarized(status, protocol),
     )
 
 

@@ -267,10 +267,10 @@ class DoubleAllocationController:
             self.since.pop(device, None)
 
     async def _deallocate(self, claim: ResourceClaim) -> None:
-        status: dict[str, Any] = {
-            "reservedFor": None,
-            **claimstatus.deallocation(self.runtime.protocol),
-        }
+        status = claimstatus.summarized(
+            {"reservedFor": None, **claimstatus.deallocation(self.runtime.protocol)},
+            self.runtime.protocol,
+        )
         await self.client.merge_patch(
             RESOURCE_CLAIMS,
             claim.metadata.name or "",

@@ -8,10 +8,13 @@ pod is read live: a pod that is gone, being deleted, or a *new* pod of the same 
 UID) is left alone; the delete itself carries the UID precondition.
 
 Each DeviceTaintRule gets an ``EvictionInProgress`` condition, refreshed at most once per
-10 s. Beyond upstream, ``max_evictions_per_minute`` caps the deletion rate, and with
-``eviction_mode=evict`` pods go through the Eviction API (policy/v1), so PodDisruptionBudgets
-hold: a refused eviction (429) is retried with backoff, the pod's Event names the budget and
-the rule's condition counts the refused evictions beside the pending and done ones.
+10 s. A rule served at a version without status (in-tree v1alpha3, Kubernetes 1.33-1.35) gets
+the same reason and message as an Event on the rule instead, each change once, so that
+``kubectl describe`` still shows what the controller did with it. Beyond upstream,
+``max_evictions_per_minute`` caps the deletion rate, and with ``eviction_mode=evict`` pods go
+through the Eviction API (policy/v1), so PodDisruptionBudgets hold: a refused eviction (429) is
+retried with backoff, the pod's Event names the budget and the rule's condition counts the
+refused evictions beside the pending and done ones.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from operators import metrics
 from operators.api.models import DeviceTaintRule, ResourceClaim
 from operators.cache.core import POD_CLAIMS_INDEX, Pod
 from operators.cache.informer import Change, Key
+from operators.cache.kinds import has_status
 from operators.controllers import conditions, taintrules
 from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.controllers.taintrules import ClaimEviction, DeviceId, EffectiveTaint
@@ -110,6 +114,7 @@ class TaintController:
         self._taints: dict[DeviceId, list[EffectiveTaint]] | None = None
         self._rules_dirty: set[str] = set()
         self._rule_written: dict[str, float] = {}
+        self._rule_reported: dict[str, tuple[str, str]] = {}  # uid -> (reason, message) posted
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         self.pods.add_handler(self._on_pod)
         self.claims.add_handler(self._on_claim)
@@ -139,6 +144,8 @@ class TaintController:
 
     def _on_rule(self, change: Change[DeviceTaintRule]) -> None:
         self._taints = None
+        if change.new is None and change.old is not None:
+            self._rule_reported.pop(change.old.metadata.uid or "", None)
         self._rules_dirty.add(change.key.name)
         self._requeue_all()
 
@@ -360,6 +367,8 @@ class TaintController:
 
     async def _write_rule_status(self, rule: DeviceTaintRule) -> bool:
         status, reason, message = self.rule_condition(rule)
+        if not has_status(DEVICE_TAINT_RULES, self.rules.served.version):
+            return await self._report_rule_event(rule, reason, message)
         current = rule.status.conditions if rule.status else ()
         existing = conditions.find(current, CONDITION)
         if existing is not None and existing.reason == "NoEffect" and reason == "NoEffect":
@@ -381,6 +390,26 @@ class TaintController:
             resource_version=rule.metadata.resource_version,
             subresource="status",
         )
+        return True
+
+    async def _report_rule_event(self, rule: DeviceTaintRule, reason: str, message: str) -> bool:
+        """The condition as an Event on the rule, where the rule has no status to hold it."""
+        uid = rule.metadata.uid or ""
+        previous = self._rule_reported.get(uid)
+        if previous == (reason, message) or (previous and previous[0] == reason == "NoEffect"):
+            return False  # said already (the simulation, as on a status, only once)
+        self._rule_reported[uid] = (reason, message)
+        served = self.rules.served
+        involved = {
+            "apiVersion": self.client.resolve(served).api_version,
+            "kind": served.kind,
+            "metadata": {
+                "name": rule.metadata.name,
+                "uid": uid,
+                "resourceVersion": rule.metadata.resource_version,
+            },
+        }
+        await self.runtime.events.post(involved, reason, message)
         return True
 
 

@@ -113,6 +113,19 @@ def test_numa_pair_shares_a_numa_node(examples: Testbed) -> None:
     assert len(numa) == 1, devices
 
 
+def claims_table_cell(testbed: Testbed, namespace: str, name: str, column: str) -> str | None:
+    """One cell of `kubectl get resourceclaims` (the CRD's printer columns), or None while
+    it is empty. Cells are aligned under their headers; a header may hold a space."""
+    table = testbed.kubectl("get", f"resourceclaims.{GROUP}", "-n", namespace).stdout
+    header, *rows = table.splitlines()
+    begin = header.index(column)
+    following = header[begin + len(column) :].split()
+    end = header.index(following[0], begin + len(column)) if following else None
+    row = next((r for r in rows if r.split()[0] == name), None)
+    cell = (row[begin:end] if row else "").strip()
+    return cell if cell and cell != "<none>" else None
+
+
 def test_kubectl_get_shows_every_device_of_a_claim(examples: Testbed) -> None:
     # The API server's printer takes only the first value of a JSONPath, so the Devices
     # column reads the operator's status.allocatedDevices instead of results[*].device.
@@ -120,26 +133,69 @@ def test_kubectl_get_shows_every_device_of_a_claim(examples: Testbed) -> None:
     assert len(devices) == 2
     (claim_name,) = {d["claim"] for d in devices}
     names = sorted(d["device"] for d in devices)
-
-    def devices_cell() -> str | None:
-        table = examples.kubectl("get", f"resourceclaims.{GROUP}", "-n", NS).stdout
-        header, *rows = table.splitlines()
-        begin = header.index("DEVICES")  # cells are aligned under their headers
-        end = header.index("AGE", begin)
-        row = next((r for r in rows if r.split()[0] == claim_name), None)
-        cell = row[begin:end].strip() if row else ""
-        return cell if cell and cell != "<none>" else None
-
-    cell = wait_for(f"the devices of {claim_name} in kubectl get", devices_cell, timeout=WAIT_S)
+    cell = wait_for(
+        f"the devices of {claim_name} in kubectl get",
+        lambda: claims_table_cell(examples, NS, claim_name, "DEVICES"),
+        timeout=WAIT_S,
+    )
     assert sorted(cell.split(",")) == names, cell
 
 
-def test_shared_claim_serves_every_pod_on_one_node(examples: Testbed) -> None:
-    per_pod = [pod_devices(examples, NS, f"shared-gpu-{i}") for i in range(3)]
-    assert all(devices == per_pod[0] for devices in per_pod)
-    assert len({node_of(examples, NS, f"shared-gpu-{i}") for i in range(3)}) == 1
+def test_kubectl_get_shows_every_pod_of_a_shared_claim(examples: Testbed) -> None:
+    # Likewise Reserved For reads status.reservedForNames, not reservedFor[*].name.
+    pods = [f"shared-gpu-{i}" for i in range(3)]
+    for name in pods:
+        pod_devices(examples, NS, name)
+
+    def all_three() -> str | None:
+        cell = claims_table_cell(examples, NS, "shared-gpu", "RESERVED FOR")
+        return cell if cell and len(cell.split(",")) == len(pods) else None
+
+    cell = wait_for("every pod of shared-gpu in kubectl get", all_three, timeout=WAIT_S)
+    assert sorted(cell.split(",")) == pods, cell
+
+
+@pytest.mark.parametrize(
+    ("field", "lie"),
+    [("reservedForNames", "shared-gpu-0,intruder"), ("allocatedDevices", "gpu-0,gpu-99")],
+)
+def test_the_api_server_refuses_a_summary_that_lies(
+    examples: Testbed, field: str, lie: str
+) -> None:
+    """The CRD's CEL rules tie the summaries kubectl shows to the lists they summarize: not
+    even a cluster admin can make them say something else."""
+    for i in range(3):
+        pod_devices(examples, NS, f"shared-gpu-{i}")
+    before = claim(examples, NS, "shared-gpu")["status"]
+    assert before.get(field), f"the operator wrote no {field}"
+    refused = examples.kubectl(
+        "patch", f"resourceclaims.{GROUP}", "shared-gpu", "-n", NS, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {field: lie}}), check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0, f"a lying {field} was stored"
+    assert f"{field} must " in refused.stderr, refused.stderr
+    assert claim(examples, NS, "shared-gpu")["status"][field] == before[field]
+    # The truth is accepted (the rules do not refuse what the operator writes).
+    truth = examples.kubectl(
+        "patch", f"resourceclaims.{GROUP}", "shared-gpu", "-n", NS, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {field: before[field]}}), check=False,
+    )  # fmt: skip
+    assert truth.returncode == 0, truth.stderr
+
+
+def test_a_list_cannot_change_under_its_summary(examples: Testbed) -> None:
+    """A write that changes reservedFor but leaves reservedForNames as it was is refused too:
+    the summary can be dropped or rewritten, never left stale."""
+    for i in range(3):
+        pod_devices(examples, NS, f"shared-gpu-{i}")
     reserved = claim(examples, NS, "shared-gpu")["status"]["reservedFor"]
-    assert sorted(r["name"] for r in reserved) == ["shared-gpu-0", "shared-gpu-1", "shared-gpu-2"]
+    refused = examples.kubectl(
+        "patch", f"resourceclaims.{GROUP}", "shared-gpu", "-n", NS, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {"reservedFor": reserved[:-1]}}),
+        "--dry-run=server", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0, "reservedFor changed under its summary"
+    assert "reservedForNames must be the names of" in refused.stderr, refused.stderr
 
 
 def test_prioritized_list_takes_its_first_alternative(examples: Testbed) -> None:

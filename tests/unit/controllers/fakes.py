@@ -115,6 +115,9 @@ class FakeClient:
         self._answer("DELETE", resource.path(kwargs.get("namespace"), name), None)
         return {}
 
+    def resolve(self, resource: Resource) -> Resource:
+        return resource  # dralloc's group: the fake serves crd mode
+
     async def post_event(self, involved: JsonDict, **kwargs: Any) -> None:
         self._answer("POST", "/api/v1/events", None)
         self.events.append({"involved": involved, **kwargs})

@@ -216,6 +216,36 @@ async def test_the_allocation_write_lists_every_device_for_kubectl() -> None:
     assert found.status.allocated_devices == "dev-0,dev-1"
     (write, *_) = client.writes(RESOURCE_CLAIMS.path("ns", "big") + "/status")
     assert write.body["status"]["allocatedDevices"] == "dev-0,dev-1"
+    assert write.body["status"]["reservedForNames"] == "p"
+
+
+def test_summaries_follow_the_lists_a_patch_writes() -> None:
+    # The CRD's Reserved For and Devices columns read one string each (the API server's
+    # printer shows only the first value of a list), and its CEL rules refuse a string that
+    # does not match its list: every status patch that writes a list rewrites its summary.
+    reserved = [{"resource": "pods", "name": n, "uid": f"u-{n}"} for n in ("a", "b")]
+    results = [{"device": "gpu-1"}, {"device": "gpu-0"}, {"device": "gpu-1", "shareID": "s"}]
+    written = claimstatus.summarized(
+        {"allocation": {"devices": {"results": results}}, "reservedFor": reserved}, DRALLOC
+    )
+    assert written["allocatedDevices"] == "gpu-1,gpu-0"
+    assert written["reservedForNames"] == "a,b"
+    assert claimstatus.summarized({"reservedFor": reserved[1:]}, DRALLOC) == {
+        "reservedFor": reserved[1:],
+        "reservedForNames": "b",
+    }
+    cleared = claimstatus.summarized({"reservedFor": None, "allocation": None}, DRALLOC)
+    assert cleared == {
+        "reservedFor": None,
+        "allocation": None,
+        "allocatedDevices": None,
+        "reservedForNames": None,
+    }
+    assert claimstatus.summarized({"conditions": []}, DRALLOC) == {"conditions": []}
+    # resource.k8s.io/v1 claims have no such fields (the server would drop them).
+    assert claimstatus.summarized({"reservedFor": reserved}, KUBERNETES) == {
+        "reservedFor": reserved
+    }
 
 
 def test_allocated_devices_names_each_device_once_in_result_order() -> None:
@@ -243,3 +273,20 @@ async def test_deallocation_drops_the_device_list() -> None:
     await controller.sync_claim(Key("ns", "c1"))
     [release, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
     assert release.body["status"]["allocatedDevices"] is None
+    assert release.body["status"]["reservedForNames"] is None
+
+
+async def test_a_trimmed_reservation_rewrites_the_consumers_names() -> None:
+    client = FakeClient()
+    controller = ClaimController(runtime(client))
+    raw = allocated(claim("ns", "c1"), "kept", "uid-p-kept")
+    user = pod("ns", "kept", [{"name": "dev", "resourceClaimName": "c1"}], gated=False)
+    put(controller.runtime, PODS, user)
+    raw["status"]["reservedFor"].append({"resource": "pods", "name": "gone", "uid": "uid-gone"})
+    raw["status"]["reservedForNames"] = "kept,gone"
+    put(controller.runtime, RESOURCE_CLAIMS, raw)
+    controller.deleted_pod_uids["uid-gone"] = None
+    await controller.sync_claim(Key("ns", "c1"))
+    [trim, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
+    assert [r["name"] for r in trim.body["status"]["reservedFor"]] == ["kept"]
+    assert trim.body["status"]["reservedForNames"] == "kept"

@@ -104,6 +104,7 @@ async def test_a_gated_double_is_deallocated_and_reported() -> None:
         "reservedFor": None,
         "devices": None,
         "allocatedDevices": None,
+        "reservedForNames": None,
     }
     assert not client.writes("resourceclaims/c1") and not client.writes("pods/first")
     messages = {e["involved"]["metadata"]["name"]: e["message"] for e in client.events}

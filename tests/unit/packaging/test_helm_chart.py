@@ -3,7 +3,8 @@
 No cluster. helm comes from `testbed/helm --check`, kubectl from `testbed/build --check`; where
 either is missing the tests skip with the script's reason. The comparison is of whole objects,
 not only names: the only difference allowed is the CRDs' `helm.sh/resource-policy: keep`
-(values.yaml `crds.keep`). The CRD copies in the chart must equal crds/.
+(values.yaml `crds.keep`). The CRD copies in the chart must equal crds/, and its copies of the
+PrometheusRule and the dashboard must equal manifests/monitoring's.
 """
 
 from __future__ import annotations
@@ -165,8 +166,21 @@ def assert_same(chart: list[Object], manifests: list[Object]) -> None:
 # --- lint ------------------------------------------------------------------------------------
 
 
+CERT_MANAGER = ["--set", "webhook.certificate.mode=certManager"]
+EVERYTHING_ON = [
+    "--set", "metrics.serviceMonitor.enabled=true",
+    "--set", "metrics.prometheusRule.enabled=true",
+    "--set", "metrics.grafanaDashboard.enabled=true",
+    "--set", "imagePullSecrets[0].name=registry-credentials",
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
-@pytest.mark.parametrize("values", [[], IN_TREE], ids=["crd", "in-tree"])
+@pytest.mark.parametrize(
+    "values",
+    [[], IN_TREE, CERT_MANAGER, [*IN_TREE, *CERT_MANAGER], EVERYTHING_ON],
+    ids=["crd", "in-tree", "cert-manager", "in-tree-cert-manager", "monitoring"],
+)
 def test_helm_lint_passes(strict: bool, values: list[str]) -> None:
     result = run(helm(), "lint", CHART, *values, *(["--strict"] if strict else []))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -188,6 +202,16 @@ def test_chart_crds_are_the_repositorys() -> None:
     for name in theirs:
         text = (CHART / "files" / "crds" / name).read_text()
         assert text == (REPO / "crds" / name).read_text(), f"{name} differs: run `make crds`"
+
+
+MONITORING_FILES = ("prometheusrule.yaml", "dralloc-dashboard.json")
+
+
+def test_chart_monitoring_files_are_manifests_monitoring() -> None:
+    for name in MONITORING_FILES:
+        ours = (CHART / "files" / "monitoring" / name).read_text()
+        theirs = (MANIFESTS / "monitoring" / name).read_text()
+        assert ours == theirs, f"{name} differs from manifests/monitoring: run `make chart-files`"
 
 
 def value_lines() -> dict[str, tuple[int, list[str]]]:
@@ -402,6 +426,44 @@ def test_metrics_service_and_service_monitor() -> None:
         "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false",
     )  # fmt: skip
     assert refused.returncode != 0 and "metrics.service.enabled" in refused.stderr
+
+
+def test_prometheus_rule_and_dashboard_are_manifests_monitorings() -> None:
+    default = {k[0] for k in map(key, template())}
+    assert "PrometheusRule" not in default
+    assert ("ConfigMap", "dralloc-system", "dralloc-dashboard") not in set(map(key, template()))
+    on = ["--set", "metrics.prometheusRule.enabled=true"]
+    on += ["--set", "metrics.grafanaDashboard.enabled=true"]
+    objects = template(*on)
+    monitoring = kustomize(MANIFESTS / "monitoring")
+    for kind, name in [("PrometheusRule", "dralloc"), ("ConfigMap", "dralloc-dashboard")]:
+        assert only(objects, kind, name) == only(monitoring, kind, name), f"{kind} differs"
+
+    moved = template(
+        *on, "--set", "namespace.name=dra",
+        "--set", "metrics.grafanaDashboard.namespace=grafana",
+        "--set", "metrics.grafanaDashboard.folder=platform",
+        "--set", "metrics.grafanaDashboard.labels.team=infra",
+        "--set", "metrics.prometheusRule.labels.release=kube-prometheus-stack",
+    )  # fmt: skip
+    rule = only(moved, "PrometheusRule", "dralloc")
+    assert rule["metadata"]["namespace"] == "dra"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["spec"] == only(monitoring, "PrometheusRule", "dralloc")["spec"]
+    dashboard = only(moved, "ConfigMap", "dralloc-dashboard")
+    assert dashboard["metadata"]["namespace"] == "grafana"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["labels"]["team"] == "infra"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "platform"}
+
+
+def test_image_pull_secrets_reach_every_pod() -> None:
+    assert "imagePullSecrets" not in yaml.safe_dump(template())
+    objects = template("--set", "imagePullSecrets[0].name=registry-credentials")
+    pods = [o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Deployment", "Job")]
+    assert len(pods) == 2  # the operator and the certificate Job
+    for spec in pods:
+        assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
 
 
 def test_another_namespace_moves_everything_and_the_lease() -> None:
