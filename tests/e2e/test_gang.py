@@ -186,3 +186,46 @@ def test_devices_a_cut_short_gang_write_left_are_given_back(
 
     wait_for("the member's devices given back", given_back, timeout=30)
     assert gated(testbed, namespace, "w0")
+
+
+def delete_pods(testbed: Testbed, namespace: str, *names: str) -> None:
+    testbed.kubectl("delete", "pod", *names, f"--namespace={namespace}", "--wait=false")
+
+
+def test_a_member_deleted_while_waiting_holds_nothing_and_the_gang_forms_without_it(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = three_and_two(testbed, namespace)
+    testbed.apply(member(namespace, "w0", pool, "one", "train", "3"))
+    testbed.apply(member(namespace, "w1", pool, "two", "train", "3"))
+    wait_reason(testbed, namespace, "w1", "2 of 3 members present")
+    delete_pods(testbed, namespace, "w1")
+    wait_for("w1 gone", lambda: get(testbed, "pod", "w1", namespace) is None, timeout=60)
+    # All 5 devices are needed by the gang of w0, w2, w3 (1 + 2 + 2): w1 may hold none.
+    testbed.apply(member(namespace, "w2", pool, "two", "train", "3"))
+    wait_reason(testbed, namespace, "w2", "2 of 3 members present")
+    testbed.apply(member(namespace, "w3", pool, "two", "train", "3"))
+    nodes = {name: wait_placed(testbed, namespace, name) for name in ("w0", "w2", "w3")}
+    assert sorted(nodes.values()) == sorted([pool.node("three")] * 2 + [pool.node("two")])
+
+
+def test_a_placed_gangs_devices_return_when_its_members_are_deleted(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = three_and_two(testbed, namespace)
+    first = ["a0", "a1", "a2"]
+    for name, size in zip(first, ("one", "two", "two"), strict=True):
+        testbed.apply(member(namespace, name, pool, size, "first", "3"))
+    for name in first:
+        wait_placed(testbed, namespace, name)
+    # Every device is in use: a second gang of the same shape waits ...
+    second = ["b0", "b1", "b2"]
+    for name, size in zip(second, ("one", "two", "two"), strict=True):
+        testbed.apply(member(namespace, name, pool, size, "second", "3"))
+    for name in second:
+        wait_reason(testbed, namespace, name, 'gang "second"')
+    assert_held(testbed, namespace, second, 2.0)
+    # ... and is placed whole once the first gang's pods (and so their claims) are gone.
+    delete_pods(testbed, namespace, *first)
+    nodes = {name: wait_placed(testbed, namespace, name) for name in second}
+    assert sorted(nodes.values()) == sorted([pool.node("three")] * 2 + [pool.node("two")])
