@@ -23,14 +23,13 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.goprogram import GoProgramUnavailable, go_binary
+from bench.goprogram import GoProgramUnavailable, go_binary, run_scenario
 from bench.scenario import placement_digest
 from operators.allocator import AllocatorState, NodeInfo
 
@@ -190,16 +189,7 @@ def run_upstream(seq: Sequence, binary: Path) -> tuple[int, str]:
     with tempfile.TemporaryDirectory(prefix="dralloc-frag-") as tmp:
         path = Path(tmp) / "scenario.json"
         path.write_text(json.dumps(upstream_scenario(seq), separators=(",", ":")))
-        proc = subprocess.run(
-            [str(binary), "-scenario", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            check=False,
-        )
-    if proc.returncode != 0:
-        raise RuntimeError(f"upstream-bench failed: {proc.stderr.strip()}")
-    data = json.loads(proc.stdout)
+        data = run_scenario(binary, path, f"fragmentation sequence seed {seq.seed}")
     return int(data["measure"]["pods"]), str(data["digest"])
 
 
