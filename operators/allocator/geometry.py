@@ -9,17 +9,19 @@ GPU and a later one has a partly used GPU with room.
 So when the devices a search picks consume counters, ``binpack`` compares the fitting nodes
 first by the prioritized-list score (as always), then by how many of those devices come from
 a counter set (a physical device) that nothing used before, fewest first, then by the node
-name (free counts mean nothing here; name order keeps filling the same nodes, as first fit
-does). Which devices of a node are taken is the device policy's business (``pack`` picks the
+name among the nodes compared (free counts mean nothing here; name order keeps filling the
+same nodes, as first fit does). Which devices of a node are taken is the device policy's business (``pack`` picks the
 best fit there, ``packing.py``).
 
-Comparing needs a search per fitting node, so it stops at the first node that breaks no whole
-device with the score it promised, or after ``WINDOW`` fitting nodes: deterministic, and bounded however big the cluster.
+Comparing needs a search per fitting node, so it stops at the first node (in rank order) that
+breaks no whole device with the score it promised, or after ``WINDOW`` fitting nodes: deterministic, and bounded however big the cluster.
 A pod whose devices consume no counters is placed exactly as before (the first node that fits
 in rank order).
 
 Measured (bench/fragmentation_bench.py): comparing by best fit across nodes too (the least
-left on the touched devices) placed fewer large requests than name order, so it is not done.
+left on the touched devices) placed fewer large requests than name order, and so did stopping
+at the first node for a whole-GPU request (which breaks a GPU wherever it goes, so the window
+is searched and the lowest name taken): neither is done.
 """
 
 from __future__ import annotations
