@@ -20,13 +20,17 @@ sequence). Not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.goprogram import GoProgramUnavailable, go_binary, run_scenario
+from bench.scenario import placement_digest
 from operators.allocator import AllocatorState, NodeInfo
 
 DRIVER = "gpu.example.com"
@@ -37,6 +41,16 @@ PROFILES = {"1g": 1, "2g": 2, "4g": 4, "whole": 8}
 # choice decides what still fits.
 LOAD = 0.95
 ARRIVALS = [("1g", 0.45), ("2g", 0.25), ("4g", 0.15), ("whole", 0.15)]
+LARGE = ("4g", "whole")
+# (device policy, node policy): dralloc's default device choice (upstream's), then pack, each
+# with first-fit nodes (upstream's) and with binpack (device geometry, geometry.py).
+VARIANTS = [
+    ("first-fit", "first-fit"),
+    ("pack", "first-fit"),
+    ("first-fit", "binpack"),
+    ("pack", "binpack"),
+]
+UPSTREAM_BUILD = Path(__file__).resolve().parent / "upstream" / "build"
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,14 @@ class Figures:
     asked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROFILES, 0))
     placed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROFILES, 0))
     whole_free: list[int] = field(default_factory=list)
+    placements: list[tuple[str, str]] = field(default_factory=list)  # (pod, node or "")
+    # Large requests refused while the free slices would have held them, split over GPUs
+    # (no GPU had that many free slices): what no device choice at arrival time can undo.
+    split: int = 0
+
+    @property
+    def large(self) -> int:
+        return sum(self.placed[p] for p in LARGE)
 
 
 def node_slices(node: str) -> list[dict[str, Any]]:
@@ -92,15 +114,17 @@ def profile_class(profile: str) -> dict[str, Any]:
 
 
 def claim(name: str, profile: str) -> dict[str, Any]:
-    request = {"name": "gpu", "exactly": {"deviceClassName": profile}}
+    # Mode and count spelled out: upstream's allocator gets no API defaulting here.
+    exactly = {"deviceClassName": profile, "allocationMode": "ExactCount", "count": 1}
+    request = {"name": "gpu", "exactly": exactly}
     return {
         "metadata": {"name": name, "namespace": "bench"},
         "spec": {"devices": {"requests": [request]}},
     }
 
 
-def replay(seq: Sequence, policy: str) -> Figures:
-    state = AllocatorState(device_policy=policy)
+def replay(seq: Sequence, device_policy: str, node_policy: str) -> Figures:
+    state = AllocatorState(device_policy=device_policy)
     nodes = [NodeInfo(f"node-{i:03d}") for i in range(seq.nodes)]
     for node in nodes:
         for slice_ in node_slices(node.name):
@@ -114,20 +138,62 @@ def replay(seq: Sequence, policy: str) -> Figures:
             body = running.pop(ended, None)
             if body is not None:
                 state.release(body)
-        if profile is not None:
-            body = claim(f"c{arrival}", profile)
-            out.asked[profile] += 1
-            found = state.find_node([body], nodes, "first-fit", explain=False)
-            if found.node is not None:
-                state.assume(body, found.allocations[0])
-                running[arrival] = body
-                out.placed[profile] += 1
+        body = claim(f"c{arrival}", profile)
+        out.asked[profile] += 1
+        found = state.find_node([body], nodes, node_policy, explain=False)
+        out.placements.append((_pod(arrival), found.node or ""))
+        if found.node is not None:
+            state.assume(body, found.allocations[0])
+            running[arrival] = body
+            out.placed[profile] += 1
+        elif profile in LARGE and _split_room(state, nodes, PROFILES[profile]):
+            out.split += 1
         if step % 10 == 0:
             out.whole_free.append(_whole_gpus_free(state, nodes))
     return out
 
 
-def events(seq: Sequence) -> list[tuple[int, str | None, list[int]]]:
+def _pod(arrival: int) -> str:
+    return f"bench/p{arrival}"
+
+
+def upstream_scenario(seq: Sequence) -> dict[str, Any]:
+    """The same churn as a scenario for bench/upstream (upstream's allocator, first fit over
+    nodes in name order, as kube-scheduler's Filter runs it)."""
+    steps = []
+    for arrival, profile, ends in events(seq):
+        body = claim(f"c{arrival}", profile)
+        steps.append(
+            {
+                "pod": _pod(arrival),
+                "claims": [f"bench/c{arrival}"],
+                "newClaims": [body],
+                "release": [f"bench/c{ended}" for ended in ends],
+            }
+        )
+    names = [f"node-{i:03d}" for i in range(seq.nodes)]
+    return {
+        "name": f"fragmentation-{seq.nodes}-{seq.seed}",
+        "nodes": [{"metadata": {"name": n}} for n in names],
+        "slices": [s for n in names for s in node_slices(n)],
+        "classes": [profile_class(p) for p in PROFILES],
+        "sharedClaims": [],
+        "preallocated": [],
+        "initSteps": [],
+        "measureSteps": steps,
+    }
+
+
+def run_upstream(seq: Sequence, binary: Path) -> tuple[int, str]:
+    """(requests placed, placement digest) of upstream's allocator on the sequence."""
+    with tempfile.TemporaryDirectory(prefix="dralloc-frag-") as tmp:
+        path = Path(tmp) / "scenario.json"
+        path.write_text(json.dumps(upstream_scenario(seq), separators=(",", ":")))
+        data = run_scenario(binary, path, f"fragmentation sequence seed {seq.seed}")
+    return int(data["measure"]["pods"]), str(data["digest"])
+
+
+def events(seq: Sequence) -> list[tuple[int, str, list[int]]]:
     """The churn, fixed in advance so both policies see the same one: per step an arrival
     (its number and profile) and the arrivals whose lifetime ends then (a request that was
     not placed simply has nothing to release)."""
@@ -144,6 +210,17 @@ def events(seq: Sequence) -> list[tuple[int, str | None, list[int]]]:
     return out
 
 
+def _split_room(state: AllocatorState, nodes: list[NodeInfo], size: int) -> bool:
+    """Whether the free slices add up to ``size`` though no GPU has that many free."""
+    used: dict[tuple[str, str], int] = {}
+    for driver, pool, device in state.allocated.exclusive:
+        if driver == DRIVER:
+            _, gpu, profile, _ = device.split("-")
+            used[pool, gpu] = used.get((pool, gpu), 0) + PROFILES[profile]
+    free = [SLICES - used.get((n.name, str(g)), 0) for n in nodes for g in range(GPUS_PER_NODE)]
+    return max(free) < size <= sum(free)
+
+
 def _whole_gpus_free(state: AllocatorState, nodes: list[NodeInfo]) -> int:
     """GPUs no partition of which is in use (a whole-GPU request could take each)."""
     busy = set()
@@ -153,18 +230,47 @@ def _whole_gpus_free(state: AllocatorState, nodes: list[NodeInfo]) -> int:
     return sum(1 for n in nodes for g in range(GPUS_PER_NODE) if (n.name, str(g)) not in busy)
 
 
-def table(rows: list[tuple[Sequence, Figures, Figures]]) -> str:
+@dataclass
+class Row:
+    seq: Sequence
+    runs: dict[tuple[str, str], Figures]
+    upstream: tuple[int, str] | None  # (placed, digest), None when the Go program is missing
+
+    @property
+    def first_fit(self) -> Figures:
+        return self.runs[VARIANTS[0]]
+
+    def upstream_note(self) -> str:
+        if self.upstream is None:
+            return "not run"
+        same = self.upstream[1] == placement_digest(self.first_fit.placements)
+        return "placements identical" if same else "PLACEMENTS DIFFER"
+
+
+def table(rows: list[Row]) -> str:
     sizes = list(PROFILES)
     head = " | ".join(f"{p} placed/asked" for p in sizes)
     lines = [
-        f"| sequence | policy | {head} | whole GPUs free (mean) |",
-        "|---|---|" + "---|" * len(sizes) + "---|",
+        f"| sequence | devices / nodes | {head} | 4g+whole vs upstream | "
+        "4g+whole refused, room split over GPUs | whole GPUs free (mean) |",
+        "|---|---|" + "---|" * len(sizes) + "---|---|---|",
     ]
-    for seq, first, pack in rows:
-        for label, f in (("first-fit", first), ("pack", pack)):
-            cells = " | ".join(f"{f.placed[p]}/{f.asked[p]}" for p in sizes)
+    for row in rows:
+        seq = row.seq
+        label = f"{seq.nodes} nodes, {seq.steps} steps, seed {seq.seed}"
+        base = row.first_fit.large
+        if row.upstream is not None:
+            cells = " | ".join("" for _ in sizes)
             lines.append(
-                f"| {seq.nodes} nodes, {seq.steps} steps, seed {seq.seed} | {label} | {cells} | "
+                f"| {label} | upstream first-fit / first-fit | {cells} | "
+                f"{row.upstream[0]} placed in all; dralloc first-fit: {row.upstream_note()} | | |"
+            )
+        for (device, node), f in row.runs.items():
+            cells = " | ".join(f"{f.placed[p]}/{f.asked[p]}" for p in sizes)
+            gain = f.large - base
+            versus = f"{f.large} ({gain:+d}, {100 * gain / base:+.1f}%)" if base else str(f.large)
+            lines.append(
+                f"| {label} | dralloc {device} / {node} | {cells} | {versus} | {f.split} | "
                 f"{statistics.fmean(f.whole_free):.1f} |"
             )
     return "\n".join(lines)
@@ -180,25 +286,35 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick
         else [Sequence(8, 1500, seed) for seed in (1, 2, 3)] + [Sequence(32, 3000, 4)]
     )
+    try:
+        binary: Path | None = go_binary(UPSTREAM_BUILD, "DRALLOC_UPSTREAM_BENCH")
+    except GoProgramUnavailable as err:
+        print(f"upstream first-fit not run: {err}", file=sys.stderr)
+        binary = None
     rows = []
     for seq in sequences:
-        first, pack = replay(seq, "first-fit"), replay(seq, "pack")
-        rows.append((seq, first, pack))
-        big = ("4g", "whole")
-        gained = sum(pack.placed[p] for p in big) - sum(first.placed[p] for p in big)
+        runs = {(d, n): replay(seq, d, n) for d, n in VARIANTS}
+        row = Row(seq, runs, run_upstream(seq, binary) if binary else None)
+        rows.append(row)
+        figures = ", ".join(f"{d}/{n} {f.large}" for (d, n), f in runs.items())
         print(
-            f"{seq.nodes} nodes, {seq.steps} steps, seed {seq.seed}: 4g+whole placed "
-            f"{sum(first.placed[p] for p in big)} -> {sum(pack.placed[p] for p in big)} "
-            f"({gained:+d})",
+            f"{seq.nodes} nodes, {seq.steps} steps, seed {seq.seed}: 4g+whole placed: {figures}; "
+            f"upstream: {row.upstream_note()}",
             flush=True,
         )
     text = table(rows)
     print(text)
     if args.markdown:
         args.markdown.write_text(
-            "# Fragmentation: device policy pack vs first-fit\n\n"
+            "# Fragmentation: device and node policies vs upstream first-fit\n\n"
             "`python -m bench.fragmentation_bench --markdown bench/results/fragmentation.md` "
-            "(see the module docstring for the sequences).\n\n" + text + "\n"
+            "(see the module docstring for the sequences). The upstream row is bench/upstream "
+            "(upstream's allocator, nodes first-fit in name order) on the same sequence; "
+            "dralloc first-fit / first-fit made the same placement for every request when it "
+            "says so (digest of every (request, node) pair), so its per-size counts are "
+            "upstream's. Gains are in 4g and whole-GPU requests placed against that row.\n\n"
+            + text
+            + "\n"
         )
     return 0
 

@@ -6,9 +6,11 @@ environment variable that names a binary to use instead.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 
 class GoProgramUnavailable(RuntimeError):
@@ -31,3 +33,19 @@ def go_binary(build_script: Path, override_env: str, *, build: bool = True) -> P
         reason = (proc.stderr or proc.stdout).strip().splitlines()
         raise GoProgramUnavailable(reason[-1] if reason else f"{name} exited {proc.returncode}")
     return Path(lines[-1])
+
+
+def run_scenario(binary: Path, scenario: Path, what: str) -> dict[str, Any]:
+    """Run bench/upstream on an expanded scenario file; its JSON answer (``what`` names the
+    scenario in the error when it fails)."""
+    proc = subprocess.run(
+        [str(binary), "-scenario", str(scenario)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"upstream-bench failed on {what}: {proc.stderr.strip()}")
+    answer: dict[str, Any] = json.loads(proc.stdout)
+    return answer

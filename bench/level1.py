@@ -20,8 +20,6 @@ nodes in name order, so the placements must be identical: each result carries a 
 from __future__ import annotations
 
 import gc
-import json
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -29,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.goprogram import GoProgramUnavailable, go_binary
+from bench.goprogram import GoProgramUnavailable, go_binary, run_scenario
 from bench.scenario import Scenario, Step, placement_digest, write_scenario
 from operators.allocator.nodes import NodeInfo, NodeSelector
 from operators.allocator.state import AllocatorState
@@ -224,18 +222,7 @@ def upstream_binary(build: bool = True) -> Path:
 def run_upstream(scenario: Scenario, binary: Path) -> EngineResult:
     with tempfile.TemporaryDirectory(prefix="dralloc-bench-") as tmp:
         path = write_scenario(scenario, Path(tmp) / "scenario.json")
-        proc = subprocess.run(
-            [str(binary), "-scenario", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            check=False,
-        )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"upstream-bench failed on {scenario.workload.name}: {proc.stderr.strip()}"
-        )
-    data = json.loads(proc.stdout)
+        data = run_scenario(binary, path, scenario.workload.name)
     measure = data["measure"]
     return EngineResult(
         engine="upstream",

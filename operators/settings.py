@@ -154,8 +154,9 @@ class Settings:
     node_policy: NodePolicy = dataclasses.field(
         default=NodePolicy.BINPACK,
         metadata=_doc(
-            "Node choice among fitting nodes: binpack (fewest free matching devices left), "
-            "spread (most left) or first-fit (first by name).",
+            "Node choice among fitting nodes: binpack (fewest free matching devices left; on "
+            "partitionable devices, fewest whole devices broken), spread (most left) or "
+            "first-fit (first by name).",
             parse="policy",
         ),
     )

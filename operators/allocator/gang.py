@@ -233,7 +233,9 @@ class _GangSearch:
             before = {j: self.chosen[j] for j in there}
             for j in there:
                 self._undo(j)
-            results = self._search_together([*there, i], info)
+            results = None
+            if self._counts_allow([*there, i], info):
+                results = self._search_together([*there, i], info)
             if results is None:
                 for j in there:
                     self._apply(j, *before[j])
@@ -245,6 +247,22 @@ class _GangSearch:
                 self._undo(j)
             for j in there:
                 self._apply(j, *before[j])
+
+    def _counts_allow(self, indexes: list[int], node: NodeInfo) -> bool:
+        """False when the free counts alone rule a joint search of these members on the node
+        out: all of them ask for devices of one signature (see _simple_demand) and together
+        more than the node has free. Proving that by searching costs the per-node search an
+        exponential walk over the device combinations."""
+        demands = [self.members[j].demand for j in indexes]
+        if any(d is None for d in demands) or len({d[0] for d in demands if d}) != 1:
+            return True
+        signature = demands[0][0] if demands[0] else None
+        assert signature is not None
+        entry = self.state.device_index().entry(signature)
+        if entry.shareable(node.name):
+            return True  # a multi-allocatable device may serve several requests
+        free = self.state.device_index().counts(signature, node)[1]
+        return sum(d[1] for d in demands if d) <= free
 
     def _search_together(
         self, indexes: list[int], node: NodeInfo
@@ -403,15 +421,16 @@ def _find_flat(
         return GangPlacement(
             need, total, reason=f"waiting for gang members: {total} of {need} present"
         )
+    # The free counts can tell at once that the gang cannot fit (before any node search).
+    short = _capacity_shortfall(state, compiled, need)
+    if short:
+        return GangPlacement(need, total, reason=short)
     search = _GangSearch(state, compiled, need, policy, budget, deadline)
     try:
         try:
             if search.greedy():
                 return GangPlacement(need, total, search.result(), searches=search.searches)
             search.release_all()
-            short = _capacity_shortfall(state, compiled, need)
-            if short:
-                return GangPlacement(need, total, reason=short, searches=search.searches)
             blocking = _alone(search, compiled)
             fatal = next((p for p in blocking.values() if _fatal(p)), None)
             if fatal is not None:

@@ -14,6 +14,10 @@ answer is still one the search accepts under upstream's rules:
 * among equal fits, the device that rules out the fewest other free devices of its slice
   (weighted by their size): a small partition goes where it blocks no bigger one (MIG-like
   placement, where partitions consume positional counters);
+* devices that say where they sit (a PCIe root, a NUMA node: ``LOCALITY_ATTRIBUTES``) are
+  kept together, each group where its best free device is, so a request for several devices
+  takes them from one PCIe root or NUMA node while that has room (first fit over the order
+  fills one group before the next);
 * ties keep the slice's order, so the result is deterministic.
 
 ``first-fit`` (the default) leaves the order alone and is exactly upstream's behaviour.
@@ -30,6 +34,9 @@ from operators.allocator.pools import Pool, counters_left
 from operators.allocator.quantities import Nanos
 
 DEVICE_POLICIES = ("first-fit", "pack")
+# Attributes that name a device's place in the machine, most specific first: the standard
+# PCIe root attribute, then the NUMA node names drivers publish.
+LOCALITY_ATTRIBUTES = ("resource.kubernetes.io/pcieRoot", "numaNode", "numa")
 
 CounterSets = Mapping[str, Mapping[str, Nanos]]
 
@@ -39,10 +46,13 @@ def pack_pools(pools: Sequence[Pool], allocated: AllocatedDevices) -> list[Pool]
     ordered = []
     for position, pool in enumerate(pools):
         used, available = _pool_usage(pool, allocated)
+        slices = pool.slices
         if pool.counter_sets:
             slices = tuple(
-                _ordered_slice(s, pool.counter_sets, available, allocated) for s in pool.slices
+                _ordered_slice(s, pool.counter_sets, available, allocated) for s in slices
             )
+        slices = tuple(_by_locality(s, allocated) for s in slices)
+        if any(a is not b for a, b in zip(slices, pool.slices, strict=True)):
             pool = dataclasses.replace(pool, slices=slices)
         ordered.append((0 if used else 1, position, pool))
     ordered.sort(key=lambda item: (item[0], item[1]))
@@ -71,7 +81,7 @@ def _ordered_slice(
         d for d in slice_.devices if d.consumes_counters and not allocated.is_allocated(d.id)
     ]
     keyed = [
-        (_device_key(device, totals, available, free_devices), index, device)
+        (device_key(device, totals, available, free_devices), index, device)
         for index, device in enumerate(slice_.devices)
     ]
     keyed.sort(key=lambda item: (item[0], item[1]))
@@ -81,7 +91,38 @@ def _ordered_slice(
     return dataclasses.replace(slice_, devices=devices)
 
 
-def _device_key(
+def _locality(device: CompiledDevice) -> tuple[str, tuple[object, ...]] | None:
+    for name in LOCALITY_ATTRIBUTES:
+        attr = device.lookup_attribute(name)
+        if attr is not None and attr.values:
+            return name, attr.values
+    return None
+
+
+def _by_locality(slice_: CompiledSlice, allocated: AllocatedDevices) -> CompiledSlice:
+    """The slice's devices with each locality group together, at the place of its first free
+    device (devices without a locality attribute keep their place)."""
+    places = [_locality(d) for d in slice_.devices]
+    if not any(places):
+        return slice_
+    lead: dict[tuple[str, tuple[object, ...]], int] = {}
+    for position, (device, place) in enumerate(zip(slice_.devices, places, strict=True)):
+        if place is not None and place not in lead and not allocated.is_allocated(device.id):
+            lead[place] = position
+    keyed = sorted(
+        (
+            (lead.get(place, position) if place is not None else position, position, device)
+            for position, (device, place) in enumerate(zip(slice_.devices, places, strict=True))
+        ),
+        key=lambda item: (item[0], item[1]),
+    )
+    devices = tuple(device for _, _, device in keyed)
+    if devices == slice_.devices:
+        return slice_
+    return dataclasses.replace(slice_, devices=devices)
+
+
+def device_key(
     device: CompiledDevice,
     totals: CounterSets,
     available: CounterSets,

@@ -36,6 +36,7 @@ from operators.allocator.errors import (
     SearchAborted,
 )
 from operators.allocator.explain import Explanation, NodeReason
+from operators.allocator.geometry import GeometryChoice, whole_devices_broken
 from operators.allocator.index import DeviceIndex, Signature
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.ranking import allocation_score, subrequest_points
@@ -215,7 +216,16 @@ def find_node(
     plan = _plan(claims)
     fast = _bucket_order(index, plan, nodes, policy)
     if fast is not None:
-        return _try_nodes(state, claims, nodes, fast, max_searches, explain, deadline=deadline)
+        return _try_nodes(
+            state,
+            claims,
+            nodes,
+            fast,
+            max_searches,
+            explain,
+            deadline=deadline,
+            geometric=policy == "binpack",
+        )
     entries = {
         d.signature: index.entry(d.signature)
         for demands in (plan.plain, *plan.choices)
@@ -269,7 +279,16 @@ def find_node(
         value = left if policy == "binpack" else -left if policy == "spread" else position
         ranked.append(((-score, value, node.name), node))
     ranked.sort(key=lambda item: item[0])
-    return _try_nodes(state, claims, nodes, ranked, max_searches, explain, deadline=deadline)
+    return _try_nodes(
+        state,
+        claims,
+        nodes,
+        ranked,
+        max_searches,
+        explain,
+        deadline=deadline,
+        geometric=policy == "binpack",
+    )
 
 
 def _score_bound(index: DeviceIndex, plan: _Plan) -> int:
@@ -339,6 +358,7 @@ def _try_nodes(
     explain: bool,
     prefiltered: Callable[[], int] | None = None,
     deadline: tuple[float, float] | None = None,
+    geometric: bool = False,
 ) -> Placement:
     """Search candidates in optimistic rank order; keep the best actual rank.
 
@@ -346,7 +366,10 @@ def _try_nodes(
     better. Once the next candidate's optimistic key is no better than the
     best actual key, no later node can win. ``prefiltered`` counts the nodes
     a lazy ``ranked`` has ruled out so far (it only looks at nodes on demand).
+    ``geometric`` (binpack): allocations on partitionable devices are compared by the
+    whole physical devices they break (``geometry.py``) before the score.
     """
+    choice = GeometryChoice()
     errors: dict[str, str] = {}
     searched = 0
     # What state.allocate builds, made once for all nodes.
@@ -362,7 +385,8 @@ def _try_nodes(
         if prefiltered is not None:
             ruled_out = prefiltered()
         try:
-            search = Search(claims, node, state.pools_for(node), inputs)
+            pools = state.pools_for(node)
+            search = Search(claims, node, pools, inputs)
             results = search.run()
         except SearchAborted as err:
             if deadline is not None and time.monotonic() > deadline[0]:
@@ -385,6 +409,12 @@ def _try_nodes(
                 errors[node.name] = refusal
             continue
         actual = (-allocation_score(claims, results), key[1], key[2])
+        broken = whole_devices_broken(pools, state.allocated, results) if geometric else None
+        if broken is not None:
+            choice.offer(actual, key, node.name, broken, results)
+            if choice.done:
+                break
+            continue
         if actual <= key:  # as good as promised: nothing after it can do better
             return Placement(
                 node.name, tuple(results), nodes_searched=searched, nodes_prefiltered=ruled_out
@@ -393,6 +423,9 @@ def _try_nodes(
             best = (actual, node, results)
     if prefiltered is not None:
         ruled_out = prefiltered()
+    if choice.best is not None and (best is None or choice.best[0][0] <= best[0][0]):
+        _, name, results = choice.best
+        return Placement(name, tuple(results), nodes_searched=searched, nodes_prefiltered=ruled_out)
     if best is not None:
         return Placement(
             best[1].name, tuple(best[2]), nodes_searched=searched, nodes_prefiltered=ruled_out

@@ -103,22 +103,36 @@ def three_and_two(testbed: Testbed, namespace: str) -> Pool:
     return pool
 
 
-def test_a_gang_is_released_together_once_its_late_member_comes(
-    testbed: Testbed, operator: OperatorProcess, namespace: str
-) -> None:
+def two_of_gang_train(testbed: Testbed, namespace: str) -> Pool:
+    """Gang "train" of 3 (1 + 2 + 2 devices) on three_and_two: its first two members."""
     pool = three_and_two(testbed, namespace)
     testbed.apply(member(namespace, "w0", pool, "one", "train", "3"))
     testbed.apply(member(namespace, "w1", pool, "two", "train", "3"))
+    return pool
+
+
+def placed_two_and_one(
+    testbed: Testbed, namespace: str, pool: Pool, names: list[str]
+) -> dict[str, str]:
+    """Waits for the members' nodes: two on the 3-device node, one on the other."""
+    nodes = {name: wait_placed(testbed, namespace, name) for name in names}
+    assert sorted(nodes.values()) == sorted([pool.node("three")] * 2 + [pool.node("two")])
+    return nodes
+
+
+def test_a_gang_is_released_together_once_its_late_member_comes(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = two_of_gang_train(testbed, namespace)
     # Two of three: both wait, hold nothing, and are told so.
     for name in ("w0", "w1"):
         wait_reason(testbed, namespace, name, "2 of 3 members present")
     assert_held(testbed, namespace, ["w0", "w1"], HOLD_S)
 
     testbed.apply(member(namespace, "w2", pool, "two", "train", "3"))
-    nodes = {name: wait_placed(testbed, namespace, name) for name in ("w0", "w1", "w2")}
+    nodes = placed_two_and_one(testbed, namespace, pool, ["w0", "w1", "w2"])
     # Member by member, binpack would put w0 on the 2-device node and strand w2.
     assert nodes["w0"] == pool.node("three"), nodes
-    assert sorted(nodes.values()) == sorted([pool.node("three")] * 2 + [pool.node("two")])
 
 
 def test_a_gang_that_cannot_fit_stays_gated_with_the_reason_on_every_member(
@@ -186,3 +200,40 @@ def test_devices_a_cut_short_gang_write_left_are_given_back(
 
     wait_for("the member's devices given back", given_back, timeout=30)
     assert gated(testbed, namespace, "w0")
+
+
+def delete_pods(testbed: Testbed, namespace: str, *names: str) -> None:
+    testbed.kubectl("delete", "pod", *names, f"--namespace={namespace}", "--wait=false")
+
+
+def test_a_member_deleted_while_waiting_holds_nothing_and_the_gang_forms_without_it(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = two_of_gang_train(testbed, namespace)
+    wait_reason(testbed, namespace, "w1", "2 of 3 members present")
+    delete_pods(testbed, namespace, "w1")
+    wait_for("w1 gone", lambda: get(testbed, "pod", "w1", namespace) is None, timeout=60)
+    # All 5 devices are needed by the gang of w0, w2, w3 (1 + 2 + 2): w1 may hold none.
+    testbed.apply(member(namespace, "w2", pool, "two", "train", "3"))
+    wait_reason(testbed, namespace, "w2", "2 of 3 members present")
+    testbed.apply(member(namespace, "w3", pool, "two", "train", "3"))
+    placed_two_and_one(testbed, namespace, pool, ["w0", "w2", "w3"])
+
+
+def test_a_placed_gangs_devices_return_when_its_members_are_deleted(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = three_and_two(testbed, namespace)
+    first, second = ["a0", "a1", "a2"], ["b0", "b1", "b2"]
+    for gang, names in (("first", first), ("second", second)):
+        for name, size in zip(names, ("one", "two", "two"), strict=True):
+            testbed.apply(member(namespace, name, pool, size, gang, "3"))
+        if gang == "first":
+            placed_two_and_one(testbed, namespace, pool, first)
+    # Every device is in use: the second gang, of the same shape, waits ...
+    for name in second:
+        wait_reason(testbed, namespace, name, 'gang "second"')
+    assert_held(testbed, namespace, second, 2.0)
+    # ... and is placed whole once the first gang's pods (and so their claims) are gone.
+    delete_pods(testbed, namespace, *first)
+    placed_two_and_one(testbed, namespace, pool, second)

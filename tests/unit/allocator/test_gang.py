@@ -103,6 +103,15 @@ def test_a_gang_that_cannot_fit_gets_nothing_and_says_why() -> None:
     assert not state.allocated.in_use(("gpu.example.com", "node-a", "d0"))  # nothing kept
 
 
+def test_a_gang_the_free_counts_rule_out_is_refused_without_a_node_search() -> None:
+    # Three 2-GPU members, 5 GPUs over two nodes (3 + 2): at most 2 fit, whatever the order.
+    state = cluster(**{"node-a": ["small"] * 3, "node-b": ["small"] * 2})
+    gang = members(state, *((f"w{i}", "small", 2) for i in range(3)))
+    result = find_gang(state, gang, need=3)
+    assert not result.fits and "at most 2 of the gang's 3 members" in result.reason
+    assert result.searches == 0
+
+
 def test_members_that_fit_nowhere_are_named() -> None:
     state = cluster(**{"node-a": ["small"] * 2})
     gang = members(state, ("w0", "small", 1), ("w1", "large", 1))

@@ -166,3 +166,41 @@ def test_pack_places_a_slice_where_it_blocks_no_bigger_partition(
     state.assume(claim("c1", "quarter"), small)
     half = state.allocate([claim("c2", "half")], "node-a")
     assert (half is not None) is half_fits
+
+
+def numa_devices(attribute: str) -> list[dict[str, Any]]:
+    """node-a: four GPUs listed alternately on two NUMA nodes (0, 1, 0, 1)."""
+    devices = [
+        {
+            "name": f"d{i}",
+            "attributes": {"profile": {"string": "whole"}, attribute: {"int": i % 2}},
+        }
+        for i in range(4)
+    ]
+    pool = {"name": "node-a", "generation": 0, "resourceSliceCount": 1}
+    spec = {"driver": DRIVER, "nodeName": "node-a", "pool": pool, "devices": devices}
+    return [{"metadata": {"name": "node-a-gpus"}, "spec": spec}]
+
+
+@pytest.mark.parametrize("attribute", ["numaNode", "resource.kubernetes.io/pcieRoot"])
+@pytest.mark.parametrize(
+    ("policy", "used", "expected"),
+    [
+        ("first-fit", [], ["d0", "d1"]),
+        ("pack", [], ["d0", "d2"]),
+        # d0 taken: NUMA node 1's first free device (d1) leads, so its group goes first.
+        ("pack", ["d0"], ["d1", "d3"]),
+    ],
+)
+def test_pack_takes_a_claims_devices_from_one_numa_node(
+    attribute: str, policy: str, used: list[str], expected: list[str]
+) -> None:
+    state = state_with(policy, numa_devices(attribute), [f"node-a/{d}" for d in used])
+    request = {"name": "r", "exactly": {"deviceClassName": "whole", "count": 2}}
+    body = {
+        "metadata": {"name": "c", "namespace": "ns"},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    [allocation] = state.allocate([body], "node-a") or [None]
+    assert allocation is not None
+    assert [d.device for d in allocation.devices] == expected
