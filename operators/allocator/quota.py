@@ -22,6 +22,7 @@ the quota does not count, or fails with the refusal as the reason.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,10 +37,12 @@ from operators.allocator.selectors import (
     SelectorEvaluator,
     SelectorRuntimeError,
 )
+from operators.api.limits import QUALIFIED_NAME_MAX_LENGTH, QUALIFIED_NAME_PATTERN
 from operators.api.quantity import Quantity
 
 DEVICES = "devices"
 CLAIMS = "claims"
+_QUALIFIED_NAME = re.compile(QUALIFIED_NAME_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,7 @@ class QuotaStatus:
     used: Usage
     invalid: str | None  # why the quota cannot be enforced as written
     blocking: bool  # an invalid quota that holds back what it limits (see QuotaBook.status)
+    reason: str = ""  # the Valid condition's reason when invalid (see QuotaBook.invalid_reason)
 
 
 def _format(resource: str, amount: Nanos, hard: Quantity | int) -> str:
@@ -349,20 +353,30 @@ class QuotaBook:
             self._used[quota.ref] = used
         return used
 
-    def invalid_reason(self, quota: CompiledQuota) -> tuple[str, bool] | None:
-        """(why the quota is invalid, whether it blocks), or None when it is valid.
+    def invalid_reason(self, quota: CompiledQuota) -> tuple[str, bool, str] | None:
+        """(why the quota is invalid, whether it blocks, the condition's reason), or None
+        when it is valid.
 
         A selector that does not compile blocks what the quota would limit (its class, in
         its namespace): the quota cannot say which devices it counts, and letting
-        everything through would silently lift a limit someone set. An unknown class
+        everything through would silently lift a limit someone set; so does a capacity name
+        that is not one (the CRD cannot check map keys). An unknown class
         blocks nothing: no claim can be allocated devices of a class that does not exist.
         """
         for i, expression in enumerate(quota.selectors):
             error = self.evaluator.compile_error(expression)
             if error is not None:
-                return f"selector #{i}: CEL compile error: {error}", True
+                return f"selector #{i}: CEL compile error: {error}", True, "InvalidSelector"
+        for name, _ in quota.capacity:
+            if len(name) > QUALIFIED_NAME_MAX_LENGTH or not _QUALIFIED_NAME.match(name):
+                return (
+                    f'capacity name "{name}" is not a capacity name (an optional DNS '
+                    "domain and /, then a C identifier of at most 32 characters)",
+                    True,
+                    "InvalidCapacityName",
+                )
         if self.classes(quota.class_name) is None:
-            return f'deviceclass "{quota.class_name}" not found', False
+            return f'deviceclass "{quota.class_name}" not found', False, "UnknownDeviceClass"
         return None
 
     def status(self, quota: CompiledQuota) -> QuotaStatus:
@@ -371,7 +385,7 @@ class QuotaBook:
         copy = Usage(used.devices, used.claims, dict(used.capacity))
         if invalid is None:
             return QuotaStatus(copy, None, False)
-        return QuotaStatus(copy, invalid[0], invalid[1])
+        return QuotaStatus(copy, *invalid)
 
     def all_quotas(self) -> list[CompiledQuota]:
         return [q for ns in sorted(self.quotas) for _, q in sorted(self.quotas[ns].items())]
@@ -404,7 +418,7 @@ class QuotaTally:
         self.stack: list[list[_Taken]] = []
         self.refusal: Refusal | str | None = None  # the first refusal, for the reason
         self._applicable: dict[tuple[int, str], tuple[CompiledQuota, ...]] = {}
-        self._invalid: dict[str, tuple[str, bool] | None] = {}
+        self._invalid: dict[str, tuple[str, bool, str] | None] = {}
 
     def _quotas(self, ci: int, class_name: str) -> tuple[CompiledQuota, ...]:
         key = (ci, class_name)

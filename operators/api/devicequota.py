@@ -14,13 +14,16 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from operators.api import limits
-from operators.api.base import DNSSubdomain, KubeModel, QualifiedName, list_map
+from operators.api.base import DNSSubdomain, KubeModel, list_map
 from operators.api.common import API_VERSION, DeviceSelectors, empty_tuple
 from operators.api.meta import Condition, ObjectMeta
 from operators.api.quantity import Quantity
 
+# Names are plain strings here, checked by the allocator (a quota with a bad name holds
+# back what it limits): the CRD cannot check map keys, and a model that refused the name
+# would make the cache drop the whole quota, lifting its other limits with it.
 CapacityLimits = Annotated[
-    dict[QualifiedName, Quantity], Field(max_length=limits.DEVICE_QUOTA_MAX_CAPACITIES)
+    dict[str, Quantity], Field(max_length=limits.DEVICE_QUOTA_MAX_CAPACITIES)
 ]
 
 

@@ -283,13 +283,10 @@ class AllocationController(ClaimWrites, Explanations):
         self.usage.update(change.key, pod.needs if pod is not None else None)
         if left and self.usage.node_of(change.key) != left:
             self._wake()  # what it held on its node is free for waiting pods
-        if (
-            change.old is not None
-            and change.old.gang is not None
-            and (pod is None or pod.gang != change.old.gang or not pod.gated)
-        ):
+        if change.old is not None and allocgang.member_changed(change.old, pod):
             # A member left (or was released): the rest decide again (and give back what a
             # gang that can no longer be completed holds).
+            assert change.old.gang is not None
             for key in self.pods.index_keys(POD_GANG_INDEX, change.old.gang_keys()[0]):
                 if key != change.key:
                     self.queue.add(key)

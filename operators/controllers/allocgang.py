@@ -82,6 +82,20 @@ class _Ready:
         ]
 
 
+def member_changed(old: Pod | None, new: Pod | None) -> bool:
+    """Whether a pod event may change its gang's decision, so that the other members must
+    decide again: a member left (deleted, finished, moved to another gang) or was released."""
+    if old is None or old.gang is None:
+        return False
+    if new is None or new.gang != old.gang:
+        return True
+    # Transitions only: a released member's own updates (it starts, runs, reports) change
+    # nothing for the others, and a gang of N pods would otherwise cost N requeues (and,
+    # for members still waiting, a gang search) per status update of every member.
+    released = old.gated and not new.gated
+    return released or (new.done and not old.done) or (new.deleting and not old.deleting)
+
+
 def gang_members(controller: AllocationController, pod: Pod) -> tuple[list[Pod], int]:
     """The live, gated pods of the pod's gang, in name order, and how many live members
     were released already (they count as placed: a gang write cut short between two pod

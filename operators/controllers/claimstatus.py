@@ -61,7 +61,9 @@ def summarized(status: JsonDict, protocol: PodProtocol) -> JsonDict:
     out = dict(status)
     if "allocation" in status:
         allocation = status["allocation"]
-        out[ALLOCATED_DEVICES] = allocated_devices(allocation) if allocation else None
+        # No devices (a claim without requests): no summary. "" would read as one device
+        # named "" to the CRD's rule, which refuses it.
+        out[ALLOCATED_DEVICES] = (allocated_devices(allocation) or None) if allocation else None
     if "reservedFor" in status:
         out[RESERVED_FOR_NAMES] = reserved_for_names(status["reservedFor"] or ())
     return out

@@ -45,10 +45,10 @@ def valid_condition(status: QuotaStatus) -> tuple[str, str, str]:
     if status.blocking:
         return (
             "False",
-            "InvalidSelector",
+            status.reason,
             f"{status.invalid}; allocations of the class in this namespace wait until it is fixed",
         )
-    return "False", "UnknownDeviceClass", f"{status.invalid}; the quota limits nothing"
+    return "False", status.reason, f"{status.invalid}; the quota limits nothing"
 
 
 class QuotaStatusWriter:

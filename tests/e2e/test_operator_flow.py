@@ -101,6 +101,25 @@ def test_shared_claim_used_by_three_pods(
     assert shared["status"]["allocation"]["devices"]["results"][0]["pool"] == nodes.pop()
 
 
+@pytest.mark.only_api_modes("crd", reason="claim status summaries are dralloc's CRD fields")
+def test_a_claim_without_requests_is_allocated(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    # Allocated with no results: the allocatedDevices summary must then be absent (an
+    # empty one is refused by the CRD's rule, and the pod would stay gated).
+    pool = make_pool(testbed, nodes=1, devices=1)
+    body = claim(namespace, "nothing", pool)
+    body["spec"] = {"devices": {"requests": []}}
+    testbed.apply(body)
+    testbed.apply(pod(namespace, "p", pool, [{"name": "none", "resourceClaimName": "nothing"}]))
+    wait_bound(testbed, namespace, "p")
+    stored = get(testbed, testbed.api_mode.resource("resourceclaims"), "nothing", namespace)
+    assert stored is not None
+    assert stored["status"]["allocation"]["devices"].get("results", []) == []
+    assert "allocatedDevices" not in stored["status"]
+    assert stored["status"]["reservedForNames"] == "p"
+
+
 def race_for_the_last_device(testbed: Testbed, namespace: str) -> tuple[str, str]:
     """Two pods for one device: (the one bound, the one told why not)."""
     pool = make_pool(testbed, nodes=1, devices=1)

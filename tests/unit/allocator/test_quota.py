@@ -6,6 +6,7 @@ from typing import Any
 
 from operators.allocator import AllocatorState, Features
 from operators.allocator.quota import compile_quota
+from operators.api.models import DeviceQuota
 
 DRIVER = "gpu.example.com"
 NS = "team-a"
@@ -232,3 +233,16 @@ def test_compile_quota_reads_the_model_fields() -> None:
     q = compile_quota(quota(devices=2, claims=1, capacity={"memory": "160Gi"}))
     assert (q.ref, q.class_name, q.devices, q.claims) == ("team-a/gpus", "gpu", 2, 1)
     assert [(n, str(v)) for n, v in q.capacity] == [("memory", "160Gi")]
+
+
+def test_a_capacity_name_the_crd_lets_through_holds_back_instead_of_lifting_the_quota() -> None:
+    # The CRD cannot check map keys (structural schemas have no propertyNames), so a name
+    # such as "gpu-memory" (capacity names are C identifiers) reaches the operator. Refusing
+    # the whole object made the cache drop the quota, and with it the devices limit beside.
+    state = cluster()
+    typo = DeviceQuota.model_validate(quota(devices=1, capacity={"gpu-memory": "80Gi"}))
+    state.upsert_quota(typo)
+    found = place(state, claim("a", 1))
+    assert 'DeviceQuota team-a/gpus is invalid (capacity name "gpu-memory"' in reason(found)
+    status = state.quotas.status(state.quotas.quotas[NS]["gpus"])
+    assert (status.blocking, status.reason) == (True, "InvalidCapacityName")

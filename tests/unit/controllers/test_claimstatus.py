@@ -290,3 +290,31 @@ async def test_a_trimmed_reservation_rewrites_the_consumers_names() -> None:
     [trim, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
     assert [r["name"] for r in trim.body["status"]["reservedFor"]] == ["kept"]
     assert trim.body["status"]["reservedForNames"] == "kept"
+
+
+def _crd_rules_pass(status: dict[str, Any]) -> list[str]:
+    """The CRD's status rules (as the API server runs them) that refuse ``status``."""
+    from operators.api.resourceclaim import ResourceClaimStatus
+    from operators.cel.program import evaluate
+
+    stored = {k: v for k, v in status.items() if v is not None}  # merge-patch nulls drop
+    rules = ResourceClaimStatus.model_config["json_schema_extra"]["x-kubernetes-validations"]
+    return [
+        r["message"]
+        for r in rules
+        if "oldSelf" not in r["rule"] and evaluate(r["rule"], {"self": stored}) is not True
+    ]
+
+
+def test_the_summaries_of_a_claim_without_requests_pass_the_crd_rules() -> None:
+    # A claim with no requests is allocated with no results. Its summary used to be
+    # allocatedDevices: "", which the rule reads as one device named "" that the
+    # allocation lacks: the API server refused the write, and the pod waited forever.
+    written = claimstatus.summarized(
+        {
+            "allocation": {"devices": {"results": []}},
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}],
+        },
+        DRALLOC,
+    )
+    assert _crd_rules_pass(written) == []

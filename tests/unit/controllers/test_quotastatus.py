@@ -30,12 +30,12 @@ def test_usage_is_written_in_the_notation_of_the_limit() -> None:
 def test_the_valid_condition_says_what_an_invalid_quota_does() -> None:
     assert valid_condition(QuotaStatus(Usage(), None, False))[:2] == ("True", "Enforced")
     status, reason, message = valid_condition(
-        QuotaStatus(Usage(), "selector #0: CEL compile error: x", True)
+        QuotaStatus(Usage(), "selector #0: CEL compile error: x", True, "InvalidSelector")
     )
     assert (status, reason) == ("False", "InvalidSelector")
     assert message.endswith("allocations of the class in this namespace wait until it is fixed")
     status, reason, message = valid_condition(
-        QuotaStatus(Usage(), 'deviceclass "gpu" not found', False)
+        QuotaStatus(Usage(), 'deviceclass "gpu" not found', False, "UnknownDeviceClass")
     )
     assert (status, reason) == ("False", "UnknownDeviceClass")
     assert message == 'deviceclass "gpu" not found; the quota limits nothing'
