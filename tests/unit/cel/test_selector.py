@@ -254,3 +254,25 @@ def test_type_errors_read_as_upstreams(expression: str, message: str) -> None:
     with pytest.raises(CELCompileError) as raised:
         compile_selector(expression)
     assert str(raised.value).startswith("compilation failed: " + message), str(raised.value)
+
+
+# Upstream's actual costs (its Go side), regressions of celdiff seed 2 #1872: a filtering
+# step (filter; map, transformList, transformMap with a predicate) costs only when the
+# predicate holds, as cel-go evaluates only the branch taken.
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        ('"".split("a").filter(s, s != "").exists(s, s.contains(device.driver))', 3),
+        ("[1, 2].filter(s, s > 1).size() == 1", 20),
+        ("[1].map(s, false, s).size() == 0", 3),
+        ("[1, 2].map(x, x > 1, [x, x]).size() == 1", 31),
+        ("[1].transformList(i, s, false, s).size() == 0", 3),
+        ("{1: 2}.transformMap(k, v, false, v).size() == 0", 3),
+        ("{1: 2}.transformMap(k, v, true, v).size() == 1", 7),
+        ("[1, 2, 3].map(x, x * 2).size() == 3", 45),
+    ],
+)
+def test_filtering_steps_cost_only_when_taken(expression: str, actual: int) -> None:
+    device = DeviceView.build("x", {}, {}, False)
+    _, cost = compile_selector(expression).evaluate_with_cost(device)
+    assert cost == actual
