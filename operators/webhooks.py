@@ -129,7 +129,7 @@ def selector_verdict(
     return invalid_message(str(body.get("kind")), GROUP, name, problems)
 
 
-async def _validate_selectors(body: kopf.Body, old: kopf.Body | None, **_: Any) -> None:
+def _refuse_bad_selectors(body: kopf.Body, old: Any) -> None:
     message = selector_verdict(body, old, current_settings())
     if message is not None:
         raise kopf.AdmissionError(message, code=UNPROCESSABLE)
@@ -137,14 +137,28 @@ async def _validate_selectors(body: kopf.Body, old: kopf.Body | None, **_: Any) 
 
 # Claims and templates: the spec is immutable (the CRD says so), so only a create brings
 # new expressions; a class's update may change its selectors.
-for _plural, _operations in (
-    ("deviceclasses", ["CREATE", "UPDATE"]),
-    ("resourceclaims", ["CREATE"]),
-    ("resourceclaimtemplates", ["CREATE"]),
-):
-    kopf.on.validate(
-        GROUP, "v1", _plural, id=SELECTOR_WEBHOOK_IDS[_plural], operations=_operations
-    )(_validate_selectors)
+@kopf.on.validate(
+    GROUP, "v1", "deviceclasses", id=SELECTOR_WEBHOOK_IDS["deviceclasses"],
+    operations=["CREATE", "UPDATE"],
+)  # fmt: skip
+async def validate_class_selectors(body: kopf.Body, **kwargs: Any) -> None:
+    _refuse_bad_selectors(body, kwargs.get("old"))
+
+
+@kopf.on.validate(
+    GROUP, "v1", "resourceclaims", id=SELECTOR_WEBHOOK_IDS["resourceclaims"],
+    operations=["CREATE"],
+)  # fmt: skip
+async def validate_claim_selectors(body: kopf.Body, **_: Any) -> None:
+    _refuse_bad_selectors(body, None)
+
+
+@kopf.on.validate(
+    GROUP, "v1", "resourceclaimtemplates", id=SELECTOR_WEBHOOK_IDS["resourceclaimtemplates"],
+    operations=["CREATE"],
+)  # fmt: skip
+async def validate_template_selectors(body: kopf.Body, **_: Any) -> None:
+    _refuse_bad_selectors(body, None)
 
 
 async def _namespace_labels(memo: Any, name: str, *, live: bool) -> Mapping[str, str] | None:

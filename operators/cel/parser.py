@@ -11,7 +11,6 @@ The Lark tree is then folded into the compact AST, recognising macros.
 from __future__ import annotations
 
 import dataclasses
-
 import threading
 from pathlib import Path
 from typing import Any
