@@ -374,6 +374,7 @@ def _add_check_parser(commands: argparse._SubParsersAction) -> None:  # type: ig
 def _check(args: argparse.Namespace) -> int:
     from operators.toolkit.check import (
         DEFAULT_RULES,
+        SelectorMode,
         check_snapshot,
         render_report,
         tolerant_snapshot,
@@ -389,11 +390,19 @@ def _check(args: argparse.Namespace) -> int:
     else:
         objects = read_objects(args.filename)
     snapshot, unreadable = tolerant_snapshot(objects)
+    features = _features(args.feature_gates)
+    # Files hold new objects (checked as admission would), a cluster stored ones.
+    selectors = SelectorMode(
+        stored=bool(args.live),
+        list_attributes=features.list_type_attributes,
+        consumable_capacity=features.consumable_capacity,
+    )
     report = check_snapshot(
         snapshot,
         args.rule or DEFAULT_RULES,
         pods_complete=True if args.live else None,
         unreadable=unreadable,
+        selectors=selectors,
     )
     print(render_report(report, args.output))
     return EXIT_OK if report.ok else EXIT_DOES_NOT_FIT

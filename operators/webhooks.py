@@ -1,8 +1,13 @@
-"""The mutating admission webhook: pods that ask for claims start behind a scheduling gate.
+"""The admission webhooks: pods that ask for claims start behind a scheduling gate, and
+classes, claims and templates with a selector upstream's API server would refuse are refused.
 
 Without the gate, kube-scheduler could bind a pod before the allocator has chosen a node with
-free devices. The webhook only adds the gate; everything else about the pod stays as the user
-wrote it. It runs on every replica (admission must not depend on who is leader).
+free devices. The mutating webhook only adds the gate; everything else about the pod stays as
+the user wrote it. The validating one compiles the CEL selectors of dralloc's kinds as the API
+server compiles those of resource.k8s.io (in-tree it does that itself): a selector that does
+not compile, has a type error, is too costly or uses a field its feature gate hides is refused
+at ``kubectl apply`` naming the field, not only at allocation. Both run on every replica
+(admission must not depend on who is leader).
 
 Serving: kopf's aiohttp webhook server. With certificate files it uses them; without, it
 generates a self-signed certificate for its hostnames. kopf would do that through
@@ -17,15 +22,26 @@ from typing import Any
 
 import kopf
 
+from operators.api import InvalidObjectError, parse_object
+from operators.api.models import GROUP
 from operators.api.podprotocol import DRALLOC, PodProtocol, protocol_for
 from operators.cache.core import SCHEDULING_GATE, Namespace
 from operators.cache.informer import Key
+from operators.cel.admission import Checked, invalid_message, refused_selectors
 from operators.certificates import build_self_signed_certificate
 from operators.controllers.base import MEMO_KEY, current_settings
 from operators.kube import NAMESPACES
 from operators.settings import Settings
 
 WEBHOOK_ID = "scheduling-gate"
+#: Handler ids (and so URL paths) of the selector webhooks, one per kind.
+SELECTOR_WEBHOOK_IDS = {
+    "deviceclasses": "selectors-deviceclasses",
+    "resourceclaims": "selectors-resourceclaims",
+    "resourceclaimtemplates": "selectors-resourceclaimtemplates",
+}
+#: The API server's status code for an invalid object.
+UNPROCESSABLE = 422
 
 
 def gate_patch(
@@ -82,6 +98,67 @@ async def add_scheduling_gate(
             if labels is not None and not namespace_selected(labels, selector):
                 return  # left to kube-scheduler (in-tree), or to whoever serves it
     patch.spec["schedulingGates"] = gates
+
+
+def selector_verdict(
+    body: Mapping[str, Any], old: Mapping[str, Any] | None, settings: Settings
+) -> str | None:
+    """Why the API server would refuse this object for its selectors, or None to admit it.
+
+    ``old`` is the stored object on an update. An object that does not parse is admitted:
+    the CRD's schema has already checked what the API server checks, and whatever the
+    models refuse beyond that the controllers report where the user looks.
+    """
+    try:
+        obj = parse_object(body)
+        previous = parse_object(old) if old is not None else None
+    except InvalidObjectError:
+        return None
+    if not isinstance(obj, Checked) or (previous is not None and not isinstance(previous, Checked)):
+        return None
+    gates = settings.feature_gates
+    problems = refused_selectors(
+        obj,
+        previous,
+        list_attributes=gates["DRAListTypeAttributes"],
+        consumable_capacity=gates["DRAConsumableCapacity"],
+    )
+    if not problems:
+        return None
+    name = str((body.get("metadata") or {}).get("name") or "")
+    return invalid_message(str(body.get("kind")), GROUP, name, problems)
+
+
+def _refuse_bad_selectors(body: kopf.Body, old: Any) -> None:
+    message = selector_verdict(body, old, current_settings())
+    if message is not None:
+        raise kopf.AdmissionError(message, code=UNPROCESSABLE)
+
+
+# Claims and templates: the spec is immutable (the CRD says so), so only a create brings
+# new expressions; a class's update may change its selectors.
+@kopf.on.validate(
+    GROUP, "v1", "deviceclasses", id=SELECTOR_WEBHOOK_IDS["deviceclasses"],
+    operations=["CREATE", "UPDATE"],
+)  # fmt: skip
+async def validate_class_selectors(body: kopf.Body, **kwargs: Any) -> None:
+    _refuse_bad_selectors(body, kwargs.get("old"))
+
+
+@kopf.on.validate(
+    GROUP, "v1", "resourceclaims", id=SELECTOR_WEBHOOK_IDS["resourceclaims"],
+    operations=["CREATE"],
+)  # fmt: skip
+async def validate_claim_selectors(body: kopf.Body, **_: Any) -> None:
+    _refuse_bad_selectors(body, None)
+
+
+@kopf.on.validate(
+    GROUP, "v1", "resourceclaimtemplates", id=SELECTOR_WEBHOOK_IDS["resourceclaimtemplates"],
+    operations=["CREATE"],
+)  # fmt: skip
+async def validate_template_selectors(body: kopf.Body, **_: Any) -> None:
+    _refuse_bad_selectors(body, None)
 
 
 async def _namespace_labels(memo: Any, name: str, *, live: bool) -> Mapping[str, str] | None:

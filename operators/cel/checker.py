@@ -73,7 +73,15 @@ def check(tree: ast.Node, declarations: Declarations) -> Checked:
 
 
 def _format(x: t.Type) -> str:
-    return "any" if x.kind == "any" else str(x)
+    """A type as cel-go's messages print it: ``google.protobuf.Any`` is ``any`` at any depth."""
+    if x.kind == "any":
+        return "any"
+    if not x.params:
+        return str(x)
+    inner = ", ".join(_format(p) for p in x.params)
+    if x.kind in ("list", "map", "type"):
+        return f"{x.kind}({inner})"
+    return f"{x.name}({inner})" if x.kind == "opaque" else str(x)
 
 
 class _Checker:

@@ -671,8 +671,11 @@ class _Codegen:
             finally:
                 self.scopes.pop()
         # Each iteration is charged, before it runs, the fixed cost of cel-go's loop
-        # condition and step around the predicate and transform.
-        self.charge_at(step_at, body[0] + _LOOP_COST[node.kind], self.level + 1)
+        # condition and step around the predicate and transform. A filtering step
+        # (``p ? __result__ + [t] : __result__``) is charged in its branch instead: cel-go
+        # evaluates, and so counts, only the branch taken.
+        step = 0 if _filtering(node) else _LOOP_COST[node.kind]
+        self.charge_at(step_at, body[0] + step, self.level + 1)
         if kind in ("all", "exists"):
             final = "True" if kind == "all" else "False"
             self.emit(f"if {result} is {final} and {err} is not None:")
@@ -708,6 +711,7 @@ class _Codegen:
             check = self.helper("condition", runtime.condition)
             self.emit(f"if {check}({self.expr(node.args[0])}):")
             with self.block():
+                self.charge_at(len(self.lines), _LOOP_COST[kind])
                 self.emit(f"{result}.append({names[0]})")
             return
         transform = node.args[-1]
@@ -716,11 +720,18 @@ class _Codegen:
             self.emit(f"if not {check}({self.expr(node.args[0])}):")
             with self.block():
                 self.emit("continue")
-        if kind == "transformMap":
-            key = self.helper("map_key", runtime.map_key)
-            self.emit(f"{result}[{key}({names[0]})] = {self.expr(transform)}")
+        with self.frame() as taken:
+            at = len(self.lines)
+            if kind == "transformMap":
+                key = self.helper("map_key", runtime.map_key)
+                self.emit(f"{result}[{key}({names[0]})] = {self.expr(transform)}")
+            else:
+                self.emit(f"{result}.append({self.expr(transform)})")
+        if _filtering(node):
+            # Only when the predicate held: the transform and the step.
+            self.charge_at(at, taken[0] + _LOOP_COST[kind])
         else:
-            self.emit(f"{result}.append({self.expr(transform)})")
+            self.charge(taken[0])
 
     # --- calls ---------------------------------------------------------------
     def x_Call(self, node: ast.Call) -> str:
@@ -804,6 +815,14 @@ class _Codegen:
 
 
 _NOT_CONSTANT = object()
+
+
+def _filtering(node: ast.Comprehension) -> bool:
+    """Whether a macro's step is conditional: filter, and map, transformList and
+    transformMap with a predicate."""
+    return node.kind == "filter" or (
+        node.kind in ("map", "transformList", "transformMap") and len(node.args) == 2
+    )
 
 
 def _constant_value(node: ast.Node) -> Any:

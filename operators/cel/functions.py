@@ -1028,10 +1028,19 @@ def _q_add(q: Any, other: Any) -> Quantity:
 def _q_sub(q: Any, other: Any) -> Quantity:
     y = _quantity_operand("sub", q, other)
     negated = y.int64_amount
+    nanos = q.nanos - y.nanos
     if negated is not None:
-        negated = (-negated[0], negated[1])
-    amount = _amount_sum(q.int64_amount, negated)
-    return ComputedQuantity.from_nanos(q.nanos - y.nanos, q.format, amount)
+        # Kubernetes negates the int64 value in place, and -MinInt64 wraps to MinInt64: the
+        # int64 path then adds the subtrahend instead (q - MinInt64 == q + MinInt64, when it
+        # fits). Upstream's answer, so dralloc's; a decimal operand takes the exact path.
+        wrapped = negated[0] == INT64_MIN
+        negated = (negated[0] if wrapped else -negated[0], negated[1])
+        amount = _amount_sum(q.int64_amount, negated)
+        if wrapped and amount is not None:
+            nanos = q.nanos + y.nanos
+    else:
+        amount = None
+    return ComputedQuantity.from_nanos(nanos, q.format, amount)
 
 
 def _as_int64(fn: str, q: Any) -> int | None:

@@ -10,6 +10,7 @@ The Lark tree is then folded into the compact AST, recognising macros.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any
@@ -269,6 +270,19 @@ class _Folder:
         meta = node.meta
         return (getattr(meta, "line", 1), getattr(meta, "column", 1))
 
+    def after(self, node: Tree | Token) -> tuple[int, int]:
+        """Where the operator token that follows ``node`` is (``==``, ``.``, ``(``, ``[``):
+        cel-go gives a call, a selection or an index the position of its operator, so type
+        errors point where upstream's do."""
+        end = node.end_pos if isinstance(node, Token) else getattr(node.meta, "end_pos", None)
+        if end is None:
+            return self.pos(node)
+        source = self.source
+        while end < len(source) and source[end].isspace():
+            end += 1
+        line_start = source.rfind("\n", 0, end) + 1
+        return (source.count("\n", 0, end) + 1, end - line_start + 1)
+
     def fold(self, node: Tree | Token) -> ast.Node:
         while isinstance(node, Tree) and len(node.children) == 1 and node.data in _PASS_THROUGH:
             node = node.children[0]
@@ -295,7 +309,8 @@ class _Folder:
         op_node, right = t.children
         assert isinstance(op_node, Tree)
         op = _OPERATORS[str(op_node.data)]
-        return ast.Binary(op, self.fold(op_node.children[0]), self.fold(right), pos=self.pos(t))
+        left = op_node.children[0]
+        return ast.Binary(op, self.fold(left), self.fold(right), pos=self.after(left))
 
     f_relation = f_addition = f_multiplication = _binary
 
@@ -401,19 +416,23 @@ class _Folder:
 
     def f_member_dot(self, t: Tree) -> ast.Node:
         operand, name = t.children
-        return ast.Select(self.fold(operand), _field_name(name), pos=self.pos(t))
+        return ast.Select(self.fold(operand), _field_name(name), pos=self.after(operand))
 
     def f_member_optdot(self, t: Tree) -> ast.Node:
         operand, name = t.children
-        return ast.Select(self.fold(operand), _field_name(name), optional=True, pos=self.pos(t))
+        return ast.Select(
+            self.fold(operand), _field_name(name), optional=True, pos=self.after(operand)
+        )
 
     def f_member_index(self, t: Tree) -> ast.Node:
         operand, index = t.children
-        return ast.Index(self.fold(operand), self.fold(index), pos=self.pos(t))
+        return ast.Index(self.fold(operand), self.fold(index), pos=self.after(operand))
 
     def f_member_optindex(self, t: Tree) -> ast.Node:
         operand, index = t.children
-        return ast.Index(self.fold(operand), self.fold(index), optional=True, pos=self.pos(t))
+        return ast.Index(
+            self.fold(operand), self.fold(index), optional=True, pos=self.after(operand)
+        )
 
     def f_member_object(self, t: Tree) -> ast.Node:
         type_node = t.children[0]
@@ -464,7 +483,7 @@ class _Folder:
 
     def f_dot_ident_arg(self, t: Tree) -> ast.Node:
         name = str(t.children[0])
-        return ast.Call(name, self._args(t, 1), None, pos=self.pos(t))
+        return ast.Call(name, self._args(t, 1), None, pos=self.after(t.children[0]))
 
     def f_ident(self, t: Tree) -> ast.Node:
         return ast.Ident(str(t.children[0]), pos=self.pos(t))
@@ -586,7 +605,9 @@ _TWO_VAR_MACROS = {
 def _macro_or_call(
     folder: _Folder, t: Tree, name: str, args: tuple[ast.Node, ...], target: ast.Node | None
 ) -> ast.Node:
-    pos = folder.pos(t)
+    # The call's "(": after the function's name, the first or second child.
+    name_token = t.children[0 if target is None else 1]
+    pos = folder.after(name_token) if isinstance(name_token, Token) else folder.pos(t)
 
     def var(node: ast.Node) -> str:
         if not isinstance(node, ast.Ident) or node.root:
@@ -598,7 +619,8 @@ def _macro_or_call(
             arg = args[0]
             if not isinstance(arg, ast.Select) or arg.optional:
                 raise folder.error(t, "invalid argument to has() macro")
-            return ast.Has(arg, pos=pos)
+            # cel-go places the selection of has() at the macro's call.
+            return ast.Has(dataclasses.replace(arg, pos=pos), pos=pos)
         return ast.Call(name, args, None, pos=pos)
 
     if name == "bind" and len(args) == 3 and isinstance(target, ast.Ident) and target.name == "cel":

@@ -13,6 +13,7 @@ errors into upstream's messages.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -165,7 +166,7 @@ def _compile(
     try:
         program = compile_program(expression, env)
     except CELCompileError as exc:
-        message = str(exc)
+        message = _with_snippet(str(exc), expression)
         if not message.startswith(("compilation failed", "program instantiation failed")):
             message = "compilation failed: " + message
         raise CELCompileError(message) from None
@@ -183,6 +184,21 @@ def _compile(
             f"too complex, exceeds cost limit (estimated cost {cost}, limit {MAX_COST})"
         )
     return CompiledSelector(expression, cost, list_attributes, program)
+
+
+_LOCATED = re.compile(r"ERROR: <input>:(\d+):(\d+): ")
+
+
+def _with_snippet(message: str, expression: str) -> str:
+    """The message with the source line and a caret under the column, as cel-go prints
+    every located error (the parser adds them to syntax errors itself)."""
+    found = _LOCATED.search(message)
+    if found is None or "\n | " in message:
+        return message
+    line, column = int(found.group(1)), int(found.group(2))
+    lines = expression.splitlines() or [""]
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    return f"{message}\n | {text}\n | {'.' * (column - 1)}^"
 
 
 __all__ = ["DEFAULT_COST_LIMIT", "CompiledSelector", "compile_selector"]

@@ -25,6 +25,12 @@ Rules (names are stable; tests and users grep for them):
   of another pod), not allocated, or not reserved for the pod, other devices than the claim's
   allocation, or no entry for a claim that is allocated for the pod. The claims are the truth
   (DESIGN.md "Trust"); the operator rewrites such an annotation, this names it;
+- ``invalid-selector``: a class, claim or template has a selector the API server would refuse
+  (in-tree it refuses it at create; dralloc's webhook does for its CRDs): objects read from
+  files are new ones, compiled as new expressions with the given feature gates (compile and
+  type errors, the cost limit); objects read from a cluster are stored ones, compiled as the
+  allocator compiles them (every field declared, no cost check), so only what can never
+  be evaluated is named;
 - ``bound-pod-claim-not-reserved`` (opt-in, for settled clusters): a running pod bound to a
   node whose claims are missing, unallocated, or not reserved for it.
 
@@ -49,6 +55,8 @@ from operators.api.annotations import (
     parse_pod_devices,
 )
 from operators.api.models import KUBERNETES_GROUP, Device
+from operators.cel import CELError, compile_selector
+from operators.cel.admission import Checked, refused_selectors, selector_paths
 from operators.toolkit.pods import PodInfo
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import RawObject
@@ -61,6 +69,7 @@ ALLOCATED_WITHOUT_FINALIZER: Final = "allocated-without-finalizer"
 GATED_POD_CLAIM_MISSING: Final = "gated-pod-claim-missing"
 DEVICES_ANNOTATION_MISMATCH: Final = "devices-annotation-mismatch"
 BOUND_POD_CLAIM_NOT_RESERVED: Final = "bound-pod-claim-not-reserved"
+INVALID_SELECTOR: Final = "invalid-selector"
 
 DEFAULT_RULES: Final = (
     DEVICE_ALLOCATED_TWICE,
@@ -70,6 +79,7 @@ DEFAULT_RULES: Final = (
     ALLOCATED_WITHOUT_FINALIZER,
     GATED_POD_CLAIM_MISSING,
     DEVICES_ANNOTATION_MISMATCH,
+    INVALID_SELECTOR,
 )
 ALL_RULES: Final = (*DEFAULT_RULES, BOUND_POD_CLAIM_NOT_RESERVED)
 
@@ -113,6 +123,16 @@ class CheckReport:
 
 
 @dataclass(frozen=True)
+class SelectorMode:
+    """How ``invalid-selector`` compiles: new objects as admission does, stored ones as the
+    allocator does. The flags are the DRAListTypeAttributes and DRAConsumableCapacity gates."""
+
+    stored: bool = False
+    list_attributes: bool = False
+    consumable_capacity: bool = True
+
+
+@dataclass(frozen=True)
 class _Use:
     """One allocation result naming a device."""
 
@@ -144,8 +164,9 @@ def check_snapshot(
     *,
     pods_complete: bool | None = None,
     unreadable: Sequence[str] = (),
+    selectors: SelectorMode = SelectorMode(),
 ) -> CheckReport:
-    """Check the given rules on a snapshot.
+    """Check the given rules on a snapshot (``selectors``: see :class:`SelectorMode`).
 
     ``pods_complete`` says whether the snapshot holds every pod of the cluster (True for a
     live read). When None, a snapshot without any Pod object is taken to be a partial one
@@ -167,7 +188,10 @@ def check_snapshot(
         if rule in pod_rules and not pods_complete:
             skipped[rule] = "the snapshot holds no Pod objects"
             continue
-        found, count = _RULES[rule](snapshot, devices, uses)
+        if rule == INVALID_SELECTOR:
+            found, count = _invalid_selectors(snapshot, selectors)
+        else:
+            found, count = _RULES[rule](snapshot, devices, uses)
         violations.extend(found)
         checked[rule] = count
     return CheckReport(tuple(violations), checked, skipped, tuple(unreadable))
@@ -184,7 +208,13 @@ def check_cluster(
     from operators.toolkit.live import read_cluster
 
     snapshot, unreadable = tolerant_snapshot(read_cluster(kubeconfig, context, group))
-    return check_snapshot(snapshot, rules, pods_complete=True, unreadable=unreadable)
+    return check_snapshot(
+        snapshot,
+        rules,
+        pods_complete=True,
+        unreadable=unreadable,
+        selectors=SelectorMode(stored=True),
+    )
 
 
 # -- device index ------------------------------------------------------------------------------
@@ -562,6 +592,35 @@ def _annotation_problems(snapshot: Snapshot, pod: PodInfo) -> list[str]:
     for extra in sorted(listed):
         problems.append(f"the annotation lists claim entry {extra}, which the pod does not have")
     return problems
+
+
+def _invalid_selectors(snapshot: Snapshot, mode: SelectorMode) -> _Found:
+    objects: list[tuple[str, Checked]] = [
+        *((f"DeviceClass {k}", o) for k, o in sorted(snapshot.device_classes.items())),
+        *((f"ResourceClaim {k}", o) for k, o in sorted(snapshot.claims.items())),
+        *((f"ResourceClaimTemplate {k}", o) for k, o in sorted(snapshot.templates.items())),
+    ]
+    found: list[Violation] = []
+    for subject, obj in objects:
+        if not mode.stored:
+            problems = refused_selectors(
+                obj,
+                list_attributes=mode.list_attributes,
+                consumable_capacity=mode.consumable_capacity,
+            )
+            found.extend(Violation(INVALID_SELECTOR, subject, str(p)) for p in problems)
+            continue
+        for path, expression in selector_paths(obj):
+            try:
+                compile_selector(
+                    expression,
+                    list_attributes=mode.list_attributes,
+                    consumable_capacity=mode.consumable_capacity,
+                    stored=True,
+                )
+            except CELError as error:
+                found.append(Violation(INVALID_SELECTOR, subject, f"{path}: {error}"))
+    return found, len(objects)
 
 
 def _owned_by(claim: ResourceClaim, uid: str) -> bool:

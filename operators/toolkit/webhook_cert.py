@@ -6,7 +6,8 @@ one Service each replica would generate its own CA, and the single ``caBundle`` 
 MutatingWebhookConfiguration can trust only the one written last; kopf's managed
 configuration also removes its webhooks when a replica stops, which races with the other
 replica during a rolling update. So the base manifests run this command once as a Job
-(its own ServiceAccount may touch exactly one Secret and one webhook configuration); both
+(its own ServiceAccount may touch exactly one Secret and the two webhook configurations
+named ``dralloc``, mutating and validating); both
 replicas mount the Secret, and the operator's own ServiceAccount never reads Secrets.
 
 Idempotent: a valid certificate for the Service's names that is not about to expire is kept,
@@ -31,6 +32,14 @@ MUTATING_WEBHOOKS = Resource(
     "v1",
     "mutatingwebhookconfigurations",
     "MutatingWebhookConfiguration",
+    False,
+)
+#: The selector webhooks (CRD mode only: in-tree the API server validates selectors itself).
+VALIDATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
     False,
 )
 
@@ -124,17 +133,26 @@ async def ensure_webhook_certificate(
             await client.replace(SECRETS, body)  # a concurrent writer makes this a 409
             state = "renewed"
     ca_bundle = base64.b64encode(cert_pem).decode()
-    patched = await _patch_ca_bundle(client, configuration, ca_bundle)
+    patched = await _patch_ca_bundle(client, MUTATING_WEBHOOKS, configuration, ca_bundle)
+    patched += await _patch_ca_bundle(
+        client, VALIDATING_WEBHOOKS, configuration, ca_bundle, required=False
+    )
     return CertOutcome(f"{namespace}/{secret} {state}", not_after, patched)
 
 
-async def _patch_ca_bundle(client: KubeClient, name: str, ca_bundle: str) -> int:
+async def _patch_ca_bundle(
+    client: KubeClient, kind: Resource, name: str, ca_bundle: str, *, required: bool = True
+) -> int:
+    """Write the CA into every webhook of one configuration; the number of webhooks patched.
+    A configuration that is not ``required`` may be missing (0)."""
     for _attempt in range(3):
         try:
-            current = await client.get(MUTATING_WEBHOOKS, name)
+            current = await client.get(kind, name)
         except NotFound:
+            if not required:
+                return 0
             raise ToolkitError(
-                f"MutatingWebhookConfiguration {name} does not exist (apply manifests/ first)"
+                f"{kind.kind} {name} does not exist (apply manifests/ first)"
             ) from None
         operations = [
             {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": ca_bundle}
@@ -145,7 +163,7 @@ async def _patch_ca_bundle(client: KubeClient, name: str, ca_bundle: str) -> int
             return 0
         try:
             await client.json_patch(
-                MUTATING_WEBHOOKS,
+                kind,
                 name,
                 operations,
                 resource_version=current["metadata"]["resourceVersion"],
@@ -153,7 +171,7 @@ async def _patch_ca_bundle(client: KubeClient, name: str, ca_bundle: str) -> int
         except Conflict:
             continue  # changed under us: read again
         return len(operations)
-    raise ToolkitError(f"MutatingWebhookConfiguration {name} kept changing; try again")
+    raise ToolkitError(f"{kind.kind} {name} kept changing; try again")
 
 
 async def run(

@@ -161,6 +161,7 @@ class OperatorProcess:
         self.wait_until("controllers starting")
         if self.webhook:
             self.wait_until("Reconfiguring the mutating webhook")
+            self.wait_until("Reconfiguring the validating webhook")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is None or self.process.poll() is not None:

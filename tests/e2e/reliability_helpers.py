@@ -20,7 +20,13 @@ from typing import Any
 
 import pytest
 
-from operators.toolkit.check import DEFAULT_RULES, CheckReport, check_snapshot, tolerant_snapshot
+from operators.toolkit.check import (
+    DEFAULT_RULES,
+    CheckReport,
+    SelectorMode,
+    check_snapshot,
+    tolerant_snapshot,
+)
 from operators.toolkit.sources import objects_from_documents
 from tests.testbed_scripts import load_testbed_script
 
@@ -53,7 +59,11 @@ def cluster_check(
     ]
     documents = [{"apiVersion": "v1", "kind": "List", "items": items}]
     snapshot, unreadable = tolerant_snapshot(objects_from_documents("testbed", documents))
-    return check_snapshot(snapshot, rules, pods_complete=True, unreadable=unreadable)
+    # Read from the cluster: stored objects (their selectors compiled as the allocator does).
+    stored = SelectorMode(stored=True)
+    return check_snapshot(
+        snapshot, rules, pods_complete=True, unreadable=unreadable, selectors=stored
+    )
 
 
 def assert_invariants(

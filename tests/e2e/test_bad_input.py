@@ -8,8 +8,10 @@ device, the operator keeps running, and the invariant checker finds nothing wron
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from .operator_fixtures import (
     GROUP,
     OperatorProcess,
     Pool,
+    claim,
     make_pool,
     operator,
     pod,
@@ -102,22 +105,57 @@ def assert_unharmed(
     assert_invariants(testbed, [namespace])
 
 
-@pytest.mark.only_api_modes(
-    "crd",
-    reason="the API server compiles the CEL of resource.k8s.io classes and refuses this one at "
-    "create (spec.selectors[0].cel.expression: compilation failed), so dralloc never sees it",
-)
-def test_invalid_cel_selector_in_a_class_fails_only_its_claims(
+def selecting(expression: str) -> list[dict[str, Any]]:
+    return [{"cel": {"expression": expression}}]
+
+
+@contextlib.contextmanager
+def stored_before_the_webhook(testbed: Testbed, operator: OperatorProcess) -> Iterator[None]:
+    """Objects created inside are stored as if before dralloc's selector webhook existed
+    (an upgrade): its configuration is taken away meanwhile and put back after."""
+    name = f"{operator.lease or 'dralloc-operator'}.dralloc.test"
+    saved = testbed.get("validatingwebhookconfiguration", name)
+    assert saved is not None, f"no ValidatingWebhookConfiguration {name}"
+    testbed.kubectl("delete", "validatingwebhookconfiguration", name)
+    try:
+        yield
+    finally:
+        for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
+            saved["metadata"].pop(key, None)
+        testbed.kubectl("create", "-f", "-", input=json.dumps(saved))
+
+
+def test_refused_selectors_name_the_field_in_both_modes(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
-    pool = make_pool(testbed, nodes=1, devices=2)
-    broken = unique_name("broken-class")
-    testbed.apply(device_class(pool, broken, f'device.driver == "{pool.driver}" &&'))
-    testbed.apply(template_for_class(pool, namespace, "broken", broken))
-    testbed.apply(pod(namespace, "victim", pool, uses("broken")))
-    reason = wait_reason(testbed, namespace, "victim", "Syntax error", "compilation failed")
-    assert f"class {broken}: selector #0: CEL compile error" in reason, reason
-    assert_unharmed(testbed, operator, namespace, pool, "victim")
+    """What the API server says about resource.k8s.io selectors in-tree, dralloc's webhook
+    says about its own kinds: refused at create, with the field path and message."""
+    pool = make_pool(testbed, nodes=1, devices=1)
+    bomb = 'semver("1.0.0") != semver("2.0.0")'  # estimated ~1.8e18 upstream
+    refused = [
+        (
+            device_class(pool, unique_name("syntax"), f'device.driver == "{pool.driver}" &&'),
+            'spec.selectors[0].cel.expression: Invalid value: "device.driver == ',
+            "compilation failed: ERROR: <input>:1:",
+        ),
+        (
+            claim(namespace, "typed", pool, selectors=selecting("device.driver == 1")),
+            "spec.devices.requests[0].exactly.selectors[0].cel.expression: Invalid value: ",
+            "found no matching overload for '_==_' applied to '(string, int)'",
+        ),
+        (
+            template(namespace, "costly", pool, selectors=selecting(bomb)),
+            "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression: Forbidden: "
+            "too complex, exceeds cost limit",
+            "",
+        ),
+    ]
+    for manifest, where, what in refused:
+        message = _apply_refused(testbed, manifest)
+        assert where in message and what in message, message
+    good = f'device.driver == "{pool.driver}"'
+    testbed.apply(device_class(pool, unique_name("good"), good))
+    testbed.apply(claim(namespace, "good-claim", pool, selectors=selecting(good)))
 
 
 def test_runtime_cel_error_is_reported(
@@ -137,7 +175,7 @@ def test_runtime_cel_error_is_reported(
 @pytest.mark.only_api_modes(
     "crd",
     reason="the API server estimates the cost of resource.k8s.io selectors and refuses this "
-    "template at create (exceeds cost limit), so dralloc never sees it",
+    "template at create (exceeds cost limit), so it is never stored",
 )
 def test_cost_bomb_is_stopped_within_bounded_time(
     testbed: Testbed, operator: OperatorProcess, namespace: str
@@ -145,9 +183,12 @@ def test_cost_bomb_is_stopped_within_bounded_time(
     pool = make_pool(testbed, nodes=1, devices=2)
     items = "[" + ", ".join(str(i) for i in range(60)) + "]"
     bomb = f"{items}.all(a, {items}.all(b, {items}.all(c, {items}.all(d, a + b + c + d >= 0))))"
-    testbed.apply(template(namespace, "bomb", pool, selectors=[{"cel": {"expression": bomb}}]))
+    # A claim stored while no webhook checked it: new ones are refused at create, as
+    # in-tree (a claim generated from a template too, so the pod names the claim).
+    with stored_before_the_webhook(testbed, operator):
+        testbed.apply(claim(namespace, "bomb", pool, selectors=selecting(bomb)))
     started = time.monotonic()
-    testbed.apply(pod(namespace, "victim", pool, uses("bomb")))
+    testbed.apply(pod(namespace, "victim", pool, [{"name": "dev", "resourceClaimName": "bomb"}]))
     reason = wait_reason(testbed, namespace, "victim", "cost limit")
     elapsed = time.monotonic() - started
     assert elapsed < 30, f"the cost-limit reason took {elapsed:.1f}s"
@@ -194,8 +235,8 @@ def test_malformed_claims_annotation_is_reported(
 
 
 def _apply_refused(testbed: Testbed, manifest: dict[str, Any]) -> str:
-    result = testbed.kubectl("create", "-f", "-", input=json.dumps(manifest), check=False)
-    assert result.returncode != 0, "the API server accepted an invalid slice"
+    result = testbed.kubectl("apply", "-f", "-", input=json.dumps(manifest), check=False)
+    assert result.returncode != 0, f"the API server accepted an invalid {manifest['kind']}"
     print(f"\n[bad input] refused: {result.stderr.strip()[:400]}")
     return result.stderr
 

@@ -273,6 +273,16 @@ def test_kustomize_renders_the_operator_and_the_crds(testbed: Testbed) -> None:
     assert kinds.count("CustomResourceDefinition") == 6
     for kind in ("Deployment", "MutatingWebhookConfiguration", "ClusterRole", "Role", "Service"):
         assert kind in kinds
+    # The selector webhooks of dralloc's three kinds with CEL selectors.
+    (selectors,) = [
+        o for o in render(testbed, MANIFESTS) if o["kind"] == "ValidatingWebhookConfiguration"
+    ]
+    rules = [rule for hook in selectors["webhooks"] for rule in hook["rules"]]
+    assert sorted(r for rule in rules for r in rule["resources"]) == [
+        "deviceclasses",
+        "resourceclaims",
+        "resourceclaimtemplates",
+    ]
 
 
 @pytest.mark.parametrize("deployed", list(MODES), indirect=True)
@@ -293,8 +303,9 @@ def test_server_side_dry_run_apply_succeeds(deployed: tuple[Mode, Testbed]) -> N
 
 def test_cert_manager_overlay_renders(testbed: Testbed) -> None:
     objects = render(testbed, MANIFESTS / "overlays" / "cert-manager")
-    webhook = next(o for o in objects if o["kind"] == "MutatingWebhookConfiguration")
-    assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        webhook = next(o for o in objects if o["kind"] == kind)
+        assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], kind
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     env = {e["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "DRALLOC_WEBHOOK_CERTFILE" in env
@@ -307,6 +318,8 @@ def test_in_tree_overlay_renders(dra_testbed: Testbed, tmp_path: Path) -> None:
     assert crds == [f"devicequotas.{GROUP}"]  # quotas are dralloc's kind in both modes
     for kind in ("Deployment", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy"):
         assert kind in kinds
+    # In-tree the API server validates selectors itself.
+    assert "ValidatingWebhookConfiguration" not in kinds
     env = container_env(objects)
     assert env["DRALLOC_API_GROUP"] == IN_TREE_GROUP
     assert "DRALLOC_GATE_NAMESPACE_LABEL" not in env  # every namespace unless asked
@@ -612,6 +625,8 @@ CERT_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:dralloc-webhook-cert"
         ("list", "secrets", "", False),
         ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "dralloc", True),
         ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "other", False),
+        ("patch", "validatingwebhookconfigurations.admissionregistration.k8s.io", "dralloc", True),
+        ("patch", "validatingwebhookconfigurations.admissionregistration.k8s.io", "other", False),
         ("list", "pods", "", False),
     ],
 )

@@ -154,3 +154,25 @@ def test_long_chains_and_deep_nesting_compile() -> None:
 )
 def test_ip_and_cidr_library(expression: str, expected: Any) -> None:
     assert evaluate(expression) == expected
+
+
+# Differential regressions (celdiff seed 3, #103 and #1499): Kubernetes negates a subtrahend
+# held as an int64 in place, so subtracting MinInt64 adds it on the int64 path; upstream's
+# answers, checked against its Go side.
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("quantity('1e3').sub(-9223372036854775808).compareTo(quantity('0')) < 0", True),
+        ("quantity('0').sub(-9223372036854775808).isInteger()", True),
+        ("quantity('1.5').sub(-9223372036854775808).compareTo(quantity('0')) > 0", True),
+        ("quantity('-1').sub(-9223372036854775808).isInteger()", False),
+        (
+            "quantity('1k').sub(quantity('-9223372036854775808')).compareTo(quantity('0')) < 0",
+            False,
+        ),
+    ],
+)
+def test_subtracting_min_int64_is_kubernetes_wrapped_negation(
+    expression: str, expected: bool
+) -> None:
+    assert evaluate(expression) is expected

@@ -215,3 +215,64 @@ def test_stored_expressions_skip_the_cost_estimate_unless_asked() -> None:
     assert compile_selector(expensive, stored=True).estimated_cost > 1_000_000
     with pytest.raises(CELCompileError, match="exceeds cost limit"):
         compile_selector(expensive, stored=True, check_cost=True)
+
+
+# Upstream's messages, verbatim (each from the differential harness's Go side): type errors
+# point at the operator, the selection's "." or the call's "(", with the source line and a
+# caret below, as the admission webhook shows them.
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        (
+            "device.driver == 1",
+            "ERROR: <input>:1:15: found no matching overload for '_==_' applied to "
+            "'(string, int)'\n | device.driver == 1\n | ..............^",
+        ),
+        (
+            '"gpu".startsWith(1)',
+            "ERROR: <input>:1:17: found no matching overload for 'startsWith' applied to "
+            "'string.(int)'\n | \"gpu\".startsWith(1)\n | ................^",
+        ),
+        ("device.foo == 1", "ERROR: <input>:1:7: undefined field 'foo'"),
+        ("has(device.nosuch)", "ERROR: <input>:1:4: undefined field 'nosuch'"),
+        (
+            '{"a": 1}["a"] == "b"',
+            "ERROR: <input>:1:15: found no matching overload for '_==_' applied to '(int, string)'",
+        ),
+        (
+            'device.attributes["x"].?y == 1u',
+            "ERROR: <input>:1:27: found no matching overload for '_==_' applied to "
+            "'(optional_type(any), uint)'",
+        ),
+        (
+            'device.driver == "a" &&\n  device.foo == 1',
+            "ERROR: <input>:2:9: undefined field 'foo'\n |   device.foo == 1\n | ........^",
+        ),
+    ],
+)
+def test_type_errors_read_as_upstreams(expression: str, message: str) -> None:
+    with pytest.raises(CELCompileError) as raised:
+        compile_selector(expression)
+    assert str(raised.value).startswith("compilation failed: " + message), str(raised.value)
+
+
+# Upstream's actual costs (its Go side), regressions of celdiff seed 2 #1872: a filtering
+# step (filter; map, transformList, transformMap with a predicate) costs only when the
+# predicate holds, as cel-go evaluates only the branch taken.
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        ('"".split("a").filter(s, s != "").exists(s, s.contains(device.driver))', 3),
+        ("[1, 2].filter(s, s > 1).size() == 1", 20),
+        ("[1].map(s, false, s).size() == 0", 3),
+        ("[1, 2].map(x, x > 1, [x, x]).size() == 1", 31),
+        ("[1].transformList(i, s, false, s).size() == 0", 3),
+        ("{1: 2}.transformMap(k, v, false, v).size() == 0", 3),
+        ("{1: 2}.transformMap(k, v, true, v).size() == 1", 7),
+        ("[1, 2, 3].map(x, x * 2).size() == 3", 45),
+    ],
+)
+def test_filtering_steps_cost_only_when_taken(expression: str, actual: int) -> None:
+    device = DeviceView.build("x", {}, {}, False)
+    _, cost = compile_selector(expression).evaluate_with_cost(device)
+    assert cost == actual

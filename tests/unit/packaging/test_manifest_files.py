@@ -55,6 +55,7 @@ def test_namespaced_objects_live_in_the_operator_namespace(base: list[dict[str, 
         "ClusterRole",
         "ClusterRoleBinding",
         "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     }
@@ -105,6 +106,28 @@ def test_probe_and_service_ports_point_at_what_the_operator_serves(
         assert selector.items() <= pod_labels.items(), service["metadata"]["name"]
         for port in service["spec"]["ports"]:
             assert port["targetPort"] in ports, port
+
+
+def test_selector_webhooks_call_the_service_at_their_handlers_paths(
+    base: list[dict[str, Any]],
+) -> None:
+    from operators.webhooks import SELECTOR_WEBHOOK_IDS
+
+    configuration = only(base, "ValidatingWebhookConfiguration")
+    for webhook in configuration["webhooks"]:
+        (rule,) = webhook["rules"]
+        (plural,) = rule["resources"]
+        service_ref = webhook["clientConfig"]["service"]
+        assert service_ref["path"] == "/" + SELECTOR_WEBHOOK_IDS[plural]  # kopf's handler id
+        assert (
+            only(base, "Service", service_ref["name"])["metadata"]["namespace"]
+            == (service_ref["namespace"])
+        )
+        assert rule["apiGroups"] == ["resource.dralloc.dev"]
+        assert webhook["failurePolicy"] == "Fail" and webhook["sideEffects"] == "None"
+    assert sorted(SELECTOR_WEBHOOK_IDS) == sorted(
+        r for w in configuration["webhooks"] for r in w["rules"][0]["resources"]
+    )
 
 
 def test_webhook_calls_the_service_and_only_for_opted_in_pods(base: list[dict[str, Any]]) -> None:
@@ -184,9 +207,14 @@ def test_cert_manager_overlay_writes_the_mounted_secret(base: list[dict[str, Any
     deployment = only(base, "Deployment")["spec"]["template"]["spec"]
     mounted = next(v["secret"]["secretName"] for v in deployment["volumes"] if "secret" in v)
     assert certificate["spec"]["secretName"] == mounted
-    inject = yaml.safe_load((overlay / "webhook-inject-ca.yaml").read_text())
-    ref = inject["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
-    assert ref == f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
+    injected = list(yaml.safe_load_all((overlay / "webhook-inject-ca.yaml").read_text()))
+    assert sorted(doc["kind"] for doc in injected) == [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ]
+    for inject in injected:
+        ref = inject["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        assert ref == f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
     assert f"dralloc-webhook.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
     deleted = [
         doc["metadata"]["name"]

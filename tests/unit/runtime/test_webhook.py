@@ -67,3 +67,29 @@ def test_namespace_selection() -> None:
     assert namespace_selected({"dralloc": "on"}, ("dralloc", "on"))
     assert not namespace_selected({"dralloc": "off"}, ("dralloc", "on"))
     assert not namespace_selected({}, ("dralloc", "on"))
+
+
+def _class(expression: str) -> dict[str, object]:
+    return {
+        "apiVersion": "resource.dralloc.dev/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpus"},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def test_selector_verdict_uses_the_operators_gates_and_names_the_object() -> None:
+    from operators.settings import FeatureGates, Settings
+    from operators.webhooks import selector_verdict
+
+    hidden = _class("device.allowMultipleAllocations")
+    assert selector_verdict(hidden, None, Settings()) is None
+    gated = Settings(feature_gates=FeatureGates.parse("DRAConsumableCapacity=false"))
+    message = selector_verdict(hidden, None, gated)
+    assert message is not None and message.startswith(
+        'DeviceClass.resource.dralloc.dev "gpus" is invalid: spec.selectors[0].cel.expression: '
+    ), message
+    # An unchanged class is stored: not checked again, even under gates that hide a field.
+    assert selector_verdict(hidden, hidden, gated) is None
+    # What the models refuse beyond the CRD schema is left to the controllers to report.
+    assert selector_verdict({"kind": "DeviceClass"}, None, gated) is None

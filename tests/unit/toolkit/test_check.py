@@ -499,3 +499,40 @@ def test_a_missing_entry_for_an_allocated_claim_is_reported() -> None:
     assert violation.message == (
         "claim entry two: claim b is allocated for the pod, but the annotation does not list it"
     )
+
+
+def class_with(*expressions: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.dralloc.dev/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpus"},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]},
+    }
+
+
+def test_new_objects_with_selectors_the_api_server_refuses_are_reported() -> None:
+    costly = 'semver("1.0.0") != semver("2.0.0")'
+    snapshot = snapshot_of(class_with('device.driver == "gpu"', costly, "device.driver =="))
+    report = check.check_snapshot(snapshot, [check.INVALID_SELECTOR])
+    assert [(v.subject, v.message.split(": ")[0:2]) for v in report.violations] == [
+        ("DeviceClass gpus", ["spec.selectors[1].cel.expression", "Forbidden"]),
+        ("DeviceClass gpus", ["spec.selectors[2].cel.expression", "Invalid value"]),
+    ]
+    # Stored objects, as the allocator compiles them: the cost is not checked again, and a
+    # field hidden by a gate is declared.
+    stored = check.SelectorMode(stored=True, consumable_capacity=False)
+    hidden = snapshot_of(class_with(costly, "device.allowMultipleAllocations"))
+    assert check.check_snapshot(hidden, [check.INVALID_SELECTOR], selectors=stored).ok
+    new = check.SelectorMode(consumable_capacity=False)
+    (violation,) = check.check_snapshot(hidden, [check.INVALID_SELECTOR], selectors=new).violations[
+        1:
+    ]
+    assert "undefined field 'allowMultipleAllocations'" in violation.message
+
+
+def test_check_of_files_refuses_what_admission_refuses(tmp_path: Path) -> None:
+    manifest = tmp_path / "class.yaml"
+    manifest.write_text(json.dumps(class_with("device.allowMultipleAllocations")))
+    assert cli.main(["check", "-f", str(manifest)]) == 0
+    gated = ["--feature-gates", "DRAConsumableCapacity=false"]
+    assert cli.main(["check", "-f", str(manifest), *gated]) == 1

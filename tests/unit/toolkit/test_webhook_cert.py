@@ -146,3 +146,16 @@ async def test_renews_a_certificate_close_to_expiry(api: FakeApi) -> None:
 async def test_missing_webhook_configuration_is_a_clear_error() -> None:
     with pytest.raises(ToolkitError, match="MutatingWebhookConfiguration dralloc does not exist"):
         await ensure(FakeApi())
+
+
+async def test_the_selector_webhooks_get_the_ca_too(api: FakeApi) -> None:
+    vwc = Resource(
+        "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "VWC", False
+    )
+    hooks = [{"name": n, "clientConfig": {}} for n in ("classes", "claims", "templates")]
+    api.put(vwc, {"metadata": {"name": "dralloc"}, "webhooks": hooks})
+    outcome = await ensure(api)
+    assert outcome.webhooks_patched == 4
+    secret = api.objects[("secrets", "dralloc-system", "tls")]
+    validating = api.objects[("validatingwebhookconfigurations", None, "dralloc")]["webhooks"]
+    assert {w["clientConfig"]["caBundle"] for w in validating} == {secret["data"]["ca.crt"]}
