@@ -246,7 +246,8 @@ class Search:
     # --- the recursion -------------------------------------------------------
 
     def _tick(self) -> None:
-        self.steps += 1
+        """The checks of one step (``_one`` counts the step and calls this only when one
+        of them may fire: over budget, a deadline, or a cancellation poll due)."""
         inputs = self.inputs
         if self.steps > inputs.budget:
             raise SearchBudgetExceeded(self.node.name, inputs.budget)
@@ -260,7 +261,14 @@ class Search:
     def _one(
         self, ci: int, ri: int, si: int, di: int, in_sub: bool, sp: int, ss: int, sd: int
     ) -> int:
-        self._tick()
+        self.steps = steps = self.steps + 1
+        inputs = self.inputs
+        if (
+            steps > inputs.budget
+            or inputs.deadline is not None
+            or (steps & 63 == 0 and inputs.cancelled is not None)
+        ):
+            self._tick()
         if ci >= len(self.claims):
             return _DONE
         claim = self.claims[ci]
@@ -306,16 +314,21 @@ class Search:
         consumable = self.inputs.features.consumable_capacity
         allocated = self.inputs.allocated
         pools = self.pools
-        early = [
-            c
-            for c in self.constraints[ci]
-            if isinstance(c, MatchAttribute)
-            and c.stack
-            and c.scope.applies(request.name, request.parent)
-        ]
+        checkers = self.constraints[ci]
+        early = (
+            [
+                c
+                for c in checkers
+                if isinstance(c, MatchAttribute)
+                and c.stack
+                and c.scope.applies(request.name, request.parent)
+            ]
+            if checkers
+            else ()
+        )
         # (attribute, (kind, values)) each fixed scalar matchAttribute needs: a slice
         # without that value anywhere is passed over whole, not device by device.
-        pins = [pin for c in early if (pin := c.pin()) is not None]
+        pins = [pin for c in early if (pin := c.pin()) is not None] if early else ()
         for p in range(sp, len(pools)):
             pool = pools[p]
             if pool.incomplete or pool.invalid:
@@ -442,12 +455,14 @@ class Search:
         return True
 
     def _capacity_fits(self, request: CompiledRequest, device: CompiledDevice) -> bool:
-        if not device.capacity and not request.capacity_requests:
-            return True  # nothing to consume, nothing asked for (the common case)
+        requests = request.capacity_requests
+        if not requests and not device.capacity:
+            return True  # nothing to consume, nothing asked for
         in_use = self.inputs.allocated.capacity_in_use(device.id)
         allocating = self.allocating_capacity.get(device.id)
         if in_use is None and allocating is None:
-            requests = request.capacity_requests
+            if not requests and device.plain_capacity:
+                return True  # nothing asked for, nothing shared: each capacity taken whole fits
             key = tuple(sorted(requests.items())) if requests else ()
             cached = device.idle_fit_cache.get(key)
             if cached is None:
