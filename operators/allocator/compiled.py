@@ -133,6 +133,12 @@ class CompiledDevice:
     idle_fit_cache: dict[tuple[tuple[str, Nanos], ...], bool] = field(
         default_factory=dict, repr=False, compare=False
     )
+    # Exclusive allocation results of this device, by id of the request (the entry keeps
+    # the request and the binding-conditions feature it was made under): a DeviceResult
+    # is immutable, so pods from one template share it (search.py).
+    result_cache: dict[int, tuple[Any, bool, Any]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def lookup_attribute(self, qualified: str) -> AttributeValue | None:
         """Attribute by fully qualified name; the driver's own domain may be omitted."""

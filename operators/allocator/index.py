@@ -121,9 +121,7 @@ class DeviceIndex:
             self._entries.clear()
             self._versions = versions
 
-    def _on_usage_change(
-        self, before: Sequence[UsedDevice], after: Sequence[UsedDevice]
-    ) -> None:
+    def _on_usage_change(self, before: Sequence[UsedDevice], after: Sequence[UsedDevice]) -> None:
         entries = self._entries
         if not entries:
             return

@@ -630,33 +630,45 @@ class Search:
         claim = self.claims[ci]
         features = self.inputs.features
         devices = []
+        binding = features.device_binding_conditions
         for item in self.picked[ci]:
             request, device = item.request, item.device
+            exclusive = item.share_id is None and not item.consumed
+            if exclusive:
+                # The same (request, device) gives the same result every time: made once
+                # and shared (the request object is the template's, via the spec cache).
+                hit = device.result_cache.get(id(request))
+                if hit is not None and hit[0] is request and hit[1] == binding:
+                    devices.append(hit[2])
+                    continue
             consumed_published = None
             if item.consumed:
                 consumed_published = cap.published_amounts(item.consumed, device)
-            devices.append(
-                DeviceResult(
-                    request=request.full_name,
-                    driver=device.id[0],
-                    pool=device.id[1],
-                    device=device.id[2],
-                    admin_access=True if request.admin_access else None,
-                    tolerations=request.tolerations_raw,
-                    binding_conditions=device.binding_conditions
+            result = DeviceResult(
+                request=request.full_name,
+                driver=device.id[0],
+                pool=device.id[1],
+                device=device.id[2],
+                admin_access=True if request.admin_access else None,
+                tolerations=request.tolerations_raw,
+                binding_conditions=device.binding_conditions
+                if features.device_binding_conditions
+                else None,
+                binding_failure_conditions=(
+                    device.binding_failure_conditions
                     if features.device_binding_conditions
-                    else None,
-                    binding_failure_conditions=(
-                        device.binding_failure_conditions
-                        if features.device_binding_conditions
-                        else None
-                    ),
-                    share_id=item.share_id,
-                    consumed_capacity=consumed_published,
-                    consumed_qualified=item.consumed,
-                    device_class=request.class_name,
-                )
+                    else None
+                ),
+                share_id=item.share_id,
+                consumed_capacity=consumed_published,
+                consumed_qualified=item.consumed,
+                device_class=request.class_name,
             )
+            if exclusive:
+                if len(device.result_cache) > 64:
+                    device.result_cache.clear()
+                device.result_cache[id(request)] = (request, binding, result)
+            devices.append(result)
         try:
             selector = self._node_selector(ci)
         except NodeSelectorError as err:
