@@ -483,8 +483,10 @@ class Search:
             return False
 
     def _taint_blocks(self, device: CompiledDevice, request: CompiledRequest) -> bool:
-        taints = device.taints + self.inputs.extra_taints(device.id)
-        for taint in taints:
+        extra = self.inputs.extra_taints(device.id)
+        if not extra and not device.taints:
+            return False  # the common case, without building a tuple per device and pod
+        for taint in device.taints + extra:
             if taint.effect not in ("NoSchedule", "NoExecute"):
                 continue
             if not any(t.tolerates(taint) for t in request.tolerations):
