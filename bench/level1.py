@@ -11,6 +11,12 @@ plane drives them:
   allocated set and every slice, then ``Allocate`` node by node: kube-scheduler's PreFilter and
   Filter.
 
+The replay also runs under the operator's garbage-collector settings (``operators/gcpause.py``):
+the operator raises the young-generation threshold at start and, once its initial list is
+loaded, collects and freezes what it holds, so collections never walk the cluster state. The
+replay does the same after its setup (:func:`operator_gc`); without it, pauses walking the
+replay's own parsed objects land in the measured pods (``--python-gc`` measures that way).
+
 Only the measured steps are timed (scheduler_perf's ``collectMetrics``); parsing is not timed
 on either side (the Go program unmarshals before the clock starts too). Both use first fit over
 nodes in name order, so the placements must be identical: each result carries a digest of its
@@ -22,16 +28,19 @@ from __future__ import annotations
 import gc
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.goprogram import GoProgramUnavailable, go_binary, run_scenario
 from bench.scenario import Scenario, Step, placement_digest, write_scenario
+from operators import gcpause
 from operators.allocator.nodes import NodeInfo, NodeSelector
 from operators.allocator.state import AllocatorState
 from operators.api import parse_object
+from operators.settings import Settings
 
 BENCH_DIR = Path(__file__).resolve().parent
 UPSTREAM_BUILD = BENCH_DIR / "upstream" / "build"
@@ -184,8 +193,28 @@ def _key(obj: dict[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
+@contextmanager
+def operator_gc(enabled: bool = True) -> Iterator[None]:
+    """The operator's collector settings from here to the end of the block: its young
+    threshold, and what exists now (the loaded state) frozen, as after its initial list.
+    The process's own settings come back afterwards (the bench runs more in this process).
+    Disabled: a plain ``gc.collect()`` before the block and CPython's settings."""
+    if not enabled:
+        gc.collect()
+        yield
+        return
+    threshold = gc.get_threshold()
+    gcpause.configure(Settings().gc_young_threshold)
+    gcpause.settle()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+
+
 def run_dralloc(
-    scenario: Scenario, policy: str = "first-fit", quotas: bool = False
+    scenario: Scenario, policy: str = "first-fit", quotas: bool = False, python_gc: bool = False
 ) -> EngineResult:
     replay = DrallocReplay(scenario, policy, quotas)
     placements: list[tuple[str, str]] = []
@@ -194,8 +223,8 @@ def run_dralloc(
     _, _, init_seconds = replay.run(scenario.init_steps, placements)
     if scenario.measure_steps:
         replay.warm_up(scenario.measure_steps[0])
-    gc.collect()
-    pods, failed, seconds = replay.run(scenario.measure_steps, placements)
+    with operator_gc(not python_gc):
+        pods, failed, seconds = replay.run(scenario.measure_steps, placements)
     return EngineResult(
         engine="dralloc",
         workload=scenario.workload.name,
@@ -287,15 +316,17 @@ def compare(
     repeat: int = 1,
     binpack: bool = False,
     quotas: bool = False,
+    python_gc: bool = False,
 ) -> Comparison:
     """Upstream and dralloc (first fit) alternately ``repeat`` times, best of each; with
-    ``quotas`` dralloc runs with a roomy DeviceQuota per namespace and class."""
+    ``quotas`` dralloc runs with a roomy DeviceQuota per namespace and class, with
+    ``python_gc`` under CPython's collector settings instead of the operator's."""
     upstream_runs: list[EngineResult] = []
     dralloc_runs: list[EngineResult] = []
     for _ in range(max(1, repeat)):
         if binary is not None:
             upstream_runs.append(run_upstream(scenario, binary))
-        dralloc_runs.append(run_dralloc(scenario, "first-fit", quotas))
+        dralloc_runs.append(run_dralloc(scenario, "first-fit", quotas, python_gc))
     w = scenario.workload
     return Comparison(
         w.name,
@@ -304,6 +335,6 @@ def compare(
         w.devices,
         best(dralloc_runs),
         best(upstream_runs) if upstream_runs else None,
-        dralloc_binpack=run_dralloc(scenario, "binpack", quotas) if binpack else None,
+        dralloc_binpack=run_dralloc(scenario, "binpack", quotas, python_gc) if binpack else None,
         smoke="smoke" in w.tags,
     )

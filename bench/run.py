@@ -50,9 +50,10 @@ def profile_dralloc(workload: Workload, lines: int = 18) -> str:
     if scenario.measure_steps:
         replay.warm_up(scenario.measure_steps[0])
     profiler = cProfile.Profile()
-    profiler.enable()
-    replay.run(scenario.measure_steps, placements)
-    profiler.disable()
+    with level1.operator_gc():
+        profiler.enable()
+        replay.run(scenario.measure_steps, placements)
+        profiler.disable()
     buffer = io.StringIO()
     stats = pstats.Stats(profiler, stream=buffer)
     stats.sort_stats("tottime").print_stats(lines)
@@ -70,6 +71,7 @@ def run_level1(
     binpack: bool,
     log: Any,
     quotas: bool = False,
+    python_gc: bool = False,
 ) -> tuple[list[dict[str, Any]], str | None]:
     binary = None
     skipped = None
@@ -82,7 +84,13 @@ def run_level1(
     for workload in workloads:
         started = time.perf_counter()
         comparison = level1.compare(
-            expand(workload), workload.key, binary, repeat=repeat, binpack=binpack, quotas=quotas
+            expand(workload),
+            workload.key,
+            binary,
+            repeat=repeat,
+            binpack=binpack,
+            quotas=quotas,
+            python_gc=python_gc,
         )
         row = comparison.to_json()
         row["tags"] = list(workload.tags)
@@ -121,6 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="level 1: dralloc with a DeviceQuota (limits no pod reaches) per namespace and class",
     )
     parser.add_argument(
+        "--python-gc",
+        action="store_true",
+        help="level 1: dralloc under CPython's collector settings, not the operator's "
+        "(young threshold, state frozen after the initial list; see bench/level1.py)",
+    )
+    parser.add_argument(
         "--systems",
         nargs="*",
         default=[],
@@ -134,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "quick": args.quick,
         "quotas": args.quotas,
+        "pythonGc": args.python_gc,
         "machine": report.machine(),
         "skipped": {},
     }
@@ -147,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             binpack=not args.no_binpack and not args.quick,
             log=log,
             quotas=args.quotas,
+            python_gc=args.python_gc,
         )
         if skipped:
             results["skipped"]["upstream (level 1)"] = skipped
@@ -165,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 repeat=1,
                 binpack=False,
                 log=log,
+                python_gc=args.python_gc,
             )
             results["scale"] = sorted(
                 [r for r in rows + extra_rows if "scale" in r["tags"]], key=lambda r: r["nodes"]

@@ -120,6 +120,10 @@ class CompiledDevice:
     slice_node_name: str | None
     slice_node_selector: NodeSelector | None
     raw: Mapping[str, Any] = field(repr=False)
+    # Every capacity without a request policy and not negative: a request that names no
+    # capacity then fits while no share is in use (consuming each in full), with no
+    # arithmetic. Fixed per device, so the search skips the capacity work per pod.
+    plain_capacity: bool = False
     # Selector results keyed by CEL expression; dropped with the device when
     # its slice changes, so "per (expression, device, slice generation)".
     selector_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -127,6 +131,12 @@ class CompiledDevice:
     # Whether a request (by its capacity requests) fits while no share of the
     # device is in use: fixed for the device, asked once per candidate and pod.
     idle_fit_cache: dict[tuple[tuple[str, Nanos], ...], bool] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    # Exclusive allocation results of this device, by id of the request (the entry keeps
+    # the request and the binding-conditions feature it was made under): a DeviceResult
+    # is immutable, so pods from one template share it (search.py).
+    result_cache: dict[int, tuple[Any, bool, Any]] = field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -400,6 +410,7 @@ def compile_device(
         slice_node_name=slice_node[1],
         slice_node_selector=slice_node[2],
         raw=data,
+        plain_capacity=all(e.policy is None and e.value >= 0 for e in capacity.values()),
     )
 
 
@@ -504,7 +515,7 @@ def compile_claim(obj: Any, spec_cache: dict[str, ClaimSpecParts] | None = None)
     several times cheaper to produce than the compiled requests) and shared.
     """
     spec_json = None
-    if spec_cache is not None and not isinstance(obj, Mapping):
+    if spec_cache is not None and type(obj) is not dict:  # a dict has no attributes; no ABC check
         spec = getattr(obj, "spec", None)
         if spec is not None and hasattr(spec, "model_dump_json"):
             spec_json = spec.model_dump_json(by_alias=True, exclude_none=True)

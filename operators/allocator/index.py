@@ -11,10 +11,11 @@ that could work.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from operators.allocator.allocated import UsedDevice
 from operators.allocator.compiled import (
     CompiledDevice,
     CompiledRequest,
@@ -120,21 +121,24 @@ class DeviceIndex:
             self._entries.clear()
             self._versions = versions
 
-    def _on_usage_change(self, before: Sequence[object], after: Sequence[object]) -> None:
-        touched: set[DeviceId] = set()
-        for usage in (*before, *after):
-            device = getattr(usage, "device", None)
-            if device is not None:
-                touched.add(device)
-        in_use = self.state.allocated.in_use
-        for entry in self._entries.values():
+    def _on_usage_change(self, before: Sequence[UsedDevice], after: Sequence[UsedDevice]) -> None:
+        entries = self._entries
+        if not entries:
+            return
+        # Runs twice per pod (assume, release): usually one device, so no set for one.
+        if len(before) + len(after) == 1:
+            touched: Collection[DeviceId] = ((before or after)[0].device,)
+        else:
+            touched = {u.device for u in before} | {u.device for u in after}
+        exclusive = self.state.allocated.exclusive
+        for entry in entries.values():
             node_of = entry.node_of
             busy = entry.local_busy
             for device in touched:
                 node = node_of.get(device)
                 if node is None:
                     continue
-                now = in_use(device)
+                now = device in exclusive
                 if now == (device in busy):
                     continue
                 if now:
@@ -145,7 +149,7 @@ class DeviceIndex:
                     entry.set_free(node, entry.free[node] + 1)
             if entry.reach_lists_of:
                 for device in touched:
-                    entry.update_shared(device, in_use(device))
+                    entry.update_shared(device, device in exclusive)
 
     def entry(self, signature: Signature) -> SignatureCounts:
         self._check_versions()

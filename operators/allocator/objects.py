@@ -29,15 +29,12 @@ def object_ref(obj: Any) -> tuple[str, str, str]:
     name is a large share of the per-pod cost (keys are looked up several
     times per pod).
     """
-    if type(obj) is dict or isinstance(obj, Mapping):  # the exact type check is much cheaper
-        meta = obj.get("metadata") or {}
-        return (
-            str(meta.get("namespace") or ""),
-            str(meta.get("name") or ""),
-            str(meta.get("resourceVersion") or ""),
-        )
-    meta = getattr(obj, "metadata", None)
-    if meta is None:
+    if type(obj) is dict:  # the exact type check is much cheaper than the ABC's
+        return _dict_ref(obj)
+    meta = getattr(obj, "metadata", _UNSET)  # a model: no Mapping ABC check on the hot path
+    if meta is _UNSET and isinstance(obj, Mapping):
+        return _dict_ref(obj)
+    if meta is None or meta is _UNSET:
         if getattr(obj, "model_dump", None) is None:
             raise TypeError(f"cannot read {type(obj).__name__} as a Kubernetes object")
         return "", "", ""
@@ -45,4 +42,16 @@ def object_ref(obj: Any) -> tuple[str, str, str]:
         str(getattr(meta, "namespace", None) or ""),
         str(getattr(meta, "name", None) or ""),
         str(getattr(meta, "resource_version", None) or ""),
+    )
+
+
+_UNSET = object()
+
+
+def _dict_ref(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return (
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+        str(meta.get("resourceVersion") or ""),
     )

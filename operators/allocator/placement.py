@@ -24,7 +24,7 @@ firstAvailable requests every score is 0 and the first node that fits wins.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -87,6 +87,32 @@ class _Plan:
 
     plain: tuple[_Demand, ...]
     choices: tuple[tuple[_Demand, ...], ...]
+    signatures: tuple[Signature, ...] = ()  # of every demand, each once, in order
+    alternatives: bool = False  # a firstAvailable request with more than one option
+
+
+class PlanCache:
+    """Plans by the claims' request tuples.
+
+    Claims made from one template share their compiled requests (the spec cache in
+    ``compile_claim``), so a pod's plan is built once per template rather than per pod.
+    Entries hold the request tuples they were made from, so an id is never mistaken for
+    a later object's.
+    """
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[int, ...], tuple[tuple[object, ...], _Plan]] = {}
+
+    def plan(self, claims: Sequence[CompiledClaim]) -> _Plan:
+        key = tuple(id(c.requests) for c in claims)
+        hit = self._plans.get(key)
+        if hit is not None and all(a is c.requests for a, c in zip(hit[0], claims, strict=True)):
+            return hit[1]
+        plan = _plan(claims)
+        if len(self._plans) > 1_000:
+            self._plans.clear()
+        self._plans[key] = (tuple(c.requests for c in claims), plan)
+        return plan
 
 
 def _demand(request: CompiledRequest) -> _Demand:
@@ -107,7 +133,13 @@ def _plan(claims: Sequence[CompiledClaim]) -> _Plan:
                 plain.append(_demand(request.exactly))
             else:
                 choices.append(())  # unsupported request: no node fits, the search says why
-    return _Plan(tuple(plain), tuple(choices))
+    signatures = dict.fromkeys(d.signature for demands in (plain, *choices) for d in demands)
+    return _Plan(
+        tuple(plain),
+        tuple(choices),
+        tuple(signatures),
+        not all(len(options) == 1 for options in choices),
+    )
 
 
 def _rank_node(counts: NodeCounts, plan: _Plan) -> tuple[int, int] | None:
@@ -213,7 +245,7 @@ def find_node(
     """See AllocatorState.find_node; ``deadline`` is (monotonic time, budget seconds)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown placement policy {policy!r}; use one of {', '.join(POLICIES)}")
-    plan = _plan(claims)
+    plan = state.plans.plan(claims)
     fast = _bucket_order(index, plan, nodes, policy)
     if fast is not None:
         return _try_nodes(
@@ -226,11 +258,7 @@ def find_node(
             deadline=deadline,
             geometric=policy == "binpack",
         )
-    entries = {
-        d.signature: index.entry(d.signature)
-        for demands in (plan.plain, *plan.choices)
-        for d in demands
-    }
+    entries = {signature: index.entry(signature) for signature in plan.signatures}
 
     table = list(entries.values())
     shared_counts = index.shared_counts
@@ -266,9 +294,7 @@ def find_node(
     if policy == "first-fit":
         # Walk the caller's order lazily and stop at the first node that fits with the best
         # score any node could get: no full scan (see _first_fit).
-        top = None
-        if not all(len(options) == 1 for options in plan.choices):
-            top = _score_bound(index, plan)
+        top = _score_bound(index, plan) if plan.alternatives else None
         return _first_fit(state, claims, nodes, rank_of, max_searches, explain, top, deadline)
     ranked: list[tuple[RankKey, NodeInfo]] = []
     for position, node in enumerate(nodes):
@@ -374,7 +400,8 @@ def _try_nodes(
     searched = 0
     # What state.allocate builds, made once for all nodes.
     inputs = state.search_inputs(deadline[0] if deadline else None)
-    ruled_out = len(nodes) - len(ranked) if isinstance(ranked, Sized) else 0
+    # A list is ranked in full (a generator walks lazily; no Sized ABC check per pod).
+    ruled_out = len(nodes) - len(ranked) if isinstance(ranked, list) else 0
     best: tuple[RankKey, NodeInfo, list[ClaimAllocation]] | None = None
     for key, node in ranked:
         if best is not None and key >= best[0]:

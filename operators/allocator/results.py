@@ -7,7 +7,7 @@ Frozen dataclasses; ``to_dict()`` gives the ``status.allocation`` JSON
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from operators.allocator.allocated import UsedDevice
@@ -36,18 +36,24 @@ class DeviceResult:
     consumed_qualified: Mapping[str, Nanos] | None = None
     # The DeviceClass the request named (for quotas; not part of the written result).
     device_class: str = ""
+    # usage(), made on first use: results are shared by pods (search.py), so is this.
+    _used: UsedDevice | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def device_id(self) -> tuple[str, str, str]:
         return (self.driver, self.pool, self.device)
 
     def usage(self) -> UsedDevice:
-        return UsedDevice(
-            device=self.device_id,
-            share_id=self.share_id,
-            consumed=self.consumed_qualified,
-            admin_access=bool(self.admin_access),
-        )
+        used = self._used
+        if used is None:
+            used = UsedDevice(
+                device=self.device_id,
+                share_id=self.share_id,
+                consumed=self.consumed_qualified,
+                admin_access=bool(self.admin_access),
+            )
+            object.__setattr__(self, "_used", used)
+        return used
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

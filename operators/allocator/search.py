@@ -246,7 +246,8 @@ class Search:
     # --- the recursion -------------------------------------------------------
 
     def _tick(self) -> None:
-        self.steps += 1
+        """The checks of one step (``_one`` counts the step and calls this only when one
+        of them may fire: over budget, a deadline, or a cancellation poll due)."""
         inputs = self.inputs
         if self.steps > inputs.budget:
             raise SearchBudgetExceeded(self.node.name, inputs.budget)
@@ -260,7 +261,14 @@ class Search:
     def _one(
         self, ci: int, ri: int, si: int, di: int, in_sub: bool, sp: int, ss: int, sd: int
     ) -> int:
-        self._tick()
+        self.steps = steps = self.steps + 1
+        inputs = self.inputs
+        if (
+            steps > inputs.budget
+            or inputs.deadline is not None
+            or (steps & 63 == 0 and inputs.cancelled is not None)
+        ):
+            self._tick()
         if ci >= len(self.claims):
             return _DONE
         claim = self.claims[ci]
@@ -306,16 +314,21 @@ class Search:
         consumable = self.inputs.features.consumable_capacity
         allocated = self.inputs.allocated
         pools = self.pools
-        early = [
-            c
-            for c in self.constraints[ci]
-            if isinstance(c, MatchAttribute)
-            and c.stack
-            and c.scope.applies(request.name, request.parent)
-        ]
+        checkers = self.constraints[ci]
+        early = (
+            [
+                c
+                for c in checkers
+                if isinstance(c, MatchAttribute)
+                and c.stack
+                and c.scope.applies(request.name, request.parent)
+            ]
+            if checkers
+            else ()
+        )
         # (attribute, (kind, values)) each fixed scalar matchAttribute needs: a slice
         # without that value anywhere is passed over whole, not device by device.
-        pins = [pin for c in early if (pin := c.pin()) is not None]
+        pins = [pin for c in early if (pin := c.pin()) is not None] if early else ()
         for p in range(sp, len(pools)):
             pool = pools[p]
             if pool.incomplete or pool.invalid:
@@ -442,12 +455,14 @@ class Search:
         return True
 
     def _capacity_fits(self, request: CompiledRequest, device: CompiledDevice) -> bool:
-        if not device.capacity and not request.capacity_requests:
-            return True  # nothing to consume, nothing asked for (the common case)
+        requests = request.capacity_requests
+        if not requests and not device.capacity:
+            return True  # nothing to consume, nothing asked for
         in_use = self.inputs.allocated.capacity_in_use(device.id)
         allocating = self.allocating_capacity.get(device.id)
         if in_use is None and allocating is None:
-            requests = request.capacity_requests
+            if not requests and device.plain_capacity:
+                return True  # nothing asked for, nothing shared: each capacity taken whole fits
             key = tuple(sorted(requests.items())) if requests else ()
             cached = device.idle_fit_cache.get(key)
             if cached is None:
@@ -468,8 +483,10 @@ class Search:
             return False
 
     def _taint_blocks(self, device: CompiledDevice, request: CompiledRequest) -> bool:
-        taints = device.taints + self.inputs.extra_taints(device.id)
-        for taint in taints:
+        extra = self.inputs.extra_taints(device.id)
+        if not extra and not device.taints:
+            return False  # the common case, without building a tuple per device and pod
+        for taint in device.taints + extra:
             if taint.effect not in ("NoSchedule", "NoExecute"):
                 continue
             if not any(t.tolerates(taint) for t in request.tolerations):
@@ -615,33 +632,45 @@ class Search:
         claim = self.claims[ci]
         features = self.inputs.features
         devices = []
+        binding = features.device_binding_conditions
         for item in self.picked[ci]:
             request, device = item.request, item.device
+            exclusive = item.share_id is None and not item.consumed
+            if exclusive:
+                # The same (request, device) gives the same result every time: made once
+                # and shared (the request object is the template's, via the spec cache).
+                hit = device.result_cache.get(id(request))
+                if hit is not None and hit[0] is request and hit[1] == binding:
+                    devices.append(hit[2])
+                    continue
             consumed_published = None
             if item.consumed:
                 consumed_published = cap.published_amounts(item.consumed, device)
-            devices.append(
-                DeviceResult(
-                    request=request.full_name,
-                    driver=device.id[0],
-                    pool=device.id[1],
-                    device=device.id[2],
-                    admin_access=True if request.admin_access else None,
-                    tolerations=request.tolerations_raw,
-                    binding_conditions=device.binding_conditions
+            result = DeviceResult(
+                request=request.full_name,
+                driver=device.id[0],
+                pool=device.id[1],
+                device=device.id[2],
+                admin_access=True if request.admin_access else None,
+                tolerations=request.tolerations_raw,
+                binding_conditions=device.binding_conditions
+                if features.device_binding_conditions
+                else None,
+                binding_failure_conditions=(
+                    device.binding_failure_conditions
                     if features.device_binding_conditions
-                    else None,
-                    binding_failure_conditions=(
-                        device.binding_failure_conditions
-                        if features.device_binding_conditions
-                        else None
-                    ),
-                    share_id=item.share_id,
-                    consumed_capacity=consumed_published,
-                    consumed_qualified=item.consumed,
-                    device_class=request.class_name,
-                )
+                    else None
+                ),
+                share_id=item.share_id,
+                consumed_capacity=consumed_published,
+                consumed_qualified=item.consumed,
+                device_class=request.class_name,
             )
+            if exclusive:
+                if len(device.result_cache) > 64:
+                    device.result_cache.clear()
+                device.result_cache[id(request)] = (request, binding, result)
+            devices.append(result)
         try:
             selector = self._node_selector(ci)
         except NodeSelectorError as err:

@@ -36,7 +36,7 @@ from operators.allocator.index import DeviceIndex
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.objects import as_dict, object_ref
 from operators.allocator.packing import DEVICE_POLICIES, pack_pools
-from operators.allocator.placement import Placement, find_node, reasons_for
+from operators.allocator.placement import Placement, PlanCache, find_node, reasons_for
 from operators.allocator.pools import Pool, gather_pools
 from operators.allocator.quantities import to_nanos
 from operators.allocator.quota import (
@@ -128,6 +128,7 @@ class AllocatorState:
         self._default_inputs: SearchInputs | None = None
         self._claim_cache: dict[tuple[str, str], CompiledClaim] = {}
         self._spec_cache: dict[str, ClaimSpecParts] = {}
+        self.plans = PlanCache()  # find_node's demands per template (placement.py)
         self._pool_cache: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
         self.slices_version = 0
         self.classes_version = 0
