@@ -63,9 +63,15 @@ SERVICE_CIDR = "10.96.0.0/16"
 # Wide enough for thousands of fake pods (kwok's default is a /24).
 POD_CIDR = "10.64.0.0/10"
 # kube-controller-manager's controllers unless --kcm-controllers says otherwise: the garbage
-# collector and namespace deletion always; with --dra also both in-tree DRA controllers, as
-# upstream ships them. Nothing else: most other controllers need parts the testbed lacks.
-BASE_KCM_CONTROLLERS = ("garbage-collector-controller", "namespace-controller")
+# collector, namespace deletion and the disruption controller (it computes a
+# PodDisruptionBudget's status, without which the Eviction API refuses every eviction the
+# budget covers) always; with --dra also both in-tree DRA controllers, as upstream ships
+# them. Nothing else: most other controllers need parts the testbed lacks.
+BASE_KCM_CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "disruption-controller",
+)
 DRA_KCM_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller")
 # With real nodes, what running the operator in-cluster from manifests/ needs: Deployments
 # and the certificate Job make pods, pods get service-account tokens (and the CA bundle they

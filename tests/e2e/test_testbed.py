@@ -1,7 +1,8 @@
 """The testbed behaves like the cluster dralloc relies on: CRDs get served, kube-scheduler binds
 pods to kwok nodes (honouring scheduling gates and node affinity), kwok runs and deletes them,
-the garbage collector follows owner references, in-tree DRA works when switched on, and
-`--kcm-controllers` decides which kube-controller-manager controllers run.
+the garbage collector follows owner references, the disruption controller keeps budgets'
+status, in-tree DRA works when switched on, and `--kcm-controllers` decides which
+kube-controller-manager controllers run.
 """
 
 from __future__ import annotations
@@ -292,6 +293,33 @@ def test_garbage_collector_removes_object_owned_by_deleted_pod(
     assert testbed.get("configmap", "unowned", "-n", namespace) is not None
 
 
+def test_disruption_controller_computes_a_budget_over_a_running_kwok_pod(
+    testbed: Testbed, namespace: str
+) -> None:
+    """The budget's status is what the Eviction API decides by: without the controller it
+    stays empty and every eviction it covers is refused ("still being processed")."""
+    pool = unique_name("pool")
+    testbed.create_nodes(1, {"e2e-pool": pool}, prefix=pool)
+    running = pod_manifest("guarded", namespace, nodeSelector={"e2e-pool": pool})
+    running["metadata"]["labels"] = {"app": "guarded"}
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-one", "namespace": namespace},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    testbed.apply(running, budget)
+
+    def status() -> JsonObject | None:
+        obj = testbed.get("pdb", "keep-one", "-n", namespace)
+        found: JsonObject = (obj or {}).get("status") or {}
+        return found if found.get("currentHealthy") == 1 else None
+
+    computed = wait_for("the budget's status", status, timeout=60)
+    assert computed["observedGeneration"] == 1
+    assert (computed["desiredHealthy"], computed["disruptionsAllowed"]) == (1, 0)
+
+
 def claim_template(namespace: str, device_class: str) -> JsonObject:
     """A ResourceClaimTemplate "one-gpu" with one request for a device of device_class."""
     request = {"name": "gpu", "exactly": {"deviceClassName": device_class}}
@@ -447,6 +475,7 @@ def test_kcm_controllers_replace_the_default_list(
         assert recorded_kcm_controllers(dra_testbed) == [
             "garbage-collector-controller",
             "namespace-controller",
+            "disruption-controller",
             "resourceclaim-controller",
             "device-taint-eviction-controller",
         ]
