@@ -387,6 +387,9 @@ class AllocationController(ClaimWrites, Explanations):
 
     async def sync(self, key: Key) -> None:
         """Decide for one pod (serially), then hand its writes to a background task."""
+        # Every change made so far first, above all the assumptions of the pods decided
+        # before this one (deferred while a quota status read holds the thread).
+        await self.decisions.settled()
         pod = self.pods.get(key)
         if pod is None or not _wants_allocation(pod):
             self.queue.forget(key)

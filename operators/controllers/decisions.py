@@ -94,6 +94,26 @@ class DecisionThread:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._running = 0
         self.deferred: list[Callable[[], object]] = []
+        self._settled: asyncio.Event | None = None  # set while nothing runs or waits
+
+    @property
+    def busy(self) -> bool:
+        """Whether the thread reads the state now (changes are being deferred)."""
+        return self._running > 0
+
+    async def settled(self) -> None:
+        """Until the thread is idle and every deferred change has been applied.
+
+        A decision must see every change made before it, above all the assumptions of the
+        decisions before it: those are deferred while anything else reads in the thread (a
+        quota status read, say), and a decision made past them hands the same device out
+        twice. So the one decider waits here before each decision, inline or not.
+        """
+        while self._running:
+            if self._settled is None:
+                self._settled = asyncio.Event()
+            self._settled.clear()
+            await self._settled.wait()
 
     def mutate(self, change: Callable[..., object], *args: Any) -> None:
         """Change the state now, or, while a decision reads it, right after that decision
@@ -121,8 +141,12 @@ class DecisionThread:
         if self._running:
             return
         deferred, self.deferred = self.deferred, []
-        for change in deferred:
-            change()
+        try:
+            for change in deferred:
+                change()
+        finally:
+            if self._settled is not None:
+                self._settled.set()
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:

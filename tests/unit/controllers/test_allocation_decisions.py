@@ -23,7 +23,7 @@ from operators.controllers.allocation import INLINE_SLICE, AllocationController,
 from operators.kube import RESOURCE_SLICES
 
 from .fakes import FakeClient, one_device_cluster, resource_slice
-from .test_allocation_failures import add_pod, sync
+from .test_allocation_failures import add_pod, allocation_writes, sync
 
 
 def controller_with(client: FakeClient, **settings: Any) -> AllocationController:
@@ -178,3 +178,28 @@ async def test_a_quick_decision_is_made_on_the_loop_without_a_thread() -> None:
     await sync(controller, key)
     assert controller.allocated_pods == 1
     assert controller.decisions._executor is None, "a hand-off for a decision of milliseconds"
+
+
+async def test_a_pod_decided_while_the_thread_reads_sees_the_pods_decided_before_it() -> None:
+    """One device, two pods. While something else reads in the decision thread (the quota
+    status writer does, every second), the first pod's assumption is deferred; the second
+    pod must still find the device taken, not get it as well."""
+    client = FakeClient()
+    controller = controller_with(client)
+    first = add_pod(controller, "p1", "c1")
+    second = add_pod(controller, "p2", "c2")
+    release = threading.Event()
+    reading = asyncio.create_task(controller.decisions.run(release.wait, 5))
+    await asyncio.sleep(0.05)  # the read holds the thread
+    assert controller.decisions.busy
+
+    async def both() -> None:
+        await sync(controller, first)
+        await sync(controller, second)
+
+    deciding = asyncio.create_task(both())
+    await asyncio.sleep(0.2)
+    release.set()
+    assert await reading
+    await deciding
+    assert [path.rsplit("/", 2)[-2] for path in allocation_writes(client)] == ["c1"]
