@@ -78,3 +78,25 @@ class AllocatedDevices:
     def is_allocated(self, device: DeviceId) -> bool:
         """Allocated in any way (for counter accounting)."""
         return device in self.exclusive or device in self.shares or device in self.capacity
+
+    def clashes(self, used: Iterable[UsedDevice]) -> list[DeviceId]:
+        """The devices of ``used`` that the usage here already rules out: an exclusive
+        result on a device in use in any way, a share on an exclusively used device or with
+        a share id already taken, or a device twice among ``used`` itself. Admin access
+        clashes with nothing."""
+        seen: dict[DeviceId, set[str | None]] = {}
+        out: list[DeviceId] = []
+        for item in used:
+            if item.admin_access:
+                continue
+            device = item.device
+            ids = seen.setdefault(device, set())
+            if device in self.exclusive or None in ids:
+                out.append(device)
+            elif item.share_id is None:
+                if device in self.shares or ids:
+                    out.append(device)
+            elif item.share_id in ids or item.share_id in self.shares.get(device, ()):
+                out.append(device)
+            ids.add(item.share_id)
+        return out

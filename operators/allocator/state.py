@@ -290,6 +290,13 @@ class AllocatorState:
         self._set_usage(self._assumed, claim_key(claim), None)
         self.quotas.assume(claim_key(claim), None)
 
+    def clashes(self, allocations: Iterable[ClaimAllocation]) -> list[DeviceId]:
+        """Devices the allocations would hand out that are already in use (allocated or
+        assumed): empty for any decision made on the current state. The controllers check
+        it right before they assume, so that a decision made on a state that missed a
+        change is never written."""
+        return self.allocated.clashes(u for a in allocations for u in a.usage())
+
     def is_assumed(self, claim: ClaimLike) -> bool:
         return claim_key(claim) in self._assumed
 

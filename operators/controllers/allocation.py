@@ -444,6 +444,9 @@ class AllocationController(ClaimWrites, Explanations):
             return
         # A write slot first: cancelled while waiting for one, nothing is left assumed.
         await self.slots.acquire()
+        if not await self.devices_free(key, results):
+            self.slots.release()
+            return
         # The devices (and the node's cpu, ports, ...) count as used from now on, even
         # before the API answers.
         for (_, claim), chosen in zip(pending(entries), results, strict=True):
@@ -455,6 +458,24 @@ class AllocationController(ClaimWrites, Explanations):
         self.in_flight.add(key)
         assert self._writers is not None
         self._writers.create_task(self._commit(key, pod, node, entries, results, claim_keys))
+
+    async def devices_free(self, key: Key, results: Iterable[ClaimAllocation]) -> bool:
+        """Whether the decided devices are still free, checked right before they are
+        assumed (with every change the thread deferred applied, so the assumption is never
+        deferred itself). A decision is made on the current state, so a clash means a change
+        it did not see: the pod is decided again rather than handed a device in use."""
+        await self.decisions.settled()
+        clashes = self.state.clashes(results)
+        if not clashes:
+            return True
+        metrics.ALLOCATIONS.labels(result="clash").inc()
+        log.error(
+            "decided devices are in use; deciding again",
+            pod=str(key),
+            devices=sorted("/".join(d) for d in set(clashes)),
+        )
+        self.queue.add_after(key, BUSY_DELAY)
+        return False
 
     async def _commit(
         self,

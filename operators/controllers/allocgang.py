@@ -219,6 +219,11 @@ async def _start_writes(
 ) -> None:
     """Count the gang's devices as used and hand its writes to a background task."""
     await controller.slots.acquire()  # one slot for the gang: its writes run one by one
+    if not await controller.devices_free(
+        placed[0][0].key, [result for _, _, results in placed for result in results]
+    ):
+        controller.slots.release()
+        return
     claim_keys: set[Key] = set()
     for member, node, results in placed:
         for (_, claim), chosen in zip(pending(member.entries), results, strict=True):

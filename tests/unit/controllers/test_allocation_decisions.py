@@ -20,9 +20,9 @@ import pytest
 from operators.allocator.errors import DecisionTimeout
 from operators.cache.informer import Key
 from operators.controllers.allocation import INLINE_SLICE, AllocationController, TooSlow
-from operators.kube import RESOURCE_SLICES
+from operators.kube import RESOURCE_CLAIMS, RESOURCE_SLICES
 
-from .fakes import FakeClient, one_device_cluster, resource_slice
+from .fakes import FakeClient, allocated, claim, one_device_cluster, put, resource_slice
 from .test_allocation_failures import add_pod, allocation_writes, sync
 
 
@@ -203,3 +203,25 @@ async def test_a_pod_decided_while_the_thread_reads_sees_the_pods_decided_before
     assert await reading
     await deciding
     assert [path.rsplit("/", 2)[-2] for path in allocation_writes(client)] == ["c1"]
+
+
+async def test_a_device_taken_while_the_pod_waits_for_a_write_slot_is_not_written() -> None:
+    """The pod is decided, then waits for a write slot (all of them busy); meanwhile the
+    watch shows another claim allocated to the same device (written by hand, or by another
+    allocator). The decision is not written: the pod is decided again, and finds no room."""
+    client = FakeClient()
+    controller = controller_with(client)
+    key = add_pod(controller, "p1", "c1")
+    controller.slots = asyncio.Semaphore(0)  # every write slot in use
+    deciding = asyncio.create_task(sync(controller, key))
+    await asyncio.sleep(0.1)
+    assert not deciding.done()
+    put(controller.runtime, RESOURCE_CLAIMS, allocated(claim("ns", "c9"), "other", "uid-other"))
+    controller.slots.release()
+    await deciding
+    assert allocation_writes(client) == []
+    assert controller.queue.pending() >= 1  # decided again soon
+    await asyncio.sleep(0.1)
+    await sync(controller, key)
+    assert allocation_writes(client) == []
+    assert key in controller.waiting
