@@ -87,38 +87,52 @@ DEVICE_QUOTAS = Resource(
 )
 
 
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"  # policy/v1's cause of a refused eviction
+
+
 class ApiError(Exception):
     """The API server answered with an error status."""
 
     def __init__(
-        self, status: int, reason: str, message: str, causes: tuple[str, ...] = ()
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        causes: tuple[str, ...] = (),
+        cause_reasons: tuple[str, ...] = (),
     ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.causes = causes  # details.causes[].message (a refused eviction names the budget)
+        # details.causes[].reason: "DisruptionBudget" tells a budget's refusal of an eviction
+        # from any other 429 (the API server's own throttling).
+        self.cause_reasons = cause_reasons
+
+    @property
+    def refused_by_disruption_budget(self) -> bool:
+        return self.status == 429 and DISRUPTION_BUDGET_CAUSE in self.cause_reasons
 
     @staticmethod
     def from_status(status: int, body: Any) -> ApiError:
         reason = message = ""
         causes: tuple[str, ...] = ()
+        cause_reasons: tuple[str, ...] = ()
         if isinstance(body, dict):
             reason = str(body.get("reason", ""))
             message = str(body.get("message", ""))
             details = body.get("details")
             if isinstance(details, dict):
-                causes = tuple(
-                    str(c.get("message", ""))
-                    for c in details.get("causes") or ()
-                    if isinstance(c, dict) and c.get("message")
-                )
+                listed = [c for c in details.get("causes") or () if isinstance(c, dict)]
+                causes = tuple(str(c["message"]) for c in listed if c.get("message"))
+                cause_reasons = tuple(str(c["reason"]) for c in listed if c.get("reason"))
         elif body:
             message = str(body)[:500]
         cls: type[ApiError] = {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
         if status == 422 and "test operation" in message.lower():
             cls = Conflict  # a failed JSON-patch `test` is a stale precondition, not bad input
-        return cls(status, reason, message, causes)
+        return cls(status, reason, message, causes, cause_reasons)
 
 
 class NotFound(ApiError):

@@ -264,8 +264,8 @@ class TaintController:
                 "POST", PODS.path(pod.namespace, pod.name) + "/eviction", body=body
             )
         except ApiError as error:
-            if error.status != 429:
-                raise
+            if not error.refused_by_disruption_budget:
+                raise  # throttled or failed: retried with backoff, not told as a budget's
             budget = "; ".join(error.causes) or error.message
             key = Key(pod.namespace, pod.name)
             if self.refused.get(key) != budget:

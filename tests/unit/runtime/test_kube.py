@@ -14,9 +14,11 @@ from operators.kube import (
     ApiError,
     Conflict,
     Connection,
+    FailureKind,
     Gone,
     KubeClient,
     NotFound,
+    failure_kind,
     json_body,
 )
 
@@ -122,3 +124,21 @@ def test_a_refused_eviction_keeps_the_causes_that_name_the_budget() -> None:
     assert error.causes == (
         "The disruption budget keep-one needs 1 healthy pods and has 1 currently",
     )
+
+
+def test_only_a_disruption_budget_cause_makes_a_429_a_budget_refusal() -> None:
+    refused = ApiError.from_status(
+        429,
+        {
+            "kind": "Status",
+            "reason": "TooManyRequests",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "details": {"causes": [{"reason": "DisruptionBudget", "message": "needs 1"}]},
+        },
+    )
+    throttled = ApiError.from_status(
+        429, {"kind": "Status", "reason": "TooManyRequests", "message": "Too many requests"}
+    )
+    assert refused.refused_by_disruption_budget
+    assert not throttled.refused_by_disruption_budget
+    assert failure_kind(throttled) is FailureKind.UNAVAILABLE  # backed off and retried
