@@ -124,11 +124,13 @@ class DrallocReplay:
                     selectors.append(selector)
             else:
                 pending.append(self.claims[key])
+        if not pending:
+            # Every claim allocated: the first node their selectors allow, found lazily as
+            # the Go side does (no list of every matching node for a pod that needs none).
+            return next((n.name for n in self.nodes if all(s.matches(n) for s in selectors)), "")
         candidates = self.nodes
         if selectors:
             candidates = [n for n in self.nodes if all(s.matches(n) for s in selectors)]
-        if not pending:
-            return candidates[0].name if candidates else ""
         placement = state.find_node(pending, candidates, self.policy, explain=False)
         if placement.node is None:
             return ""
