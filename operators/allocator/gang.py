@@ -10,6 +10,9 @@ per-pod machinery and without changing it:
   among the nodes the caller says the member may go to (the placement rules);
 * members decided earlier count as allocated (``assume``) while later members are
   searched, so no device is handed out twice;
+* a claim several members share (a ``resourceClaimName`` claim) is allocated once: the
+  first member placed decides it, and the others take that allocation as it is and may
+  only go to nodes its node selector allows;
 * when a member finds no room, the nodes already chosen for other members are searched
   again with all their claims together (the per-node search may then give an earlier
   member other devices on the same node), and otherwise the search backtracks: it moves
@@ -91,6 +94,10 @@ class _Member:
     kind: object  # members of one kind are interchangeable (same claims spec, same nodes)
     demand: tuple[Signature, int] | None  # see _simple_demand
 
+    @property
+    def keys(self) -> list[str]:
+        return [claim.ref for claim in self.claims]
+
 
 def _simple_demand(claims: Sequence[CompiledClaim]) -> tuple[Signature, int] | None:
     """(signature, count) when that is all the member asks: one claim with one ExactCount
@@ -138,18 +145,50 @@ class _GangSearch:
         self.searches = 0
         self.chosen: dict[int, tuple[str, list[ClaimAllocation]]] = {}  # member -> node
         self.failed: set[tuple[int, frozenset[tuple[object, str, tuple[Any, ...]]]]] = set()
+        # A claim shared by members is assumed once, by the placed member that holds it.
+        self.holder: dict[str, int] = {}
+        self.users: dict[str, list[int]] = {}
+        for i, member in enumerate(members):
+            for key in dict.fromkeys(member.keys):
+                self.users.setdefault(key, []).append(i)
 
     # --- tentative allocations --------------------------------------------------------
 
     def _apply(self, i: int, node: str, results: list[ClaimAllocation]) -> None:
         for claim, allocation in zip(self.members[i].claims, results, strict=True):
+            if self.holder.get(claim.ref, i) != i:
+                continue  # shared, and already assumed by the member holding it
+            self.holder[claim.ref] = i
             self.state.assume(claim, allocation)
         self.chosen[i] = (node, results)
 
     def _undo(self, i: int) -> None:
-        for claim in self.members[i].claims:
-            self.state.release(claim)
         del self.chosen[i]
+        for claim in self.members[i].claims:
+            if self.holder.get(claim.ref) != i:
+                continue
+            # Another placed member uses the claim too: it keeps the allocation.
+            heir = next((j for j in self.users[claim.ref] if j in self.chosen), None)
+            if heir is None:
+                del self.holder[claim.ref]
+                self.state.release(claim)
+            else:
+                self.holder[claim.ref] = heir
+
+    def _fixed(self, i: int, besides: Sequence[int] = ()) -> dict[str, ClaimAllocation]:
+        """Allocations of member i's claims that placed members (other than i and
+        ``besides``) hold: member i takes them as they are."""
+        out: dict[str, ClaimAllocation] = {}
+        for key in self.members[i].keys:
+            j = self.holder.get(key)
+            if j is not None and j != i and j not in besides:
+                results = self.chosen[j][1]
+                out[key] = results[self.members[j].keys.index(key)]
+        return out
+
+    @staticmethod
+    def _reaches(fixed: dict[str, ClaimAllocation], node: NodeInfo) -> bool:
+        return all(a.node_selector is None or a.node_selector.matches(node) for a in fixed.values())
 
     def release_all(self) -> None:
         for i in list(self.chosen):
@@ -170,16 +209,26 @@ class _GangSearch:
     # --- one member's options ---------------------------------------------------------
 
     def place_alone(self, i: int, nodes: Sequence[NodeInfo], *, explain: bool) -> Placement:
+        """Member i's best node among ``nodes``, with every claim's allocation in order
+        (claims that placed members share come as those members allocated them)."""
         member = self.members[i]
+        fixed = self._fixed(i)
+        if fixed:
+            nodes = [n for n in nodes if self._reaches(fixed, n)]
+        own = [c for c in member.claims if c.ref not in fixed]
         found = self.state.find_node(
-            member.claims,
+            own,
             nodes,
             self.policy,
             explain=explain,
             budget_seconds=self._remaining_seconds(),
         )
         self._charge(found.nodes_searched)
-        return found
+        if not fixed or found.node is None:
+            return found
+        mine = iter(found.allocations)
+        allocations = tuple(fixed[c.ref] if c.ref in fixed else next(mine) for c in member.claims)
+        return dataclasses.replace(found, allocations=allocations)
 
     def _options(self, i: int) -> Iterator[None]:
         """Each option applied in turn (undone when the caller moves on): the member's
@@ -230,6 +279,8 @@ class _GangSearch:
             if info is None or name in tried:
                 continue
             there = sorted(j for j, (node, _) in self.chosen.items() if node == name)
+            if self._held_elsewhere(there):
+                continue
             before = {j: self.chosen[j] for j in there}
             for j in there:
                 self._undo(j)
@@ -247,6 +298,17 @@ class _GangSearch:
                 self._undo(j)
             for j in there:
                 self._apply(j, *before[j])
+
+    def _held_elsewhere(self, there: list[int]) -> bool:
+        """Whether a member in ``there`` holds a claim that a placed member on another node
+        uses: searching it again could move devices that member keeps."""
+        for j in there:
+            for key in self.members[j].keys:
+                if self.holder.get(key) == j and any(
+                    k in self.chosen and k not in there for k in self.users[key]
+                ):
+                    return True
+        return False
 
     def _counts_allow(self, indexes: list[int], node: NodeInfo) -> bool:
         """False when the free counts alone rule a joint search of these members on the node
@@ -268,10 +330,16 @@ class _GangSearch:
         self, indexes: list[int], node: NodeInfo
     ) -> list[list[ClaimAllocation]] | None:
         self._charge(1)
-        claims = [c for j in indexes for c in self.members[j].claims]
+        fixed: dict[str, ClaimAllocation] = {}
+        for j in indexes:
+            fixed.update(self._fixed(j, besides=indexes))
+        if not self._reaches(fixed, node):
+            return None
+        # A claim shared by several of these members is searched once.
+        claims = {c.ref: c for j in indexes for c in self.members[j].claims if c.ref not in fixed}
         try:
             results = Search(
-                claims,
+                list(claims.values()),
                 node,
                 self.state.pools_for(node),
                 self.state.search_inputs(self.deadline),
@@ -280,13 +348,8 @@ class _GangSearch:
             return None
         if results is None:
             return None
-        out: list[list[ClaimAllocation]] = []
-        start = 0
-        for j in indexes:
-            count = len(self.members[j].claims)
-            out.append(results[start : start + count])
-            start += count
-        return out
+        decided = {**fixed, **dict(zip(claims, results, strict=True))}
+        return [[decided[key] for key in self.members[j].keys] for j in indexes]
 
     # --- the search -------------------------------------------------------------------
 
@@ -407,15 +470,16 @@ def _find_flat(
     compiled = []
     for m in members:
         claims = state.compile_claims(m.claims)
-        compiled.append(
-            _Member(
-                m.name,
-                claims,
-                list(m.nodes),
-                _kind(claims, m.nodes, m.name),
-                _simple_demand(claims),
-            )
-        )
+        compiled.append(_Member(m.name, claims, list(m.nodes), None, None))
+    shared = _shared_claims(compiled)
+    for member in compiled:
+        if shared.isdisjoint(member.keys):
+            member.kind = _kind(member.claims, member.nodes, member.name)
+            member.demand = _simple_demand(member.claims)
+        else:
+            # Its devices may be counted with another member's: no count-based shortcut,
+            # and interchangeable with no other member.
+            member.kind = member.name
     total = len(compiled)
     if total < need:
         return GangPlacement(
@@ -480,6 +544,16 @@ def _find_flat(
         return GangPlacement(need, total, reason=str(error), searches=search.searches, fatal=True)
     finally:
         search.release_all()
+
+
+def _shared_claims(members: Sequence[_Member]) -> set[str]:
+    """Claims that more than one member uses."""
+    seen: set[str] = set()
+    shared: set[str] = set()
+    for member in members:
+        for key in set(member.keys):
+            (shared if key in seen else seen).add(key)
+    return shared
 
 
 def _fatal(found: Placement) -> bool:

@@ -41,7 +41,7 @@ from operators.api.models import AllocationResult, ResourceClaim
 from operators.cache.core import POD_GANG_INDEX, Pod, PodClaim
 from operators.cache.informer import Key
 from operators.controllers import claimrules, claimstatus
-from operators.controllers.allocwrites import is_allocated, pending
+from operators.controllers.allocwrites import claim_key, is_allocated, pending
 from operators.controllers.decisions import (
     Candidates,
     ClaimBusy,
@@ -219,9 +219,9 @@ async def _start_writes(
 ) -> None:
     """Count the gang's devices as used and hand its writes to a background task."""
     await controller.slots.acquire()  # one slot for the gang: its writes run one by one
-    if not await controller.devices_free(
-        placed[0][0].key, [result for _, _, results in placed for result in results]
-    ):
+    # A claim that members share comes once per member, with the same allocation.
+    decided = {result.claim: result for _, _, results in placed for result in results}
+    if not await controller.devices_free(placed[0][0].key, decided.values()):
         controller.slots.release()
         return
     claim_keys: set[Key] = set()
@@ -244,18 +244,22 @@ async def _commit(
     """Every member's claims, then every member's pod. A failure before the pods leaves the
     gang gated: the written claims are read back by the next decision."""
     written: list[tuple[_Ready, str, dict[str, AllocationResult]]] = []
+    written_claims: set[Key] = set()
     keys = [member.key for member, _, _ in placed]
     try:
         try:
             for member, node, results in placed:
-                allocations = await controller._write_claims(
-                    member.pod, node, member.entries, results
+                entries, results = _after_earlier_writes(
+                    controller, member, results, written_claims
                 )
+                allocations = await controller._write_claims(member.pod, node, entries, results)
                 written.append((member, node, allocations))
+                written_claims |= {claim_key(claim) for _, claim in entries}
         except BaseException:
             for member, _, _ in placed[len(written) + 1 :]:  # never attempted
                 for _, claim in pending(member.entries):
-                    controller._mutate(controller.state.release, claim)
+                    if claim_key(claim) not in written_claims:  # shared with a written one
+                        controller._mutate(controller.state.release, claim)
             raise
         for member, node, allocations in written:
             # The freshest view of the pod: our own condition writes (and the claim
@@ -290,6 +294,29 @@ async def _commit(
         controller.slots.release()
         for key in keys:
             controller.resync.discard(key)  # the watch of our own writes requeues them
+
+
+def _after_earlier_writes(
+    controller: AllocationController,
+    member: _Ready,
+    results: list[ClaimAllocation],
+    written_claims: set[Key],
+) -> tuple[Entries, list[ClaimAllocation]]:
+    """The member's entries and its claims' allocations to write, after the gang's earlier
+    members' writes: a claim shared with one of them is allocated already (the cache holds
+    the written claim), so this member only reserves it."""
+    if not written_claims.intersection(claim_key(claim) for _, claim in member.entries):
+        return member.entries, results
+    decided = {
+        claim_key(claim): result
+        for (_, claim), result in zip(pending(member.entries), results, strict=True)
+    }
+    entries: Entries = []
+    for entry, claim in member.entries:
+        key = claim_key(claim)
+        current = controller.claims.get(key) if key in written_claims else None
+        entries.append((entry, current if current is not None else claim))
+    return entries, [decided[claim_key(claim)] for _, claim in pending(entries)]
 
 
 async def _give_back(controller: AllocationController, ready: list[_Ready]) -> None:

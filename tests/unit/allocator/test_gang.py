@@ -216,11 +216,6 @@ def test_a_gang_topology_keeps_every_member_in_one_label_value() -> None:
     assert "no value of node label rack has room for 4 members" in too_big.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: find_gang searches a claim shared by two members once per member "
-    "(the later assume replaces the earlier); the controller's second write conflicts",
-)
 def test_members_sharing_one_claim_get_one_allocation_for_it() -> None:
     # Two members reference the same ResourceClaim (a shared, resourceClaimName claim)
     # and nothing else. The claim is allocated once, so both members must go where its
@@ -234,3 +229,39 @@ def test_members_sharing_one_claim_get_one_allocation_for_it() -> None:
     chosen = {tuple(d.device_id for a in p.allocations for d in a.devices) for p in result.placed}
     assert len(chosen) == 1, f"the shared claim was allocated twice: {sorted(chosen)}"
     assert len({p.node for p in result.placed}) == 1
+
+
+def test_a_shared_claim_is_allocated_once_and_the_state_is_clean_after() -> None:
+    # Three members: w0 and w2 share a claim for two small devices, w1 has its own. Only
+    # node-b has two small devices, so both sharers must go there; the shared claim's two
+    # devices are not counted twice (node-b has nothing left for a second copy of it).
+    state = cluster(**{"node-a": ["small"], "node-b": ["small", "small"], "node-c": ["small"]})
+    nodes = [NodeInfo(n) for n in sorted(state.node_names())]
+    shared = wants("shared", "small", 2)
+    gang = [
+        GangMember("ns/w0", [shared], nodes),
+        GangMember("ns/w1", [wants("own", "small")], nodes),
+        GangMember("ns/w2", [shared], nodes),
+    ]
+    result = find_gang(state, gang, need=3, policy="first-fit")
+    assert result.fits, result.reason
+    by_member = {p.member: p for p in result.placed}
+    assert by_member["ns/w0"].node == by_member["ns/w2"].node == "node-b"
+    assert by_member["ns/w0"].allocations == by_member["ns/w2"].allocations
+    assert by_member["ns/w1"].node in ("node-a", "node-c")
+    devices = used_devices(result)
+    assert len(set(devices)) == 3  # two for the shared claim (listed twice), one for w1
+    # Nothing stays assumed: every device is free again for a per-pod search.
+    assert state.find_node([wants("probe", "small", 2)], nodes, "first-fit").node == "node-b"
+
+
+def test_a_gang_whose_shared_claim_fits_once_but_not_twice_is_placed() -> None:
+    # One node with one device: two members sharing a one-device claim fit (the count
+    # shortcut would say two devices are needed and refuse at once).
+    state = cluster(**{"node-a": ["small"]})
+    nodes = [NodeInfo("node-a")]
+    shared = wants("shared", "small")
+    gang = [GangMember("ns/w0", [shared], nodes), GangMember("ns/w1", [shared], nodes)]
+    result = find_gang(state, gang, need=2)
+    assert result.fits, result.reason
+    assert {p.node for p in result.placed} == {"node-a"}
