@@ -18,6 +18,8 @@ from operators.api.annotations import ADMIN_ACCESS_LABEL, CLAIMS_ANNOTATION, par
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "manifests" / "examples"
+# Applied on their own, after the rest (see manifests/README.md).
+OPTIONAL = (EXAMPLES / "device-taint" / "rule", EXAMPLES / "device-taint" / "budget")
 DRA_KINDS = {
     "DeviceClass",
     "ResourceClaim",
@@ -43,11 +45,11 @@ def objects(files: list[Path]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def examples() -> list[dict[str, Any]]:
-    return objects(kustomize_files(EXAMPLES) + kustomize_files(EXAMPLES / "device-taint/rule"))
+    return objects([f for d in (EXAMPLES, *OPTIONAL) for f in kustomize_files(d)])
 
 
 def test_every_example_yaml_is_reachable_from_a_kustomization() -> None:
-    included = set(kustomize_files(EXAMPLES)) | set(kustomize_files(EXAMPLES / "device-taint/rule"))
+    included = {f for d in (EXAMPLES, *OPTIONAL) for f in kustomize_files(d)}
     on_disk = {p.resolve() for p in EXAMPLES.rglob("*.yaml") if p.name != "kustomization.yaml"}
     assert on_disk == included
 
@@ -157,3 +159,21 @@ def test_crd_kustomization_lists_every_crd_file() -> None:
     on_disk = sorted(p.name for p in crds.glob("*.yaml") if p.name != "kustomization.yaml")
     assert sorted(listed) == on_disk
     assert on_disk, "crds/ is empty: run make crds"
+
+
+def test_the_budget_example_covers_the_pod_the_taint_rule_evicts(
+    examples: list[dict[str, Any]],
+) -> None:
+    [budget] = [o for o in examples if o["kind"] == "PodDisruptionBudget"]
+    [rule] = [o for o in examples if o["kind"] == "DeviceTaintRule"]
+    assert rule["spec"]["taint"]["effect"] == "NoExecute"
+    wanted = budget["spec"]["selector"]["matchLabels"]
+    covered = [
+        o["metadata"]["name"]
+        for o in examples
+        if o["kind"] == "Pod"
+        and o["metadata"]["namespace"] == budget["metadata"]["namespace"]
+        and wanted.items() <= (o["metadata"].get("labels") or {}).items()
+    ]
+    assert covered == ["pinned-gpu"]
+    assert budget["spec"]["maxUnavailable"] == 0
