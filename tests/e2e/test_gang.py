@@ -22,6 +22,7 @@ from .operator_fixtures import (
     NodeShape,
     OperatorProcess,
     Pool,
+    claim,
     events,
     get,
     make_sized_pool,
@@ -29,7 +30,7 @@ from .operator_fixtures import (
     running_operator,
     template,
 )
-from .reliability_helpers import pod_condition
+from .reliability_helpers import assert_invariants, pod_condition
 from .test_placement import claims_of, describe, wait_placed
 
 pytestmark = [pytest.mark.timeout(150), pytest.mark.api_modes]
@@ -237,3 +238,28 @@ def test_a_placed_gangs_devices_return_when_its_members_are_deleted(
     # ... and is placed whole once the first gang's pods (and so their claims) are gone.
     delete_pods(testbed, namespace, *first)
     placed_two_and_one(testbed, namespace, pool, second)
+
+
+def test_members_sharing_a_claim_get_one_allocation_of_it(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    # s0 and s1 name one ResourceClaim of two devices, s2 asks for two of its own: 4 of the 5
+    # devices. The shared claim is allocated once, both its members go where its devices
+    # are, and it is reserved for both (allocating it per member would hand out 6 devices,
+    # or write the claim twice).
+    pool = three_and_two(testbed, namespace)
+    testbed.apply(claim(namespace, "pair", pool, count=2))
+    for name in ("s0", "s1"):
+        body = pod(namespace, name, pool, [{"name": "gpu", "resourceClaimName": "pair"}])
+        body["metadata"]["annotations"] |= {GANG: "shared", GANG_SIZE: "3"}
+        testbed.apply(body)
+    testbed.apply(member(namespace, "s2", pool, "two", "shared", "3"))
+    nodes = {name: wait_placed(testbed, namespace, name) for name in ("s0", "s1", "s2")}
+    assert nodes["s0"] == nodes["s1"] != nodes["s2"], nodes
+    shared = get(testbed, testbed.api_mode.resource("resourceclaims"), "pair", namespace)
+    assert shared is not None
+    status = shared["status"]
+    assert sorted(r["name"] for r in status["reservedFor"]) == ["s0", "s1"]
+    results = status["allocation"]["devices"]["results"]
+    assert len(results) == 2 and {r["pool"] for r in results} == {nodes["s0"]}, results
+    assert_invariants(testbed, [namespace])
