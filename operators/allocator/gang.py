@@ -41,6 +41,7 @@ from operators.allocator.nodes import NodeInfo
 from operators.allocator.placement import Placement
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.search import Search
+from operators.api.annotations import GangTopology
 
 if TYPE_CHECKING:  # annotations only: state is the caller's object
     from operators.allocator.state import AllocatorState
@@ -410,7 +411,7 @@ def find_gang(
     *,
     budget: int = DEFAULT_GANG_BUDGET,
     budget_seconds: float | None = None,
-    topology: str | None = None,
+    topology: GangTopology | str | None = None,
 ) -> GangPlacement:
     """Nodes and allocations for at least ``need`` of the members at once, or none.
 
@@ -420,20 +421,23 @@ def find_gang(
     that label (a rack, an NVLink domain): the domains are tried one by one, the one with
     most candidate nodes first (then by value), and the first where the gang fits wins.
     """
+    if isinstance(topology, str):
+        topology = GangTopology.parse(topology)
     if topology is None:
         return _find_flat(state, members, need, policy, budget, budget_seconds)
+    label = topology.key
     deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
     sizes: dict[str, int] = {}
     for member in members:
         for node in member.nodes:
-            value = node.labels.get(topology)
+            value = node.labels.get(label)
             if value is not None:
                 sizes[value] = sizes.get(value, 0) + 1
     spent = 0
     tried: list[str] = []
     for value in sorted(sizes, key=lambda v: (-sizes[v], v)):
         inside = [
-            GangMember(m.name, m.claims, [n for n in m.nodes if n.labels.get(topology) == value])
+            GangMember(m.name, m.claims, [n for n in m.nodes if n.labels.get(label) == value])
             for m in members
         ]
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
@@ -449,7 +453,7 @@ def find_gang(
         need,
         len(members),
         reason=(
-            f"no value of node label {topology} has room for {need} members together"
+            f"no value of node label {label} has room for {need} members together"
             + (f" ({where})" if where else ": no candidate node has the label")
         ),
         searches=spent,

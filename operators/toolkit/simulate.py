@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from operators.allocator.compiled import Taint, Toleration
 from operators.allocator.features import Features
+from operators.api.annotations import GangTopology
 from operators.toolkit.cluster import Cluster, DeviceLine, Placement
 from operators.toolkit.errors import ObjectRef, ToolkitError
 from operators.toolkit.gangs import gang_key, place_gang
@@ -163,7 +164,7 @@ def simulate(
         return True
 
     def place_together(
-        pods: list[PodInfo], need: int, origin: str, topology: str | None = None
+        pods: list[PodInfo], need: int, origin: str, topology: GangTopology | str | None = None
     ) -> bool:
         outcome = place_gang(cluster, pods, need, topology)
         done = {p.pod for p in outcome.placements}
