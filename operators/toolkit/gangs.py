@@ -26,7 +26,7 @@ class GangOutcome:
 
 
 def place_gang(
-    cluster: Cluster, pods: list[PodInfo], need: int, topology: GangTopology | str | None = None
+    cluster: Cluster, pods: list[PodInfo], need: int, topology: GangTopology | None = None
 ) -> GangOutcome:
     """Placements for at least ``need`` of ``pods`` at once, or none (nothing recorded:
     ``Cluster.commit`` each placement to keep it)."""

@@ -50,8 +50,8 @@ class AddGang:
     template: str
     size: int | None = None
     """Members that must be placed at once (default: all ``count``)."""
-    topology: str | None = None
-    """A node label all placed members share one value of."""
+    topology: GangTopology | None = None
+    """What all placed members share one value of: a node label or a device attribute."""
 
     def describe(self) -> str:
         need = self.size or self.count
@@ -164,7 +164,7 @@ def simulate(
         return True
 
     def place_together(
-        pods: list[PodInfo], need: int, origin: str, topology: GangTopology | str | None = None
+        pods: list[PodInfo], need: int, origin: str, topology: GangTopology | None = None
     ) -> bool:
         outcome = place_gang(cluster, pods, need, topology)
         done = {p.pod for p in outcome.placements}
