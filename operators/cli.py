@@ -70,8 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --add-gang: members that must be placed at once (default: N)",
     )  # fmt: skip
     simulate.add_argument(
-        "--gang-topology", metavar="LABEL",
-        help="with --add-gang: every member on nodes with one value of this node label",
+        "--gang-topology", metavar="LABEL|attribute:DOMAIN/NAME",
+        help=(
+            "with --add-gang: every member on nodes with one value of this node label, or "
+            "every member's devices with one value of this device attribute"
+        ),
     )  # fmt: skip
     simulate.add_argument(
         "--template", metavar="[NS/]NAME", help="ResourceClaimTemplate of each added pod"
@@ -240,6 +243,7 @@ def _split_name(text: str, namespace: str) -> tuple[str, str]:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from operators.api.annotations import AnnotationError, GangTopology
     from operators.toolkit import render
     from operators.toolkit.errors import ToolkitError
     from operators.toolkit.progress import Progress
@@ -265,14 +269,18 @@ def _simulate(args: argparse.Namespace) -> int:
         if not args.template or args.like_pod:
             raise ToolkitError("--add-gang needs --template (and no --like-pod)")
         namespace, name = _split_name(args.template, args.namespace)
+        topology = None
+        if args.gang_topology is not None:
+            try:
+                topology = GangTopology.parse(args.gang_topology)
+            except AnnotationError as error:
+                raise ToolkitError(f"--gang-topology: {'; '.join(error.problems)}") from None
         scenarios.append(
-            AddGang(
-                args.add_gang, namespace, name, size=args.gang_size, topology=args.gang_topology
-            )
+            AddGang(args.add_gang, namespace, name, size=args.gang_size, topology=topology)
         )
     elif args.template or args.like_pod:
         raise ToolkitError("--template and --like-pod go with --add-pods N or --add-gang N")
-    if (args.gang_size is not None or args.gang_topology) and args.add_gang is None:
+    if (args.gang_size is not None or args.gang_topology is not None) and args.add_gang is None:
         raise ToolkitError("--gang-size and --gang-topology go with --add-gang N")
     for device in args.taint_device:
         scenarios.append(TaintDevice(device, effect=args.taint_effect, key=args.taint_key))

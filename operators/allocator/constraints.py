@@ -159,3 +159,31 @@ def build_constraint(spec: CompiledConstraint, lists: bool) -> Constraint | None
     if spec.distinct_attribute is not None:
         return DistinctAttribute(scope, spec.distinct_attribute, lists)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class AttributePin:
+    """Only devices whose attribute has this one scalar value may be taken: a restriction a
+    search applies besides the claims' own rules (a gang kept together by a device
+    attribute, ``gang.py``). Like a matchAttribute constraint whose value is fixed from the
+    start: a device without the attribute, or with a list or another typed value, is out.
+    Requests with adminAccess are not held to it (they take no device from anyone)."""
+
+    attribute: str  # fully qualified, as in matchAttribute
+    value: tuple[str, tuple[Any, ...]]  # (kind, values), as CompiledSlice.scalar_values
+
+    def admits(self, device: CompiledDevice) -> bool:
+        attr = device.lookup_attribute(self.attribute)
+        return attr is not None and not attr.is_list and (attr.kind, attr.values) == self.value
+
+    def shown(self) -> str:
+        """The value as a user wrote it (true, 3, nvl-0)."""
+        return show_value(self.value)
+
+
+def show_value(value: tuple[str, tuple[Any, ...]]) -> str:
+    kind, values = value
+    item = values[0] if values else ""
+    if kind == "bool":
+        return "true" if item else "false"
+    return str(item)

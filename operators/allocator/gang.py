@@ -18,7 +18,10 @@ per-pod machinery and without changing it:
   member other devices on the same node), and otherwise the search backtracks: it moves
   an earlier member to its next node;
 * the whole search is bounded by a budget of node searches and is deterministic (members
-  in the caller's order, nodes in policy order, ties by name).
+  in the caller's order, nodes in policy order, ties by name);
+* with a topology, the search runs once per value of a node label (members only on nodes
+  with that value) or of a device attribute (members only take devices with that value,
+  an ``AttributePin`` on every per-node search), until one value fits.
 
 The answer is all or nothing: either at least ``need`` members have a node and
 allocations, or no member has any (``GangPlacement.placed`` is empty) and ``reason``
@@ -30,17 +33,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from operators.allocator.compiled import CompiledClaim
+from operators.allocator.compiled import CompiledClaim, CompiledRequest, DeviceId
+from operators.allocator.constraints import AttributePin, show_value
 from operators.allocator.errors import AllocationError, DecisionTimeout, NodeAllocationError
 from operators.allocator.index import Signature
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.placement import Placement
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.search import Search
+from operators.api.annotations import GangTopology
 
 if TYPE_CHECKING:  # annotations only: state is the caller's object
     from operators.allocator.state import AllocatorState
@@ -135,8 +140,10 @@ class _GangSearch:
         policy: str,
         budget: int,
         deadline: float | None,
+        pin: AttributePin | None = None,
     ) -> None:
         self.state = state
+        self.pin = pin  # every per-node search takes only devices with this value
         self.members = members
         self.need = need
         self.policy = policy
@@ -222,6 +229,7 @@ class _GangSearch:
             self.policy,
             explain=explain,
             budget_seconds=self._remaining_seconds(),
+            pin=self.pin,
         )
         self._charge(found.nodes_searched)
         if not fixed or found.node is None:
@@ -255,8 +263,8 @@ class _GangSearch:
         free devices it can use, and no other member there): trying them too only repeats
         the same dead end. Only for members whose demand the index counts exactly."""
         member = self.members[i]
-        if member.demand is None:
-            return set()
+        if member.demand is None or self.pin is not None:
+            return set()  # under a pin, equal counts may hide different devices with the value
         signature = member.demand[0]
         index = self.state.device_index()
         used = {n for n, _ in self.chosen.values()}
@@ -337,13 +345,11 @@ class _GangSearch:
             return None
         # A claim shared by several of these members is searched once.
         claims = {c.ref: c for j in indexes for c in self.members[j].claims if c.ref not in fixed}
+        inputs = self.state.search_inputs(self.deadline)
+        if self.pin is not None:
+            inputs = dataclasses.replace(inputs, pin=self.pin)
         try:
-            results = Search(
-                list(claims.values()),
-                node,
-                self.state.pools_for(node),
-                self.state.search_inputs(self.deadline),
-            ).run()
+            results = Search(list(claims.values()), node, self.state.pools_for(node), inputs).run()
         except NodeAllocationError:
             return None
         if results is None:
@@ -410,34 +416,38 @@ def find_gang(
     *,
     budget: int = DEFAULT_GANG_BUDGET,
     budget_seconds: float | None = None,
-    topology: str | None = None,
+    topology: GangTopology | str | None = None,
 ) -> GangPlacement:
     """Nodes and allocations for at least ``need`` of the members at once, or none.
 
     ``budget`` bounds the node searches (the same input always gives the same answer);
     ``budget_seconds`` bounds the wall-clock time (DecisionTimeout), as for find_node.
-    With ``topology`` (a node label), every placed member is on nodes with one value of
-    that label (a rack, an NVLink domain): the domains are tried one by one, the one with
-    most candidate nodes first (then by value), and the first where the gang fits wins.
+
+    ``topology`` (a GangTopology, or its annotation spelling: ``LABEL`` or
+    ``attribute:DOMAIN/NAME``) keeps the placed members together: with a node label, every
+    placed member is on nodes with one value of it (a rack); with a device attribute, every
+    device the placed members are allocated has one value of it (an NVLink domain; devices
+    without it are not used; adminAccess requests are exempt). The values are tried one by
+    one within the one budget, the one with most candidate nodes (label) or most free devices
+    on the members' candidate nodes (attribute) first, then by value; the first where the
+    gang fits wins.
     """
+    if isinstance(topology, str):
+        topology = GangTopology.parse(topology)
     if topology is None:
         return _find_flat(state, members, need, policy, budget, budget_seconds)
     deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
-    sizes: dict[str, int] = {}
-    for member in members:
-        for node in member.nodes:
-            value = node.labels.get(topology)
-            if value is not None:
-                sizes[value] = sizes.get(value, 0) + 1
+    if topology.device_attribute:
+        domains = _attribute_domains(state, members, topology.key)
+        nothing = "no device on the members' candidate nodes has the attribute"
+    else:
+        domains = _label_domains(members, topology.key)
+        nothing = "no candidate node has the label"
     spent = 0
     tried: list[str] = []
-    for value in sorted(sizes, key=lambda v: (-sizes[v], v)):
-        inside = [
-            GangMember(m.name, m.claims, [n for n in m.nodes if n.labels.get(topology) == value])
-            for m in members
-        ]
+    for value, inside, pin in domains:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        found = _find_flat(state, inside, need, policy, budget - spent, left)
+        found = _find_flat(state, inside, need, policy, budget - spent, left, pin)
         spent += found.searches
         if found.fits or found.fatal:
             return dataclasses.replace(found, searches=spent)
@@ -449,12 +459,118 @@ def find_gang(
         need,
         len(members),
         reason=(
-            f"no value of node label {topology} has room for {need} members together"
-            + (f" ({where})" if where else ": no candidate node has the label")
+            f"no value of {topology.describe()} has room for {need} members together"
+            + (f" ({where})" if where else f": {nothing}")
         ),
         searches=spent,
         budget_exhausted=spent >= budget,
     )
+
+
+# One value of a topology to try: how it is shown, the members with the nodes they may use
+# under it, and the pin their searches take (device attributes only).
+_Domain = tuple[str, list[GangMember], AttributePin | None]
+
+
+def _label_domains(members: Sequence[GangMember], label: str) -> Iterator[_Domain]:
+    """The values of a node label, most candidate nodes first: members only on those nodes."""
+    sizes: dict[str, int] = {}
+    for member in members:
+        for node in member.nodes:
+            value = node.labels.get(label)
+            if value is not None:
+                sizes[value] = sizes.get(value, 0) + 1
+    for value in sorted(sizes, key=lambda v: (-sizes[v], v)):
+        inside = [
+            GangMember(m.name, m.claims, [n for n in m.nodes if n.labels.get(label) == value])
+            for m in members
+        ]
+        yield value, inside, None
+
+
+_Value = tuple[str, tuple[Any, ...]]  # (kind, values) of a scalar attribute
+
+
+def _attribute_domains(
+    state: AllocatorState, members: Sequence[GangMember], attribute: str
+) -> Iterator[_Domain]:
+    """The values of a device attribute on devices the members' candidate nodes reach, most
+    free devices first (then by value): the members' searches are pinned to the value.
+
+    A member that must take a device under the pin (a claim of its own with a request that
+    is not adminAccess) keeps only the nodes that reach a device with the value: the pinned
+    search could find nothing on the others, and each would cost a node search. Anything
+    this cannot tell (a node whose pools cannot be listed) keeps the node."""
+    nodes: dict[str, NodeInfo] = {}
+    for member in members:
+        for node in member.nodes:
+            nodes.setdefault(node.name, node)
+    reach: dict[str, set[_Value] | None] = {}  # None: unknown, the node stays
+    free: dict[_Value, set[DeviceId]] = {}
+    counted: set[int] = set()  # slices whose devices are counted (shared ones reach many nodes)
+    exclusive = state.allocated.exclusive
+    for name, node in nodes.items():
+        try:
+            pools = state.pools_for(node)
+        except AllocationError:
+            reach[name] = None
+            continue
+        values = reach[name] = set()
+        for pool in pools:
+            for slice_ in pool.slices:
+                present = slice_.scalar_values(attribute)
+                if not present:
+                    continue
+                values |= present
+                if id(slice_) in counted:
+                    continue
+                counted.add(id(slice_))
+                for device in slice_.devices:
+                    attr = device.lookup_attribute(attribute)
+                    if attr is None or attr.is_list or not attr.kind:
+                        continue
+                    ids = free.setdefault((attr.kind, attr.values), set())
+                    if device.id not in exclusive:
+                        ids.add(device.id)
+    if not free:
+        return
+    claims = [state.compile_claims(m.claims) for m in members]  # once for every value
+    shared = _shared_claims([c.ref for c in mine] for mine in claims)
+    pinned = [_takes_pinned_device(mine, shared) for mine in claims]
+    for value in sorted(free, key=lambda v: (-len(free[v]), v)):
+        inside = [
+            GangMember(
+                m.name,
+                mine,
+                [n for n in m.nodes if _reaches(reach[n.name], value)] if needs else m.nodes,
+            )
+            for m, mine, needs in zip(members, claims, pinned, strict=True)
+        ]
+        yield show_value(value), inside, AttributePin(attribute, value)
+
+
+def _reaches(values: set[_Value] | None, value: _Value) -> bool:
+    return values is None or value in values
+
+
+def _takes_pinned_device(claims: Iterable[CompiledClaim], shared: set[str]) -> bool:
+    """Whether the member's own claims (not shared with another member, whose devices may
+    be someone else's choice) surely take a device a pin restricts: a request whose every
+    alternative takes devices without adminAccess."""
+
+    def pinned(request: CompiledRequest) -> bool:
+        return not request.admin_access and (request.mode == "All" or request.count > 0)
+
+    for claim in claims:
+        if claim.ref in shared:
+            continue
+        for request in claim.requests:
+            options = request.first_available or (
+                (request.exactly,) if request.exactly is not None else ()
+            )
+            if options and all(pinned(option) for option in options):
+                return True
+    return False
 
 
 def _find_flat(
@@ -464,14 +580,15 @@ def _find_flat(
     policy: str,
     budget: int,
     budget_seconds: float | None,
+    pin: AttributePin | None = None,
 ) -> GangPlacement:
-    """find_gang without a topology."""
+    """find_gang without a topology (with ``pin``: within one value of a device attribute)."""
     deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
     compiled = []
     for m in members:
         claims = state.compile_claims(m.claims)
         compiled.append(_Member(m.name, claims, list(m.nodes), None, None))
-    shared = _shared_claims(compiled)
+    shared = _shared_claims(m.keys for m in compiled)
     for member in compiled:
         if shared.isdisjoint(member.keys):
             member.kind = _kind(member.claims, member.nodes, member.name)
@@ -489,7 +606,7 @@ def _find_flat(
     short = _capacity_shortfall(state, compiled, need)
     if short:
         return GangPlacement(need, total, reason=short)
-    search = _GangSearch(state, compiled, need, policy, budget, deadline)
+    search = _GangSearch(state, compiled, need, policy, budget, deadline, pin)
     try:
         try:
             if search.greedy():
@@ -546,12 +663,12 @@ def _find_flat(
         search.release_all()
 
 
-def _shared_claims(members: Sequence[_Member]) -> set[str]:
-    """Claims that more than one member uses."""
+def _shared_claims(members: Iterable[Sequence[str]]) -> set[str]:
+    """Claims that more than one member uses (given each member's claim keys)."""
     seen: set[str] = set()
     shared: set[str] = set()
-    for member in members:
-        for key in set(member.keys):
+    for keys in members:
+        for key in set(keys):
             (shared if key in seen else seen).add(key)
     return shared
 

@@ -23,12 +23,14 @@ firstAvailable requests every score is 0 and the first node that fits wins.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from operators.allocator.compiled import CompiledClaim, CompiledRequest
+from operators.allocator.constraints import AttributePin
 from operators.allocator.errors import (
     AllocationError,
     DecisionTimeout,
@@ -241,6 +243,7 @@ def find_node(
     max_searches: int | None = None,
     explain: bool = True,
     deadline: tuple[float, float] | None = None,
+    pin: AttributePin | None = None,
 ) -> Placement:
     """See AllocatorState.find_node; ``deadline`` is (monotonic time, budget seconds)."""
     if policy not in POLICIES:
@@ -257,6 +260,7 @@ def find_node(
             explain,
             deadline=deadline,
             geometric=policy == "binpack",
+            pin=pin,
         )
     entries = {signature: index.entry(signature) for signature in plan.signatures}
 
@@ -295,7 +299,7 @@ def find_node(
         # Walk the caller's order lazily and stop at the first node that fits with the best
         # score any node could get: no full scan (see _first_fit).
         top = _score_bound(index, plan) if plan.alternatives else None
-        return _first_fit(state, claims, nodes, rank_of, max_searches, explain, top, deadline)
+        return _first_fit(state, claims, nodes, rank_of, max_searches, explain, top, deadline, pin)
     ranked: list[tuple[RankKey, NodeInfo]] = []
     for position, node in enumerate(nodes):
         rank = rank_of(node)
@@ -314,6 +318,7 @@ def find_node(
         explain,
         deadline=deadline,
         geometric=policy == "binpack",
+        pin=pin,
     )
 
 
@@ -339,6 +344,7 @@ def _first_fit(
     explain: bool,
     top: int | None = None,
     deadline: tuple[float, float] | None = None,
+    pin: AttributePin | None = None,
 ) -> Placement:
     """The first node in the caller's order that passes the prefilter and the search.
 
@@ -372,6 +378,7 @@ def _first_fit(
         explain,
         prefiltered=lambda: ruled_out,
         deadline=deadline,
+        pin=pin,
     )
 
 
@@ -385,6 +392,7 @@ def _try_nodes(
     prefiltered: Callable[[], int] | None = None,
     deadline: tuple[float, float] | None = None,
     geometric: bool = False,
+    pin: AttributePin | None = None,
 ) -> Placement:
     """Search candidates in optimistic rank order; keep the best actual rank.
 
@@ -393,13 +401,17 @@ def _try_nodes(
     best actual key, no later node can win. ``prefiltered`` counts the nodes
     a lazy ``ranked`` has ruled out so far (it only looks at nodes on demand).
     ``geometric`` (binpack): allocations on partitionable devices are compared by the
-    whole physical devices they break (``geometry.py``) before the score.
+    whole physical devices they break (``geometry.py``) before the score. ``pin``: every
+    search may only take devices with that attribute value (the counts that ranked the
+    nodes ignore it, so they only admit too many nodes, never too few).
     """
     choice = GeometryChoice()
     errors: dict[str, str] = {}
     searched = 0
     # What state.allocate builds, made once for all nodes.
     inputs = state.search_inputs(deadline[0] if deadline else None)
+    if pin is not None:
+        inputs = dataclasses.replace(inputs, pin=pin)
     # A list is ranked in full (a generator walks lazily; no Sized ABC check per pod).
     ruled_out = len(nodes) - len(ranked) if isinstance(ranked, list) else 0
     best: tuple[RankKey, NodeInfo, list[ClaimAllocation]] | None = None

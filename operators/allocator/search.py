@@ -29,7 +29,12 @@ from operators.allocator.compiled import (
     Selector,
     Taint,
 )
-from operators.allocator.constraints import Constraint, MatchAttribute, build_constraint
+from operators.allocator.constraints import (
+    AttributePin,
+    Constraint,
+    MatchAttribute,
+    build_constraint,
+)
 from operators.allocator.errors import (
     AllocationError,
     InvalidPoolsError,
@@ -76,6 +81,9 @@ class SearchInputs:
     deadline: float | None = None  # time.monotonic() value
     cancelled: Callable[[], str | None] | None = None  # returns a cause once cancelled
     quotas: QuotaBook | None = None  # DeviceQuotas, consulted before a device is taken
+    # Only devices with this attribute value, for requests without adminAccess (a gang's
+    # device-attribute topology): passed per search, never part of the state's inputs.
+    pin: AttributePin | None = None
 
 
 @dataclass(slots=True)
@@ -241,6 +249,15 @@ class Search:
                     assert rd.all_devices is not None
                     rd.all_devices.append((device, pool))
         rd.num_devices = len(rd.all_devices or ())
+        pin = self.inputs.pin
+        if (
+            pin is not None
+            and not request.admin_access
+            and not all(pin.admits(device) for device, _ in rd.all_devices or ())
+        ):
+            # As under a matchAttribute constraint, "all" stays all the matching devices
+            # (no subset of them): not on this node, under this value. Not an error either.
+            rd.all_devices = []
         return rd
 
     # --- the recursion -------------------------------------------------------
@@ -329,6 +346,9 @@ class Search:
         # (attribute, (kind, values)) each fixed scalar matchAttribute needs: a slice
         # without that value anywhere is passed over whole, not device by device.
         pins = [pin for c in early if (pin := c.pin()) is not None] if early else ()
+        held = None if admin else inputs.pin  # a search-wide pin (adminAccess is exempt)
+        if held is not None:
+            pins = [*pins, (held.attribute, held.value)]
         for p in range(sp, len(pools)):
             pool = pools[p]
             if pool.incomplete or pool.invalid:
@@ -364,6 +384,8 @@ class Search:
                     if not self._selectable(key, rd, device):
                         continue
                     if early and any(c.rejects(device) for c in early):
+                        continue
+                    if held is not None and not held.admits(device):
                         continue
                     if consumable and not self._capacity_fits(request, device):
                         continue

@@ -29,6 +29,7 @@ from operators.allocator.compiled import (
     compile_slice,
     compile_taint_rule,
 )
+from operators.allocator.constraints import AttributePin
 from operators.allocator.errors import AllocationError
 from operators.allocator.explain import Explainer, Explanation
 from operators.allocator.features import Features
@@ -460,6 +461,7 @@ class AllocatorState:
         max_searches: int | None = None,
         explain: bool = True,
         budget_seconds: float | None = None,
+        pin: AttributePin | None = None,
     ) -> Placement:
         """Pick a node for claims that must be allocated together (one pod).
 
@@ -472,6 +474,9 @@ class AllocatorState:
         With ``budget_seconds`` the whole decision (selector evaluations, searches,
         the explanation) must end within that wall-clock time, or DecisionTimeout is
         raised; what was computed until then (selector results) stays cached.
+
+        With ``pin``, requests without adminAccess may only take devices with that attribute
+        value (a gang's device-attribute topology). The explanation does not know about it.
         """
         infos = _node_infos(nodes)
         deadline = None
@@ -488,6 +493,7 @@ class AllocatorState:
                 max_searches=max_searches,
                 explain=explain,
                 deadline=deadline,
+                pin=pin,
             )
         finally:
             self.evaluator.deadline = None

@@ -19,7 +19,11 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_
 
 from operators.api.base import DNSLabel, DriverName, KubeModel, PoolName, RequestReference, ShareID
 from operators.api.errors import describe, field_error
-from operators.api.limits import POD_RESOURCE_CLAIMS_MAX_SIZE
+from operators.api.limits import (
+    DEVICE_MAX_DOMAIN_LENGTH,
+    FULLY_QUALIFIED_NAME_PATTERN,
+    POD_RESOURCE_CLAIMS_MAX_SIZE,
+)
 from operators.api.models import (
     GROUP,
     AllocationResult,
@@ -52,8 +56,11 @@ GANG_SIZE_ANNOTATION: Final = f"{GROUP}/gang-size"
 """Pod annotation (user): how many members of the gang must be placed at once."""
 GANG_SIZE_MAX: Final = 4096
 GANG_TOPOLOGY_ANNOTATION: Final = f"{GROUP}/gang-topology"
-"""Pod annotation (user, optional): a node label; all placed members of the gang go to nodes
-with one value of it (a rack, an NVLink domain)."""
+"""Pod annotation (user, optional): ``LABEL``, a node label key (all placed members of the gang
+go to nodes with one value of it: a rack, a zone), or ``attribute:DOMAIN/NAME``, a device
+attribute (every device the gang's members are allocated has one value of it: an NVLink
+domain). See :class:`GangTopology`."""
+GANG_TOPOLOGY_ATTRIBUTE_PREFIX: Final = "attribute:"
 
 # The in-tree equivalents, for the toolkit reading resource.k8s.io objects.
 KUBERNETES_FINALIZER: Final = "resource.kubernetes.io/delete-protection"
@@ -247,19 +254,72 @@ def pod_claims(annotations: Mapping[str, str] | None) -> tuple[PodResourceClaim,
     return parse_pod_claims(annotations[CLAIMS_ANNOTATION])
 
 
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_ATTRIBUTE_NAME = re.compile(FULLY_QUALIFIED_NAME_PATTERN)
+
+
+@dataclass(frozen=True, slots=True)
+class GangTopology:
+    """What the placed members of a gang have in common: one value of a node label, or one
+    value of a device attribute on every device they are allocated.
+
+    Written ``LABEL`` (a node label key, e.g. ``topology.kubernetes.io/zone``) or
+    ``attribute:DOMAIN/NAME`` (a fully qualified device attribute, as in a matchAttribute
+    constraint, e.g. ``attribute:gpu.example.com/nvlinkDomain``). A label key cannot hold a
+    ':', so the two forms never overlap."""
+
+    key: str
+    """The node label key, or the device attribute's fully qualified name."""
+    device_attribute: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> GangTopology:
+        """The topology an annotation value names; AnnotationError when it is neither form."""
+        if text.startswith(GANG_TOPOLOGY_ATTRIBUTE_PREFIX):
+            name = text.removeprefix(GANG_TOPOLOGY_ATTRIBUTE_PREFIX)
+            domain = name.partition("/")[0]
+            if not _ATTRIBUTE_NAME.match(name) or len(domain) > DEVICE_MAX_DOMAIN_LENGTH:
+                raise AnnotationError(
+                    GANG_TOPOLOGY_ANNOTATION,
+                    [
+                        f"{name!r} is not a fully qualified device attribute name: after "
+                        "'attribute:' comes a DNS subdomain of at most 63 characters, '/', and "
+                        "a C identifier of at most 32 characters, as in a matchAttribute "
+                        "constraint (attribute:<domain>/<identifier>)"
+                    ],
+                )
+            return cls(name, device_attribute=True)
+        if not _LABEL_KEY.match(text):
+            raise AnnotationError(
+                GANG_TOPOLOGY_ANNOTATION,
+                [
+                    f"{text!r} is not a valid node label key (a device attribute is written "
+                    "attribute:<domain>/<identifier>, e.g. attribute:gpu.example.com/nvlinkDomain)"
+                ],
+            )
+        return cls(text)
+
+    def __str__(self) -> str:
+        """The annotation's spelling."""
+        return GANG_TOPOLOGY_ATTRIBUTE_PREFIX + self.key if self.device_attribute else self.key
+
+    def describe(self) -> str:
+        """For messages: 'node label rack', 'device attribute gpu.example.com/nvlinkDomain'."""
+        return f"{'device attribute' if self.device_attribute else 'node label'} {self.key}"
+
+
 @dataclass(frozen=True, slots=True)
 class GangRef:
     """A pod's gang: its name (in the pod's namespace) and the members needed at once."""
 
     name: str
     size: int
-    topology: str | None = None
-    """A node label all placed members share one value of (None: anywhere)."""
+    topology: GangTopology | None = None
+    """What all placed members share one value of (None: anywhere)."""
 
 
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
 _GANG_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -287,8 +347,4 @@ def pod_gang(annotations: Mapping[str, str] | None) -> GangRef | None:
             [f"{size!r} is not a whole number from 1 to {GANG_SIZE_MAX}"],
         )
     topology = annotations.get(GANG_TOPOLOGY_ANNOTATION)
-    if topology is not None and not _LABEL_KEY.match(topology):
-        raise AnnotationError(
-            GANG_TOPOLOGY_ANNOTATION, [f"{topology!r} is not a valid node label key"]
-        )
-    return GangRef(name, int(text), topology)
+    return GangRef(name, int(text), GangTopology.parse(topology) if topology is not None else None)

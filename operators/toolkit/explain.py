@@ -176,7 +176,7 @@ def _gang_view(cluster: Cluster, pod: PodInfo) -> str:
         f'gang "{pod.gang.name}": {len(members) + placed} of {pod.gang.size} members present'
         f" ({placed} allocated)"
     )
-    outcome = place_gang(cluster, members, need)
+    outcome = place_gang(cluster, members, need, pod.gang.topology)
     if not outcome.placements:
         return f"{head}; the members cannot be placed together: {outcome.reason}"
     mine = next((p for p in outcome.placements if p.pod == pod.key), None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from operators.allocator.gang import GangMember, GangPlacement, find_gang
+from operators.api.annotations import GangTopology
 from operators.toolkit.cluster import Cluster, Placement, lines_of
 from operators.toolkit.pods import PodInfo
 
@@ -25,7 +26,7 @@ class GangOutcome:
 
 
 def place_gang(
-    cluster: Cluster, pods: list[PodInfo], need: int, topology: str | None = None
+    cluster: Cluster, pods: list[PodInfo], need: int, topology: GangTopology | None = None
 ) -> GangOutcome:
     """Placements for at least ``need`` of ``pods`` at once, or none (nothing recorded:
     ``Cluster.commit`` each placement to keep it)."""

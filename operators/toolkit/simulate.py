@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from operators.allocator.compiled import Taint, Toleration
 from operators.allocator.features import Features
+from operators.api.annotations import GangTopology
 from operators.toolkit.cluster import Cluster, DeviceLine, Placement
 from operators.toolkit.errors import ObjectRef, ToolkitError
 from operators.toolkit.gangs import gang_key, place_gang
@@ -49,8 +50,8 @@ class AddGang:
     template: str
     size: int | None = None
     """Members that must be placed at once (default: all ``count``)."""
-    topology: str | None = None
-    """A node label all placed members share one value of."""
+    topology: GangTopology | None = None
+    """What all placed members share one value of: a node label or a device attribute."""
 
     def describe(self) -> str:
         need = self.size or self.count
@@ -163,7 +164,7 @@ def simulate(
         return True
 
     def place_together(
-        pods: list[PodInfo], need: int, origin: str, topology: str | None = None
+        pods: list[PodInfo], need: int, origin: str, topology: GangTopology | None = None
     ) -> bool:
         outcome = place_gang(cluster, pods, need, topology)
         done = {p.pod for p in outcome.placements}

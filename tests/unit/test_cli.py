@@ -13,6 +13,7 @@ from operators.cli import EXIT_DOES_NOT_FIT, EXIT_OK, EXIT_USAGE, main
 
 FIXTURES = Path(__file__).resolve().parent / "toolkit" / "fixtures"
 INTREE = str(FIXTURES / "intree-cluster.yaml")
+ADD_GANG = ["simulate", "-f", INTREE, "--add-gang", "2", "--template", "team-a/one-gpu"]
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,6 +47,20 @@ def test_simulate_a_gang_that_does_not_fit_places_none(capsys: pytest.CaptureFix
     assert code == EXIT_DOES_NOT_FIT
     assert "one-gpu-sim-0  added   at most 3 of the gang's 4 members fit at once" in out
     assert main([*argv, "--gang-size", "3"]) == EXIT_OK
+
+
+def test_simulate_a_gang_kept_to_a_device_attribute(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "-f", INTREE, "-n", "team-a", "--add-gang", "3", "--template", "one-gpu"]
+    # After settling, the three free GPUs (node-a/gpu-3, node-b/gpu-2, gpu-3) share NUMA 1.
+    assert main([*argv, "--gang-topology", "attribute:gpu.example.com/numa"]) == EXIT_OK
+    capsys.readouterr()
+    code = main([*argv, "--gang-topology", "attribute:gpu.example.com/nvlinkDomain"])
+    out = capsys.readouterr().out
+    assert code == EXIT_DOES_NOT_FIT
+    assert (
+        "no value of device attribute gpu.example.com/nvlinkDomain has room for 3 members "
+        "together: no device on the members' candidate nodes has the attribute"
+    ) in out
 
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])
@@ -91,6 +106,11 @@ def test_bad_snapshot_exits_two_naming_file_object_and_field(
         (["simulate", "-f", INTREE, "--template", "x"], "go with --add-pods"),
         (["simulate", "-f", INTREE, "--add-gang", "2"], "--add-gang needs --template"),
         (["simulate", "-f", INTREE, "--gang-size", "2"], "go with --add-gang N"),
+        (["simulate", "-f", INTREE, "--gang-topology", "zone"], "go with --add-gang N"),
+        (
+            [*ADD_GANG, "--gang-topology", "attribute:numa"],
+            "--gang-topology: 'numa' is not a fully qualified device attribute name",
+        ),
         (["simulate"], "-f PATH"),
         (["simulate", "-f", INTREE, "--feature-gates", "NoSuchGate=true"], "NoSuchGate"),
         (["check", "-f", INTREE, "--live"], "not both"),

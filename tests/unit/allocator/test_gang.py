@@ -9,6 +9,7 @@ import pytest
 
 from operators.allocator import AllocatorState, NodeInfo
 from operators.allocator.gang import GangMember, GangPlacement, find_gang
+from tests.unit.allocator.test_pin import gpu
 from tests.unit.allocator.test_placement import claim_of, device, model_class, node_slice
 
 ANY = "any-gpu"
@@ -265,3 +266,200 @@ def test_a_gang_whose_shared_claim_fits_once_but_not_twice_is_placed() -> None:
     result = find_gang(state, gang, need=2)
     assert result.fits, result.reason
     assert {p.node for p in result.placed} == {"node-a"}
+
+
+# --- topology by device attribute ------------------------------------------------------------
+
+NVL = "attribute:gpu.example.com/nvlinkDomain"
+
+
+def domains(**nodes: list[str | None]) -> AllocatorState:
+    """node name -> the NVLink domain of each "small" GPU (None: without the attribute)."""
+    state = AllocatorState()
+    for node, values in nodes.items():
+        devices = [gpu(f"d{i}", value) for i, value in enumerate(values)]
+        state.upsert_slice(node_slice(node, devices))
+    state.upsert_class(model_class("small"))
+    return state
+
+
+def domain_gang(
+    state: AllocatorState, size: int, order: list[str] | None = None
+) -> list[GangMember]:
+    nodes = [NodeInfo(n) for n in order or sorted(state.node_names())]
+    return [GangMember(f"ns/w{i}", [wants(f"w{i}", "small")], nodes) for i in range(size)]
+
+
+def domain_of(state: AllocatorState, device_id: tuple[str, str, str]) -> str | None:
+    attr = state.device(device_id).lookup_attribute("gpu.example.com/nvlinkDomain")
+    return None if attr is None else attr.values[0]
+
+
+def used_domains(state: AllocatorState, result: GangPlacement) -> set[str | None]:
+    return {domain_of(state, d) for d in used_devices(result)}
+
+
+@pytest.mark.parametrize("policy", ["binpack", "spread", "first-fit"])
+def test_an_attribute_topology_refuses_a_placement_that_mixes_values(policy: str) -> None:
+    # Two GPUs of domain A and two of B over two nodes: four members fit only mixed.
+    state = domains(**{"node-a": ["A", "B"], "node-b": ["A", "B"]})
+    plain = find_gang(state, domain_gang(state, 4), need=4, policy=policy)
+    assert plain.fits and used_domains(state, plain) == {"A", "B"}
+    result = find_gang(state, domain_gang(state, 4), need=4, policy=policy, topology=NVL)
+    assert not result.fits and result.placed == ()
+    assert result.reason.startswith(
+        "no value of device attribute gpu.example.com/nvlinkDomain has room for 4 members"
+    )
+    assert "(A: " in result.reason and "; B: " in result.reason  # each value, and why
+    assert not any(state.is_assumed(c) for m in domain_gang(state, 4) for c in m.claims)
+
+
+@pytest.mark.parametrize("policy", ["binpack", "spread", "first-fit"])
+def test_an_attribute_topology_keeps_every_member_on_one_value(policy: str) -> None:
+    # Three members: first fit alone takes node-a's three GPUs (A, B, B). Only A has
+    # three GPUs (one on node-a, two on node-b): every member gets an A GPU.
+    state = domains(**{"node-a": ["A", "B", "B"], "node-b": ["A", "A"]})
+    plain = find_gang(state, domain_gang(state, 3), need=3, policy="first-fit")
+    assert plain.fits and used_domains(state, plain) == {"A", "B"}
+    result = find_gang(state, domain_gang(state, 3), need=3, policy=policy, topology=NVL)
+    assert result.fits, result.reason
+    assert used_domains(state, result) == {"A"}
+    assert sorted(used_devices(result)) == [
+        ("gpu.example.com", "node-a", "d0"),
+        ("gpu.example.com", "node-b", "d0"),
+        ("gpu.example.com", "node-b", "d1"),
+    ]
+
+
+def test_the_value_with_most_free_devices_is_tried_first_then_by_value() -> None:
+    # B has three free GPUs, A two: B first, though A sorts first and is listed first.
+    state = domains(**{"node-a": ["A", "A"], "node-b": ["B", "B", "B"]})
+    result = find_gang(state, domain_gang(state, 2), need=2, policy="first-fit", topology=NVL)
+    assert result.fits and used_domains(state, result) == {"B"}
+    # Taken devices do not count: with two of B's GPUs in use, A has more room.
+    taken = wants("other", "small", 2)
+    found = state.find_node([taken], [NodeInfo("node-b")], "first-fit")
+    state.assume(taken, found.allocations[0])
+    result = find_gang(state, domain_gang(state, 2), need=2, policy="first-fit", topology=NVL)
+    assert result.fits and used_domains(state, result) == {"A"}
+    state.release(taken)
+    # A tie is broken by the value, whatever the node order: A before B.
+    state = domains(**{"node-a": ["B", "B"], "node-b": ["A", "A"]})
+    for order in (["node-a", "node-b"], ["node-b", "node-a"]):
+        gang = domain_gang(state, 2, order)
+        result = find_gang(state, gang, need=2, policy="first-fit", topology=NVL)
+        assert result.fits and used_domains(state, result) == {"A"}
+        assert result == find_gang(state, gang, need=2, policy="first-fit", topology=NVL)
+
+
+def test_devices_without_the_attribute_are_not_used() -> None:
+    # node-a (listed first) has four GPUs without the attribute: a plain first-fit gang
+    # goes there, a gang kept together by the attribute does not, and nodes that reach no
+    # device with the value are not even searched.
+    state = domains(
+        **{"node-a": [None] * 4, "node-b": ["A", None, "A"]},
+        **{f"node-x{i}": [None] * 2 for i in range(30)},
+    )
+    order = ["node-a", *(f"node-x{i}" for i in range(30)), "node-b"]
+    plain = find_gang(state, domain_gang(state, 2, order), need=2, policy="first-fit")
+    assert plain.fits and {p.node for p in plain.placed} == {"node-a"}
+    gang = domain_gang(state, 2, order)
+    result = find_gang(state, gang, need=2, policy="first-fit", topology=NVL)
+    assert result.fits, result.reason
+    assert sorted(used_devices(result)) == [
+        ("gpu.example.com", "node-b", "d0"),
+        ("gpu.example.com", "node-b", "d2"),
+    ]
+    assert result.searches <= 2
+    # Three members: two A GPUs, and the GPU without the attribute is not one of them.
+    too_big = find_gang(state, domain_gang(state, 3, order), need=3, topology=NVL)
+    assert not too_big.fits
+    assert "no value of device attribute gpu.example.com/nvlinkDomain" in too_big.reason
+
+
+def test_an_attribute_no_device_has_is_named_in_the_reason() -> None:
+    state = domains(**{"node-a": [None, None]})
+    result = find_gang(state, domain_gang(state, 2), need=2, topology=NVL)
+    assert not result.fits and result.placed == () and result.searches == 0
+    assert result.reason == (
+        "no value of device attribute gpu.example.com/nvlinkDomain has room for 2 members "
+        "together: no device on the members' candidate nodes has the attribute"
+    )
+
+
+def test_a_shared_claim_under_an_attribute_topology_is_allocated_once() -> None:
+    # w0 and w2 share a one-GPU claim, w1 has its own. node-a (no attribute) is first in
+    # first-fit order; B has the most GPUs: the shared claim gets one B GPU, once, and
+    # both sharers go where it is.
+    state = domains(**{"node-a": [None, None], "node-b": ["A"], "node-c": ["B", "B"]})
+    nodes = [NodeInfo(n) for n in sorted(state.node_names())]
+    shared = wants("shared", "small")
+    gang = [
+        GangMember("ns/w0", [shared], nodes),
+        GangMember("ns/w1", [wants("own", "small")], nodes),
+        GangMember("ns/w2", [shared], nodes),
+    ]
+    result = find_gang(state, gang, need=3, policy="first-fit", topology=NVL)
+    assert result.fits, result.reason
+    by_member = {p.member: p for p in result.placed}
+    assert by_member["ns/w0"].allocations == by_member["ns/w2"].allocations
+    assert by_member["ns/w0"].node == by_member["ns/w2"].node == "node-c"
+    assert used_domains(state, result) == {"B"}
+    assert len(set(used_devices(result))) == 2  # the shared claim's GPU, and w1's
+    assert not any(state.is_assumed(c) for m in gang for c in m.claims)
+    # Under A (one GPU) the gang does not fit: the shared claim counts once, w1 needs a second.
+    state = domains(**{"node-a": [None, None], "node-b": ["A"]})
+    nodes = [NodeInfo(n) for n in sorted(state.node_names())]
+    gang = [GangMember(m.name, m.claims, nodes) for m in gang]
+    assert not find_gang(state, gang, need=3, topology=NVL).fits
+    assert find_gang(state, gang[::2], need=2, topology=NVL).fits  # the two sharers alone
+
+
+def test_a_gang_topology_string_is_parsed_like_the_annotation() -> None:
+    state = domains(**{"node-a": ["A"]})
+    with pytest.raises(ValueError, match="fully qualified device attribute name"):
+        find_gang(state, domain_gang(state, 1), need=1, topology="attribute:nvlinkDomain")
+
+
+def random_domains(rng: random.Random) -> dict[str, list[str | None]]:
+    return {
+        f"node-{n}": [rng.choice(["A", "B", "C", None]) for _ in range(rng.randint(0, 4))]
+        for n in range(rng.randint(2, 5))
+    }
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_attribute_topologies_fit_exactly_when_one_value_alone_fits(seed: int) -> None:
+    # Under the attribute topology the gang fits iff, for some value, it fits on a cluster
+    # that has only that value's devices; and then it uses devices of one value only.
+    rng = random.Random(seed)
+    layout = random_domains(rng)
+    state = domains(**layout)
+    counts = [rng.randint(1, 2) for _ in range(rng.randint(2, 4))]
+    nodes = [NodeInfo(n) for n in sorted(layout)]
+
+    def gang() -> list[GangMember]:
+        return [
+            GangMember(f"ns/w{i}", [wants(f"w{i}", "small", c)], nodes)
+            for i, c in enumerate(counts)
+        ]
+
+    need = rng.randint(1, len(counts))
+    result = find_gang(state, gang(), need=need, topology=NVL)
+    assert result == find_gang(state, gang(), need=need, topology=NVL)
+    assert not any(state.is_assumed(c) for m in gang() for c in m.claims)
+    fits_alone = []
+    for value in ("A", "B", "C"):
+        only = AllocatorState()
+        for node, values in layout.items():
+            kept = [gpu(f"d{i}", v) for i, v in enumerate(values) if v == value]
+            only.upsert_slice(node_slice(node, kept))
+        only.upsert_class(model_class("small"))
+        if find_gang(only, gang(), need=need).fits:
+            fits_alone.append(value)
+    assert result.fits == bool(fits_alone), (layout, counts, need, result.reason)
+    if result.fits:
+        assert len(result.placed) >= need
+        values = used_domains(state, result)
+        assert len(values) == 1 and values <= set(fits_alone)
+        assert len(set(used_devices(result))) == len(used_devices(result))

@@ -189,6 +189,48 @@ def test_malformed_gang_annotations_name_the_annotation_and_the_problem(
 def test_gang_topology_is_a_node_label_key() -> None:
     base = {ann.GANG_ANNOTATION: "t", ann.GANG_SIZE_ANNOTATION: "2"}
     gang = ann.pod_gang({**base, ann.GANG_TOPOLOGY_ANNOTATION: "topology.kubernetes.io/rack"})
-    assert gang is not None and gang.topology == "topology.kubernetes.io/rack"
+    assert gang is not None
+    assert gang.topology == ann.GangTopology("topology.kubernetes.io/rack")
+    assert gang.topology is not None and not gang.topology.device_attribute
+    assert str(gang.topology) == "topology.kubernetes.io/rack"
     with pytest.raises(ann.AnnotationError, match="not a valid node label key"):
         ann.pod_gang({**base, ann.GANG_TOPOLOGY_ANNOTATION: "rack name"})
+
+
+@pytest.mark.parametrize(
+    "name", ["gpu.example.com/nvlinkDomain", "dra.example.com/nvlink_clique_1", "x/_y"]
+)
+def test_gang_topology_by_device_attribute_is_written_attribute_colon_name(name: str) -> None:
+    base = {ann.GANG_ANNOTATION: "t", ann.GANG_SIZE_ANNOTATION: "2"}
+    gang = ann.pod_gang({**base, ann.GANG_TOPOLOGY_ANNOTATION: f"attribute:{name}"})
+    assert gang is not None and gang.topology == ann.GangTopology(name, device_attribute=True)
+    assert str(gang.topology) == f"attribute:{name}"  # the annotation's own spelling
+    assert gang.topology.describe() == f"device attribute {name}"
+    assert ann.GangTopology.parse(str(gang.topology)) == gang.topology
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("attribute:nvlinkDomain", "fully qualified device attribute name"),  # no domain
+        ("attribute:", "fully qualified device attribute name"),
+        ("attribute:gpu.example.com/nvlink-domain", "fully qualified device attribute name"),
+        ("attribute:Gpu.Example.com/nvlinkDomain", "fully qualified device attribute name"),
+        ("attribute:gpu.example.com/a/b", "fully qualified device attribute name"),
+        ("attribute:gpu.example.com/" + "x" * 33, "fully qualified device attribute name"),
+        ("attribute:" + "d" * 64 + "/x", "fully qualified device attribute name"),
+        ("attribute: gpu.example.com/nvlinkDomain", "fully qualified device attribute name"),
+        ("attr:gpu.example.com/nvlinkDomain", "not a valid node label key"),
+        ("Attribute:gpu.example.com/nvlinkDomain", "not a valid node label key"),
+        ("", "not a valid node label key"),
+    ],
+)
+def test_malformed_gang_topologies_are_refused_naming_the_annotation(
+    value: str, words: str
+) -> None:
+    base = {ann.GANG_ANNOTATION: "t", ann.GANG_SIZE_ANNOTATION: "2"}
+    with pytest.raises(ann.AnnotationError) as caught:
+        ann.pod_gang({**base, ann.GANG_TOPOLOGY_ANNOTATION: value})
+    assert caught.value.annotation == ann.GANG_TOPOLOGY_ANNOTATION
+    assert words in str(caught.value)
+    assert "attribute:<domain>/<identifier>" in str(caught.value)  # says how to write one

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from operators.api.annotations import GangTopology
 from operators.toolkit.errors import SnapshotError, ToolkitError
 from operators.toolkit.explain import explain
 from operators.toolkit.simulate import AddGang, AddPods, simulate
@@ -21,6 +22,7 @@ from .conftest import INTREE, find, load_items
 
 GANG = "resource.dralloc.dev/gang"
 GANG_SIZE = "resource.dralloc.dev/gang-size"
+GANG_TOPOLOGY = "resource.dralloc.dev/gang-topology"
 
 
 @pytest.fixture
@@ -95,3 +97,63 @@ def test_malformed_gang_annotations_are_refused_by_name(
     items += gang_pods(items, 1, "many")
     with pytest.raises(SnapshotError, match="gang-size"):
         build_snapshot(read_objects([write_snapshot(items)]))
+
+
+NUMA = "attribute:gpu.example.com/numa"
+
+
+def numa_snapshot(write_snapshot: Callable[..., Path]) -> Snapshot:
+    """The in-tree fixture with node-b's gpu-3 moved to NUMA node 0: after settling, the
+    free GPUs are node-a/gpu-3 and node-b/gpu-2 (NUMA 1) and node-b/gpu-3 (NUMA 0)."""
+    items = load_items()
+    node_b = find(items, "ResourceSlice", "node-b-gpus")
+    node_b["spec"]["devices"][3]["attributes"]["numa"] = {"int": 0}
+    return build_snapshot(read_objects([write_snapshot(items)]))
+
+
+def test_a_gang_topology_by_device_attribute_keeps_devices_on_one_value(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    snapshot = numa_snapshot(write_snapshot)
+    plain = simulate(snapshot, [AddGang(3, "team-a", "one-gpu")])
+    assert plain.fits
+    three = simulate(snapshot, [AddGang(3, "team-a", "one-gpu", topology=GangTopology.parse(NUMA))])
+    assert not three.fits
+    pending = [p for p in three.pending if p.origin == "added"]
+    assert len(pending) == 3
+    assert all(
+        p.reason.startswith(
+            "no value of device attribute gpu.example.com/numa has room for 3 members together"
+        )
+        for p in pending
+    )
+    two = simulate(snapshot, [AddGang(2, "team-a", "one-gpu", topology=GangTopology.parse(NUMA))])
+    added = [p for p in two.placed if p.origin == "added"]
+    assert two.fits and len(added) == 2
+    assert sorted(d.device for p in added for d in p.devices) == [
+        "gpu.example.com/node-a/gpu-3",
+        "gpu.example.com/node-b/gpu-2",
+    ]
+
+
+def test_settling_and_explain_keep_a_pending_gang_to_its_topology(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    # Three pending members kept to one NUMA node: settling (after west-pair took two of
+    # node-b's NUMA 0 GPUs) finds two free GPUs per NUMA node at most. explain counts only
+    # allocated claims: NUMA 0 has three free GPUs, all on node-b (without the topology the
+    # gang's view would start on node-a, whose free GPU is on NUMA 1).
+    items = load_items()
+    find(items, "ResourceSlice", "node-b-gpus")["spec"]["devices"][3]["attributes"]["numa"] = {
+        "int": 0
+    }
+    members = gang_pods(items, 3, "3")
+    for member in members:
+        member["metadata"]["annotations"][GANG_TOPOLOGY] = NUMA
+    snapshot = build_snapshot(read_objects([write_snapshot(items + members)]))
+    report = simulate(snapshot, [])
+    pending = sorted(p.pod for p in report.pending)
+    assert pending == ["team-a/w0", "team-a/w1", "team-a/w2"]
+    assert "no value of device attribute gpu.example.com/numa" in report.pending[0].reason
+    result = explain(snapshot, "pod/w0", "team-a")
+    assert result.gang.endswith("placed together: 3 members, this pod on node node-b")
