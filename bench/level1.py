@@ -279,12 +279,23 @@ class Comparison:
     upstream: EngineResult | None
     dralloc_binpack: EngineResult | None = None  # the operator's default node policy
     smoke: bool = False
+    # With quotas on: the same engine without them, run alternately in the same process, so
+    # the ratios against upstream before and after quotas come from one run.
+    dralloc_no_quotas: EngineResult | None = None
 
     @property
     def ratio(self) -> float | None:
         if self.upstream is None or self.upstream.pods_per_second <= 0:
             return None
         return self.dralloc.pods_per_second / self.upstream.pods_per_second
+
+    @property
+    def ratio_no_quotas(self) -> float | None:
+        if self.dralloc_no_quotas is None or self.upstream is None:
+            return None
+        if self.upstream.pods_per_second <= 0:
+            return None
+        return self.dralloc_no_quotas.pods_per_second / self.upstream.pods_per_second
 
     @property
     def same_placements(self) -> bool | None:
@@ -302,6 +313,10 @@ class Comparison:
             "ratio": self.ratio,
             "samePlacements": self.same_placements,
             "smoke": self.smoke,
+            "drallocNoQuotas": (
+                self.dralloc_no_quotas.to_json() if self.dralloc_no_quotas else None
+            ),
+            "ratioNoQuotas": self.ratio_no_quotas,
         }
 
 
@@ -325,10 +340,13 @@ def compare(
     ``python_gc`` under CPython's collector settings instead of the operator's."""
     upstream_runs: list[EngineResult] = []
     dralloc_runs: list[EngineResult] = []
+    plain_runs: list[EngineResult] = []  # with quotas on: the same without them
     for _ in range(max(1, repeat)):
         if binary is not None:
             upstream_runs.append(run_upstream(scenario, binary))
         dralloc_runs.append(run_dralloc(scenario, "first-fit", quotas, python_gc))
+        if quotas:
+            plain_runs.append(run_dralloc(scenario, "first-fit", False, python_gc))
     w = scenario.workload
     return Comparison(
         w.name,
@@ -339,4 +357,5 @@ def compare(
         best(upstream_runs) if upstream_runs else None,
         dralloc_binpack=run_dralloc(scenario, "binpack", quotas, python_gc) if binpack else None,
         smoke="smoke" in w.tags,
+        dralloc_no_quotas=best(plain_runs) if plain_runs else None,
     )

@@ -96,11 +96,18 @@ def run_level1(
         row["tags"] = list(workload.tags)
         rows.append(row)
         up = comparison.upstream.pods_per_second if comparison.upstream else None
+        plain = comparison.dralloc_no_quotas
+        without = (
+            ""
+            if plain is None
+            else f" (without quotas {plain.pods_per_second:,.0f} pods/s, ratio "
+            f"{'-' if comparison.ratio_no_quotas is None else f'{comparison.ratio_no_quotas:.2f}x'})"
+        )
         print(
             f"  {workload.name}: dralloc {comparison.dralloc.pods_per_second:,.0f} pods/s, "
             f"upstream {'-' if up is None else f'{up:,.0f}'} pods/s, ratio "
-            f"{'-' if comparison.ratio is None else f'{comparison.ratio:.2f}x'}, same placements "
-            f"{comparison.same_placements} ({time.perf_counter() - started:.0f}s)",
+            f"{'-' if comparison.ratio is None else f'{comparison.ratio:.2f}x'}{without}, same "
+            f"placements {comparison.same_placements} ({time.perf_counter() - started:.0f}s)",
             file=log,
             flush=True,
         )

@@ -133,3 +133,13 @@ def test_level2_table_has_a_line_per_system_with_its_ratio_to_in_tree() -> None:
     assert lines[2].startswith("| w | in-tree | 20.0 | 1.00x | 5.00 | 10 |")
     assert "| dralloc | 30.0 | 1.50x |" in lines[3]
     assert "| dralloc in-tree mode | 10.0 | 0.50x |" in lines[4]
+
+
+def test_a_quota_run_also_measures_the_engine_without_quotas() -> None:
+    scenario = expand(load("template_fast"))
+    comparison = level1.compare(scenario, "template_fast", None, quotas=True)
+    plain = comparison.dralloc_no_quotas
+    assert plain is not None and plain.digest == comparison.dralloc.digest
+    row = comparison.to_json()
+    assert row["drallocNoQuotas"]["pods"] == row["dralloc"]["pods"] == 10
+    assert level1.compare(scenario, "template_fast", None).dralloc_no_quotas is None
