@@ -14,7 +14,9 @@ through:
 
 Both pick nodes the same way (first-fit node policy), so the difference is device choice
 alone. Figures: requests placed per size, and whole GPUs left free (averaged over the
-sequence). Not a test: nothing is asserted.
+sequence). With ``--markdown PATH``, a plot of whole GPUs left free over time, step by step,
+next to it (PATH with ``.png``): upstream's from the devices its allocator took at each step
+(``bench/upstream -devices``), dralloc's from its own. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -64,7 +66,9 @@ class Sequence:
 class Figures:
     asked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROFILES, 0))
     placed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROFILES, 0))
-    whole_free: list[int] = field(default_factory=list)
+    whole_free: list[int] = field(default_factory=list)  # every 10th step (the table's mean)
+    whole_free_steps: list[int] = field(default_factory=list)  # after every step (the plot)
+    taken: list[tuple[str, ...]] = field(default_factory=list)  # per step: driver/pool/device
     placements: list[tuple[str, str]] = field(default_factory=list)  # (pod, node or "")
     # Large requests refused while the free slices would have held them, split over GPUs
     # (no GPU had that many free slices): what no device choice at arrival time can undo.
@@ -142,14 +146,19 @@ def replay(seq: Sequence, device_policy: str, node_policy: str) -> Figures:
         out.asked[profile] += 1
         found = state.find_node([body], nodes, node_policy, explain=False)
         out.placements.append((_pod(arrival), found.node or ""))
+        taken: tuple[str, ...] = ()
         if found.node is not None:
             state.assume(body, found.allocations[0])
             running[arrival] = body
             out.placed[profile] += 1
+            taken = tuple("/".join(d.device_id) for d in found.allocations[0].devices)
         elif profile in LARGE and _split_room(state, nodes, PROFILES[profile]):
             out.split += 1
+        out.taken.append(taken)
+        free = _whole_gpus_free(state, nodes)
+        out.whole_free_steps.append(free)
         if step % 10 == 0:
-            out.whole_free.append(_whole_gpus_free(state, nodes))
+            out.whole_free.append(free)
     return out
 
 
@@ -184,13 +193,44 @@ def upstream_scenario(seq: Sequence) -> dict[str, Any]:
     }
 
 
-def run_upstream(seq: Sequence, binary: Path) -> tuple[int, str]:
-    """(requests placed, placement digest) of upstream's allocator on the sequence."""
+@dataclass(frozen=True)
+class Upstream:
+    """Upstream's allocator on a sequence."""
+
+    placed: int
+    digest: str  # of every (request, node) pair
+    taken: list[tuple[str, ...]]  # per step: the devices taken, driver/pool/device
+
+
+def run_upstream(seq: Sequence, binary: Path) -> Upstream:
     with tempfile.TemporaryDirectory(prefix="dralloc-frag-") as tmp:
         path = Path(tmp) / "scenario.json"
         path.write_text(json.dumps(upstream_scenario(seq), separators=(",", ":")))
-        data = run_scenario(binary, path, f"fragmentation sequence seed {seq.seed}")
-    return int(data["measure"]["pods"]), str(data["digest"])
+        data = run_scenario(
+            binary, path, f"fragmentation sequence seed {seq.seed}", args=["-devices"]
+        )
+    taken = [tuple(step) for step in data["devices"]]
+    return Upstream(int(data["measure"]["pods"]), str(data["digest"]), taken)
+
+
+def whole_free_series(seq: Sequence, taken: list[tuple[str, ...]]) -> list[int]:
+    """Whole GPUs free after each step, from the devices taken at each step (what replay
+    counts from its state, for an allocator whose state is not at hand)."""
+    running: dict[int, tuple[str, ...]] = {}
+    series = []
+    for (arrival, _profile, ends), devices in zip(events(seq), taken, strict=True):
+        for ended in ends:
+            running.pop(ended, None)
+        if devices:
+            running[arrival] = devices
+        busy = set()
+        for held in running.values():
+            for device_id in held:
+                driver, pool, device = device_id.split("/")
+                if driver == DRIVER:
+                    busy.add((pool, device.split("-")[1]))
+        series.append(seq.nodes * GPUS_PER_NODE - len(busy))
+    return series
 
 
 def events(seq: Sequence) -> list[tuple[int, str, list[int]]]:
@@ -234,7 +274,7 @@ def _whole_gpus_free(state: AllocatorState, nodes: list[NodeInfo]) -> int:
 class Row:
     seq: Sequence
     runs: dict[tuple[str, str], Figures]
-    upstream: tuple[int, str] | None  # (placed, digest), None when the Go program is missing
+    upstream: Upstream | None  # None when the Go program is missing
 
     @property
     def first_fit(self) -> Figures:
@@ -243,8 +283,12 @@ class Row:
     def upstream_note(self) -> str:
         if self.upstream is None:
             return "not run"
-        same = self.upstream[1] == placement_digest(self.first_fit.placements)
+        same = self.upstream.digest == placement_digest(self.first_fit.placements)
         return "placements identical" if same else "PLACEMENTS DIFFER"
+
+    def same_devices(self) -> bool:
+        """Whether upstream and dralloc first-fit took the same devices at every step."""
+        return self.upstream is not None and self.upstream.taken == self.first_fit.taken
 
 
 def table(rows: list[Row]) -> str:
@@ -263,7 +307,7 @@ def table(rows: list[Row]) -> str:
             cells = " | ".join("" for _ in sizes)
             lines.append(
                 f"| {label} | upstream first-fit / first-fit | {cells} | "
-                f"{row.upstream[0]} placed in all; dralloc first-fit: {row.upstream_note()} | | |"
+                f"{row.upstream.placed} placed in all; dralloc first-fit: {row.upstream_note()} | | |"
             )
         for (device, node), f in row.runs.items():
             cells = " | ".join(f"{f.placed[p]}/{f.asked[p]}" for p in sizes)
@@ -274,6 +318,105 @@ def table(rows: list[Row]) -> str:
                 f"{statistics.fmean(f.whole_free):.1f} |"
             )
     return "\n".join(lines)
+
+
+# The plot's curves are means over this many steps: a step moves the count by a GPU or two.
+SMOOTH = 50
+# (label, colour, line width, style): upstream wide and pale under dralloc first-fit, which
+# coincides with it when both took the same devices.
+STYLES = {
+    ("upstream", "first-fit", "first-fit"): ("0.7", 4.0, "-"),
+    ("dralloc", "first-fit", "first-fit"): ("tab:blue", 1.2, "--"),
+    ("dralloc", "pack", "first-fit"): ("tab:orange", 1.2, "-"),
+    ("dralloc", "first-fit", "binpack"): ("tab:green", 1.2, "-"),
+    ("dralloc", "pack", "binpack"): ("tab:red", 1.6, "-"),
+}
+
+
+def moving_mean(values: list[int], window: int = SMOOTH) -> list[float]:
+    """Mean of the last ``window`` values at each step (fewer at the start)."""
+    out = []
+    total = 0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def plot(rows: list[Row], path: Path) -> Path | None:
+    """Whole GPUs free over time, a panel per sequence; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    columns = 2 if len(rows) > 1 else 1
+    lines = -(-len(rows) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(7 * columns, 4 * lines), squeeze=False)
+    for ax, row in zip(axes.flat, rows, strict=False):
+        seq = row.seq
+        curves: list[tuple[tuple[str, str, str], list[int]]] = []
+        if row.upstream is not None:
+            upstream = whole_free_series(seq, row.upstream.taken)
+            curves.append((("upstream", "first-fit", "first-fit"), upstream))
+        for (device, node), figures in row.runs.items():
+            curves.append((("dralloc", device, node), figures.whole_free_steps))
+        steady = []
+        for key, series in curves:
+            colour, width, style = STYLES[key]
+            smooth = moving_mean(series)
+            steady += smooth[len(smooth) // 5 :]
+            ax.plot(
+                range(1, len(smooth) + 1), smooth, color=colour, linewidth=width,
+                linestyle=style, label=f"{key[0]} {key[1]} / {key[2]}",
+            )  # fmt: skip
+        total = seq.nodes * GPUS_PER_NODE
+        # The first steps start from every GPU free; the scale is the churn's steady part.
+        ax.set_ylim(0, min(total, max(steady) * 1.4 + 1))
+        ax.set_title(
+            f"{seq.nodes} nodes ({total} GPUs), {seq.steps} steps, seed {seq.seed}", fontsize=10
+        )
+        ax.set_xlabel("step (one arrival each)")
+        ax.set_ylabel(f"whole GPUs free ({SMOOTH}-step mean)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(rows) :]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+    fig.suptitle("Whole GPUs left free over time (device policy / node policy)")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_note(rows: list[Row], picture: Path) -> str:
+    compared = [row for row in rows if row.upstream is not None]
+    same = sum(1 for row in compared if row.same_devices())
+    if not compared:
+        upstream = "upstream's allocator was not run."
+    elif same == len(compared):
+        upstream = (
+            "upstream's curve is drawn from the devices its allocator took at each step; "
+            "dralloc first-fit / first-fit took the same devices at every step of every "
+            "sequence, so its curve lies on upstream's."
+        )
+    else:
+        upstream = (
+            "upstream's curve is drawn from the devices its allocator took at each step; "
+            f"dralloc first-fit / first-fit took the same devices at every step on {same} of "
+            f"{len(compared)} sequences."
+        )
+    return (
+        f"\n![Whole GPUs left free over time]({picture.name})\n\n"
+        f"Whole GPUs left free over time (`{picture.name}`): after every step, as a "
+        f"{SMOOTH}-step mean; every GPU is free at step 0, so the scale is cut to the "
+        f"churn's steady part. The table's mean samples every 10th step; {upstream}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows)
     print(text)
     if args.markdown:
+        picture = plot(rows, args.markdown.with_suffix(".png"))
+        if picture is None:
+            print("no plot: matplotlib is not installed", file=sys.stderr)
         args.markdown.write_text(
             "# Fragmentation: device and node policies vs upstream first-fit\n\n"
             "`python -m bench.fragmentation_bench --markdown bench/results/fragmentation.md` "
@@ -315,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             "upstream's. Gains are in 4g and whole-GPU requests placed against that row.\n\n"
             + text
             + "\n"
+            + (plot_note(rows, picture) if picture is not None else "")
         )
     return 0
 

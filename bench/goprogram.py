@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,13 @@ def go_binary(build_script: Path, override_env: str, *, build: bool = True) -> P
     return Path(lines[-1])
 
 
-def run_scenario(binary: Path, scenario: Path, what: str) -> dict[str, Any]:
-    """Run bench/upstream on an expanded scenario file; its JSON answer (``what`` names the
-    scenario in the error when it fails)."""
+def run_scenario(
+    binary: Path, scenario: Path, what: str, args: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Run bench/upstream on an expanded scenario file (``args``: more of its flags); its JSON
+    answer (``what`` names the scenario in the error when it fails)."""
     proc = subprocess.run(
-        [str(binary), "-scenario", str(scenario)],
+        [str(binary), "-scenario", str(scenario), *args],
         capture_output=True,
         text=True,
         timeout=3600,

@@ -6,7 +6,8 @@
 //
 // The scenario is the expanded JSON written by bench/scenario.py, so this program and the
 // Python harness place exactly the same pods on exactly the same objects. It prints one JSON
-// object: pods placed, seconds, pods/s for the measured steps, and a digest of the placements.
+// object: pods placed, seconds, pods/s for the measured steps, and a digest of the placements
+// (with -devices, also the devices each step's pod got).
 package main
 
 import (
@@ -101,6 +102,9 @@ type runner struct {
 	celCache *cel.Cache
 	features structured.Features
 	nodeName map[*v1.Node]string
+	// devices, when not nil, gets per step the devices the pod's new allocations hold
+	// ("driver/pool/device"; empty when it was not placed or needed none).
+	devices *[][]string
 }
 
 // place runs one pod: it returns the chosen node name, or "" when no node fits.
@@ -144,6 +148,7 @@ func (r *runner) place(s step) (string, error) {
 			continue
 		}
 		if allocator == nil {
+			r.record(nil)
 			return node.Name, nil
 		}
 		results, err := allocator.Allocate(r.ctx, node, pending)
@@ -153,13 +158,28 @@ func (r *runner) place(s step) (string, error) {
 		if results == nil {
 			continue
 		}
+		var taken []string
 		for i, claim := range pending {
 			result := results[i]
 			r.cluster.setAllocation(claim, &result)
+			for _, d := range result.Devices.Results {
+				taken = append(taken, d.Driver+"/"+d.Pool+"/"+d.Device)
+			}
 		}
+		r.record(taken)
 		return node.Name, nil
 	}
+	r.record(nil)
 	return "", nil
+}
+
+func (r *runner) record(taken []string) {
+	if r.devices != nil {
+		if taken == nil {
+			taken = []string{}
+		}
+		*r.devices = append(*r.devices, taken)
+	}
 }
 
 // warmUp places one pod's new claims without keeping the result, so that one-off costs (CEL
@@ -231,6 +251,7 @@ func (r *runner) run(steps []step, placements *[]string) (phaseResult, error) {
 
 func main() {
 	path := flag.String("scenario", "", "expanded scenario JSON (bench/scenario.py)")
+	withDevices := flag.Bool("devices", false, "also print the devices each step's pod got")
 	flag.Parse()
 	if *path == "" {
 		fmt.Fprintln(os.Stderr, "usage: upstream-bench -scenario FILE")
@@ -266,6 +287,10 @@ func main() {
 	}
 	for _, c := range sc.Classes {
 		r.classes[c.Name] = c
+	}
+	var devices [][]string
+	if *withDevices {
+		r.devices = &devices
 	}
 	for _, c := range sc.SharedClaims {
 		r.cluster.claims[claimKey(c)] = c
@@ -303,6 +328,9 @@ func main() {
 		"measure":   measureRes,
 		"digest":    hex.EncodeToString(digest[:])[:16],
 		"goVersion": runtime.Version(),
+	}
+	if *withDevices {
+		out["devices"] = devices
 	}
 	enc := json.NewEncoder(os.Stdout)
 	if err := enc.Encode(out); err != nil {

@@ -23,6 +23,7 @@ EXAMPLES = REPO_ROOT / "manifests" / "examples"
 NS = "dralloc-examples"
 MONITORING = "dralloc-monitoring"
 QUOTA_NS = "dralloc-quota-example"
+PACKING_NS = "dralloc-packing-example"
 GROUP = "resource.dralloc.dev"
 WAIT_S = 90.0
 
@@ -43,6 +44,14 @@ def examples(testbed: Testbed, operator: OperatorProcess) -> Iterator[Testbed]: 
         )
         testbed.kubectl(
             "delete", "namespace", NS, MONITORING, QUOTA_NS, "--wait=false", check=False
+        )
+        testbed.kubectl(
+            "delete",
+            "-k",
+            str(EXAMPLES / "packing"),
+            "--ignore-not-found",
+            "--wait=false",
+            check=False,
         )
         testbed.kubectl(
             "delete",
@@ -306,3 +315,30 @@ def test_gang_members_are_released_together(examples: Testbed) -> None:
         assert len(devices) == 1, devices
         held += [(d["pool"], d["device"]) for d in devices]
     assert len(set(held)) == 3, held
+
+
+def test_packing_example_under_first_fit_breaks_both_gpus_of_a_node(examples: Testbed) -> None:
+    """The operator runs the default device policy, first-fit: the two 1g notebooks land on
+    different GPUs of kwok-node-0 (pack would put both on gpu-0; tests/unit/toolkit/
+    test_packing_example.py), so only kwok-node-1's two GPUs are left whole and a third
+    whole-GPU worker does not fit."""
+    taken = []
+    for name in ("notebook-0", "notebook-1"):
+        devices = pod_devices(examples, PACKING_NS, name)
+        assert node_of(examples, PACKING_NS, name) == "kwok-node-0"
+        taken += [(d["pool"], d["device"]) for d in devices]
+    assert sorted(taken) == [("kwok-node-0", "gpu-0-1g-0"), ("kwok-node-0", "gpu-1-1g-0")]
+    base = [sys.executable, "-m", "operators.cli"]
+    simulated = subprocess.run(
+        [*base, "simulate", "--live", "--add-pods", "3", "--template",
+         f"{PACKING_NS}/trainer-whole", "-o", "json"],
+        capture_output=True, text=True, timeout=120, check=False, env=examples.env(),
+    )  # fmt: skip
+    assert simulated.returncode == 1, simulated.stderr
+    report = json.loads(simulated.stdout)
+    workers = [p for p in report["placed"] if p["origin"] == "added"]
+    assert sorted(d["device"] for p in workers for d in p["devices"]) == [
+        "mig.example.com/kwok-node-1/gpu-0-whole",
+        "mig.example.com/kwok-node-1/gpu-1-whole",
+    ]
+    assert [p["origin"] for p in report["pending"] if p["pod"].startswith(PACKING_NS)] == ["added"]

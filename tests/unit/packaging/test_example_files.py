@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "manifests" / "examples"
 # Applied on their own, after the rest (see manifests/README.md).
 OPTIONAL = (EXAMPLES / "device-taint" / "rule", EXAMPLES / "device-taint" / "budget")
+PACKING_DRIVER = "mig.example.com"
+PACKING_NS = "dralloc-packing-example"
 DRA_KINDS = {
     "DeviceClass",
     "ResourceClaim",
@@ -115,7 +117,11 @@ def test_admin_access_only_in_the_labelled_namespace(examples: list[dict[str, An
 
 
 def test_fake_driver_publishes_eight_gpus_per_node(examples: list[dict[str, Any]]) -> None:
-    slices = [o for o in examples if o["kind"] == "ResourceSlice"]
+    slices = [
+        o
+        for o in examples
+        if o["kind"] == "ResourceSlice" and o["spec"]["driver"] == "gpu.example.com"
+    ]
     assert len(slices) >= 2
     uuids: set[str] = set()
     for slice_ in slices:
@@ -177,3 +183,62 @@ def test_the_budget_example_covers_the_pod_the_taint_rule_evicts(
     ]
     assert covered == ["pinned-gpu"]
     assert budget["spec"]["maxUnavailable"] == 0
+
+
+def test_packing_example_partitions_cover_their_gpus(examples: list[dict[str, Any]]) -> None:
+    """packing/: per node two GPUs of eight memory slices, each cut into 1g/2g/4g/whole
+    partitions at aligned positions; a partition consumes the slices it covers."""
+    slices = [
+        o
+        for o in examples
+        if o["kind"] == "ResourceSlice" and o["spec"]["driver"] == PACKING_DRIVER
+    ]
+    pools: dict[str, dict[str, Any]] = {}
+    for slice_ in slices:
+        spec = slice_["spec"]
+        assert spec["pool"]["resourceSliceCount"] == 2
+        pool = pools.setdefault(spec["pool"]["name"], {"counters": {}, "devices": []})
+        for counter_set in spec.get("sharedCounters", []):
+            pool["counters"][counter_set["name"]] = set(counter_set["counters"])
+        pool["devices"] += spec.get("devices", [])
+    assert sorted(pools) == ["kwok-node-0", "kwok-node-1"]
+    sizes = {"1g": 1, "2g": 2, "4g": 4, "whole": 8}
+    for pool in pools.values():
+        assert pool["counters"] == {f"gpu-{g}": {f"s{k}" for k in range(8)} for g in range(2)}
+        # 8 + 4 + 2 + 1 partitions per GPU.
+        assert len(pool["devices"]) == 2 * 15
+        for device in pool["devices"]:
+            profile = device["attributes"]["profile"]["string"]
+            (consumed,) = device["consumesCounters"]
+            assert consumed["counterSet"] == f"gpu-{device['attributes']['gpu']['int']}"
+            positions = sorted(int(name[1:]) for name in consumed["counters"])
+            size = sizes[profile]
+            assert len(positions) == size and positions[0] % size == 0
+            assert positions == list(range(positions[0], positions[0] + size))
+
+
+def test_packing_example_keeps_to_its_own_driver_class_and_namespace(
+    examples: list[dict[str, Any]],
+) -> None:
+    """So that applying it next to the other examples changes none of their outcomes."""
+    classes = {
+        o["metadata"]["name"]: o["spec"]["selectors"][0]["cel"]["expression"]
+        for o in examples
+        if o["kind"] == "DeviceClass"
+    }
+    assert classes[PACKING_DRIVER] == f'device.driver == "{PACKING_DRIVER}"'
+    # Every other class names its driver, so none of them selects the partitions.
+    for name, expression in classes.items():
+        if name != PACKING_DRIVER:
+            assert expression.startswith('device.driver == "gpu.example.com"'), name
+    users = {
+        o["metadata"]["namespace"]
+        for o in examples
+        if o["kind"] in ("ResourceClaimTemplate", "ResourceClaim")
+        and any(
+            alternative["deviceClassName"] == PACKING_DRIVER
+            for request in o["spec"].get("spec", o["spec"])["devices"]["requests"]
+            for alternative in request.get("firstAvailable") or [request["exactly"]]
+        )
+    }
+    assert users == {PACKING_NS}
