@@ -255,12 +255,25 @@ class GangRef:
     size: int
     topology: str | None = None
     """A node label all placed members share one value of (None: anywhere)."""
+    pod_group: bool = False
+    """Named by an upstream Workload API PodGroup (:mod:`operators.api.podgroup`), not by
+    the gang annotations."""
+
+    @property
+    def label(self) -> str:
+        """How messages name the gang: ``gang "NAME"`` or ``PodGroup "NAME"``."""
+        return f'{"PodGroup" if self.pod_group else "gang"} "{self.name}"'
 
 
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 _GANG_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def is_label_key(text: str) -> bool:
+    """Whether ``text`` is a node label key (what a gang's topology names)."""
+    return _LABEL_KEY.match(text) is not None
 
 
 def pod_gang(annotations: Mapping[str, str] | None) -> GangRef | None:
@@ -287,7 +300,7 @@ def pod_gang(annotations: Mapping[str, str] | None) -> GangRef | None:
             [f"{size!r} is not a whole number from 1 to {GANG_SIZE_MAX}"],
         )
     topology = annotations.get(GANG_TOPOLOGY_ANNOTATION)
-    if topology is not None and not _LABEL_KEY.match(topology):
+    if topology is not None and not is_label_key(topology):
         raise AnnotationError(
             GANG_TOPOLOGY_ANNOTATION, [f"{topology!r} is not a valid node label key"]
         )
