@@ -292,14 +292,11 @@ class Informer(Generic[T]):
                     await self._not_served()
                 else:
                     await self._back_off(error)
-            except ApiError as error:
-                if error.status == 403 and self.forbidden_as_absent:
+            except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as error:
+                if isinstance(error, ApiError) and error.status == 403 and self.forbidden_as_absent:
                     resource_version = ""
                     await self._not_served(forbidden=True)
                 elif await self._back_off(error):
-                    resource_version = ""
-            except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as error:
-                if await self._back_off(error):
                     resource_version = ""  # a long gap: relist rather than trust the old version
 
     async def _back_off(self, error: BaseException) -> bool:
