@@ -320,7 +320,12 @@ class Informer(Generic[T]):
             self._log.info("kind not served at this version", trying=self.served.version)
             return
         if self._objects or not self.synced.is_set():
-            self._log.warning(
+            # A kind that may be forbidden as well is one whose absence changes little (its
+            # objects only refine decisions): not being served is the usual case there.
+            report = (
+                self._log.info if self.forbidden_as_absent and not forbidden else self._log.warning
+            )
+            report(
                 "kind not readable here (the operator's role may not list it); read as empty"
                 if forbidden
                 else "kind not served here; read as empty",
