@@ -14,7 +14,9 @@ When any member comes up in the queue, the whole gang is decided at once:
    its claims (the claim controller creates them from templates) and its node filter's
    candidates, as for a single pod;
 2. the joint search (:func:`operators.allocator.gang.find_gang`) places at least gang-size
-   members, or none;
+   members, or none; where a member belongs to a PodGroup, every gated member, or none
+   (kube-scheduler 1.37 with GenericWorkload queues a PodGroup as one entity and keeps all of
+   it waiting while any of its pods is gated, so a partial release would strand devices);
 3. the writes: first every placed member's claims (allocation and ``reservedFor``, each
    conditional), and only when all of them landed, each member's pod (devices, pin, gate
    removed). No pod is released while another member's claims are not written.
@@ -189,6 +191,13 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
     # Members released already count as placed; the rest must make up the gang size (at
     # least one: once the size is reached, later members are placed as they fit).
     need = max(gang.size - released, 1)
+    # kube-scheduler (GenericWorkload) queues the pods of a PodGroup as one entity, which
+    # stays gated while any of them is: members released while another waits at dralloc's
+    # gate would hold devices for pods it never schedules. So where a member belongs to a
+    # PodGroup, every gated member is placed, or none.
+    whole = any(member.pod_group for member in members)
+    if whole:
+        need = max(need, len(members))
     keys = [Key(m.namespace, m.name) for m in members]
     if any(k in controller.in_flight or k in controller.written for k in keys):
         raise ClaimBusy()  # a member's writes are on their way: look again shortly
@@ -250,6 +259,12 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
             for name, placement in found.blocking.items()
             if placement.explanation is not None and placement.explanation.lines()
         ]
+        if whole and need > gang.size - released:
+            details.insert(
+                0,
+                f"all {len(members)} gated members are placed together: kube-scheduler "
+                "schedules a PodGroup only once none of its pods is gated",
+            )
         await _tell_all(controller, members, Unallocatable(message, details))
         # One member stands for the gang (any member's sync decides for all of them): a
         # cluster change then costs one gang decision, not one per member.

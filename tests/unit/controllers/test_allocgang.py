@@ -264,3 +264,34 @@ def test_a_pod_group_members_leaving_wakes_its_gang() -> None:
     assert member_changed(group_pod(True), None)
     assert not member_changed(group_pod(True), group_pod(True))
     assert not member_changed(group_pod(False), group_pod(False, "Running"))
+
+
+async def test_every_gated_pod_of_a_pod_group_is_placed_or_none() -> None:
+    """kube-scheduler (GenericWorkload) queues a PodGroup as one entity, gated while any of
+    its pods is: releasing minCount of three members would leave their devices allocated to
+    pods it never schedules. All three must fit, although minCount is 2."""
+    client = FakeClient()
+    controller = group_cluster(client, devices=2)
+    put(controller.runtime, POD_GROUPS, pod_group(gang={"minCount": 2}))
+    w0 = group_member(controller, "w0")
+    group_member(controller, "w1")
+    group_member(controller, "w2")
+    await decide(controller, w0)
+    assert released(client) == [] and not allocation_writes(client)
+    [event] = [e for e in client.events if e["involved"]["metadata"]["name"] == "w0"]
+    assert 'PodGroup "workers" (3 of 2 members present' in event["message"], event["message"]
+    assert "none of its pods is gated" in event["message"], event["message"]
+
+
+async def test_an_annotated_gang_without_pod_groups_places_its_size_and_leaves_the_rest() -> None:
+    client = FakeClient()
+    controller = group_cluster(client, devices=2)
+    keys = []
+    for name in ("w0", "w1", "w2"):
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+        put(controller.runtime, PODS, raw)
+        keys.append(Key("ns", name))
+    await decide(controller, keys[0])
+    assert released(client) == ["w0", "w1"]
