@@ -86,6 +86,10 @@ DEVICE_QUOTAS = Resource(
     DRALLOC_GROUP, DRALLOC_VERSION, "devicequotas", "DeviceQuota", True, follows_mode=False
 )
 
+# Upstream's Workload API (Kubernetes 1.37, GenericWorkload gate): read where served, as
+# gangs (operators/api/podgroup.py). Not a DRA kind: the same group in both API modes.
+POD_GROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True)
+
 
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"  # policy/v1's cause of a refused eviction
 

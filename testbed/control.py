@@ -12,7 +12,8 @@ Everything a run creates lives in one state directory: PKI, etcd data, logs, the
 pid is never signalled.
 
 Usage (through the wrappers next to this file):
-  testbed/up [--dir DIR] [--dra] [--kcm-controllers LIST] [--nodes N] [--bin DIR]
+  testbed/up [--dir DIR] [--dra] [--workload-api] [--kcm-controllers LIST] [--nodes N]
+             [--bin DIR]
              prints the kubeconfig path last
   testbed/down DIR
   testbed/nodes --kubeconfig PATH [--bin DIR] [--prefix P] [--label k=v ...]
@@ -73,6 +74,10 @@ BASE_KCM_CONTROLLERS = (
     "disruption-controller",
 )
 DRA_KCM_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller")
+# With --workload-api: the API server stamps a finalizer on every PodGroup (admission plugin
+# PodGroupProtection, on by default) that only this controller removes once no pod uses the
+# group; without it a PodGroup, and its namespace, would never finish deleting.
+WORKLOAD_KCM_CONTROLLERS = ("podgroup-protection-controller",)
 # With real nodes, what running the operator in-cluster from manifests/ needs: Deployments
 # and the certificate Job make pods, pods get service-account tokens (and the CA bundle they
 # verify the API server with), Services get endpoints for kube-proxy.
@@ -89,13 +94,16 @@ REAL_NODE_KCM_CONTROLLERS = (
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 
-def default_kcm_controllers(dra: bool, real_nodes: bool = False, kcm_dra: bool = True) -> list[str]:
+def default_kcm_controllers(
+    dra: bool, real_nodes: bool = False, kcm_dra: bool = True, workload_api: bool = False
+) -> list[str]:
     """kcm's controllers for a testbed; ``kcm_dra=False`` leaves out its DRA controllers even
     with ``dra`` (where dralloc's claim and taint controllers take their place)."""
     return [
         *BASE_KCM_CONTROLLERS,
         *(DRA_KCM_CONTROLLERS if dra and kcm_dra else ()),
         *(REAL_NODE_KCM_CONTROLLERS if real_nodes else ()),
+        *(WORKLOAD_KCM_CONTROLLERS if workload_api else ()),
     ]
 
 
@@ -138,6 +146,8 @@ class State:
     # Real nodes (realnode.py) and the host address they and the API server use; none: kwok only.
     real_nodes: list[realnode.RealNode] = field(default_factory=list)
     address: str | None = None
+    # Upstream's Workload API served (scheduling.k8s.io/v1beta1, gate GenericWorkload).
+    workload_api: bool = False
 
     def save(self) -> None:
         path = Path(self.dir) / "state.json"
@@ -335,6 +345,33 @@ def dra_gates(state: State) -> list[str]:
     return [f"--feature-gates={','.join(f'{gate}=true' for gate in gates)}"] if gates else []
 
 
+# --workload-api: upstream's Workload API (PodGroups, pod.spec.schedulingGroup), beta and off
+# by default in 1.37. The gate goes to every component (kube-scheduler then gang-schedules
+# the pods of a gang PodGroup, kcm runs WORKLOAD_KCM_CONTROLLERS), the API version to the
+# API server. Before 1.37 the API has other versions (v1alpha1/v1alpha2): not offered.
+WORKLOAD_API_GATE = "GenericWorkload"
+WORKLOAD_API_VERSION = "scheduling.k8s.io/v1beta1"
+WORKLOAD_API_MIN_MINOR = 37
+
+
+def feature_gates(state: State) -> list[str]:
+    """The --feature-gates flag of every component: the DRA gates (dra_gates) and, with the
+    Workload API, its gate, in one flag."""
+    gates = [item for flag in dra_gates(state) for item in flag.split("=", 1)[1].split(",")]
+    if state.workload_api:
+        gates.append(f"{WORKLOAD_API_GATE}=true")
+    return [f"--feature-gates={','.join(gates)}"] if gates else []
+
+
+def runtime_config(state: State) -> list[str]:
+    """The API server's --runtime-config: DRA's (dra_runtime_config) and, with the Workload
+    API, its version, in one flag."""
+    items = [flag.split("=", 1)[1] for flag in dra_runtime_config(state)]
+    if state.workload_api:
+        items.append(f"{WORKLOAD_API_VERSION}=true")
+    return [f"--runtime-config={','.join(items)}"] if items else []
+
+
 def dra_runtime_config(state: State) -> list[str]:
     """The resource.k8s.io version that serves DeviceTaintRule where v1 does not (see
     dra_gates)."""
@@ -374,9 +411,10 @@ def up(
     real_nodes: int = 0,
     real_node_devices: int = 4,
     kcm_dra: bool = True,
+    workload_api: bool = False,
 ) -> State:
     """Start the control plane (and ``real_nodes`` real nodes, realnode.py); kcm_controllers
-    replaces default_kcm_controllers(dra, real_nodes > 0, kcm_dra)."""
+    replaces default_kcm_controllers(dra, real_nodes > 0, kcm_dra, workload_api)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     if (state_dir / "state.json").exists():
         raise TestbedError(f"{state_dir} already holds a testbed; run testbed/down {state_dir}")
@@ -389,15 +427,20 @@ def up(
         reason = realnode.unavailable(bin_dir)
         if reason:
             raise TestbedError(reason)
+    if workload_api and k8s_minor(bin_dir) < WORKLOAD_API_MIN_MINOR:
+        raise TestbedError(
+            f"--workload-api needs Kubernetes 1.{WORKLOAD_API_MIN_MINOR}+ ({WORKLOAD_API_VERSION})"
+        )
     ports = Ports(*free_ports(6))
     server = f"https://127.0.0.1:{ports.apiserver}"
     controllers = list(
-        default_kcm_controllers(dra, real_nodes > 0, kcm_dra) if kcm_controllers is None
-        else kcm_controllers
+        default_kcm_controllers(dra, real_nodes > 0, kcm_dra, workload_api)
+        if kcm_controllers is None else kcm_controllers
     )  # fmt: skip
     state = State(
         str(state_dir), str(bin_dir), dra, str(kubeconfig), server, ports,
         kcm_controllers=controllers, address=realnode.host_ip() if real_nodes else None,
+        workload_api=workload_api,
     )  # fmt: skip
     state.save()
     try:
@@ -498,8 +541,8 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             "--max-mutating-requests-inflight=0",
             "--profiling=true",  # /debug/pprof for admins: where the API server spends CPU
             f"--cert-dir={pki}",
-            *dra_gates(state),
-            *dra_runtime_config(state),
+            *feature_gates(state),
+            *runtime_config(state),
         ],
     )
     tls = admin_tls_context(pki)
@@ -529,7 +572,7 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             str(bin_dir / "kube-scheduler"),
             f"--config={scheduler_config(state, kubeconfig)}",
             f"--secure-port={ports.scheduler}",
-            *dra_gates(state),
+            *feature_gates(state),
             *common,
         ],
     )
@@ -549,7 +592,7 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             "--kube-api-burst=2000",
             # Published as kube-root-ca.crt in every namespace (the projected token volume).
             f"--root-ca-file={pki / 'ca.crt'}",
-            *dra_gates(state),
+            *feature_gates(state),
             *common,
         ],
     )
@@ -765,6 +808,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --dra: the default controllers without kcm's DRA ones, which dralloc's "
         "claim and taint controllers replace (the in-tree overlay's setting)",
     )  # fmt: skip
+    p_up.add_argument(
+        "--workload-api", action="store_true",
+        help="serve upstream's Workload API (scheduling.k8s.io/v1beta1 PodGroups; gate "
+        "GenericWorkload on every component, kcm's podgroup-protection-controller; 1.37+)",
+    )  # fmt: skip
     p_up.add_argument("--nodes", type=int, default=0, help="create N kwok nodes kwok-node-<i>")
     p_up.add_argument(
         "--real-nodes", type=int, default=0, metavar="N",
@@ -811,11 +859,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             began = time.monotonic()
             state = up(
                 state_dir, bin_dir, args.dra, args.nodes, args.owner_pid, controllers,
-                args.real_nodes, args.real_node_devices, args.kcm_dra,
+                args.real_nodes, args.real_node_devices, args.kcm_dra, args.workload_api,
             )  # fmt: skip
             print(
                 f"testbed up in {time.monotonic() - began:.1f} s: {state.server} "
-                f"(dra={'on' if state.dra else 'off'}, kcm controllers: "
+                f"(dra={'on' if state.dra else 'off'}, "
+                f"workload api={'on' if state.workload_api else 'off'}, kcm controllers: "
                 f"{','.join(state.kcm_controllers)}"
                 + "".join(f", {n.name}" for n in state.real_nodes)
                 + f"); stop with: testbed/down {state_dir}",

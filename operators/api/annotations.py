@@ -318,9 +318,22 @@ class GangRef:
     size: int
     topology: GangTopology | None = None
     """What all placed members share one value of (None: anywhere)."""
+    pod_group: bool = False
+    """Named by an upstream Workload API PodGroup (:mod:`operators.api.podgroup`), not by
+    the gang annotations."""
+
+    @property
+    def label(self) -> str:
+        """How messages name the gang: ``gang "NAME"`` or ``PodGroup "NAME"``."""
+        return f'{"PodGroup" if self.pod_group else "gang"} "{self.name}"'
 
 
 _GANG_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def is_label_key(text: str) -> bool:
+    """Whether ``text`` is a node label key (what a gang's topology names)."""
+    return _LABEL_KEY.match(text) is not None
 
 
 def pod_gang(annotations: Mapping[str, str] | None) -> GangRef | None:

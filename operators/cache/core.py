@@ -28,6 +28,7 @@ from operators.api.annotations import (
     format_claim_statuses,
     pod_gang,
 )
+from operators.api.podgroup import pod_group_name
 from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.kube import JsonDict
 from operators.scheduling.model import Node, PodNeeds, parse_node, parse_pod_needs
@@ -54,7 +55,7 @@ PodClaim = PodResourceClaim
 ClaimStatus = PodResourceClaimStatus
 
 POD_GANG_INDEX = "pod-gang"
-"""Pods by the (namespace, gang name) of their gang annotation."""
+"""Pods by the (namespace, gang name) of their gang annotation or PodGroup (Pod.gang_keys)."""
 POD_CLAIMS_INDEX = "pod-claims"
 """The pod index every controller shares: pods by the (namespace, name) of their claims."""
 
@@ -92,8 +93,9 @@ class Pod:
     gang_error: str = ""
     """Why the gang annotations are malformed ('' = they are not)."""
     pod_group: str = ""
-    """``spec.schedulingGroup.podGroupName``: the upstream Workload API's PodGroup (where the
-    API server serves it; dralloc does not read PodGroups, see allocgang.tell_pod_group)."""
+    """``spec.schedulingGroup.podGroupName``: the upstream Workload API's PodGroup of the
+    pod's namespace (immutable). A gang where that PodGroup's policy is one and the gang
+    annotations name none (they win); see allocgang.gang_of."""
 
     @property
     def ref(self) -> str:
@@ -131,8 +133,15 @@ class Pod:
         return names
 
     def gang_keys(self) -> list[tuple[str, str]]:
-        """``(namespace, gang)``: the :data:`POD_GANG_INDEX` value, if the pod is in one."""
-        return [(self.namespace, self.gang.name)] if self.gang is not None else []
+        """``(namespace, gang)``: the :data:`POD_GANG_INDEX` value, if the pod may be in one:
+        the gang its annotations name, else its PodGroup (whose policy says whether it is a
+        gang; the pods of a ``basic`` group are indexed all the same). Malformed annotations
+        name none: the pod is told, and its PodGroup is not used instead."""
+        if self.gang is not None:
+            return [(self.namespace, self.gang.name)]
+        if self.pod_group and not self.gang_error:
+            return [(self.namespace, self.pod_group)]
+        return []
 
     def claim_keys(self) -> list[tuple[str, str]]:
         """``(namespace, name)`` of each known claim: the :data:`POD_CLAIMS_INDEX` values."""
@@ -194,7 +203,7 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
         created=str(metadata.get("creationTimestamp") or ""),
         gang=gang,
         gang_error=gang_error,
-        pod_group=str((spec.get("schedulingGroup") or {}).get("podGroupName") or ""),
+        pod_group=pod_group_name(spec),
     )
 
 

@@ -104,12 +104,19 @@ class Informer(Generic[T]):
         backoff: Backoff | None = None,
         optional: bool = False,
         other_versions: tuple[str, ...] = (),
+        forbidden_as_absent: bool = False,
     ) -> None:
         self.client = client
         self.resource = resource
         self.optional = optional
         """A kind the server may not serve (404): then it reads as empty, checked again
         every :data:`NOT_SERVED_RECHECK` seconds."""
+        self.forbidden_as_absent = optional and forbidden_as_absent
+        """An optional kind that a 403 (the operator's role may not list it) makes read as
+        empty too, instead of retrying with backoff (and never syncing)."""
+        self.not_served = False
+        """The optional kind was found missing (or forbidden) at every version, and reads as
+        empty until a later list succeeds."""
         self.versions = (resource.version, *other_versions)
         """Versions to read an optional kind at, in order of preference (a kind reaches v1
         only in some release: older servers serve it at a beta version or not at all)."""
@@ -266,6 +273,7 @@ class Informer(Generic[T]):
             try:
                 if not resource_version:
                     raws, resource_version = await self.client.list(self.served)
+                    self.not_served = False
                     self.replace(raws)
                     if not self.synced.is_set():
                         self.sync_seconds = time.monotonic() - started
@@ -285,7 +293,10 @@ class Informer(Generic[T]):
                 else:
                     await self._back_off(error)
             except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as error:
-                if await self._back_off(error):
+                if isinstance(error, ApiError) and error.status == 403 and self.forbidden_as_absent:
+                    resource_version = ""
+                    await self._not_served(forbidden=True)
+                elif await self._back_off(error):
                     resource_version = ""  # a long gap: relist rather than trust the old version
 
     async def _back_off(self, error: BaseException) -> bool:
@@ -303,18 +314,26 @@ class Informer(Generic[T]):
             return self.resource
         return dataclasses.replace(self.resource, version=version)
 
-    async def _not_served(self) -> None:
-        if self._version + 1 < len(self.versions):
+    async def _not_served(self, *, forbidden: bool = False) -> None:
+        if not forbidden and self._version + 1 < len(self.versions):
             self._version += 1  # the next version at once
             self._log.info("kind not served at this version", trying=self.served.version)
             return
         if self._objects or not self.synced.is_set():
-            self._log.warning(
-                "kind not served here; read as empty",
+            # A kind that may be forbidden as well is one whose absence changes little (its
+            # objects only refine decisions): not being served is the usual case there.
+            report = (
+                self._log.info if self.forbidden_as_absent and not forbidden else self._log.warning
+            )
+            report(
+                "kind not readable here (the operator's role may not list it); read as empty"
+                if forbidden
+                else "kind not served here; read as empty",
                 resource=self.resource.plural,
                 versions=list(self.versions),
             )
         self._version = 0
+        self.not_served = True
         self.replace([])
         self.synced.set()
         await asyncio.sleep(NOT_SERVED_RECHECK)

@@ -19,6 +19,7 @@ from operators.api.models import (
     ResourceClaimTemplate,
     ResourceSlice,
 )
+from operators.api.podgroup import parse_pod_group
 from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.cache.core import parse_namespace, parse_node, parse_pod
 from operators.cache.informer import Parser
@@ -28,6 +29,7 @@ from operators.kube import (
     DEVICE_TAINT_RULES,
     NAMESPACES,
     NODES,
+    POD_GROUPS,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
@@ -42,6 +44,7 @@ def parsers(protocol: PodProtocol = DRALLOC) -> Mapping[Resource, Parser[Any]]:
         PODS: functools.partial(parse_pod, protocol=protocol),
         NODES: parse_node,
         NAMESPACES: functools.partial(parse_namespace, protocol=protocol),
+        POD_GROUPS: parse_pod_group,
         **_DRA_PARSERS,
     }
 
@@ -56,11 +59,19 @@ _DRA_PARSERS: Mapping[Resource, Parser[Any]] = {
 }
 
 
-OPTIONAL: frozenset[Resource] = frozenset({DEVICE_TAINT_RULES, DEVICE_QUOTAS})
+OPTIONAL: frozenset[Resource] = frozenset({DEVICE_TAINT_RULES, DEVICE_QUOTAS, POD_GROUPS})
 """Kinds a server may not serve: DeviceQuota where its CRD is not installed (an in-tree
 install from before quotas existed; no quota then applies); in-tree DeviceTaintRule reached resource.k8s.io/v1 only in
-Kubernetes 1.37 (1.36 serves v1beta2 behind an off-by-default gate, 1.33-1.35 v1alpha3).
+Kubernetes 1.37 (1.36 serves v1beta2 behind an off-by-default gate, 1.33-1.35 v1alpha3);
+PodGroups only where the Workload API is on (GenericWorkload gate and
+``--runtime-config=scheduling.k8s.io/v1beta1=true``, off by default in 1.37).
 Missing at every version of :data:`OTHER_VERSIONS`, they read as empty (with a warning)."""
+
+FORBIDDEN_AS_ABSENT: frozenset[Resource] = frozenset({POD_GROUPS})
+"""Optional kinds that also read as empty (rechecked like a kind not served) where the
+operator's role may not list them: a role from before PodGroups were read must not keep
+the operator from starting, and without them pods are allocated as before (one by one).
+Not so for taint rules or quotas: dropping those would hand out devices they hold back."""
 
 OTHER_VERSIONS: Mapping[Resource, tuple[str, ...]] = {DEVICE_TAINT_RULES: ("v1beta2", "v1alpha3")}
 """Older versions to read an optional kind at when the server lacks v1 (same fields)."""

@@ -34,6 +34,7 @@ class SharedCache:
         watch_timeout: int = 300,
         optional: Collection[Resource] = (),
         other_versions: Mapping[Resource, tuple[str, ...]] | None = None,
+        forbidden_as_absent: Collection[Resource] = (),
     ) -> None:
         self.client = client
         self.informers: dict[Resource, Informer[Any]] = {
@@ -45,6 +46,7 @@ class SharedCache:
                 backoff=Backoff(base=0.2, cap=30.0),
                 optional=resource in optional,
                 other_versions=(other_versions or {}).get(resource, ()),
+                forbidden_as_absent=resource in forbidden_as_absent,
             )
             for resource, parse in parsers.items()
         }

@@ -43,6 +43,7 @@ from operators.allocator.results import ClaimAllocation
 from operators.allocator.state import AllocatorState
 from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
 from operators.api.models import ResourceClaim
+from operators.api.podgroup import PodGroup
 from operators.cache.core import (
     POD_CLAIMS_INDEX,
     POD_GANG_INDEX,
@@ -89,6 +90,7 @@ from operators.kube import (
     DEVICE_TAINT_RULES,
     NAMESPACES,
     NODES,
+    POD_GROUPS,
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -152,7 +154,8 @@ class AllocationController(ClaimWrites, Explanations):
         self.explained_at: dict[Key, float] = {}
         self.failing_since: dict[Key, float] = {}  # pods no node could take, since when
         self.missing_since: dict[Key, float] = {}  # pods naming a claim that does not exist
-        self.pod_groups_told: set[str] = set()  # pod UIDs told their PodGroup is not read
+        self.pod_groups_told: set[str] = set()  # pod UIDs told no PodGroup is read here
+        self.pod_group_missing_since: dict[Key, float] = {}  # pods whose PodGroup is missing
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
         self.allocated_pods = 0
@@ -182,6 +185,7 @@ class AllocationController(ClaimWrites, Explanations):
         cache[DEVICE_CLASSES].add_handler(self._on_class)
         cache[DEVICE_TAINT_RULES].add_handler(self._on_rule)
         cache[DEVICE_QUOTAS].add_handler(self._on_quota)
+        cache[POD_GROUPS].add_handler(self._on_pod_group)
         self.quota_status = QuotaStatusWriter(
             self.client, cache[DEVICE_QUOTAS], self.state.quotas, self.decisions.run
         )
@@ -221,6 +225,17 @@ class AllocationController(ClaimWrites, Explanations):
         else:
             self._mutate(self.state.remove_quota, change.key.namespace, change.key.name)
         self._wake()  # a raised limit lets waiting pods in
+
+    def _on_pod_group(self, change: Change[PodGroup]) -> None:
+        """A PodGroup appeared, went, or changed what dralloc reads of it (the view ignores
+        status updates): its pods decide again (a gang size, or whether they are a gang)."""
+        if change.old == change.new:
+            return
+        bucket = (change.key.namespace, change.key.name)
+        for key in self.pods.index_keys(POD_GANG_INDEX, bucket):
+            pod = self.pods.get(key)
+            if pod is not None and pod.pod_group == change.key.name and _wants_allocation(pod):
+                self.queue.add(key)
 
     def _on_claim(self, change: Change[ResourceClaim]) -> None:
         if change.new is not None:
@@ -286,13 +301,13 @@ class AllocationController(ClaimWrites, Explanations):
         if change.old is not None and allocgang.member_changed(change.old, pod):
             # A member left (or was released): the rest decide again (and give back what a
             # gang that can no longer be completed holds).
-            assert change.old.gang is not None
             for key in self.pods.index_keys(POD_GANG_INDEX, change.old.gang_keys()[0]):
                 if key != change.key:
                     self.queue.add(key)
         if pod is None:
             if change.old is not None:
                 self.pod_groups_told.discard(change.old.uid)
+            self.pod_group_missing_since.pop(change.key, None)
             self.waiting.discard(change.key)
             self.written.pop(change.key, None)
             self.explained_at.pop(change.key, None)
@@ -401,11 +416,10 @@ class AllocationController(ClaimWrites, Explanations):
             self.resync.add(key)
             return
         try:
-            if pod.gated and (pod.gang is not None or pod.gang_error):
-                await allocgang.sync_gang(self, pod)  # the whole gang, all or nothing
+            gang = await allocgang.gang_of(self, pod) if pod.gated else None
+            if gang is not None:
+                await allocgang.sync_gang(self, pod, gang)  # the whole gang, all or nothing
                 return
-            if pod.gated and pod.pod_group:
-                await allocgang.tell_pod_group(self, pod)
             entries = self._resolve_claims(pod)
             started = time.perf_counter()
             candidates = self._candidates(pod, entries)

@@ -1,14 +1,22 @@
 """Gang allocation in the allocation loop: the pods of a gang are released together or not.
 
 A pod names its gang with ``resource.dralloc.dev/gang`` and ``resource.dralloc.dev/gang-size``
-(:mod:`operators.api.annotations`). When any member comes up in the queue, the whole gang is
-decided at once:
+(:mod:`operators.api.annotations`), or, where the API server serves upstream's Workload API,
+with ``spec.schedulingGroup.podGroupName``: a PodGroup of its namespace whose policy is
+``gang`` makes its pods a gang of that name with ``minCount`` as the size
+(:mod:`operators.api.podgroup`; :func:`gang_of` says which applies). The annotations win
+over the PodGroup: a pod with both is a member of the annotated gang only. A gang is named
+per namespace, whichever way: an annotation naming a PodGroup joins its pods.
+
+When any member comes up in the queue, the whole gang is decided at once:
 
 1. the members are the gated, live pods of the namespace with that gang name; each must have
    its claims (the claim controller creates them from templates) and its node filter's
    candidates, as for a single pod;
 2. the joint search (:func:`operators.allocator.gang.find_gang`) places at least gang-size
-   members, or none;
+   members, or none; where a member belongs to a PodGroup, every gated member, or none
+   (kube-scheduler 1.37 with GenericWorkload queues a PodGroup as one entity and keeps all of
+   it waiting while any of its pods is gated, so a partial release would strand devices);
 3. the writes: first every placed member's claims (allocation and ``reservedFor``, each
    conditional), and only when all of them landed, each member's pod (devices, pin, gate
    removed). No pod is released while another member's claims are not written.
@@ -20,7 +28,8 @@ longer be completed, the members' partial holdings are given back (their claims 
 deallocated), so nothing is stranded while the gang waits.
 
 Every member that waits, or a gang that cannot fit, gets the reason on its condition and in
-an Event (written only when the reason changes).
+an Event (written only when the reason changes). So does a pod whose PodGroup does not exist
+(yet): it waits, as kube-scheduler waits for it, until the PodGroup's creation wakes it.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from typing import TYPE_CHECKING
 
 import structlog
@@ -36,8 +46,11 @@ from operators import metrics
 from operators.allocator.errors import DecisionTimeout
 from operators.allocator.gang import GangMember, GangPlacement, find_gang
 from operators.allocator.results import ClaimAllocation
-from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
+from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, GangRef
 from operators.api.models import AllocationResult, ResourceClaim
+from operators.api.podgroup import GROUP as WORKLOAD_GROUP
+from operators.api.podgroup import VERSION as WORKLOAD_VERSION
+from operators.api.podgroup import PodGroup
 from operators.cache.core import POD_GANG_INDEX, Pod, PodClaim
 from operators.cache.informer import Key
 from operators.controllers import claimrules, claimstatus
@@ -49,14 +62,17 @@ from operators.controllers.decisions import (
     StillWaiting,
     Unallocatable,
 )
-from operators.kube import Conflict, NotFound
+from operators.kube import POD_GROUPS, Conflict, NotFound
 
 if TYPE_CHECKING:
     from operators.controllers.allocation import AllocationController
 
 log = structlog.get_logger(__name__)
 
-REASON_POD_GROUP = "PodGroupNotRead"
+REASON_POD_GROUP_NOT_SERVED = "PodGroupNotServed"
+POD_GROUP_GRACE = 1.0
+"""Seconds a pod whose PodGroup does not exist waits before it is told (the PodGroup may be
+created right after the pod, as workload controllers do)."""
 
 Entries = list[tuple[PodClaim, ResourceClaim]]
 
@@ -82,12 +98,60 @@ class _Ready:
         ]
 
 
+async def gang_of(controller: AllocationController, pod: Pod) -> GangRef | None:
+    """The gang ``pod`` belongs to, or None if it is allocated on its own.
+
+    Its gang annotations if it has them (malformed ones raise :class:`Unallocatable`),
+    else the gang its PodGroup's policy makes. A PodGroup that does not exist raises
+    :class:`StillWaiting` for :data:`POD_GROUP_GRACE` seconds, then :class:`Unallocatable`
+    (the PodGroup's creation wakes the pod); one whose policy dralloc cannot follow raises
+    :class:`Unallocatable`. Where the API server serves no PodGroups, the pod is allocated
+    on its own and told so once."""
+    if pod.gang is not None:
+        return pod.gang
+    if pod.gang_error:
+        raise Unallocatable(pod.gang_error)  # malformed annotations: told on this pod
+    if not pod.pod_group:
+        return None
+    groups = controller.runtime.cache[POD_GROUPS]
+    if groups.not_served:
+        await _tell_not_served(controller, pod)
+        return None
+    key = Key(pod.namespace, pod.name)
+    group: PodGroup | None = groups.get(Key(pod.namespace, pod.pod_group))
+    if group is None:
+        now = time.monotonic()
+        if now - controller.pod_group_missing_since.setdefault(key, now) < POD_GROUP_GRACE:
+            raise StillWaiting()
+        raise Unallocatable(
+            f'waiting for its PodGroup "{pod.pod_group}" ({WORKLOAD_GROUP}), which does not '
+            f'exist in namespace "{pod.namespace}"'
+        )
+    controller.pod_group_missing_since.pop(key, None)
+    if group.problem:
+        raise Unallocatable(group.problem)
+    return group.gang()
+
+
+def _member_gang(controller: AllocationController, pod: Pod) -> GangRef | None:
+    """:func:`gang_of` for another member of a gang: None where that raises (the member's
+    own decision tells it why)."""
+    if pod.gang is not None or pod.gang_error or not pod.pod_group:
+        return pod.gang
+    group: PodGroup | None = controller.runtime.cache[POD_GROUPS].get(
+        Key(pod.namespace, pod.pod_group)
+    )
+    return group.gang() if group is not None else None
+
+
 def member_changed(old: Pod | None, new: Pod | None) -> bool:
     """Whether a pod event may change its gang's decision, so that the other members must
-    decide again: a member left (deleted, finished, moved to another gang) or was released."""
-    if old is None or old.gang is None:
+    decide again: a member left (deleted, finished, moved to another gang) or was released.
+    A pod of a PodGroup counts as a member whatever the group's policy (the event is rare:
+    transitions only)."""
+    if old is None or not old.gang_keys():
         return False
-    if new is None or new.gang != old.gang:
+    if new is None or new.gang_keys() != old.gang_keys() or new.gang != old.gang:
         return True
     # Transitions only: a released member's own updates (it starts, runs, reports) change
     # nothing for the others, and a gang of N pods would otherwise cost N requeues (and,
@@ -96,44 +160,54 @@ def member_changed(old: Pod | None, new: Pod | None) -> bool:
     return released or (new.done and not old.done) or (new.deleting and not old.deleting)
 
 
-def gang_members(controller: AllocationController, pod: Pod) -> tuple[list[Pod], int]:
-    """The live, gated pods of the pod's gang, in name order, and how many live members
-    were released already (they count as placed: a gang write cut short between two pod
-    writes is finished by placing only the members still gated)."""
-    assert pod.gang is not None
-    keys = controller.pods.index_keys(POD_GANG_INDEX, (pod.namespace, pod.gang.name))
-    gated: list[Pod] = []
+def gang_members(
+    controller: AllocationController, pod: Pod, gang: GangRef
+) -> tuple[list[tuple[Pod, GangRef]], int]:
+    """The live, gated pods of the gang, in name order, each with the gang as it names it
+    (annotations or PodGroup), and how many live members were released already (they count
+    as placed: a gang write cut short between two pod writes is finished by placing only the
+    members still gated)."""
+    keys = controller.pods.index_keys(POD_GANG_INDEX, (pod.namespace, gang.name))
+    gated: list[tuple[Pod, GangRef]] = []
     released = 0
     for key in sorted(keys):
         member = controller.pods.get(key)
         if member is None or member.done or member.deleting:
             continue
+        ref = gang if key == Key(pod.namespace, pod.name) else _member_gang(controller, member)
+        if ref is None or ref.name != gang.name:
+            continue  # annotated into another gang, or its PodGroup is no gang
         if member.gated:
-            gated.append(member)
+            gated.append((member, ref))
         else:
             released += 1
     return gated, released
 
 
-async def sync_gang(controller: AllocationController, pod: Pod) -> None:
+async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -> None:
     """Decide for the whole gang of ``pod`` (see the module docstring)."""
-    if pod.gang is None:
-        raise Unallocatable(pod.gang_error)  # malformed annotations: told on this pod
-    gang = pod.gang
-    members, released = gang_members(controller, pod)
+    named, released = gang_members(controller, pod, gang)
+    members = [member for member, _ in named]
     # Members released already count as placed; the rest must make up the gang size (at
     # least one: once the size is reached, later members are placed as they fit).
     need = max(gang.size - released, 1)
+    # kube-scheduler (GenericWorkload) queues the pods of a PodGroup as one entity, which
+    # stays gated while any of them is: members released while another waits at dralloc's
+    # gate would hold devices for pods it never schedules. So where a member belongs to a
+    # PodGroup, every gated member is placed, or none.
+    whole = any(member.pod_group for member in members)
+    if whole:
+        need = max(need, len(members))
     keys = [Key(m.namespace, m.name) for m in members]
     if any(k in controller.in_flight or k in controller.written for k in keys):
         raise ClaimBusy()  # a member's writes are on their way: look again shortly
     for what, values in (
-        ("gang size", {str(m.gang.size) for m in members if m.gang is not None}),
-        ("gang topology", {str(m.gang.topology) for m in members if m.gang is not None}),
+        ("gang size", {str(ref.size) for _, ref in named}),
+        ("gang topology", {str(ref.topology) for _, ref in named}),
     ):
         if len(values) > 1:
             message = (
-                f'gang "{gang.name}": its members disagree on the {what} '
+                f"{gang.label}: its members disagree on the {what} "
                 f"({', '.join(sorted(values))}); give every member the same value"
             )
             await _tell_all(controller, members, Unallocatable(message))
@@ -177,7 +251,7 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
         await _give_back(controller, ready)
         waiting = f" ({len(unready)} waiting for their claims)" if unready else ""
         message = (
-            f'gang "{gang.name}" ({len(members) + released} of {gang.size} members '
+            f"{gang.label} ({len(members) + released} of {gang.size} members "
             f"present{waiting}): {found.reason}"
         )
         details = [
@@ -185,6 +259,12 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
             for name, placement in found.blocking.items()
             if placement.explanation is not None and placement.explanation.lines()
         ]
+        if whole and need > gang.size - released:
+            details.insert(
+                0,
+                f"all {len(members)} gated members are placed together: kube-scheduler "
+                "schedules a PodGroup only once none of its pods is gated",
+            )
         await _tell_all(controller, members, Unallocatable(message, details))
         # One member stands for the gang (any member's sync decides for all of them): a
         # cluster change then costs one gang decision, not one per member.
@@ -201,8 +281,7 @@ async def sync_gang(controller: AllocationController, pod: Pod) -> None:
             controller,
             left_out,
             Unallocatable(
-                f'gang "{gang.name}": {len(placed)} members were placed together; '
-                "this one waits for room"
+                f"{gang.label}: {len(placed)} members were placed together; this one waits for room"
             ),
         )
     log.info(
@@ -346,21 +425,18 @@ async def _tell_all(
             await controller._explain(member, reason)
 
 
-async def tell_pod_group(controller: AllocationController, pod: Pod) -> None:
-    """A pod of an upstream Workload API PodGroup without dralloc's gang annotations: say
-    once (per pod) that dralloc allocates it on its own, and how to make it a gang.
-
-    dralloc does not read PodGroups (``scheduling.k8s.io``, served from 1.35 behind the
-    GenericWorkload gate, v1beta1 in 1.37): where kube-scheduler gang-schedules such pods,
-    it does so only after dralloc released them one by one."""
+async def _tell_not_served(controller: AllocationController, pod: Pod) -> None:
+    """A pod of a PodGroup where dralloc reads none: say once (per pod) that it is allocated
+    on its own, and how to make its group a gang all the same."""
     if pod.uid in controller.pod_groups_told:
         return
     controller.pod_groups_told.add(pod.uid)
     message = (
-        f'pod belongs to PodGroup "{pod.pod_group}" (Workload API); dralloc does not read '
-        "PodGroups and allocates this pod on its own. To allocate the group all or nothing, "
-        f'annotate its pods with {GANG_ANNOTATION}: "{pod.pod_group}" and '
+        f'pod belongs to PodGroup "{pod.pod_group}", but dralloc reads no PodGroups here '
+        f"({WORKLOAD_GROUP}/{WORKLOAD_VERSION} is not served, or the operator's role may not "
+        "list them), so it allocates this pod on its own. To allocate the group all or "
+        f'nothing, annotate its pods with {GANG_ANNOTATION}: "{pod.pod_group}" and '
         f"{GANG_SIZE_ANNOTATION}: the group's minCount"
     )
-    log.info("pod of a PodGroup allocated alone", pod=pod.ref, pod_group=pod.pod_group)
-    await controller.runtime.events.post(pod.involved(), REASON_POD_GROUP, message)
+    log.info("pod of an unread PodGroup allocated alone", pod=pod.ref, pod_group=pod.pod_group)
+    await controller.runtime.events.post(pod.involved(), REASON_POD_GROUP_NOT_SERVED, message)

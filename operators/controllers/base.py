@@ -20,7 +20,7 @@ import structlog
 
 from operators import gcpause, metrics
 from operators.api.podprotocol import PodProtocol, protocol_for
-from operators.cache.kinds import OPTIONAL, OTHER_VERSIONS, parsers
+from operators.cache.kinds import FORBIDDEN_AS_ABSENT, OPTIONAL, OTHER_VERSIONS, parsers
 from operators.cache.shared import SharedCache
 from operators.controllers import placement
 from operators.fencing import AllocationRecord, AllocatorMark, stands_down
@@ -91,6 +91,7 @@ class Runtime:
             watch_timeout=settings.watch_timeout,
             optional=OPTIONAL,
             other_versions=OTHER_VERSIONS,
+            forbidden_as_absent=FORBIDDEN_AS_ABSENT,
         )
         self.events = EventRecorder(client)
         self.controllers: list[Controller] = []

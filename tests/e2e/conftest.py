@@ -23,7 +23,10 @@ built, every such test is skipped with the build's reason):
   so moving between modes never restarts a control plane. An environment variable per kind
   reuses a running one instead (never stopped): `DRALLOC_KUBECONFIG` (in-tree DRA off),
   `DRALLOC_DRA_SCHEDULER_KUBECONFIG` (in-tree mode's), `DRALLOC_DRA_KUBECONFIG` (in-tree DRA
-  with kcm's DRA controllers).
+  with kcm's DRA controllers), and for the two mode testbeds that also serve upstream's
+  Workload API (`testbed/up --workload-api`, modes.WITH_WORKLOAD_API; test_gang.py runs on
+  them and stops them when done) `DRALLOC_WORKLOAD_KUBECONFIG` and
+  `DRALLOC_DRA_SCHEDULER_WORKLOAD_KUBECONFIG`.
 - `dra_testbed` (session): the testbed with in-tree DRA on entirely (`testbed/up --dra`:
   kube-scheduler's plugin and kcm's DRA controllers), started only when a test asks for it.
 - `kubectl`: shorthand for `testbed.kubectl`.

@@ -22,7 +22,9 @@ from .modes import (
     CRD,
     TESTBED_DRA,
     TESTBED_DRA_SCHEDULER,
+    TESTBED_DRA_SCHEDULER_WORKLOAD,
     TESTBED_PLAIN,
+    TESTBED_PLAIN_WORKLOAD,
     TESTBED_REAL_NODE,
     TESTBED_REAL_NODE_DRA,
     ApiMode,
@@ -182,6 +184,7 @@ def start_testbed(
     kcm_controllers: str | None = None,
     kcm_dra: bool = True,
     real_nodes: int = 0,
+    workload_api: bool = False,
 ) -> Testbed:
     """Run `testbed/up` into state_dir; raises with its stderr if the control plane fails.
 
@@ -202,6 +205,8 @@ def start_testbed(
         args.append("--no-kcm-dra")
     if real_nodes:
         args.append(f"--real-nodes={real_nodes}")
+    if workload_api:
+        args.append("--workload-api")
     result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=UP_TIMEOUT_S)
     if result.returncode != 0:
         raise RuntimeError(f"testbed/up failed:\n{result.stderr.strip()}")
@@ -258,6 +263,8 @@ class TestbedKind:
     claim and taint controllers replace them (``testbed/up --no-kcm-dra``)."""
     real_nodes: int = 0
     """Real nodes to start beside kwok (one testbed with real nodes per host at a time)."""
+    workload_api: bool = False
+    """Upstream's Workload API served (``testbed/up --workload-api``)."""
     reuse_env: str = ""
     """An environment variable naming the kubeconfig of a running testbed of this kind, to
     use instead of starting one (for debugging; such a testbed is never stopped)."""
@@ -286,6 +293,19 @@ TESTBED_KINDS: dict[str, TestbedKind] = {
             kcm_dra=False,
             real_nodes=1,
             reuse_env="DRALLOC_REAL_NODE_KUBECONFIG",
+        ),
+        TestbedKind(
+            TESTBED_PLAIN_WORKLOAD,
+            dra=False,
+            workload_api=True,
+            reuse_env="DRALLOC_WORKLOAD_KUBECONFIG",
+        ),
+        TestbedKind(
+            TESTBED_DRA_SCHEDULER_WORKLOAD,
+            dra=True,
+            kcm_dra=False,
+            workload_api=True,
+            reuse_env="DRALLOC_DRA_SCHEDULER_WORKLOAD_KUBECONFIG",
         ),
     )
 }
@@ -329,6 +349,7 @@ class TestbedRegistry:
                 testbed = start_testbed(
                     self.state_root(kind.name), self.bin, dra=kind.dra,
                     kcm_dra=kind.kcm_dra, real_nodes=kind.real_nodes,
+                    workload_api=kind.workload_api,
                 )  # fmt: skip
             except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
                 self.failed[kind_name] = str(exc)
@@ -343,6 +364,13 @@ class TestbedRegistry:
             if running.real_nodes:
                 stop_testbed(running)
                 del self.running[name]
+
+    def stop(self, kind_name: str) -> None:
+        """Stop the testbed of one kind if this registry started it (a module that alone
+        needs a kind frees its memory when it is done; a later ``get`` starts it again)."""
+        running = self.running.pop(kind_name, None)
+        if running is not None:
+            stop_testbed(running)
 
     def stop_all(self) -> None:
         for testbed in self.running.values():

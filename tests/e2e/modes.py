@@ -45,6 +45,16 @@ upstream ships it, on a node that runs containers."""
 TESTBED_REAL_NODE: Final = "real-node"
 """``dra-scheduler`` plus one real node and the controllers that run the operator in-cluster
 (Deployments, Jobs, service-account tokens, endpoints); dralloc replaces kcm's DRA controllers."""
+TESTBED_PLAIN_WORKLOAD: Final = "plain-workload"
+"""``plain`` serving upstream's Workload API (``testbed/up --workload-api``: PodGroups, the
+GenericWorkload gate, so kube-scheduler gang-schedules PodGroups too)."""
+TESTBED_DRA_SCHEDULER_WORKLOAD: Final = "dra-scheduler-workload"
+"""``dra-scheduler`` serving upstream's Workload API, as ``plain-workload``."""
+WITH_WORKLOAD_API: Final = {
+    TESTBED_PLAIN: TESTBED_PLAIN_WORKLOAD,
+    TESTBED_DRA_SCHEDULER: TESTBED_DRA_SCHEDULER_WORKLOAD,
+}
+"""A mode's testbed kind -> the same kind serving the Workload API (for PodGroup tests)."""
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,11 @@ The cases are built so that per-pod placement (binpack, one member after another
 half-place the gang: a 1-device member first takes the 2-device node, and then one of the
 2-device members fits nowhere. dralloc's joint search finds 1+2 on the 3-device node and 2 on
 the other, and releases the three pods only when all of them can be placed.
+
+A gang is named by dralloc's annotations or by an upstream Workload API PodGroup
+(``scheduling.k8s.io/v1beta1``, a gang policy's ``minCount``). The module runs on testbeds
+that serve the Workload API (``testbed/up --workload-api``), where kube-scheduler, with the
+GenericWorkload gate on, gang-schedules a PodGroup's pods itself once dralloc releases them.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from .kube_helpers import Testbed, wait_for
+from .kube_helpers import Testbed, TestbedRegistry, wait_for
+from .modes import WITH_WORKLOAD_API, ApiMode
 from .operator_fixtures import (
     GATE,
     GROUP,
@@ -39,6 +45,15 @@ CONDITION = f"{GROUP}/DevicesAllocated"
 GANG = f"{GROUP}/gang"
 GANG_SIZE = f"{GROUP}/gang-size"
 HOLD_S = 5.0  # how long a member that must wait is watched to stay gated
+
+
+@pytest.fixture(scope="module")
+def testbed(testbeds: TestbedRegistry, api_mode: ApiMode) -> Iterator[Testbed]:
+    """The mode's testbed serving the Workload API: annotation gangs and PodGroup gangs on
+    one control plane. Only this module needs it: it stops when the mode's tests are done."""
+    kind = WITH_WORKLOAD_API[api_mode.testbed_kind]
+    yield testbeds.get(kind).in_mode(api_mode)
+    testbeds.stop(kind)
 
 
 @pytest.fixture(scope="module")
@@ -263,3 +278,87 @@ def test_members_sharing_a_claim_get_one_allocation_of_it(
     results = status["allocation"]["devices"]["results"]
     assert len(results) == 2 and {r["pool"] for r in results} == {nodes["s0"]}, results
     assert_invariants(testbed, [namespace])
+
+
+# --- gangs named by Workload API PodGroups -------------------------------------------------
+
+
+def pod_group(namespace: str, name: str, min_count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
+def group_member(
+    namespace: str, name: str, pool: Pool, template_name: str, group: str
+) -> dict[str, Any]:
+    """A pod of PodGroup ``group`` (``spec.schedulingGroup``), without gang annotations."""
+    body = pod(namespace, name, pool, [{"name": "gpu", "resourceClaimTemplateName": template_name}])
+    body["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return body
+
+
+def test_a_pod_group_gang_is_released_together_once_min_count_members_are_there(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = three_and_two(testbed, namespace)
+    testbed.apply(pod_group(namespace, "train", 3))
+    testbed.apply(group_member(namespace, "w0", pool, "one", "train"))
+    testbed.apply(group_member(namespace, "w1", pool, "two", "train"))
+    for name in ("w0", "w1"):
+        wait_reason(testbed, namespace, name, 'PodGroup "train" (2 of 3 members present')
+    assert_held(testbed, namespace, ["w0", "w1"], HOLD_S)
+
+    testbed.apply(group_member(namespace, "w2", pool, "two", "train"))
+    # kube-scheduler binds them too: its own gang rule (minCount pods at Permit) is met.
+    nodes = placed_two_and_one(testbed, namespace, pool, ["w0", "w1", "w2"])
+    assert nodes["w0"] == pool.node("three"), nodes
+
+
+def test_a_pod_group_gang_that_cannot_fit_holds_nothing_until_it_can(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    # 3 members of 2 devices, 5 devices: one by one, two members would take 4 devices and
+    # the third would wait for ever, holding the gang's devices half-placed.
+    pool = three_and_two(testbed, namespace)
+    testbed.apply(pod_group(namespace, "big", 3))
+    names = ["a", "b", "c"]
+    for name in names:
+        testbed.apply(group_member(namespace, name, pool, "two", "big"))
+    for name in names:
+        wait_reason(testbed, namespace, name, 'PodGroup "big" (3 of 3 members present')
+    assert_held(testbed, namespace, names, HOLD_S)
+
+    # minCount 2 alone changes nothing: kube-scheduler keeps a PodGroup waiting while any of
+    # its pods is gated, so every gated member is placed, or none.
+    testbed.kubectl(
+        "patch", "podgroups.scheduling.k8s.io", "big", f"--namespace={namespace}",
+        "--type=merge", "-p", json.dumps({"spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}),
+    )  # fmt: skip
+    for name in names:
+        wait_reason(testbed, namespace, name, 'PodGroup "big" (3 of 2 members present')
+    assert_held(testbed, namespace, names, 2.0)
+
+    # One member goes: the two left fit (one per node) and are released and bound together.
+    delete_pods(testbed, namespace, "c")
+    nodes = {name: wait_placed(testbed, namespace, name) for name in ("a", "b")}
+    assert sorted(nodes.values()) == sorted([pool.node("three"), pool.node("two")]), nodes
+
+
+def test_a_pod_waits_for_its_pod_group_until_it_is_created(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    pool = three_and_two(testbed, namespace)
+    testbed.apply(group_member(namespace, "w0", pool, "one", "late"))
+    testbed.apply(group_member(namespace, "w1", pool, "two", "late"))
+    for name in ("w0", "w1"):
+        message = wait_reason(testbed, namespace, name, 'PodGroup "late"')
+        assert "does not exist" in message, message
+    assert_held(testbed, namespace, ["w0", "w1"], 2.0)
+
+    testbed.apply(pod_group(namespace, "late", 2))  # its creation wakes both
+    for name in ("w0", "w1"):
+        wait_placed(testbed, namespace, name)

@@ -109,6 +109,9 @@ COMMON_ALLOWED: list[Access] = [
         for verb in ("list", "watch")
     ],
     ("get", "pods", "team-a"),
+    # allocator: Workload API PodGroups name gangs (where the API server serves them)
+    *[(verb, "podgroups.scheduling.k8s.io", "") for verb in ("list", "watch")],
+    ("get", "podgroups.scheduling.k8s.io", "team-a"),
     # allocator: pod annotations, node affinity, lifting the gate
     ("patch", "pods", "team-a"),
     # allocator and taint controller: pod conditions (DisruptionTarget before an eviction)
@@ -137,6 +140,11 @@ COMMON_DENIED: list[Access] = [
     ("update", "pods/status", "team-a"),
     ("create", "pods/eviction", "team-a"),
     ("patch", "nodes", ""),
+    # PodGroups are read only; nothing else of the Workload API
+    ("create", "podgroups.scheduling.k8s.io", "team-a"),
+    ("patch", "podgroups.scheduling.k8s.io/status", "team-a"),
+    ("list", "workloads.scheduling.k8s.io", ""),
+    ("list", "priorityclasses.scheduling.k8s.io", ""),
     ("create", "leases.coordination.k8s.io", "kube-system"),
     ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ""),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),

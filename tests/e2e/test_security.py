@@ -73,6 +73,7 @@ NEEDED_EVERYWHERE: Final[dict[str, set[str]]] = {
     "pods/status": {"patch"},
     "nodes": {"get", "list", "watch"},
     "namespaces": {"get", "list", "watch"},
+    "podgroups.scheduling.k8s.io": {"get", "list", "watch"},
     "events": {"create"},
     "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},
 }

@@ -32,3 +32,20 @@ def test_malformed_gang_annotations_become_a_reason_not_an_error() -> None:
 def test_the_workload_api_pod_group_is_seen() -> None:
     pod = parse_pod(raw_pod({}, {"schedulingGroup": {"podGroupName": "workers"}}))
     assert pod.pod_group == "workers" and pod.gang is None
+
+
+def test_a_pod_of_a_pod_group_is_indexed_under_its_group() -> None:
+    pod = parse_pod(raw_pod({}, {"schedulingGroup": {"podGroupName": "workers"}}))
+    assert pod.gang is None and pod.gang_keys() == [("ns", "workers")]
+
+
+def test_gang_annotations_win_over_the_pod_group() -> None:
+    annotations = {"resource.dralloc.dev/gang": "train", "resource.dralloc.dev/gang-size": "2"}
+    pod = parse_pod(raw_pod(annotations, {"schedulingGroup": {"podGroupName": "workers"}}))
+    assert pod.gang_keys() == [("ns", "train")]
+
+
+def test_malformed_annotations_do_not_fall_back_to_the_pod_group() -> None:
+    annotations = {"resource.dralloc.dev/gang": "train"}
+    pod = parse_pod(raw_pod(annotations, {"schedulingGroup": {"podGroupName": "workers"}}))
+    assert pod.gang_error and pod.gang_keys() == []

@@ -9,7 +9,8 @@ import pytest
 
 from operators.cache import informer as informer_module
 from operators.cache.informer import Informer
-from operators.kube import DEVICE_TAINT_RULES, NotFound
+from operators.cache.kinds import FORBIDDEN_AS_ABSENT, OPTIONAL
+from operators.kube import DEVICE_TAINT_RULES, POD_GROUPS, ApiError, NotFound
 
 
 class NotServing:
@@ -68,3 +69,55 @@ async def test_an_older_version_is_read_when_v1_is_not_served() -> None:
     task.cancel()
     assert client.asked[:2] == ["v1", "v1beta2"]
     assert informer.synced.is_set() and len(informer) == 1
+
+
+class Forbidden:
+    def __init__(self) -> None:
+        self.lists = 0
+
+    async def list(self, *_: Any, **__: Any) -> Any:
+        self.lists += 1
+        raise ApiError(403, "Forbidden", 'podgroups.scheduling.k8s.io is forbidden: User "x"')
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", [POD_GROUPS, DEVICE_TAINT_RULES])
+async def test_a_kind_the_operator_may_not_read(kind: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PodGroups only name gangs: where the operator's role lacks them (a role from before
+    they were read), they read as empty and the operator runs on. A taint rule dropped for
+    the same reason would hand out tainted devices: that kind keeps retrying."""
+    monkeypatch.setattr(informer_module, "NOT_SERVED_RECHECK", 0.01)
+    client = Forbidden()
+    forbidden_as_absent = kind in FORBIDDEN_AS_ABSENT
+    informer: Informer[Any] = Informer(
+        client,  # type: ignore[arg-type]
+        kind,
+        dict,
+        optional=True,
+        forbidden_as_absent=forbidden_as_absent,
+    )
+    task = asyncio.create_task(informer.run())
+    await asyncio.sleep(0.3)
+    task.cancel()
+    assert forbidden_as_absent is (kind == POD_GROUPS)
+    assert informer.synced.is_set() is forbidden_as_absent
+    assert informer.not_served is forbidden_as_absent
+
+
+@pytest.mark.asyncio
+async def test_pod_groups_are_optional_and_not_served_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert POD_GROUPS in OPTIONAL
+    assert (POD_GROUPS.group, POD_GROUPS.version, POD_GROUPS.plural) == (
+        "scheduling.k8s.io",
+        "v1beta1",
+        "podgroups",
+    )
+    monkeypatch.setattr(informer_module, "NOT_SERVED_RECHECK", 0.01)
+    informer: Informer[Any] = Informer(NotServing(), POD_GROUPS, dict, optional=True)  # type: ignore[arg-type]
+    assert not informer.not_served
+    task = asyncio.create_task(informer.run())
+    await asyncio.sleep(0.1)
+    task.cancel()
+    assert informer.not_served

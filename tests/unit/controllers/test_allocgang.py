@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import pytest
 
 from operators.api.annotations import (
     GANG_ANNOTATION,
@@ -11,12 +14,13 @@ from operators.api.annotations import (
 )
 from operators.cache.core import SCHEDULING_GATE, Pod, parse_pod
 from operators.cache.informer import Key
+from operators.controllers import allocgang
 from operators.controllers.allocation import AllocationController
 from operators.controllers.allocgang import member_changed
-from operators.kube import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 from .fakes import DRIVER, FakeClient, claim, one_device_cluster, pod, put, resource_slice
-from .test_allocation_failures import allocation_results, messages, sync
+from .test_allocation_failures import allocation_results, allocation_writes, messages, sync
 
 
 def member(gated: bool, phase: str = "Pending", gang: str = "train", **meta: Any) -> Pod:
@@ -123,3 +127,225 @@ async def test_a_malformed_gang_topology_is_told_on_the_pod() -> None:
     [message] = {m for m in messages(client, "w0")}
     assert GANG_TOPOLOGY_ANNOTATION in message
     assert "is not a fully qualified device attribute name" in message
+
+
+# --- gangs named by upstream's Workload API PodGroups ----------------------------------------
+
+
+def pod_group(name: str = "workers", **policy: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "namespace": "ns",
+            "name": name,
+            "uid": f"uid-pg-{name}",
+            "resourceVersion": "3",
+        },
+        "spec": {"schedulingPolicy": policy or {"gang": {"minCount": 3}}},
+    }
+
+
+def group_cluster(client: FakeClient, devices: int = 3, **settings: Any) -> AllocationController:
+    """Node n1 with ``devices`` devices; PodGroups served (an empty list was read)."""
+    runtime = one_device_cluster(client, **settings)
+    slice_ = resource_slice("n1", devices)
+    slice_["metadata"]["resourceVersion"] = "2"
+    runtime.cache[RESOURCE_SLICES].apply("ADDED", slice_)
+    return AllocationController(runtime)
+
+
+def group_member(
+    controller: AllocationController, name: str, group: str = "workers", **annotations: str
+) -> Key:
+    put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+    raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+    raw["spec"]["schedulingGroup"] = {"podGroupName": group}
+    raw["metadata"]["annotations"] |= annotations
+    put(controller.runtime, PODS, raw)
+    return Key("ns", name)
+
+
+async def decide(controller: AllocationController, key: Key) -> None:
+    """One decision for ``key`` (its gang's, if it has one), writes included."""
+    async with asyncio.TaskGroup() as writers:
+        controller._writers = writers
+        await controller.sync(key)
+
+
+def released(client: FakeClient) -> list[str]:
+    """Pods whose gate the controller lifted, by name."""
+    return sorted(
+        path.rsplit("/", 1)[1]
+        for path, obj in client.objects.items()
+        if path.startswith(PODS.path("ns") + "/") and not obj["spec"].get("schedulingGates")
+    )
+
+
+def told(client: FakeClient, name: str) -> list[str]:
+    return [e["message"] for e in client.events if e["involved"]["metadata"]["name"] == name]
+
+
+async def test_pods_of_a_gang_pod_group_are_released_together_once_min_count_are_there() -> None:
+    client = FakeClient()
+    controller = group_cluster(client)
+    put(controller.runtime, POD_GROUPS, pod_group())
+    w0 = group_member(controller, "w0")
+    group_member(controller, "w1")
+    await decide(controller, w0)
+    assert released(client) == [] and not allocation_writes(client)
+    for name in ("w0", "w1"):
+        assert any('PodGroup "workers" (2 of 3 members present' in m for m in told(client, name))
+    group_member(controller, "w2")
+    await decide(controller, w0)
+    assert released(client) == ["w0", "w1", "w2"]
+    assert len(allocation_writes(client)) == 3
+
+
+async def test_gang_annotations_win_over_the_pods_pod_group() -> None:
+    """The PodGroup asks for 3; the annotations of its two pods name a gang of 2 of their own:
+    the annotations decide."""
+    client = FakeClient()
+    controller = group_cluster(client)
+    put(controller.runtime, POD_GROUPS, pod_group())
+    gang = {GANG_ANNOTATION: "pair", GANG_SIZE_ANNOTATION: "2"}
+    w0 = group_member(controller, "w0", **gang)
+    group_member(controller, "w1", **gang)
+    await decide(controller, w0)
+    assert released(client) == ["w0", "w1"]
+
+
+async def test_a_pod_whose_pod_group_does_not_exist_waits_and_its_creation_wakes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(allocgang, "POD_GROUP_GRACE", 0.0)
+    client = FakeClient()
+    controller = group_cluster(client)
+    w0 = group_member(controller, "w0")
+    await decide(controller, w0)
+    assert released(client) == [] and not allocation_writes(client)
+    [message] = told(client, "w0")
+    assert 'PodGroup "workers"' in message and "does not exist" in message, message
+    assert w0 in controller.waiting
+    # The PodGroup appears (minCount 1): the pod is queued at once and placed.
+    controller.queue.forget(w0)
+    controller.queue._delayed_at.clear()  # only the wake-up may queue it now
+    controller.queue._delayed.clear()
+    put(controller.runtime, POD_GROUPS, pod_group(gang={"minCount": 1}))
+    assert controller.queue.due_in(w0) == 0.0
+    await decide(controller, w0)
+    assert released(client) == ["w0"]
+
+
+async def test_a_pod_group_change_wakes_its_pods_but_a_status_update_does_not() -> None:
+    client = FakeClient()
+    controller = group_cluster(client)
+    put(controller.runtime, POD_GROUPS, pod_group())
+    w0 = group_member(controller, "w0")
+    await decide(controller, w0)  # 1 of 3: waits
+    controller.queue._ready.clear()
+    controller.queue._queued.clear()
+    status_only = pod_group()
+    status_only["metadata"]["resourceVersion"] = "4"
+    status_only["status"] = {"conditions": [{"type": "PodGroupInitiallyScheduled"}]}
+    put(controller.runtime, POD_GROUPS, status_only)
+    assert controller.queue.due_in(w0) != 0.0
+    smaller = pod_group(gang={"minCount": 1})
+    smaller["metadata"]["resourceVersion"] = "5"
+    put(controller.runtime, POD_GROUPS, smaller)
+    assert controller.queue.due_in(w0) == 0.0
+    await decide(controller, w0)
+    assert released(client) == ["w0"]
+
+
+async def test_a_basic_pod_group_is_no_gang() -> None:
+    client = FakeClient()
+    controller = group_cluster(client)
+    put(controller.runtime, POD_GROUPS, pod_group(basic={}))
+    w0 = group_member(controller, "w0")
+    await decide(controller, w0)
+    assert released(client) == ["w0"]
+    assert told(client, "w0") == []
+
+
+async def test_where_pod_groups_are_not_served_the_pod_is_allocated_alone_and_told_once() -> None:
+    client = FakeClient()
+    controller = group_cluster(client)
+    controller.runtime.cache[POD_GROUPS].not_served = True
+    w0 = group_member(controller, "w0")
+    await decide(controller, w0)
+    assert released(client) == ["w0"]
+    [event] = [e for e in client.events if e["involved"]["metadata"]["name"] == "w0"]
+    assert event["reason"] == allocgang.REASON_POD_GROUP_NOT_SERVED
+    assert "PodGroup" in event["message"] and GANG_ANNOTATION in event["message"]
+
+
+async def test_members_of_one_name_by_annotation_and_by_pod_group_form_one_gang() -> None:
+    """A gang annotation naming a PodGroup (what dralloc advised before it read PodGroups)
+    joins the PodGroup's other pods."""
+    client = FakeClient()
+    controller = group_cluster(client)
+    put(controller.runtime, POD_GROUPS, pod_group(gang={"minCount": 2}))
+    w0 = group_member(controller, "w0", **{GANG_ANNOTATION: "workers", GANG_SIZE_ANNOTATION: "2"})
+    group_member(controller, "w1")
+    await decide(controller, w0)
+    assert released(client) == ["w0", "w1"]
+
+
+async def test_a_pod_group_policy_dralloc_cannot_follow_is_told() -> None:
+    client = FakeClient()
+    controller = group_cluster(client)
+    put(controller.runtime, POD_GROUPS, pod_group(gang={"minCount": 5000}))
+    w0 = group_member(controller, "w0")
+    await decide(controller, w0)
+    assert released(client) == []
+    assert any("minCount 5000" in m for m in told(client, "w0"))
+
+
+def test_a_pod_group_members_leaving_wakes_its_gang() -> None:
+    def group_pod(gated: bool, phase: str = "Pending") -> Pod:
+        raw = {
+            "metadata": {"namespace": "ns", "name": "w0", "uid": "u", "resourceVersion": "1"},
+            "spec": {
+                "schedulingGroup": {"podGroupName": "workers"},
+                "schedulingGates": [{"name": SCHEDULING_GATE}] if gated else [],
+            },
+            "status": {"phase": phase},
+        }
+        return parse_pod(raw)
+
+    assert member_changed(group_pod(True), group_pod(False))
+    assert member_changed(group_pod(True), None)
+    assert not member_changed(group_pod(True), group_pod(True))
+    assert not member_changed(group_pod(False), group_pod(False, "Running"))
+
+
+async def test_every_gated_pod_of_a_pod_group_is_placed_or_none() -> None:
+    """kube-scheduler (GenericWorkload) queues a PodGroup as one entity, gated while any of
+    its pods is: releasing minCount of three members would leave their devices allocated to
+    pods it never schedules. All three must fit, although minCount is 2."""
+    client = FakeClient()
+    controller = group_cluster(client, devices=2)
+    put(controller.runtime, POD_GROUPS, pod_group(gang={"minCount": 2}))
+    w0 = group_member(controller, "w0")
+    group_member(controller, "w1")
+    group_member(controller, "w2")
+    await decide(controller, w0)
+    assert released(client) == [] and not allocation_writes(client)
+    [event] = [e for e in client.events if e["involved"]["metadata"]["name"] == "w0"]
+    assert 'PodGroup "workers" (3 of 2 members present' in event["message"], event["message"]
+    assert "none of its pods is gated" in event["message"], event["message"]
+
+
+async def test_an_annotated_gang_without_pod_groups_places_its_size_and_leaves_the_rest() -> None:
+    client = FakeClient()
+    controller = group_cluster(client, devices=2)
+    keys = []
+    for name in ("w0", "w1", "w2"):
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+        put(controller.runtime, PODS, raw)
+        keys.append(Key("ns", name))
+    await decide(controller, keys[0])
+    assert released(client) == ["w0", "w1"]

@@ -93,13 +93,87 @@ def test_no_kcm_dra_leaves_out_only_kcms_dra_controllers(
     assert ("job-controller" in controllers) is has_real_node_parts
 
 
-def test_up_parses_no_kcm_dra(control: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--dra", "--no-kcm-dra"], {"kcm_dra": False, "workload_api": False}),
+        (["--workload-api"], {"kcm_dra": True, "workload_api": True}),
+    ],
+)
+def test_up_parses_no_kcm_dra_and_workload_api(
+    control: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    expected: dict[str, bool],
+) -> None:
     seen: dict[str, object] = {}
 
     def fake_up(*args: object) -> None:
-        seen["kcm_dra"] = args[-1]
+        seen["kcm_dra"], seen["workload_api"] = args[-2:]
         raise control.TestbedError("stop here")
 
     monkeypatch.setattr(control, "up", fake_up)
-    assert control.main(["up", "--dra", "--no-kcm-dra", "--dir", "/nonexistent/x"]) != 0
-    assert seen == {"kcm_dra": False}
+    assert control.main(["up", *flags, "--dir", "/nonexistent/x"]) != 0
+    assert seen == expected
+
+
+# --- --workload-api: upstream's Workload API (PodGroups) ------------------------------------
+
+
+def workload_state(control: ModuleType, tmp_path: Path, version: str, dra: bool) -> object:
+    s = state(control, tmp_path, version, dra=dra)
+    s.workload_api = True  # type: ignore[attr-defined]
+    return s
+
+
+@pytest.mark.parametrize("dra", [False, True])
+def test_workload_api_turns_on_its_gate_and_version_beside_the_dra_ones(
+    control: ModuleType, tmp_path: Path, dra: bool
+) -> None:
+    s = workload_state(control, tmp_path, "v1.37.2", dra)
+    assert control.feature_gates(s) == ["--feature-gates=GenericWorkload=true"]
+    assert control.runtime_config(s) == ["--runtime-config=scheduling.k8s.io/v1beta1=true"]
+
+
+def test_workload_api_gates_merge_into_one_flag(control: ModuleType, tmp_path: Path) -> None:
+    """Not that any minor before 1.37 takes --workload-api (up refuses it): the flags of
+    several features are one --feature-gates and one --runtime-config."""
+    s = workload_state(control, tmp_path, "v1.36.3", True)
+    assert control.feature_gates(s) == [
+        "--feature-gates=DRADeviceTaintRules=true,GenericWorkload=true"
+    ]
+    assert control.runtime_config(s) == [
+        "--runtime-config=resource.k8s.io/v1beta2=true,scheduling.k8s.io/v1beta1=true"
+    ]
+
+
+def test_without_workload_api_the_flags_are_the_dra_ones(
+    control: ModuleType, tmp_path: Path
+) -> None:
+    for version in ("v1.37.2", "v1.36.3", "v1.34.4"):
+        s = state(control, tmp_path, version)
+        assert control.feature_gates(s) == control.dra_gates(s)
+        assert control.runtime_config(s) == control.dra_runtime_config(s)
+
+
+def test_workload_api_adds_the_podgroup_protection_controller(control: ModuleType) -> None:
+    plain = control.default_kcm_controllers(False)
+    assert "podgroup-protection-controller" not in plain
+    assert control.default_kcm_controllers(False, workload_api=True) == [
+        *plain,
+        "podgroup-protection-controller",
+    ]
+
+
+def test_workload_api_needs_a_release_that_serves_v1beta1(
+    control: ModuleType, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for binary in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok"):
+        (bin_dir / binary).write_text("")
+    (bin_dir / ".complete").write_text("key=x\nk8s=v1.36.3 etcd=v3.6.16\n")
+    with pytest.raises(control.TestbedError) as refused:
+        control.up(tmp_path / "state", bin_dir, False, 0, workload_api=True)
+    assert "--workload-api needs Kubernetes 1.37+" in str(refused.value)
+    assert not (tmp_path / "state" / "state.json").exists()  # refused before anything ran
