@@ -7,7 +7,8 @@
 // The scenario is the expanded JSON written by bench/scenario.py, so this program and the
 // Python harness place exactly the same pods on exactly the same objects. It prints one JSON
 // object: pods placed, seconds, pods/s for the measured steps, and a digest of the placements
-// (with -devices, also the devices each step's pod got).
+// (with -devices, also the devices each step's pod got; with -times, the seconds each step
+// took).
 package main
 
 import (
@@ -105,6 +106,8 @@ type runner struct {
 	// devices, when not nil, gets per step the devices the pod's new allocations hold
 	// ("driver/pool/device"; empty when it was not placed or needed none).
 	devices *[][]string
+	// times, when not nil, gets per step the seconds the step took (release, claims, search).
+	times *[]float64
 }
 
 // place runs one pod: it returns the chosen node name, or "" when no node fits.
@@ -231,9 +234,13 @@ func (r *runner) run(steps []step, placements *[]string) (phaseResult, error) {
 	var res phaseResult
 	start := time.Now()
 	for _, s := range steps {
+		began := time.Now()
 		node, err := r.place(s)
 		if err != nil {
 			return res, err
+		}
+		if r.times != nil {
+			*r.times = append(*r.times, time.Since(began).Seconds())
 		}
 		if node == "" {
 			res.Unschedulable++
@@ -252,6 +259,7 @@ func (r *runner) run(steps []step, placements *[]string) (phaseResult, error) {
 func main() {
 	path := flag.String("scenario", "", "expanded scenario JSON (bench/scenario.py)")
 	withDevices := flag.Bool("devices", false, "also print the devices each step's pod got")
+	withTimes := flag.Bool("times", false, "also print the seconds each step took")
 	flag.Parse()
 	if *path == "" {
 		fmt.Fprintln(os.Stderr, "usage: upstream-bench -scenario FILE")
@@ -292,6 +300,10 @@ func main() {
 	if *withDevices {
 		r.devices = &devices
 	}
+	var times []float64
+	if *withTimes {
+		r.times = &times
+	}
 	for _, c := range sc.SharedClaims {
 		r.cluster.claims[claimKey(c)] = c
 	}
@@ -331,6 +343,9 @@ func main() {
 	}
 	if *withDevices {
 		out["devices"] = devices
+	}
+	if *withTimes {
+		out["times"] = times
 	}
 	enc := json.NewEncoder(os.Stdout)
 	if err := enc.Encode(out); err != nil {
