@@ -168,13 +168,6 @@ CASES: dict[str, DRACase] = {
         match_error="got 'types.String', expected iterable type",
         expect_cost=5 + (3 + 3) * MAX_ELEMENTS,
     ),
-    "attribute-access-causes-match-error": DRACase(
-        f"{ATTR}.names",
-        driver=D,
-        attributes={"names": ["fish", "bird"]},
-        list_attributes=False,
-        match_error="attribute names: unsupported attribute value",
-    ),
     "list-result-type-causes-match-error": DRACase(
         f"{ATTR}.names",
         driver=D,
