@@ -13,15 +13,23 @@ import io
 import pytest
 
 from bench.celdiff import compare, sides
-from bench.celdiff.cases import Case, Device, generate
+from bench.celdiff.cases import LIST_ATTRIBUTES, Case, Device, generate
 
 CASES = 50
+LIST_KINDS = set(LIST_ATTRIBUTES.values())
 
 
 def test_the_same_seed_gives_the_same_cases() -> None:
     first, again, other = generate(20, 7), generate(20, 7), generate(20, 8)
     assert [c.to_json_line() for c in first] == [c.to_json_line() for c in again]
     assert [c.expression for c in first] != [c.expression for c in other]
+
+
+def test_devices_keep_list_values_with_the_list_gate_off_sometimes() -> None:
+    cases = generate(200, 1)
+    off = [c for c in cases if not c.features.list_type_attributes]
+    with_lists = [c for c in off if any(k in LIST_KINDS for k, _ in c.device.attributes.values())]
+    assert 0 < len(with_lists) < len(off)
 
 
 def test_dralloc_side_answers_every_case_without_crashing() -> None:
