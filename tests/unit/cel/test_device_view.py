@@ -4,7 +4,14 @@ import dataclasses
 
 import pytest
 
-from operators.cel import CELCompileError, CELEvalError, DeviceView, Quantity, Semver, compile_selector
+from operators.cel import (
+    CELCompileError,
+    CELEvalError,
+    DeviceView,
+    Quantity,
+    Semver,
+    compile_selector,
+)
 
 DRIVER = "gpu.example.com"
 
