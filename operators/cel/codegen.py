@@ -30,7 +30,7 @@ from .checker import Checked
 from .errors import CELCompileError, CELCostError, CELError, CELEvalError
 from .parser import RESERVED_WORDS
 from .regex import RegexSyntaxError, compile_regex
-from .values import TYPES, UInt
+from .values import TYPES, Optional, UInt
 
 #: Fields of the ``device`` variable and the DeviceView attribute holding each.
 DEVICE_FIELDS = {
@@ -316,10 +316,16 @@ class _Codegen:
             ):
                 return self.device_field(node)
         target = self.expr(node.operand)
+        if node.optional:
+            call = f"{self.helper('optselect', runtime.optional_select)}({target}, {node.field!r})"
+            return self._optional_qualifier(call)
         self.charge(1)
-        fn = runtime.optional_select if node.optional else runtime.select
-        name = "optselect" if node.optional else "select"
-        return f"{self.helper(name, fn)}({target}, {node.field!r})"
+        return f"{self.helper('select', runtime.select)}({target}, {node.field!r})"
+
+    def _optional_qualifier(self, call: str) -> str:
+        """``.?f`` or ``[?k]``: cel-go counts the qualifier only when it finds something."""
+        t = self.tmp()
+        return f"({t} if (_cost := ({t} := {call}).has + _cost) <= _limit else _cost_exceeded())"
 
     def device_field(self, node: ast.Select) -> str:
         attr = DEVICE_FIELDS.get(node.field)
@@ -333,9 +339,10 @@ class _Codegen:
     def x_Index(self, node: ast.Index) -> str:
         target = self.expr(node.operand)
         key = self.expr(node.index)
-        self.charge(1)
         if node.optional:
-            return f"{self.helper('optindex', runtime.optional_index)}({target}, {key})"
+            call = f"{self.helper('optindex', runtime.optional_index)}({target}, {key})"
+            return self._optional_qualifier(call)
+        self.charge(1)
         return f"{self.helper('index', runtime.index)}({target}, {key})"
 
     def x_Unary(self, node: ast.Unary) -> str:
@@ -746,6 +753,8 @@ class _Codegen:
                 return self.undeclared(node, node.name)
             return self.call(node, node.name, fn, None)
         fn = functions.MEMBER.get(node.name)
+        if node.name in ("orValue", "or") and len(node.args) == 1 and fn is not None:
+            return self._optional_or(node, fn)
         if self.env.kubernetes:
             fn = functions.KUBERNETES_MEMBER.get(node.name, fn)
         if fn is None and self.env.list_attributes:
@@ -753,6 +762,42 @@ class _Codegen:
         if fn is None:
             return self.undeclared(node, node.name)
         return self.call(node, node.name, fn, node.target)
+
+    def _optional_or(self, node: ast.Call, fn: Callable[..., Any]) -> str:
+        """``o.orValue(v)``, ``o.or(p)``: cel-go plans them as no calls (they cost nothing)
+        that evaluate their argument only when ``o`` is an empty optional. For something
+        else than an optional the function gives its overload error."""
+        assert node.target is not None
+        function = self.helper("m_" + node.name, fn)
+        optional = self.helper("Optional", Optional)
+        target, t = self.expr(node.target), self.tmp()
+        # The argument as an expression, if it needs no statements (most do not).
+        lines, level = self.lines, self.level
+        self.lines = []
+        with self.frame() as taken:
+            argument = self.expr(node.args[0])
+        inline = not self.lines
+        self.lines, self.level = lines, level
+        if inline:
+            empty = f"{function}({t}, {argument})"
+            if taken[0]:
+                empty = f"({empty} if (_cost := {taken[0]} + _cost) <= _limit else _cost_exceeded())"
+            return (
+                f"({function}({t}, None) if type({t} := {target}) is not {optional} or {t}.has"
+                f" else {empty})"
+            )
+        result = self.tmp("r")
+        self.emit(f"{t} = {target}")
+        self.emit(f"if type({t}) is {optional} and not {t}.has:")
+        with self.block():
+            start = len(self.lines)
+            with self.frame() as taken:
+                self.emit(f"{result} = {function}({t}, {self.expr(node.args[0])})")
+            self.charge_at(start, taken[0])
+        self.emit("else:")
+        with self.block():
+            self.emit(f"{result} = {function}({t}, None)")
+        return result
 
     def undeclared(self, node: ast.Call, name: str) -> str:
         if self.env.checked:

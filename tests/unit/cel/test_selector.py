@@ -188,6 +188,11 @@ def _outcome(expression: str, **options: bool) -> object:
         # Ordering a NaN is an error (equality with one is just false).
         ("1e308 < (0.0 / 0.0)", "NaN values cannot be ordered"),
         ("(0.0 / 0.0) == (0.0 / 0.0)", False),
+        # orValue and or evaluate their argument only when the optional is empty.
+        (f'{A}.?s.orValue({A}.missing) == "abc"', True),
+        (f'{A}.?s.or(optional.of({A}.missing)).value() == "abc"', True),
+        (f'{A}.?zz.orValue({A}.missing) == "abc"', "no such key: missing"),
+        (f'{A}.?zz.orValue({A}.s) == "abc"', True),
     ],
 )
 def test_upstream_answers(expression: str, expected: object) -> None:
@@ -276,3 +281,33 @@ def test_filtering_steps_cost_only_when_taken(expression: str, actual: int) -> N
     device = DeviceView.build("x", {}, {}, False)
     _, cost = compile_selector(expression).evaluate_with_cost(device)
     assert cost == actual
+
+
+# Upstream's actual costs (its Go side; celdiff seed 2 #587): orValue and or are no calls in
+# cel-go's plan (they cost nothing and evaluate their argument only for an empty optional),
+# and an optional selection or index costs only when the field or key is there.
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        (f'{A}.?s.orValue({A}.missing) == "abc"', 5),
+        (f'{A}.?s.or(optional.of({A}.missing)).value() == "abc"', 6),
+        (f'{A}.?zz.orValue({A}.s) == "abc"', 8),
+        (f'{A}.?zz.or(optional.of({A}.s)).value() == "abc"', 10),
+        (f'{A}.?s.orValue("") == ""', 4),
+        (f'{A}.?zz.orValue("") == ""', 3),
+        (f'{A}[?"s"].orValue("") == ""', 4),
+        (f'{A}[?"zz"].orValue("") == ""', 3),
+        ('device.attributes["missing.example.com"].?s.orValue("") == ""', 3),
+        (f'{A}.?zz.?y.orValue("") == ""', 3),
+        (f"{A}.?s.hasValue()", 5),
+        (f"{A}.?zz.hasValue()", 4),
+        ("optional.none().orValue(1) == 1", 2),
+        ("optional.of(2).or(optional.of(3)).value() == 2", 3),
+    ],
+)
+def test_optional_costs_are_upstreams(expression: str, actual: int) -> None:
+    selector = compile_selector(expression)
+    _, cost = selector.evaluate_with_cost(PARITY_DEVICE)
+    assert cost == actual
+    assert cost <= selector.estimated_cost
+
