@@ -89,12 +89,17 @@ def _arity(fn: Callable[..., Any]) -> tuple[int, int]:
 _LOOP_COST = {
     "all": 3,
     "exists": 4,
-    "exists_one": 2,
+    "exists_one": 0,
     "map": 12,
     "filter": 13,
     "transformList": 12,
     "transformMap": 3,
 }
+#: Cost of the loop condition of all and exists (``@not_strictly_false(__result__)``, with
+#: ``!`` for exists), evaluated once more when they stop before the last element.
+_CONDITION_COST = {"all": 2, "exists": 3}
+#: What ``next`` gives for an exhausted iterator.
+_END = object()
 #: Fixed cost of a macro's result expression (``__result__``, ``__result__ == 1``).
 _RESULT_COST = {"exists_one": 2}
 
@@ -471,7 +476,15 @@ class _Codegen:
         self.emit("for _ in _ONCE:")
         with self.block():
             for position, operand in enumerate(operands):
-                self._guarded(operand, value)
+                # An operand after the first is counted only when it is evaluated, as
+                # cel-go counts it (its estimate counts them all).
+                start = len(self.lines)
+                with self.frame() as evaluated:
+                    self._guarded(operand, value)
+                if position == 0:
+                    self.charge(evaluated[0])
+                else:
+                    self.charge_at(start, evaluated[0])
                 self.emit(f"if {value} is {short}:")
                 with self.block():
                     self.emit(f"{result} = {short}")
@@ -500,12 +513,12 @@ class _Codegen:
                     with self.frame() as branch:
                         self.emit(f"{result} = {self.expr(current.then)}")
                         self.emit("break")
-                    self.charge_at(start, branch[0])
+                    self.charge_at(start, branch[0] - _folded_variable(current.then))
                 current = current.otherwise
             start = len(self.lines)
             with self.frame() as branch:
                 self.emit(f"{result} = {self.expr(current)}")
-            self.charge_at(start, branch[0])
+            self.charge_at(start, branch[0] - _folded_variable(current))
         return result
 
     def charge_at(self, position: int, cost: int, level: int | None = None) -> None:
@@ -669,12 +682,16 @@ class _Codegen:
         self.emit(f"{result} = {init}")
         if kind in ("all", "exists"):
             self.emit(f"{err} = None")
-        self.emit(f"for {loop_vars} in {self.helper('iter' + str(len(names)), iterate)}({rng}):")
+        elements = f"{self.helper('iter' + str(len(names)), iterate)}({rng})"
+        iterator = self.tmp("it")
+        if kind in ("all", "exists"):
+            elements = f"({iterator} := iter({elements}))"
+        self.emit(f"for {loop_vars} in {elements}:")
         with self.block(), self.frame() as body:
             step_at = len(self.lines)
             self.scopes.append(dict(zip(node.vars, names, strict=True)))
             try:
-                self._comprehension_body(node, result, err, value, names)
+                self._comprehension_body(node, result, err, value, names, iterator)
             finally:
                 self.scopes.pop()
         # Each iteration is charged, before it runs, the fixed cost of cel-go's loop
@@ -693,7 +710,13 @@ class _Codegen:
         return result
 
     def _comprehension_body(
-        self, node: ast.Comprehension, result: str, err: str, value: str, names: list[str]
+        self,
+        node: ast.Comprehension,
+        result: str,
+        err: str,
+        value: str,
+        names: list[str],
+        iterator: str,
     ) -> None:
         kind = node.kind
         if kind in ("all", "exists"):
@@ -702,6 +725,12 @@ class _Codegen:
             self.emit(f"if {value} is {stop}:")
             with self.block():
                 self.emit(f"{result} = {stop}")
+                # cel-go stops at the loop condition of the next element, if any.
+                end = self.bind(_END, "end")
+                self.emit(f"if next({iterator}, {end}) is not {end}:")
+                with self.block():
+                    self.charge_at(len(self.lines), _CONDITION_COST[kind])
+                    self.emit("pass")
                 self.emit("break")
             self.emit(f"if {value} is not {keep}:")
             with self.block():
@@ -712,6 +741,8 @@ class _Codegen:
             check = self.helper("condition", runtime.condition)
             self.emit(f"if {check}({self.expr(node.args[0])}):")
             with self.block():
+                # The step's branch taken (``__result__ + 1``); the other costs nothing.
+                self.charge_at(len(self.lines), 2)
                 self.emit(f"{result} += 1")
             return
         if kind == "filter":
@@ -860,6 +891,15 @@ class _Codegen:
 
 
 _NOT_CONSTANT = object()
+
+
+def _folded_variable(node: ast.Node) -> int:
+    """1 if a ternary's branch is a variable, or a selection or index on one: cel-go plans
+    it into the conditional and does not count the variable (its selections and indexes
+    still count)."""
+    while isinstance(node, (ast.Select, ast.Index)):
+        node = node.operand
+    return 1 if isinstance(node, ast.Ident) else 0
 
 
 def _filtering(node: ast.Comprehension) -> bool:

@@ -311,3 +311,52 @@ def test_optional_costs_are_upstreams(expression: str, actual: int) -> None:
     assert cost == actual
     assert cost <= selector.estimated_cost
 
+
+# Upstream's actual costs (its Go side): && and || count an operand only when they
+# evaluate it.
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        (f'{A}.s == "abc" || {A}.s == "x"', 5),
+        (f'{A}.s == "x" || {A}.s == "abc"', 10),
+        (f'{A}.s == "x" && {A}.s == "abc"', 5),
+        (f'{A}.missing == "x" || {A}.s == "abc"', 10),
+        (f'{A}.s == "x" || {A}.s == "y" || {A}.s == "abc" || {A}.s == "z"', 15),
+        (f'[1, 2].exists(x, x == 1 || {A}.s == "abc")', 10),
+    ],
+)
+def test_logical_operands_cost_only_when_evaluated(expression: str, actual: int) -> None:
+    selector = compile_selector(expression)
+    _, cost = selector.evaluate_with_cost(PARITY_DEVICE)
+    assert cost == actual
+
+
+# Upstream's actual costs (its Go side): all and exists that stop early evaluate their loop
+# condition once more when elements remain; exists_one pays for its step only when the
+# predicate holds; a ternary's branch that is a variable, or a selection or index on one,
+# is not counted for the variable (cel-go folds it into the conditional).
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        ("[1, 2].exists(x, x == 1)", 10),
+        ("[1, 2].exists(x, x == 2)", 13),
+        ("[1, 2, 3].all(x, x == 5)", 8),
+        ("[1, 2, 3].all(x, x > 0)", 16),
+        ('{"a": 1, "b": 2}.exists(k, k == "a")', 10),
+        ("[1, 2].exists(i, v, v == 1)", 10),
+        ("[1, 2, 3].exists_one(x, x > 0)", 14),
+        ("[1, 2, 3].exists_one(x, x == 1)", 10),
+        (f'({A}.i > 1 ? {A}.s : "x") == "abc"', 9),
+        (f'({A}.i > 5 ? "x" : {A}.s) == "abc"', 9),
+        (f'({A}.i > 1 ? {A}["s"] : "x") == "abc"', 9),
+        (f'({A}.i > 1 ? device.driver : "x") == "abc"', 7),
+        ("cel.bind(y, 2, (y > 1 ? y : 0) == 2)", 3),
+        (f'({A}.i > 1 ? {A}.?s.orValue("") : "x") == "abc"', 10),
+        (f"({A}.i > 1 ? [1][0] : 2) == 1", 7),
+        ("[1, 2].map(x, x > 1 ? x : 0).size() == 2", 31),
+    ],
+)
+def test_macro_exits_and_ternary_branches_cost_as_upstream(expression: str, actual: int) -> None:
+    selector = compile_selector(expression)
+    _, cost = selector.evaluate_with_cost(PARITY_DEVICE)
+    assert cost == actual
