@@ -62,6 +62,26 @@ def test_a_disagreement_is_classified() -> None:
     }
 
 
+def test_actual_over_estimate_counts_unless_upstream_exceeds_the_same_estimate() -> None:
+    case = Case(0, '"".split(",").all(s, s.startsWith(device.driver))', Device("d", {}, {}, None))
+    upstream = sides.Verdict(None, 1, False, None, False, None, 9)
+
+    def categories(dralloc_actual: int, dralloc_estimate: int = 1) -> set[str]:
+        dralloc = sides.Verdict(None, dralloc_estimate, False, None, False, None, dralloc_actual)
+        return {f.category for f in compare.classify(case, upstream, dralloc)}
+
+    # Upstream's estimate (1) is below its own actual cost (9): dralloc, giving both, is
+    # not counted.
+    assert "actual > estimate" not in categories(9)
+    assert "actual > estimate as upstream" in categories(9)
+    # Counted when dralloc counts more than upstream, or its estimate differs.
+    assert "actual > estimate" in categories(10)
+    assert "actual > estimate" in categories(3, dralloc_estimate=2)
+    # Upstream within its estimate: counted.
+    upstream = sides.Verdict(None, 1, False, None, False, None, 1)
+    assert "actual > estimate" in categories(9)
+
+
 def test_both_sides_answer_and_the_report_renders() -> None:
     try:
         binary = sides.upstream_binary(build=False)
