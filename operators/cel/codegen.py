@@ -812,7 +812,9 @@ class _Codegen:
         if inline:
             empty = f"{function}({t}, {argument})"
             if taken[0]:
-                empty = f"({empty} if (_cost := {taken[0]} + _cost) <= _limit else _cost_exceeded())"
+                empty = (
+                    f"({empty} if (_cost := {taken[0]} + _cost) <= _limit else _cost_exceeded())"
+                )
             return (
                 f"({function}({t}, None) if type({t} := {target}) is not {optional} or {t}.has"
                 f" else {empty})"
