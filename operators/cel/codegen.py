@@ -134,9 +134,15 @@ _WORK = {
 
 class _Codegen:
     def __init__(
-        self, env: Environment, source: str, own_costs: dict[int, int] | None = None
+        self,
+        env: Environment,
+        source: str,
+        own_costs: dict[int, int] | None = None,
+        checked: Checked | None = None,
     ) -> None:
         self.env = env
+        #: The checked types (checked programs only): which overload cel-go dispatches to.
+        self.checked = checked
         self.source = source
         #: Fixed costs being added up: the whole program, a loop body, a branch.
         self.frames: list[int] = [0]
@@ -344,6 +350,9 @@ class _Codegen:
     def x_Index(self, node: ast.Index) -> str:
         target = self.expr(node.operand)
         key = self.expr(node.index)
+        # A key that is a variable, or a selection or index on one, becomes a qualifier of
+        # the indexed attribute in cel-go's plan: the variable itself is not counted.
+        self.charge(-_folded_variable(node.index))
         if node.optional:
             call = f"{self.helper('optindex', runtime.optional_index)}({target}, {key})"
             return self._optional_qualifier(call)
@@ -424,6 +433,12 @@ class _Codegen:
                 return None
             return runtimecost.concat
         if node.op == "in":
+            right = self.checked.type_of(node.right) if self.checked is not None else None
+            if right is not None and right.kind != "list":
+                # Not resolved to in_list (a map, or dyn dispatched at run time): cel-go's
+                # tracker charges such a call 1, whatever the container's size.
+                self.charge(1)
+                return None
             return runtimecost.membership
         if node.op in self._FAST_COMPARE:
             if literal is not None:
@@ -1033,8 +1048,7 @@ def generate(
     error it raises: the same body, for tests and diagnostics, so the hot path
     pays nothing for reporting its cost.
     """
-    del checked  # the types drive the estimate; the generated code checks at run time
-    gen = _Codegen(env, source, own_costs)
+    gen = _Codegen(env, source, own_costs, checked)
     result = gen.expr(tree)
     body = gen.lines
     flat = gen.frames[0]

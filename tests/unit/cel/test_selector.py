@@ -360,3 +360,29 @@ def test_macro_exits_and_ternary_branches_cost_as_upstream(expression: str, actu
     selector = compile_selector(expression)
     _, cost = selector.evaluate_with_cost(PARITY_DEVICE)
     assert cost == actual
+
+
+LIST_DEVICE = DeviceView.build(DRIVER, {"s": "abc", "ls": ["-12", "A100", "a,b,c"]}, {}, False)
+
+
+# Upstream's actual costs (its Go side): `in` on an attribute (dyn, dispatched at run time)
+# costs 1, not the list's size; an index whose key is a variable or a selection on one does
+# not count the variable (cel-go makes it a qualifier of the indexed attribute).
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        (f'"A100" in {A}.ls', 5),
+        (f'"zz" in {A}.ls', 5),
+        (f"0 in {A}.ls", 5),
+        ('"b" in ["a", "b", "c"]', 0),
+        ('device.attributes[device.driver].s == "abc"', 6),
+        ('device.attributes[device.driver].?s.orValue("") == "abc"', 6),
+    ],
+)
+def test_dynamic_membership_and_variable_keys_cost_as_upstream(
+    expression: str, actual: int
+) -> None:
+    for lists in (False, True):
+        selector = compile_selector(expression, list_attributes=lists, stored=True)
+        _, cost = selector.evaluate_with_cost(LIST_DEVICE)
+        assert cost == actual
