@@ -680,7 +680,9 @@ class _Codegen:
         self.emit(f"{rng} = {self.expr(node.range)}")
         two = len(node.vars) == 2
         iterate = runtime.iter_pairs if two else runtime.iter_range
-        self.charge(_RESULT_COST.get(node.kind, 1))
+        # The result expression, counted once the range is there: when the range fails,
+        # cel-go's fold returns its error at once.
+        self.charge_at(len(self.lines), _RESULT_COST.get(node.kind, 1))
         names = [self.tmp("v") for _ in node.vars]
         loop_vars = ", ".join(names)
         result, err, value = self.tmp("r"), self.tmp("err"), self.tmp()

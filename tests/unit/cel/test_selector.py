@@ -386,3 +386,19 @@ def test_dynamic_membership_and_variable_keys_cost_as_upstream(
         selector = compile_selector(expression, list_attributes=lists, stored=True)
         _, cost = selector.evaluate_with_cost(LIST_DEVICE)
         assert cost == actual
+
+
+# Upstream's actual cost (its Go side; celdiff seed 1 #1104): a macro whose range fails
+# costs nothing for its result.
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        (f"({A}.li.exists(b, b < 0) || true) == true", 5),
+        (f"lists.range(3).filter(a, {A}.li.exists(b, a + b < 0) || true).size() == 3", 68),
+        ("[1, 2].exists(x, x == 2)", 13),
+    ],
+)
+def test_a_failed_macro_range_costs_no_result(expression: str, actual: int) -> None:
+    # Stored: as a new expression, a macro over an attribute needs the list gate.
+    _, cost = compile_selector(expression, stored=True).evaluate_with_cost(PARITY_DEVICE)
+    assert cost == actual
