@@ -2,8 +2,9 @@
 
 The generator writes expressions by the type they should have (bool at the top), drawing
 from what DRA selectors use and where CEL implementations tend to differ: attributes of
-every kind (int, bool, string, version, lists when the list gate is on), quantities and
-semvers, missing attributes and domains, optional chaining (``?.``, ``orValue``),
+every kind (int, bool, string, version, lists; lists also with the list gate off, as a
+slice keeps them from a time it was on), quantities and semvers, missing attributes and
+domains, optional chaining (``?.``, ``orValue``),
 ``cel.bind``, the strings and lists extensions, macros, regexes, ``in``, integer edge cases
 (overflow, division by zero, the int64 minimum) and, on purpose, some ill-typed pieces
 (mixed-type literals, wrong argument types, functions a version may lack). A case also
@@ -111,6 +112,9 @@ class Generator:
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
+        # List values on devices while the list gate is off come from a stream of their own,
+        # so that the main one, and with it every case of earlier runs, stays the same.
+        self.stale = random.Random(f"{seed}/stale-lists")
         self.features = Features()
         self.device: Device = self.random_device()
 
@@ -127,8 +131,8 @@ class Generator:
             return Features(False, False)
         return Features(False, True)
 
-    def scalar_value(self, kind: str) -> Any:
-        rng = self.rng
+    def scalar_value(self, kind: str, rng: random.Random | None = None) -> Any:
+        rng = rng or self.rng
         if kind == "int":
             return rng.choice((0, 1, -1, 3, 8, 100, 2**62, 2**63 - 1, -(2**63)))
         if kind == "bool":
@@ -151,6 +155,13 @@ class Generator:
                     size = rng.choice((1, 1, 2, 3, 5))
                     values = [self.scalar_value(kind[:-1]) for _ in range(size)]
                     attributes[name] = (kind, values)
+        elif self.stale.random() < 0.3:
+            # The API server drops list values from a new slice while the gate is off, not
+            # from one stored before; upstream's CEL still sees them.
+            name, kind = self.stale.choice(list(LIST_ATTRIBUTES.items()))
+            size = self.stale.choice((1, 2, 3))
+            values = [self.scalar_value(kind[:-1], self.stale) for _ in range(size)]
+            attributes[name] = (kind, values)
         capacity = {
             name: rng.choice(QUANTITIES)
             for name in ("mem", "cores", f"{OTHER}/bw")

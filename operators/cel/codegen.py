@@ -30,7 +30,7 @@ from .checker import Checked
 from .errors import CELCompileError, CELCostError, CELError, CELEvalError
 from .parser import RESERVED_WORDS
 from .regex import RegexSyntaxError, compile_regex
-from .values import TYPES, UInt
+from .values import TYPES, Optional, UInt
 
 #: Fields of the ``device`` variable and the DeviceView attribute holding each.
 DEVICE_FIELDS = {
@@ -89,12 +89,17 @@ def _arity(fn: Callable[..., Any]) -> tuple[int, int]:
 _LOOP_COST = {
     "all": 3,
     "exists": 4,
-    "exists_one": 2,
+    "exists_one": 0,
     "map": 12,
     "filter": 13,
     "transformList": 12,
     "transformMap": 3,
 }
+#: Cost of the loop condition of all and exists (``@not_strictly_false(__result__)``, with
+#: ``!`` for exists), evaluated once more when they stop before the last element.
+_CONDITION_COST = {"all": 2, "exists": 3}
+#: What ``next`` gives for an exhausted iterator.
+_END = object()
 #: Fixed cost of a macro's result expression (``__result__``, ``__result__ == 1``).
 _RESULT_COST = {"exists_one": 2}
 
@@ -129,9 +134,15 @@ _WORK = {
 
 class _Codegen:
     def __init__(
-        self, env: Environment, source: str, own_costs: dict[int, int] | None = None
+        self,
+        env: Environment,
+        source: str,
+        own_costs: dict[int, int] | None = None,
+        checked: Checked | None = None,
     ) -> None:
         self.env = env
+        #: The checked types (checked programs only): which overload cel-go dispatches to.
+        self.checked = checked
         self.source = source
         #: Fixed costs being added up: the whole program, a loop body, a branch.
         self.frames: list[int] = [0]
@@ -316,10 +327,16 @@ class _Codegen:
             ):
                 return self.device_field(node)
         target = self.expr(node.operand)
+        if node.optional:
+            call = f"{self.helper('optselect', runtime.optional_select)}({target}, {node.field!r})"
+            return self._optional_qualifier(call)
         self.charge(1)
-        fn = runtime.optional_select if node.optional else runtime.select
-        name = "optselect" if node.optional else "select"
-        return f"{self.helper(name, fn)}({target}, {node.field!r})"
+        return f"{self.helper('select', runtime.select)}({target}, {node.field!r})"
+
+    def _optional_qualifier(self, call: str) -> str:
+        """``.?f`` or ``[?k]``: cel-go counts the qualifier only when it finds something."""
+        t = self.tmp()
+        return f"({t} if (_cost := ({t} := {call}).has + _cost) <= _limit else _cost_exceeded())"
 
     def device_field(self, node: ast.Select) -> str:
         attr = DEVICE_FIELDS.get(node.field)
@@ -333,9 +350,13 @@ class _Codegen:
     def x_Index(self, node: ast.Index) -> str:
         target = self.expr(node.operand)
         key = self.expr(node.index)
-        self.charge(1)
+        # A key that is a variable, or a selection or index on one, becomes a qualifier of
+        # the indexed attribute in cel-go's plan: the variable itself is not counted.
+        self.charge(-_folded_variable(node.index))
         if node.optional:
-            return f"{self.helper('optindex', runtime.optional_index)}({target}, {key})"
+            call = f"{self.helper('optindex', runtime.optional_index)}({target}, {key})"
+            return self._optional_qualifier(call)
+        self.charge(1)
         return f"{self.helper('index', runtime.index)}({target}, {key})"
 
     def x_Unary(self, node: ast.Unary) -> str:
@@ -412,6 +433,12 @@ class _Codegen:
                 return None
             return runtimecost.concat
         if node.op == "in":
+            right = self.checked.type_of(node.right) if self.checked is not None else None
+            if right is not None and right.kind != "list":
+                # Not resolved to in_list (a map, or dyn dispatched at run time): cel-go's
+                # tracker charges such a call 1, whatever the container's size.
+                self.charge(1)
+                return None
             return runtimecost.membership
         if node.op in self._FAST_COMPARE:
             if literal is not None:
@@ -464,7 +491,15 @@ class _Codegen:
         self.emit("for _ in _ONCE:")
         with self.block():
             for position, operand in enumerate(operands):
-                self._guarded(operand, value)
+                # An operand after the first is counted only when it is evaluated, as
+                # cel-go counts it (its estimate counts them all).
+                start = len(self.lines)
+                with self.frame() as evaluated:
+                    self._guarded(operand, value)
+                if position == 0:
+                    self.charge(evaluated[0])
+                else:
+                    self.charge_at(start, evaluated[0])
                 self.emit(f"if {value} is {short}:")
                 with self.block():
                     self.emit(f"{result} = {short}")
@@ -493,12 +528,12 @@ class _Codegen:
                     with self.frame() as branch:
                         self.emit(f"{result} = {self.expr(current.then)}")
                         self.emit("break")
-                    self.charge_at(start, branch[0])
+                    self.charge_at(start, branch[0] - _folded_variable(current.then))
                 current = current.otherwise
             start = len(self.lines)
             with self.frame() as branch:
                 self.emit(f"{result} = {self.expr(current)}")
-            self.charge_at(start, branch[0])
+            self.charge_at(start, branch[0] - _folded_variable(current))
         return result
 
     def charge_at(self, position: int, cost: int, level: int | None = None) -> None:
@@ -645,7 +680,9 @@ class _Codegen:
         self.emit(f"{rng} = {self.expr(node.range)}")
         two = len(node.vars) == 2
         iterate = runtime.iter_pairs if two else runtime.iter_range
-        self.charge(_RESULT_COST.get(node.kind, 1))
+        # The result expression, counted once the range is there: when the range fails,
+        # cel-go's fold returns its error at once.
+        self.charge_at(len(self.lines), _RESULT_COST.get(node.kind, 1))
         names = [self.tmp("v") for _ in node.vars]
         loop_vars = ", ".join(names)
         result, err, value = self.tmp("r"), self.tmp("err"), self.tmp()
@@ -662,12 +699,16 @@ class _Codegen:
         self.emit(f"{result} = {init}")
         if kind in ("all", "exists"):
             self.emit(f"{err} = None")
-        self.emit(f"for {loop_vars} in {self.helper('iter' + str(len(names)), iterate)}({rng}):")
+        elements = f"{self.helper('iter' + str(len(names)), iterate)}({rng})"
+        iterator = self.tmp("it")
+        if kind in ("all", "exists"):
+            elements = f"({iterator} := iter({elements}))"
+        self.emit(f"for {loop_vars} in {elements}:")
         with self.block(), self.frame() as body:
             step_at = len(self.lines)
             self.scopes.append(dict(zip(node.vars, names, strict=True)))
             try:
-                self._comprehension_body(node, result, err, value, names)
+                self._comprehension_body(node, result, err, value, names, iterator)
             finally:
                 self.scopes.pop()
         # Each iteration is charged, before it runs, the fixed cost of cel-go's loop
@@ -686,7 +727,13 @@ class _Codegen:
         return result
 
     def _comprehension_body(
-        self, node: ast.Comprehension, result: str, err: str, value: str, names: list[str]
+        self,
+        node: ast.Comprehension,
+        result: str,
+        err: str,
+        value: str,
+        names: list[str],
+        iterator: str,
     ) -> None:
         kind = node.kind
         if kind in ("all", "exists"):
@@ -695,6 +742,12 @@ class _Codegen:
             self.emit(f"if {value} is {stop}:")
             with self.block():
                 self.emit(f"{result} = {stop}")
+                # cel-go stops at the loop condition of the next element, if any.
+                end = self.bind(_END, "end")
+                self.emit(f"if next({iterator}, {end}) is not {end}:")
+                with self.block():
+                    self.charge_at(len(self.lines), _CONDITION_COST[kind])
+                    self.emit("pass")
                 self.emit("break")
             self.emit(f"if {value} is not {keep}:")
             with self.block():
@@ -705,6 +758,8 @@ class _Codegen:
             check = self.helper("condition", runtime.condition)
             self.emit(f"if {check}({self.expr(node.args[0])}):")
             with self.block():
+                # The step's branch taken (``__result__ + 1``); the other costs nothing.
+                self.charge_at(len(self.lines), 2)
                 self.emit(f"{result} += 1")
             return
         if kind == "filter":
@@ -746,6 +801,8 @@ class _Codegen:
                 return self.undeclared(node, node.name)
             return self.call(node, node.name, fn, None)
         fn = functions.MEMBER.get(node.name)
+        if node.name in ("orValue", "or") and len(node.args) == 1 and fn is not None:
+            return self._optional_or(node, fn)
         if self.env.kubernetes:
             fn = functions.KUBERNETES_MEMBER.get(node.name, fn)
         if fn is None and self.env.list_attributes:
@@ -753,6 +810,44 @@ class _Codegen:
         if fn is None:
             return self.undeclared(node, node.name)
         return self.call(node, node.name, fn, node.target)
+
+    def _optional_or(self, node: ast.Call, fn: Callable[..., Any]) -> str:
+        """``o.orValue(v)``, ``o.or(p)``: cel-go plans them as no calls (they cost nothing)
+        that evaluate their argument only when ``o`` is an empty optional. For something
+        else than an optional the function gives its overload error."""
+        assert node.target is not None
+        function = self.helper("m_" + node.name, fn)
+        optional = self.helper("Optional", Optional)
+        target, t = self.expr(node.target), self.tmp()
+        # The argument as an expression, if it needs no statements (most do not).
+        lines, level = self.lines, self.level
+        self.lines = []
+        with self.frame() as taken:
+            argument = self.expr(node.args[0])
+        inline = not self.lines
+        self.lines, self.level = lines, level
+        if inline:
+            empty = f"{function}({t}, {argument})"
+            if taken[0]:
+                empty = (
+                    f"({empty} if (_cost := {taken[0]} + _cost) <= _limit else _cost_exceeded())"
+                )
+            return (
+                f"({function}({t}, None) if type({t} := {target}) is not {optional} or {t}.has"
+                f" else {empty})"
+            )
+        result = self.tmp("r")
+        self.emit(f"{t} = {target}")
+        self.emit(f"if type({t}) is {optional} and not {t}.has:")
+        with self.block():
+            start = len(self.lines)
+            with self.frame() as taken:
+                self.emit(f"{result} = {function}({t}, {self.expr(node.args[0])})")
+            self.charge_at(start, taken[0])
+        self.emit("else:")
+        with self.block():
+            self.emit(f"{result} = {function}({t}, None)")
+        return result
 
     def undeclared(self, node: ast.Call, name: str) -> str:
         if self.env.checked:
@@ -815,6 +910,15 @@ class _Codegen:
 
 
 _NOT_CONSTANT = object()
+
+
+def _folded_variable(node: ast.Node) -> int:
+    """1 if a ternary's branch is a variable, or a selection or index on one: cel-go plans
+    it into the conditional and does not count the variable (its selections and indexes
+    still count)."""
+    while isinstance(node, (ast.Select, ast.Index)):
+        node = node.operand
+    return 1 if isinstance(node, ast.Ident) else 0
 
 
 def _filtering(node: ast.Comprehension) -> bool:
@@ -946,8 +1050,7 @@ def generate(
     error it raises: the same body, for tests and diagnostics, so the hot path
     pays nothing for reporting its cost.
     """
-    del checked  # the types drive the estimate; the generated code checks at run time
-    gen = _Codegen(env, source, own_costs)
+    gen = _Codegen(env, source, own_costs, checked)
     result = gen.expr(tree)
     body = gen.lines
     flat = gen.frames[0]

@@ -64,8 +64,6 @@ class DeviceView:
     attributes: DomainMap
     capacity: DomainMap
     allow_multiple_allocations: bool
-    #: Name of the first list-valued attribute (an error when the list gate is off).
-    list_attribute: str | None = None
     #: Why the device cannot be evaluated at all (an attribute without a usable value).
     invalid_attribute: str | None = None
 
@@ -83,15 +81,12 @@ class DeviceView:
         those; ``capacity`` values are ``Quantity`` (strings and ints are parsed).
         """
         attribute_domains = DomainMap()
-        list_attribute: str | None = None
         invalid: str | None = None
         for name, value in attributes.items():
             domain, ident = split_qualified_name(name, driver)
             if isinstance(value, (list, tuple)):
                 if not all(isinstance(v, _SCALAR_TYPES) for v in value):
                     invalid = invalid or f"attribute {name}: unsupported attribute value"
-                if list_attribute is None:
-                    list_attribute = name
                 value = tuple(value)
             elif not isinstance(value, _SCALAR_TYPES):
                 invalid = invalid or f"attribute {name}: unsupported attribute value"
@@ -110,7 +105,6 @@ class DeviceView:
             attributes=attribute_domains,
             capacity=capacity_domains,
             allow_multiple_allocations=bool(allow_multiple_allocations),
-            list_attribute=list_attribute,
             invalid_attribute=invalid,
         )
 

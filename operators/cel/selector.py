@@ -51,13 +51,10 @@ class CompiledSelector:
     expression: str
     #: Worst-case cost over all possible devices (upstream's ``MaxCost``).
     estimated_cost: int
-    list_attributes: bool
     program: Program
 
     def evaluate(self, device: DeviceView, cost_limit: int = MAX_COST) -> bool:
         """True if ``device`` matches; CELEvalError / CELCostError on failure."""
-        if device.list_attribute is not None and not self.list_attributes:
-            raise CELEvalError(f"attribute {device.list_attribute}: unsupported attribute value")
         if device.invalid_attribute is not None:
             raise CELEvalError(device.invalid_attribute)
         try:
@@ -78,10 +75,6 @@ class CompiledSelector:
     ) -> tuple[bool | CELError, int]:
         """``(result or the error it raised, actual cost)``: upstream's EvalDetails.ActualCost."""
         assert self.program.costed is not None
-        if device.list_attribute is not None and not self.list_attributes:
-            return CELEvalError(
-                f"attribute {device.list_attribute}: unsupported attribute value"
-            ), 0
         try:
             result, cost = self.program.costed(device, cost_limit)
         except CELError as exc:
@@ -157,8 +150,9 @@ def _compile(
         variables=frozenset({"device"}),
         checked=True,
         device_var="device",
-        # Stored expressions see the newest declarations whatever the gates; the
-        # gates still decide what a device's attributes are when it is evaluated.
+        # Stored expressions see the newest declarations whatever the gates. A device's
+        # list values are visible either way: upstream's DeviceMatches passes them on
+        # whatever the gate (a slice may keep them from a time it was on).
         list_attributes=list_attributes or stored,
         consumable_capacity=consumable_capacity or stored,
         kubernetes=True,
@@ -183,7 +177,7 @@ def _compile(
         raise CELCompileError(
             f"too complex, exceeds cost limit (estimated cost {cost}, limit {MAX_COST})"
         )
-    return CompiledSelector(expression, cost, list_attributes, program)
+    return CompiledSelector(expression, cost, program)
 
 
 _LOCATED = re.compile(r"ERROR: <input>:(\d+):(\d+): ")

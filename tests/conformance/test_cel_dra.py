@@ -1,12 +1,17 @@
-"""Upstream's DRA CEL package cases (k8s.io/dynamic-resource-allocation/cel), by name.
+"""Upstream's DRA CEL cases: TestCEL in k8s.io/dynamic-resource-allocation/cel, v0.37.2.
 
-Each case gives a selector, a device and the expected outcome: a match
-result, a runtime error or a compile error. Cases that upstream runs with
-and without the DRAListTypeAttributes gate run twice here as well.
-Upstream's "NewExpressions" environment is ``compile_selector`` with the
-feature options as given (and the cost estimate checked); "StoredExpressions"
-is ``stored=True``, which declares every field and function whatever the
-options.
+All 71 cases of that version's table, by name, with their expressions, devices, feature
+gates, environments and expectations. Each runs as upstream runs it: with every
+combination of the two gates (DRAConsumableCapacity, DRAListTypeAttributes) and in both
+environments, unless the case pins them. Upstream's "NewExpressions" environment is
+``compile_selector`` with the gates as given; "StoredExpressions" is ``stored=True``,
+which declares every field and function whatever the gates. Neither refuses an expression
+for its estimated cost here, as upstream's compiler does not (API validation compares the
+estimate to the limit: ``test_expensive_is_rejected_by_the_estimate_for_new_expressions``).
+
+On every run that compiles, the estimated cost must equal upstream's ``expectCost`` (0
+where the case gives none, as upstream asserts) and the actual cost of the evaluation must
+not exceed it; then the result or the runtime error must be upstream's.
 """
 
 from __future__ import annotations
@@ -39,6 +44,14 @@ BOMB = (
     "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(z5, int('1'.find('[0-9]*')) < 100)))))))"
 )
 
+#: A case's pinned gates, (consumable capacity, list-type attributes). Upstream pins both
+#: whenever it names one (the other is Go's zero value, off).
+LISTS = (False, True)
+CONSUMABLE = (True, False)
+NO_FEATURES = (False, False)
+NEW = "new-expressions"
+STORED = "stored-expressions"
+
 
 @dataclass(frozen=True)
 class DRACase:
@@ -47,15 +60,15 @@ class DRACase:
     attributes: dict[str, Any] = field(default_factory=dict)
     capacity: dict[str, Any] = field(default_factory=dict)
     allow_multiple_allocations: bool | None = None
-    #: None runs the case with the list gate both off and on.
-    list_attributes: bool | None = None
-    new_expressions: bool = False
-    consumable_capacity: bool = True
+    #: Pinned (consumable capacity, list-type attributes); None: all four combinations.
+    features: tuple[bool, bool] | None = None
+    #: Pinned environment (NEW or STORED); None: both.
+    env: str | None = None
     compile_error: str = ""
     match_error: str = ""
     match: bool = False
-    #: Upstream's estimated cost (``expectCost``), where its case has one.
-    expect_cost: int | None = None
+    #: Upstream's ``expectCost``: the estimate of every run that compiles.
+    expect_cost: int = 0
 
 
 def _semver(text: str) -> Semver:
@@ -63,22 +76,20 @@ def _semver(text: str) -> Semver:
 
 
 _LONG_48 = [f"value-{i}" for i in range(48)]
-_LONG_49 = [f"value-{i}" for i in range(49)]
 _EXPENSIVE_ATTRIBUTES = {f"{D}/" + "x" * (32 - len(f"-{i}")) + f"-{i}": "abc" for i in range(32)}
 
 
-def _includes(kind: str, value: str, attr: Any, match: bool, upstream: bool = True) -> DRACase:
+def _includes(kind: str, value: str, attr: Any, match: bool, env: str | None = None) -> DRACase:
     # The target costs 4 and ``includes`` on a dyn target its size bound; a semver()
     # argument costs 1 more.
-    default = 4 + MAX_ELEMENTS + (1 if kind == "semver" else 0)
     return DRACase(
         f"{ATTR}.name.includes({value})",
         driver=D,
         attributes={"name": attr},
-        list_attributes=True,
-        new_expressions=True,
+        features=LISTS,
+        env=env,
         match=match,
-        expect_cost=default if upstream else None,
+        expect_cost=4 + MAX_ELEMENTS + (1 if kind == "semver" else 0),
     )
 
 
@@ -141,12 +152,18 @@ CASES: dict[str, DRACase] = {
     "string": DRACase(
         f'{ATTR}.name == "fish"', driver=D, attributes={"name": "fish"}, match=True, expect_cost=5
     ),
+    "macro-compilation-error-new-expressions": DRACase(
+        f"{ATTR}.ids.exists(id, id == 1)",
+        driver=D,
+        features=NO_FEATURES,
+        env=NEW,
+        compile_error="compilation failed",
+    ),
     "macro-exists-on-int": DRACase(
         f"{ATTR}.name.exists(x, x > 0)",
         driver=D,
         attributes={"name": 1},
-        list_attributes=True,
-        new_expressions=True,
+        features=LISTS,
         match_error="got 'types.Int', expected iterable type",
         expect_cost=5 + (3 + 3) * MAX_ELEMENTS,
     ),
@@ -154,8 +171,7 @@ CASES: dict[str, DRACase] = {
         f"{ATTR}.name.exists(x, x == true)",
         driver=D,
         attributes={"name": True},
-        list_attributes=True,
-        new_expressions=True,
+        features=LISTS,
         match_error="got 'types.Bool', expected iterable type",
         expect_cost=5 + (3 + 3) * MAX_ELEMENTS,
     ),
@@ -163,32 +179,29 @@ CASES: dict[str, DRACase] = {
         f'{ATTR}.name.exists(x, x == "fish")',
         driver=D,
         attributes={"name": "fish"},
-        list_attributes=True,
-        new_expressions=True,
+        features=LISTS,
         match_error="got 'types.String', expected iterable type",
         expect_cost=5 + (3 + 3) * MAX_ELEMENTS,
-    ),
-    "attribute-access-causes-match-error": DRACase(
-        f"{ATTR}.names",
-        driver=D,
-        attributes={"names": ["fish", "bird"]},
-        list_attributes=False,
-        match_error="attribute names: unsupported attribute value",
     ),
     "list-result-type-causes-match-error": DRACase(
         f"{ATTR}.names",
         driver=D,
         attributes={"names": ["fish", "bird"]},
-        list_attributes=True,
         match_error="CEL result of type list could not be converted to bool",
         expect_cost=4,
+    ),
+    "includes-function-can-evaluate": DRACase(
+        f'{ATTR}.name.includes("fish")',
+        driver=D,
+        attributes={"name": ["fish", "bird"]},
+        features=LISTS,
+        match=True,
+        expect_cost=4 + MAX_ELEMENTS,
     ),
     "list-of-bool": DRACase(
         f"{ATTR}.names.size() == 2",
         driver=D,
         attributes={"names": [True, False]},
-        list_attributes=True,
-        new_expressions=True,
         match=True,
         expect_cost=6,
     ),
@@ -196,8 +209,6 @@ CASES: dict[str, DRACase] = {
         f"{ATTR}.names.size() == 2",
         driver=D,
         attributes={"names": [1, 2]},
-        list_attributes=True,
-        new_expressions=True,
         match=True,
         expect_cost=6,
     ),
@@ -205,8 +216,6 @@ CASES: dict[str, DRACase] = {
         f"{ATTR}.names.size() == 2",
         driver=D,
         attributes={"names": ["fish", "bird"]},
-        list_attributes=True,
-        new_expressions=True,
         match=True,
         expect_cost=6,
     ),
@@ -214,8 +223,6 @@ CASES: dict[str, DRACase] = {
         f"{ATTR}.names.size() == 2",
         driver=D,
         attributes={"names": [_semver("1.0.0"), _semver("2.0.0")]},
-        list_attributes=True,
-        new_expressions=True,
         match=True,
         expect_cost=6,
     ),
@@ -223,8 +230,7 @@ CASES: dict[str, DRACase] = {
         f"{ATTR}.names.exists(x, x > 0)",
         driver=D,
         attributes={"names": [1, 2]},
-        list_attributes=True,
-        new_expressions=True,
+        features=LISTS,
         match=True,
         expect_cost=5 + (3 + 3) * MAX_ELEMENTS,
     ),
@@ -232,8 +238,7 @@ CASES: dict[str, DRACase] = {
         f'{ATTR}.names.all(x, x != "")',
         driver=D,
         attributes={"names": ["fish", "bird"]},
-        list_attributes=True,
-        new_expressions=True,
+        features=LISTS,
         match=True,
         expect_cost=5 + (2 + 2) * MAX_ELEMENTS,
     ),
@@ -241,21 +246,27 @@ CASES: dict[str, DRACase] = {
         f'{ATTR}.names.all(x, x.isGreaterThan(semver("0.0.1")))',
         driver=D,
         attributes={"names": [_semver("1.0.0"), _semver("2.0.0")]},
-        list_attributes=True,
-        new_expressions=True,
+        features=LISTS,
         match=True,
         expect_cost=5 + (2 + 4) * MAX_ELEMENTS,
     ),
-    "includes-function-undeclared-error": DRACase(
-        f'{ATTR}.name.includes("fish")',
+    "includes-function-compilation-error": DRACase(
+        f'{ATTR}.attr.includes("fish")',
         driver=D,
-        list_attributes=False,
-        new_expressions=True,
-        consumable_capacity=False,
+        features=NO_FEATURES,
+        env=NEW,
         compile_error="undeclared reference to 'includes'",
     ),
+    "includes-function-compilation-and-eval-success": DRACase(
+        f'{ATTR}.attr.includes("fish")',
+        driver=D,
+        attributes={"attr": "fish"},
+        features=LISTS,
+        match=True,
+        expect_cost=4 + MAX_ELEMENTS,
+    ),
     "includes-function-on-bool-scalar-positive": _includes("bool", "true", True, True),
-    "includes-function-on-bool-scalar-negative": _includes("bool", "true", False, False),
+    "includes-function-on-bool-scalar-negative": _includes("bool", "true", False, False, NEW),
     "includes-function-on-bool-list-positive": _includes("bool", "true", [True, False], True),
     "includes-function-on-bool-list-negative": _includes("bool", "false", [True, True], False),
     "includes-function-on-int-scalar-positive": _includes("int", "1", 1, True),
@@ -282,18 +293,14 @@ CASES: dict[str, DRACase] = {
     "includes-function-on-semver-list-negative": _includes(
         "semver", 'semver("3.0.0")', [_semver("1.0.0"), _semver("2.0.0")], False
     ),
+    # Named "positive" upstream, but the list stops at value-47.
     "includes-function-on-very-long-list-positive": _includes(
         "string", '"value-48"', _LONG_48, False
-    ),
-    "includes-function-on-very-long-list-negative": _includes(
-        "string", '"value-49"', _LONG_49, False, upstream=False
     ),
     "in-operator-on-list": DRACase(
         f"1 in {ATTR}.names",
         driver=D,
         attributes={"names": [1, 2, 3]},
-        list_attributes=True,
-        new_expressions=True,
         match=True,
         expect_cost=4 + MAX_ELEMENTS,
     ),
@@ -315,8 +322,7 @@ CASES: dict[str, DRACase] = {
         f'{ATTR}.name.exists(x, x.isGreaterThan(semver("0.0.1")))',
         driver=D,
         attributes={"name": _semver("1.0.0")},
-        list_attributes=True,
-        new_expressions=True,
+        features=LISTS,
         match_error="got 'cel.Semver', expected iterable type",
         expect_cost=5 + (3 + 4) * MAX_ELEMENTS,
     ),
@@ -340,7 +346,9 @@ CASES: dict[str, DRACase] = {
         expect_cost=11,
     ),
     "all": DRACase(
-        " &&\n".join(
+        # Upstream's expression starts and ends with a newline.
+        "\n"
+        + " &&\n".join(
             [
                 f'{CAP}.quantity.isGreaterThan(quantity("1Ki"))',
                 f"{ATTR}.bool",
@@ -353,7 +361,8 @@ CASES: dict[str, DRACase] = {
                 f'{ATTR}["string"] == "fish"',
                 f'{ATTR}["version"].isGreaterThan(semver("0.0.1"))',
             ]
-        ),
+        )
+        + "\n",
         driver=D,
         attributes={"bool": True, "int": 1, "string": "fish", "version": _semver("1.0.0")},
         capacity={"quantity": Quantity("1Mi")},
@@ -419,6 +428,7 @@ CASES: dict[str, DRACase] = {
     "allow_multiple_allocations": DRACase(
         "device.allowMultipleAllocations == true",
         driver=D,
+        features=CONSUMABLE,
         allow_multiple_allocations=True,
         match=True,
         expect_cost=3,
@@ -426,6 +436,7 @@ CASES: dict[str, DRACase] = {
     "allow_multiple_allocations_default": DRACase(
         "device.allowMultipleAllocations == false",
         driver=D,
+        features=CONSUMABLE,
         allow_multiple_allocations=None,
         match=True,
         expect_cost=3,
@@ -433,6 +444,7 @@ CASES: dict[str, DRACase] = {
     "allow_multiple_allocations_false": DRACase(
         "device.allowMultipleAllocations == false",
         driver=D,
+        features=CONSUMABLE,
         allow_multiple_allocations=False,
         match=True,
         expect_cost=3,
@@ -440,75 +452,98 @@ CASES: dict[str, DRACase] = {
     "allow_multiple_allocations_new": DRACase(
         "device.allowMultipleAllocations == false",
         driver=D,
+        features=CONSUMABLE,
         allow_multiple_allocations=False,
-        new_expressions=True,
         match=True,
         expect_cost=3,
     ),
     "allow_multiple_allocations_enabled": DRACase(
         "device.allowMultipleAllocations == false",
         driver=D,
+        features=CONSUMABLE,
         allow_multiple_allocations=False,
-        new_expressions=True,
         match=True,
         expect_cost=3,
     ),
     "allow_multiple_allocations_disabled": DRACase(
         "device.allowMultipleAllocations == false",
         driver=D,
-        new_expressions=True,
-        consumable_capacity=False,
+        features=NO_FEATURES,
+        env=NEW,
         compile_error="undefined field 'allowMultipleAllocations'",
     ),
 }
 
 
 def _runs() -> list[Any]:
+    """Upstream's subtests: both gates, then the environment (unless the case pins them)."""
     params = []
     for name, case in CASES.items():
-        gates = [False, True] if case.list_attributes is None else [case.list_attributes]
-        for gate in gates:
-            params.append(
-                pytest.param(case, gate, id=f"{name}-list-type-attributes-{str(gate).lower()}")
-            )
+        combos = (
+            [(c, lists) for lists in (True, False) for c in (True, False)]
+            if case.features is None
+            else [case.features]
+        )
+        envs = [NEW, STORED] if case.env is None else [case.env]
+        for consumable, lists in combos:
+            for env in envs:
+                run = f"list-type-attributes={lists}/consumable-capacity={consumable}/{env}"
+                params.append(pytest.param(case, consumable, lists, env, id=f"{name}/{run}"))
     return params
 
 
-@pytest.mark.parametrize(("case", "list_attributes"), _runs())
-def test_dra_cel_case(case: DRACase, list_attributes: bool) -> None:
-    # Stored expressions are not checked against the estimated cost (the
-    # "expensive" case must reach the runtime limit, as upstream's does).
-    stored = not case.new_expressions
-    if case.compile_error:
-        with pytest.raises(CELCompileError, match=case.compile_error):
-            compile_selector(
-                case.expression,
-                list_attributes=list_attributes,
-                consumable_capacity=case.consumable_capacity,
-                stored=stored,
-            )
-        return
-    selector = compile_selector(
+def _compile(case: DRACase, consumable: bool, lists: bool, env: str) -> Any:
+    return compile_selector(
         case.expression,
-        list_attributes=list_attributes,
-        consumable_capacity=case.consumable_capacity,
-        stored=stored,
+        list_attributes=lists,
+        consumable_capacity=consumable,
+        stored=env == STORED,
+        check_cost=False,
     )
+
+
+@pytest.mark.parametrize(("case", "consumable", "lists", "env"), _runs())
+def test_dra_cel_case(case: DRACase, consumable: bool, lists: bool, env: str) -> None:
+    if case.compile_error:
+        with pytest.raises(CELCompileError) as refused:
+            _compile(case, consumable, lists, env)
+        assert case.compile_error in str(refused.value)
+        return
+    selector = _compile(case, consumable, lists, env)
+    # Upstream asserts its estimate on every case that compiles, and that no evaluation
+    # costs more than it.
+    assert selector.estimated_cost == case.expect_cost
     device = DeviceView.build(
         case.driver, case.attributes, case.capacity, case.allow_multiple_allocations
     )
-    if case.expect_cost is not None:
-        # Upstream asserts its estimate, and that no evaluation costs more than it.
-        assert selector.estimated_cost == case.expect_cost
-        _, actual = selector.evaluate_with_cost(device)
-        assert actual <= selector.estimated_cost
+    outcome, actual = selector.evaluate_with_cost(device)
+    assert actual <= selector.estimated_cost
     if case.match_error:
         expected = CELCostError if "cost limit" in case.match_error else CELEvalError
+        assert isinstance(outcome, expected) and case.match_error in str(outcome)
         with pytest.raises(expected) as raised:
             selector.evaluate(device)
         assert case.match_error in str(raised.value)
         return
+    assert outcome is case.match
     assert selector.evaluate(device) is case.match
+
+
+def test_run_count_is_upstreams() -> None:
+    # Upstream's 71 cases: 37 run with the 4 gate combinations in both environments, 30 pin
+    # the gates (both environments), 4 pin the gates and the environment.
+    assert len(CASES) == 71
+    assert len(_runs()) == 37 * 8 + 30 * 2 + 4
+
+
+def test_includes_on_a_list_over_the_api_limit() -> None:
+    # dralloc's own case (a slice the API server would refuse: 49 values, at most 48).
+    values = [f"value-{i}" for i in range(49)]
+    selector = compile_selector(f'{ATTR}.name.includes("value-49")', list_attributes=True)
+    device = DeviceView.build(D, {"name": values}, {}, None)
+    assert selector.evaluate(device) is False
+    _, actual = selector.evaluate_with_cost(device)
+    assert actual <= selector.estimated_cost
 
 
 def test_expensive_is_rejected_by_the_estimate_for_new_expressions() -> None:

@@ -13,15 +13,23 @@ import io
 import pytest
 
 from bench.celdiff import compare, sides
-from bench.celdiff.cases import Case, Device, generate
+from bench.celdiff.cases import LIST_ATTRIBUTES, Case, Device, generate
 
 CASES = 50
+LIST_KINDS = set(LIST_ATTRIBUTES.values())
 
 
 def test_the_same_seed_gives_the_same_cases() -> None:
     first, again, other = generate(20, 7), generate(20, 7), generate(20, 8)
     assert [c.to_json_line() for c in first] == [c.to_json_line() for c in again]
     assert [c.expression for c in first] != [c.expression for c in other]
+
+
+def test_devices_keep_list_values_with_the_list_gate_off_sometimes() -> None:
+    cases = generate(200, 1)
+    off = [c for c in cases if not c.features.list_type_attributes]
+    with_lists = [c for c in off if any(k in LIST_KINDS for k, _ in c.device.attributes.values())]
+    assert 0 < len(with_lists) < len(off)
 
 
 def test_dralloc_side_answers_every_case_without_crashing() -> None:
@@ -52,6 +60,26 @@ def test_a_disagreement_is_classified() -> None:
         ("error kind", "new: upstream compile (parse), dralloc none"),
         ("actual > estimate", "dralloc"),
     }
+
+
+def test_actual_over_estimate_counts_unless_upstream_exceeds_the_same_estimate() -> None:
+    case = Case(0, '"".split(",").all(s, s.startsWith(device.driver))', Device("d", {}, {}, None))
+    upstream = sides.Verdict(None, 1, False, None, False, None, 9)
+
+    def categories(dralloc_actual: int, dralloc_estimate: int = 1) -> set[str]:
+        dralloc = sides.Verdict(None, dralloc_estimate, False, None, False, None, dralloc_actual)
+        return {f.category for f in compare.classify(case, upstream, dralloc)}
+
+    # Upstream's estimate (1) is below its own actual cost (9): dralloc, giving both, is
+    # not counted.
+    assert "actual > estimate" not in categories(9)
+    assert "actual > estimate as upstream" in categories(9)
+    # Counted when dralloc counts more than upstream, or its estimate differs.
+    assert "actual > estimate" in categories(10)
+    assert "actual > estimate" in categories(3, dralloc_estimate=2)
+    # Upstream within its estimate: counted.
+    upstream = sides.Verdict(None, 1, False, None, False, None, 1)
+    assert "actual > estimate" in categories(9)
 
 
 def test_both_sides_answer_and_the_report_renders() -> None:

@@ -4,7 +4,14 @@ import dataclasses
 
 import pytest
 
-from operators.cel import CELEvalError, DeviceView, Quantity, Semver, compile_selector
+from operators.cel import (
+    CELCompileError,
+    CELEvalError,
+    DeviceView,
+    Quantity,
+    Semver,
+    compile_selector,
+)
 
 DRIVER = "gpu.example.com"
 
@@ -59,10 +66,19 @@ def test_guards_avoid_the_missing_key_error() -> None:
         assert compile_selector(expression).evaluate(view) is False
 
 
-def test_list_attributes_need_the_gate() -> None:
+def test_list_attributes_are_visible_with_the_gate_off() -> None:
+    # Upstream's DeviceMatches hands list values to CEL whatever the gate (a slice may keep
+    # them from a time it was on); the gate only decides what compiles (``includes``, the
+    # attribute type of a new expression).
     view = _device(links=["nvlink", "pcie"])
-    with pytest.raises(CELEvalError, match="attribute links: unsupported attribute value"):
-        compile_selector("true").evaluate(view)
+    assert compile_selector("true").evaluate(view) is True
+    size = f'device.attributes["{DRIVER}"].links.size() == 2'
+    for stored in (False, True):
+        selector = compile_selector(size, stored=stored)
+        assert selector.evaluate(view) is True
+        assert selector.evaluate_with_cost(view) == (True, 6)
+    with pytest.raises(CELCompileError, match="undeclared reference to 'includes'"):
+        compile_selector(f'device.attributes["{DRIVER}"].links.includes("pcie")')
     selector = compile_selector(
         f'device.attributes["{DRIVER}"].links.includes("pcie")', list_attributes=True
     )

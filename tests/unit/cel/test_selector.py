@@ -188,6 +188,11 @@ def _outcome(expression: str, **options: bool) -> object:
         # Ordering a NaN is an error (equality with one is just false).
         ("1e308 < (0.0 / 0.0)", "NaN values cannot be ordered"),
         ("(0.0 / 0.0) == (0.0 / 0.0)", False),
+        # orValue and or evaluate their argument only when the optional is empty.
+        (f'{A}.?s.orValue({A}.missing) == "abc"', True),
+        (f'{A}.?s.or(optional.of({A}.missing)).value() == "abc"', True),
+        (f'{A}.?zz.orValue({A}.missing) == "abc"', "no such key: missing"),
+        (f'{A}.?zz.orValue({A}.s) == "abc"', True),
     ],
 )
 def test_upstream_answers(expression: str, expected: object) -> None:
@@ -275,4 +280,125 @@ def test_type_errors_read_as_upstreams(expression: str, message: str) -> None:
 def test_filtering_steps_cost_only_when_taken(expression: str, actual: int) -> None:
     device = DeviceView.build("x", {}, {}, False)
     _, cost = compile_selector(expression).evaluate_with_cost(device)
+    assert cost == actual
+
+
+# Upstream's actual costs (its Go side; celdiff seed 2 #587): orValue and or are no calls in
+# cel-go's plan (they cost nothing and evaluate their argument only for an empty optional),
+# and an optional selection or index costs only when the field or key is there.
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        (f'{A}.?s.orValue({A}.missing) == "abc"', 5),
+        (f'{A}.?s.or(optional.of({A}.missing)).value() == "abc"', 6),
+        (f'{A}.?zz.orValue({A}.s) == "abc"', 8),
+        (f'{A}.?zz.or(optional.of({A}.s)).value() == "abc"', 10),
+        (f'{A}.?s.orValue("") == ""', 4),
+        (f'{A}.?zz.orValue("") == ""', 3),
+        (f'{A}[?"s"].orValue("") == ""', 4),
+        (f'{A}[?"zz"].orValue("") == ""', 3),
+        ('device.attributes["missing.example.com"].?s.orValue("") == ""', 3),
+        (f'{A}.?zz.?y.orValue("") == ""', 3),
+        (f"{A}.?s.hasValue()", 5),
+        (f"{A}.?zz.hasValue()", 4),
+        ("optional.none().orValue(1) == 1", 2),
+        ("optional.of(2).or(optional.of(3)).value() == 2", 3),
+    ],
+)
+def test_optional_costs_are_upstreams(expression: str, actual: int) -> None:
+    selector = compile_selector(expression)
+    _, cost = selector.evaluate_with_cost(PARITY_DEVICE)
+    assert cost == actual
+    assert cost <= selector.estimated_cost
+
+
+# Upstream's actual costs (its Go side): && and || count an operand only when they
+# evaluate it.
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        (f'{A}.s == "abc" || {A}.s == "x"', 5),
+        (f'{A}.s == "x" || {A}.s == "abc"', 10),
+        (f'{A}.s == "x" && {A}.s == "abc"', 5),
+        (f'{A}.missing == "x" || {A}.s == "abc"', 10),
+        (f'{A}.s == "x" || {A}.s == "y" || {A}.s == "abc" || {A}.s == "z"', 15),
+        (f'[1, 2].exists(x, x == 1 || {A}.s == "abc")', 10),
+    ],
+)
+def test_logical_operands_cost_only_when_evaluated(expression: str, actual: int) -> None:
+    selector = compile_selector(expression)
+    _, cost = selector.evaluate_with_cost(PARITY_DEVICE)
+    assert cost == actual
+
+
+# Upstream's actual costs (its Go side): all and exists that stop early evaluate their loop
+# condition once more when elements remain; exists_one pays for its step only when the
+# predicate holds; a ternary's branch that is a variable, or a selection or index on one,
+# is not counted for the variable (cel-go folds it into the conditional).
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        ("[1, 2].exists(x, x == 1)", 10),
+        ("[1, 2].exists(x, x == 2)", 13),
+        ("[1, 2, 3].all(x, x == 5)", 8),
+        ("[1, 2, 3].all(x, x > 0)", 16),
+        ('{"a": 1, "b": 2}.exists(k, k == "a")', 10),
+        ("[1, 2].exists(i, v, v == 1)", 10),
+        ("[1, 2, 3].exists_one(x, x > 0)", 14),
+        ("[1, 2, 3].exists_one(x, x == 1)", 10),
+        (f'({A}.i > 1 ? {A}.s : "x") == "abc"', 9),
+        (f'({A}.i > 5 ? "x" : {A}.s) == "abc"', 9),
+        (f'({A}.i > 1 ? {A}["s"] : "x") == "abc"', 9),
+        (f'({A}.i > 1 ? device.driver : "x") == "abc"', 7),
+        ("cel.bind(y, 2, (y > 1 ? y : 0) == 2)", 3),
+        (f'({A}.i > 1 ? {A}.?s.orValue("") : "x") == "abc"', 10),
+        (f"({A}.i > 1 ? [1][0] : 2) == 1", 7),
+        ("[1, 2].map(x, x > 1 ? x : 0).size() == 2", 31),
+    ],
+)
+def test_macro_exits_and_ternary_branches_cost_as_upstream(expression: str, actual: int) -> None:
+    selector = compile_selector(expression)
+    _, cost = selector.evaluate_with_cost(PARITY_DEVICE)
+    assert cost == actual
+
+
+LIST_DEVICE = DeviceView.build(DRIVER, {"s": "abc", "ls": ["-12", "A100", "a,b,c"]}, {}, False)
+
+
+# Upstream's actual costs (its Go side): `in` on an attribute (dyn, dispatched at run time)
+# costs 1, not the list's size; an index whose key is a variable or a selection on one does
+# not count the variable (cel-go makes it a qualifier of the indexed attribute).
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        (f'"A100" in {A}.ls', 5),
+        (f'"zz" in {A}.ls', 5),
+        (f"0 in {A}.ls", 5),
+        ('"b" in ["a", "b", "c"]', 0),
+        ('device.attributes[device.driver].s == "abc"', 6),
+        ('device.attributes[device.driver].?s.orValue("") == "abc"', 6),
+    ],
+)
+def test_dynamic_membership_and_variable_keys_cost_as_upstream(
+    expression: str, actual: int
+) -> None:
+    for lists in (False, True):
+        selector = compile_selector(expression, list_attributes=lists, stored=True)
+        _, cost = selector.evaluate_with_cost(LIST_DEVICE)
+        assert cost == actual
+
+
+# Upstream's actual cost (its Go side; celdiff seed 1 #1104): a macro whose range fails
+# costs nothing for its result.
+@pytest.mark.parametrize(
+    ("expression", "actual"),
+    [
+        (f"({A}.li.exists(b, b < 0) || true) == true", 5),
+        (f"lists.range(3).filter(a, {A}.li.exists(b, a + b < 0) || true).size() == 3", 68),
+        ("[1, 2].exists(x, x == 2)", 13),
+    ],
+)
+def test_a_failed_macro_range_costs_no_result(expression: str, actual: int) -> None:
+    # Stored: as a new expression, a macro over an attribute needs the list gate.
+    _, cost = compile_selector(expression, stored=True).evaluate_with_cost(PARITY_DEVICE)
     assert cost == actual
