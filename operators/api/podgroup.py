@@ -109,3 +109,37 @@ def pod_group_name(pod_spec: Mapping[str, Any]) -> str:
     """``spec.schedulingGroup.podGroupName`` of a pod ('' = none)."""
     group = pod_spec.get("schedulingGroup") or {}
     return str(group.get("podGroupName") or "") if isinstance(group, Mapping) else ""
+
+
+def missing_pod_group(namespace: str, name: str) -> str:
+    """The reason told to a pod whose PodGroup does not exist."""
+    return (
+        f'waiting for its PodGroup "{name}" ({GROUP}), which does not exist in namespace '
+        f'"{namespace}"'
+    )
+
+
+def resolve_gang(
+    annotated: GangRef | None,
+    annotation_error: str,
+    namespace: str,
+    group_name: str,
+    group: PodGroup | None,
+) -> tuple[GangRef | None, str]:
+    """A pod's gang, as the operator and the toolkit both decide it: ``(gang, problem)``.
+
+    The gang annotations win (``annotated``, or their ``annotation_error``); else, for a pod
+    of PodGroup ``group_name``, that PodGroup's gang (``group``: None if it does not exist,
+    which is the problem; so is a policy dralloc cannot follow; a ``basic`` policy is no
+    gang). ``problem`` is '' when the pod can be decided; else the pod waits with it."""
+    if annotated is not None:
+        return annotated, ""
+    if annotation_error:
+        return None, annotation_error
+    if not group_name:
+        return None, ""
+    if group is None:
+        return None, missing_pod_group(namespace, group_name)
+    if group.problem:
+        return None, group.problem
+    return group.gang(), ""

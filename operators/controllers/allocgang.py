@@ -50,7 +50,7 @@ from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, Gan
 from operators.api.models import AllocationResult, ResourceClaim
 from operators.api.podgroup import GROUP as WORKLOAD_GROUP
 from operators.api.podgroup import VERSION as WORKLOAD_VERSION
-from operators.api.podgroup import PodGroup
+from operators.api.podgroup import PodGroup, resolve_gang
 from operators.cache.core import POD_GANG_INDEX, Pod, PodClaim
 from operators.cache.informer import Key
 from operators.controllers import claimrules, claimstatus
@@ -107,41 +107,35 @@ async def gang_of(controller: AllocationController, pod: Pod) -> GangRef | None:
     (the PodGroup's creation wakes the pod); one whose policy dralloc cannot follow raises
     :class:`Unallocatable`. Where the API server serves no PodGroups, the pod is allocated
     on its own and told so once."""
-    if pod.gang is not None:
-        return pod.gang
-    if pod.gang_error:
-        raise Unallocatable(pod.gang_error)  # malformed annotations: told on this pod
-    if not pod.pod_group:
-        return None
-    groups = controller.runtime.cache[POD_GROUPS]
-    if groups.not_served:
-        await _tell_not_served(controller, pod)
-        return None
+    group: PodGroup | None = None
     key = Key(pod.namespace, pod.name)
-    group: PodGroup | None = groups.get(Key(pod.namespace, pod.pod_group))
-    if group is None:
-        now = time.monotonic()
-        if now - controller.pod_group_missing_since.setdefault(key, now) < POD_GROUP_GRACE:
-            raise StillWaiting()
-        raise Unallocatable(
-            f'waiting for its PodGroup "{pod.pod_group}" ({WORKLOAD_GROUP}), which does not '
-            f'exist in namespace "{pod.namespace}"'
-        )
-    controller.pod_group_missing_since.pop(key, None)
-    if group.problem:
-        raise Unallocatable(group.problem)
-    return group.gang()
+    if pod.gang is None and not pod.gang_error and pod.pod_group:
+        groups = controller.runtime.cache[POD_GROUPS]
+        if groups.not_served:
+            await _tell_not_served(controller, pod)
+            return None
+        group = groups.get(Key(pod.namespace, pod.pod_group))
+        if group is None:
+            now = time.monotonic()
+            if now - controller.pod_group_missing_since.setdefault(key, now) < POD_GROUP_GRACE:
+                raise StillWaiting()
+        else:
+            controller.pod_group_missing_since.pop(key, None)
+    # Malformed annotations, a missing PodGroup or one whose policy dralloc cannot follow:
+    # told on this pod.
+    gang, problem = resolve_gang(pod.gang, pod.gang_error, pod.namespace, pod.pod_group, group)
+    if problem:
+        raise Unallocatable(problem)
+    return gang
 
 
 def _member_gang(controller: AllocationController, pod: Pod) -> GangRef | None:
     """:func:`gang_of` for another member of a gang: None where that raises (the member's
     own decision tells it why)."""
-    if pod.gang is not None or pod.gang_error or not pod.pod_group:
-        return pod.gang
-    group: PodGroup | None = controller.runtime.cache[POD_GROUPS].get(
-        Key(pod.namespace, pod.pod_group)
-    )
-    return group.gang() if group is not None else None
+    group: PodGroup | None = None
+    if pod.gang is None and not pod.gang_error and pod.pod_group:
+        group = controller.runtime.cache[POD_GROUPS].get(Key(pod.namespace, pod.pod_group))
+    return resolve_gang(pod.gang, pod.gang_error, pod.namespace, pod.pod_group, group)[0]
 
 
 def member_changed(old: Pod | None, new: Pod | None) -> bool:

@@ -127,6 +127,8 @@ def _explain_pod(cluster: Cluster, pod: PodInfo, subject: str) -> Explanation:
             placement.devices,
             tuple(placement.verdicts),
         )
+    if pod.gang_problem:  # its PodGroup is missing, or dralloc cannot follow it
+        return Explanation(subject, "pending", pod.gang_problem, claims, None, (), ())
     placement = cluster.evaluate(pod, every_node=True)
     gang = _gang_view(cluster, pod)
     fitting = [v.node for v in placement.verdicts if v.fits]
@@ -172,8 +174,10 @@ def _gang_view(cluster: Cluster, pod: PodInfo) -> str:
         1 for p in cluster.pods.values() if gang_key(p) == key and cluster.pod_is_allocated(p)
     )
     need = max(pod.gang.size - placed, 1)
+    if any(p.pod_group for p in members):
+        need = max(need, len(members))  # a PodGroup's waiting members: all or none
     head = (
-        f'gang "{pod.gang.name}": {len(members) + placed} of {pod.gang.size} members present'
+        f"{pod.gang.label}: {len(members) + placed} of {pod.gang.size} members present"
         f" ({placed} allocated)"
     )
     outcome = place_gang(cluster, members, need, pod.gang.topology)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from operators.api import podgroup
 from operators.kube import ApiError, NotFound, Resource
 from operators.toolkit.errors import ToolkitError
 from operators.toolkit.sources import RawObject, objects_from_documents
@@ -33,6 +34,9 @@ OWN_KINDS = {"DeviceQuota": ("devicequotas", True)}
 POLICY_KINDS = {"PodDisruptionBudget": ("poddisruptionbudgets", True)}
 """policy/v1: which simulated evictions a budget would refuse (optional: an account that may
 not read budgets still gets a snapshot)."""
+WORKLOAD_KINDS = {"PodGroup": ("podgroups", True)}
+"""scheduling.k8s.io/v1beta1, upstream's Workload API: PodGroups that make gangs (optional:
+a cluster without the GenericWorkload gate, or an account that may not read them, has none)."""
 CORE_KINDS = {"Pod": ("pods", True), "Node": ("nodes", False), "Namespace": ("namespaces", False)}
 GROUPS = ("resource.dralloc.dev", "resource.k8s.io")
 DRA_VERSION = "v1"
@@ -47,6 +51,8 @@ class ListCall:
     optional: bool
     """A 404 means "this cluster has no such kind" (e.g. DeviceTaintRule is not in the
     in-tree v1 API) and yields an empty list instead of an error."""
+    forbidden_ok: bool = False
+    """A 403 also yields an empty list (the account may not read the kind)."""
 
 
 class ReadOnlyClient(Protocol):
@@ -76,6 +82,14 @@ def list_calls(group: str) -> tuple[ListCall, ...]:
     calls += [
         ListCall(Resource("policy", "v1", plural, kind, namespaced), optional=True)
         for kind, (plural, namespaced) in POLICY_KINDS.items()
+    ]
+    calls += [
+        ListCall(
+            Resource(podgroup.GROUP, podgroup.VERSION, plural, kind, namespaced),
+            optional=True,
+            forbidden_ok=True,
+        )
+        for kind, (plural, namespaced) in WORKLOAD_KINDS.items()
     ]
     calls += [
         ListCall(Resource("", "v1", plural, kind, namespaced), optional=False)
@@ -165,6 +179,8 @@ async def _list(client: ReadOnlyClient, call: ListCall) -> list[dict[str, Any]]:
             return []
         raise ToolkitError(f"GET {path}: not found") from None
     except ApiError as exc:
+        if call.forbidden_ok and exc.status == 403:
+            return []
         raise ToolkitError(f"GET {path}: {exc}") from exc
     return items
 

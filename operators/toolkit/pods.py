@@ -31,6 +31,7 @@ from operators.api.annotations import (
     parse_pod_claims,
     pod_gang,
 )
+from operators.api.podgroup import pod_group_name
 from operators.scheduling.model import PodNeeds, parse_pod_needs
 from operators.toolkit.errors import ObjectRef, SnapshotError
 
@@ -89,7 +90,13 @@ class PodInfo:
     """The ``resource.dralloc.dev/devices`` annotation as written (dralloc's output, which
     ``dralloc check`` compares with the claims; never read as proof of an allocation)."""
     gang: GangRef | None = None
-    """The pod's gang (``resource.dralloc.dev/gang`` and ``gang-size``), placed all or nothing."""
+    """The pod's gang, placed all or nothing: its gang annotations (``resource.dralloc.dev/gang``
+    and ``gang-size``), else its PodGroup's gang (resolved by the snapshot)."""
+    pod_group: str = ""
+    """``spec.schedulingGroup.podGroupName``: the upstream Workload API PodGroup it joins."""
+    gang_problem: str = ""
+    """Why the pod cannot be decided: its PodGroup does not exist, or has a policy dralloc
+    cannot follow ('' = none). The operator keeps such a pod waiting with this reason."""
 
     def scheduling_needs(self) -> PodNeeds:
         """The filters' view of this pod as it is now (simulated copies of a pod get their
@@ -199,6 +206,7 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         needs=parse_pod_needs(body),
         devices_annotation=annotations.get(DEVICES_ANNOTATION),
         gang=gang,
+        pod_group=pod_group_name(spec),
     )
 
 

@@ -183,12 +183,19 @@ def simulate(
     gangs: dict[str, list[PodInfo]] = {}
     for pod in _waiting_pods(cluster):
         key = gang_key(pod)
-        if key is None:
+        if pod.gang_problem:  # its PodGroup is missing, or dralloc cannot follow it
+            pending.append(PodOutcome(pod.key, "pending", None, reason=pod.gang_problem))
+            tick(1)
+        elif key is None:
             place(pod, "pending")
         else:
             gangs.setdefault(key, []).append(pod)
     for members in gangs.values():
         size = max(m.gang.size for m in members if m.gang is not None)
+        if any(m.pod_group for m in members):
+            # As the operator: kube-scheduler queues a PodGroup's pods as one, so every
+            # waiting member is placed, or none.
+            size = max(size, len(members))
         topology = next((m.gang.topology for m in members if m.gang and m.gang.topology), None)
         place_together(members, size, "pending", topology)
     # With a scenario, only its own pods decide: a pod of the snapshot that cannot be placed

@@ -8,6 +8,7 @@ are counted and skipped, so a whole ``kubectl get all -A -o yaml`` can be fed in
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ from operators.api import (
     ResourceClaimTemplate,
     ResourceSlice,
     parse_object,
+    podgroup,
 )
+from operators.api.podgroup import PodGroup, parse_pod_group, resolve_gang
 from operators.scheduling.model import LabelSelector, Node, parse_node
 from operators.toolkit.errors import ObjectRef, SnapshotError
 from operators.toolkit.pods import PodInfo, parse_pod
@@ -123,6 +126,9 @@ class Snapshot:
     """PodDisruptionBudgets (policy/v1), keyed ``namespace/name``: which simulated evictions
     a budget would refuse."""
     """DeviceQuotas (dralloc's kind in either API group's snapshot), keyed ``namespace/name``."""
+    pod_groups: Mapping[str, PodGroup] = field(default_factory=dict)
+    """Upstream Workload API PodGroups (scheduling.k8s.io/v1beta1), keyed ``namespace/name``:
+    the gangs of the pods that join them."""
     """Labels of every Namespace seen (inter-pod affinity namespace selectors read them)."""
 
     def ref(self, kind: str, key: str) -> ObjectRef:
@@ -144,6 +150,7 @@ class Snapshot:
             f"{len(self.templates)} ResourceClaimTemplates",
             f"{len(self.taint_rules)} DeviceTaintRules",
             *([f"{len(self.quotas)} DeviceQuotas"] if self.quotas else []),
+            *([f"{len(self.pod_groups)} PodGroups"] if self.pod_groups else []),
             f"{len(self.pods)} Pods",
             f"{len(self.nodes)} Nodes",
         ]
@@ -166,6 +173,7 @@ def build_snapshot(
     rules: dict[str, DeviceTaintRule] = {}
     quotas: dict[str, DeviceQuota] = {}
     budgets: dict[str, Budget] = {}
+    pod_groups: dict[str, PodGroup] = {}
     pods: dict[str, PodInfo] = {}
     nodes: dict[str, NodeEntry] = {}
     admin_namespaces: set[str] = set()
@@ -217,6 +225,11 @@ def build_snapshot(
             key = f"{budget.namespace}/{budget.name}"
             remember(kind, key, ref)
             budgets[key] = budget
+        elif kind == podgroup.KIND and raw.api_version == f"{podgroup.GROUP}/{podgroup.VERSION}":
+            group = parse_pod_group(body)
+            key = f"{group.namespace or 'default'}/{group.name}"
+            remember(kind, key, ref)
+            pod_groups[key] = group
         elif kind == "Node" and raw.api_version == "v1":
             node = _parse_node(ref, body)
             remember(kind, node.name, ref)
@@ -240,6 +253,8 @@ def build_snapshot(
             if on_invalid is None:
                 raise
             on_invalid(error)
+    for key, pod in pods.items():
+        pods[key] = _with_pod_group(pod, pod_groups)
     return Snapshot(
         device_classes=classes,
         resource_slices=slices,
@@ -248,6 +263,7 @@ def build_snapshot(
         taint_rules=rules,
         quotas=quotas,
         budgets=budgets,
+        pod_groups=pod_groups,
         pods=pods,
         nodes=nodes,
         admin_namespaces=frozenset(admin_namespaces),
@@ -257,6 +273,16 @@ def build_snapshot(
         api_groups=frozenset(groups),
         skipped=dict(skipped),
     )
+
+
+def _with_pod_group(pod: PodInfo, pod_groups: Mapping[str, PodGroup]) -> PodInfo:
+    """The pod with its gang resolved as the operator resolves it (annotations first, else
+    its PodGroup's gang; a missing PodGroup or one dralloc cannot follow is its problem)."""
+    if pod.gang is not None or not pod.pod_group:
+        return pod
+    group = pod_groups.get(f"{pod.namespace}/{pod.pod_group}")
+    gang, problem = resolve_gang(None, "", pod.namespace, pod.pod_group, group)
+    return dataclasses.replace(pod, gang=gang, gang_problem=problem)
 
 
 def _parse_dra(raw: RawObject) -> Any:

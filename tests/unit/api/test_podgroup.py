@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from operators.api import podgroup
-from operators.api.annotations import GANG_SIZE_MAX, GangTopology
+from operators.api.annotations import GANG_SIZE_MAX, GangRef, GangTopology
 
 
 def raw_group(spec: dict[str, Any], name: str = "workers") -> dict[str, Any]:
@@ -85,3 +85,24 @@ def test_pod_group_of_a_pod() -> None:
     assert podgroup.pod_group_name({"schedulingGroup": {"podGroupName": "workers"}}) == "workers"
     assert podgroup.pod_group_name({"schedulingGroup": {}}) == ""
     assert podgroup.pod_group_name({}) == ""
+
+
+def test_resolve_gang_annotations_first_then_the_pod_group() -> None:
+    gang_policy = podgroup.parse_pod_group(
+        raw_group({"schedulingPolicy": {"gang": {"minCount": 2}}})
+    )
+    basic = podgroup.parse_pod_group(raw_group({"schedulingPolicy": {"basic": {}}}))
+    bad = podgroup.parse_pod_group(raw_group({"schedulingPolicy": {"gang": {"minCount": 0}}}))
+    annotated = GangRef("other", 4)
+    resolve = podgroup.resolve_gang
+    assert resolve(annotated, "", "ns", "workers", gang_policy) == (annotated, "")
+    assert resolve(None, "bad size", "ns", "workers", gang_policy) == (None, "bad size")
+    assert resolve(None, "", "ns", "", None) == (None, "")
+    assert resolve(None, "", "ns", "workers", gang_policy) == (gang_policy.gang(), "")
+    assert resolve(None, "", "ns", "workers", basic) == (None, "")
+    assert resolve(None, "", "ns", "workers", bad) == (None, bad.problem)
+    assert resolve(None, "", "ns", "workers", None) == (
+        None,
+        'waiting for its PodGroup "workers" (scheduling.k8s.io), which does not exist in '
+        'namespace "ns"',
+    )

@@ -157,3 +157,115 @@ def test_settling_and_explain_keep_a_pending_gang_to_its_topology(
     assert "no value of device attribute gpu.example.com/numa" in report.pending[0].reason
     result = explain(snapshot, "pod/w0", "team-a")
     assert result.gang.endswith("placed together: 3 members, this pod on node node-b")
+
+
+# Upstream's Workload API PodGroups (scheduling.k8s.io/v1beta1) in a snapshot.
+
+
+def pod_group(name: str, min_count: int | None, namespace: str = "team-a") -> dict[str, Any]:
+    policy: dict[str, Any] = (
+        {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
+    )
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"schedulingPolicy": policy},
+    }
+
+
+def group_pods(items: list[dict[str, Any]], count: int, group: str) -> list[dict[str, Any]]:
+    pods = gang_pods(items, count, "1")
+    for pod in pods:
+        del pod["metadata"]["annotations"]
+        pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pods
+
+
+def test_explain_of_a_pod_group_member_shows_the_gang_view(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    items = load_items()
+    items += [*group_pods(items, 3, "train"), pod_group("train", 3)]
+    snapshot = build_snapshot(read_objects([write_snapshot(items)]))
+    assert "1 PodGroups" in snapshot.summary()
+    result = explain(snapshot, "pod/w0", "team-a")
+    assert result.gang.startswith('PodGroup "train": 3 of 3 members present')
+    assert "placed together: 3 members" in result.gang
+
+
+def test_settling_places_a_pod_group_gang_all_or_nothing(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    # 3 GPUs are free after west-pair: a PodGroup of 3 fits whole, one of 4 places nobody
+    # (one by one, 3 of its pods would be placed).
+    items = load_items()
+    fits = build_snapshot(
+        read_objects(
+            [write_snapshot(items + group_pods(items, 3, "train") + [pod_group("train", 3)])]
+        )
+    )
+    report = simulate(fits, [])
+    assert sorted(p.pod for p in report.placed) == [
+        "team-a/w0",
+        "team-a/w1",
+        "team-a/w2",
+        "team-a/west-pair",
+    ]
+    too_big = build_snapshot(
+        read_objects(
+            [write_snapshot(items + group_pods(items, 4, "train") + [pod_group("train", 4)])]
+        )
+    )
+    report = simulate(too_big, [])
+    assert [p.pod for p in report.placed] == ["team-a/west-pair"]
+    assert sorted(p.pod for p in report.pending) == [f"team-a/w{i}" for i in range(4)]
+    assert all("at most 3 of the gang's 4 members fit at once" in p.reason for p in report.pending)
+    basic = build_snapshot(
+        read_objects(
+            [write_snapshot(items + group_pods(items, 4, "train") + [pod_group("train", None)])]
+        )
+    )
+    report = simulate(basic, [])  # a basic policy is no gang: pods placed one by one
+    assert len(report.placed) == 4 and len(report.pending) == 1
+
+
+def test_gang_annotations_win_over_the_pod_group(write_snapshot: Callable[..., Path]) -> None:
+    items = load_items()
+    pods = group_pods(items, 3, "train")
+    for pod in pods:
+        pod["metadata"]["annotations"] = {GANG: "other", GANG_SIZE: "2"}
+    snapshot = build_snapshot(
+        read_objects([write_snapshot(items + pods + [pod_group("train", 4)])])
+    )
+    member = snapshot.pods["team-a/w0"]
+    assert member.gang is not None and (member.gang.name, member.gang.size) == ("other", 2)
+    assert not member.gang.pod_group
+    result = explain(snapshot, "pod/w0", "team-a")
+    assert result.gang.startswith('gang "other"')
+
+
+def test_a_missing_pod_group_leaves_its_pods_pending_with_the_reason(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    items = load_items()
+    snapshot = build_snapshot(read_objects([write_snapshot(items + group_pods(items, 2, "train"))]))
+    reason = 'waiting for its PodGroup "train" (scheduling.k8s.io), which does not exist'
+    report = simulate(snapshot, [])
+    assert sorted(p.pod for p in report.pending) == ["team-a/w0", "team-a/w1"]
+    assert all(reason in p.reason for p in report.pending)
+    result = explain(snapshot, "pod/w0", "team-a")
+    assert result.status == "pending" and reason in result.summary
+
+
+def test_a_pod_group_policy_dralloc_cannot_follow_is_the_reason(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    items = load_items()
+    bad = pod_group("train", 0)
+    snapshot = build_snapshot(
+        read_objects([write_snapshot(items + group_pods(items, 2, "train") + [bad])])
+    )
+    report = simulate(snapshot, [])
+    assert all("gang.minCount 0 is not a whole number" in p.reason for p in report.pending)
+    assert len(report.pending) == 2

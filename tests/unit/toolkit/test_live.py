@@ -24,6 +24,7 @@ from operators.toolkit.live import (
     DRA_KINDS,
     OWN_KINDS,
     POLICY_KINDS,
+    WORKLOAD_KINDS,
     list_calls,
     read_cluster,
 )
@@ -133,9 +134,13 @@ def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
 def test_the_plan_lists_every_kind_a_snapshot_reads_cluster_wide() -> None:
     calls = list_calls("resource.dralloc.dev")
     kinds = [c.resource.kind for c in calls]
-    assert set(kinds) == set(SNAPSHOT_DRA_KINDS) | {"Pod", "Node", "Namespace"} | set(POLICY_KINDS)
+    assert set(kinds) == set(SNAPSHOT_DRA_KINDS) | {"Pod", "Node", "Namespace"} | set(
+        POLICY_KINDS
+    ) | set(WORKLOAD_KINDS)
     assert len(kinds) == len(set(kinds))
-    assert len(kinds) == len(DRA_KINDS) + len(OWN_KINDS) + len(POLICY_KINDS) + len(CORE_KINDS)
+    assert len(kinds) == len(DRA_KINDS) + len(OWN_KINDS) + len(POLICY_KINDS) + len(
+        WORKLOAD_KINDS
+    ) + len(CORE_KINDS)
     for call in calls:
         path = call.resource.path()
         assert "/namespaces/" not in path, f"{path} is not a cluster-wide list"
@@ -145,6 +150,9 @@ def test_the_plan_lists_every_kind_a_snapshot_reads_cluster_wide() -> None:
         elif call.resource.kind in POLICY_KINDS:
             assert path.startswith("/apis/policy/v1/")
             assert call.optional
+        elif call.resource.kind in WORKLOAD_KINDS:
+            assert path.startswith("/apis/scheduling.k8s.io/v1beta1/")
+            assert call.optional and call.forbidden_ok
         else:
             assert path.startswith("/api/v1/")
             assert not call.optional
@@ -219,3 +227,17 @@ def test_an_unreachable_server_is_a_toolkit_error(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(ToolkitError, match="cannot read the cluster"):
         read_cluster(str(path))
+
+
+def test_pod_groups_are_read_and_optional(api: FakeApiServer, kubeconfig: str) -> None:
+    path = "/apis/scheduling.k8s.io/v1beta1/podgroups"
+    read_cluster(kubeconfig)
+    assert path in [s.path for s in api.seen]
+    for status in (404, 403):  # not served (the Workload API is off) or not readable: none
+        api.seen.clear()
+        api.status_for[path] = status
+        read_cluster(kubeconfig)
+        assert path in [s.path for s in api.seen]
+    api.status_for["/apis/policy/v1/poddisruptionbudgets"] = 500
+    with pytest.raises(ToolkitError, match="poddisruptionbudgets: 500"):
+        read_cluster(kubeconfig)
