@@ -73,7 +73,9 @@ class UpstreamUnavailable(RuntimeError):
 class DrallocReplay:
     """Replays a scenario through dralloc's allocator with the operator's calls."""
 
-    def __init__(self, scenario: Scenario, policy: str = "first-fit", quotas: bool = False) -> None:
+    def __init__(
+        self, scenario: Scenario, policy: str = "first-fit", quotas: str | None = None
+    ) -> None:
         self.policy = policy
         self.state = AllocatorState()
         for obj in scenario.slices:
@@ -81,7 +83,7 @@ class DrallocReplay:
         for obj in scenario.classes:
             self.state.upsert_class(parse_object(obj))
         if quotas:
-            for quota in roomy_quotas(scenario):
+            for quota in roomy_quotas(scenario, checked=quotas == "checked"):
                 self.state.upsert_quota(parse_object(quota))
         self.nodes = [
             NodeInfo(n["metadata"]["name"], dict(n["metadata"].get("labels") or {}))
@@ -161,10 +163,13 @@ class DrallocReplay:
         return placed, failed, time.perf_counter() - start
 
 
-def roomy_quotas(scenario: Scenario) -> list[dict[str, Any]]:
+def roomy_quotas(scenario: Scenario, checked: bool = False) -> list[dict[str, Any]]:
     """A DeviceQuota per namespace of the scenario's claims and class, with limits no pod
-    reaches: every device taken is checked and counted (the cost of quotas) while the
-    placements stay upstream's, so the digests still compare."""
+    reaches, so the placements stay upstream's and the digests still compare. Every
+    allocation is counted; the search sees that no quota can refuse it and skips the check
+    per device. ``checked`` adds a limit on a capacity no device publishes (it counts 0):
+    no bound on it is cheap, so every device taken is checked too (the cost of quotas
+    near their limits)."""
     claims = [
         *scenario.shared_claims,
         *scenario.preallocated,
@@ -182,7 +187,11 @@ def roomy_quotas(scenario: Scenario) -> list[dict[str, Any]]:
             "metadata": {"name": f"bench-{cls['metadata']['name']}", "namespace": namespace},
             "spec": {
                 "deviceClassName": cls["metadata"]["name"],
-                "hard": {"devices": 10**9, "claims": 10**9},
+                "hard": {
+                    "devices": 10**9,
+                    "claims": 10**9,
+                    **({"capacity": {"bench.example.com/unpublished": "1"}} if checked else {}),
+                },
             },
         }
         for namespace in namespaces
@@ -216,7 +225,10 @@ def operator_gc(enabled: bool = True) -> Iterator[None]:
 
 
 def run_dralloc(
-    scenario: Scenario, policy: str = "first-fit", quotas: bool = False, python_gc: bool = False
+    scenario: Scenario,
+    policy: str = "first-fit",
+    quotas: str | None = None,
+    python_gc: bool = False,
 ) -> EngineResult:
     replay = DrallocReplay(scenario, policy, quotas)
     placements: list[tuple[str, str]] = []
@@ -332,7 +344,7 @@ def compare(
     *,
     repeat: int = 1,
     binpack: bool = False,
-    quotas: bool = False,
+    quotas: str | None = None,
     python_gc: bool = False,
 ) -> Comparison:
     """Upstream and dralloc (first fit) alternately ``repeat`` times, best of each; with

@@ -70,7 +70,7 @@ def run_level1(
     repeat: int,
     binpack: bool,
     log: Any,
-    quotas: bool = False,
+    quotas: str | None = None,
     python_gc: bool = False,
 ) -> tuple[list[dict[str, Any]], str | None]:
     binary = None
@@ -132,8 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-binpack", action="store_true", help="skip dralloc's binpack column")
     parser.add_argument(
         "--quotas",
-        action="store_true",
-        help="level 1: dralloc with a DeviceQuota (limits no pod reaches) per namespace and class",
+        nargs="?",
+        const="roomy",
+        choices=("roomy", "checked"),
+        help="level 1: dralloc with a DeviceQuota (limits no pod reaches) per namespace and "
+        "class; `roomy` (the default) lets the search see that no quota can refuse, "
+        "`checked` adds a capacity limit so that every device taken is checked",
     )
     parser.add_argument(
         "--python-gc",

@@ -202,13 +202,19 @@ def allocation_charges(allocation: ClaimAllocation) -> tuple[Charge, ...]:
 
 class LazyCharges:
     """A claim's charges, worked out only when a quota of its namespace asks (claims of
-    namespaces without quotas, the common case, are never compiled for it)."""
+    namespaces without quotas, the common case, are never compiled for it).
 
-    __slots__ = ("_charges", "_make")
+    It also keeps what the claim contributes to each quota, as the book last counted it:
+    a claim is counted when it is assumed, when its write is confirmed and when it is
+    released, and selectors and capacities need not be evaluated again each time."""
+
+    __slots__ = ("_charges", "_make", "contributions")
 
     def __init__(self, make: Callable[[], tuple[Charge, ...]]) -> None:
         self._make: Callable[[], tuple[Charge, ...]] | None = make
         self._charges: tuple[Charge, ...] = ()
+        # quota ref -> (the quota as compiled, the book's device generation, usage)
+        self.contributions: dict[str, tuple[CompiledQuota, int, Usage]] = {}
 
     def get(self) -> tuple[Charge, ...]:
         if self._make is not None:
@@ -235,6 +241,9 @@ class QuotaBook:
         self._used: dict[str, Usage] = {}  # quota ref -> usage (absent: recompute)
         self.classes: Callable[[str], object | None] = lambda _name: None
         self.version = 0
+        # Bumped when devices change: contributions a claim keeps from before are stale.
+        self._device_generation = 0
+        self._blocking: dict[str, tuple[CompiledQuota, bool]] = {}  # quota ref -> (quota, blocks)
 
     # --- feeding ------------------------------------------------------------------------
 
@@ -256,6 +265,7 @@ class QuotaBook:
     def devices_changed(self) -> None:
         """Capacities and selector results may differ: recompute usage when next asked."""
         self._used.clear()
+        self._device_generation += 1
         self.version += 1
 
     def confirm(self, key: str, charges: LazyCharges | None) -> None:
@@ -289,9 +299,9 @@ class QuotaBook:
             used = self._used.get(quota.ref)
             if used is not None:
                 if before is not None:
-                    used.add(self._contribution(quota, before.get()), -1)
+                    used.add(self.contribution(quota, before), -1)
                 if after is not None:
-                    used.add(self._contribution(quota, after.get()))
+                    used.add(self.contribution(quota, after))
         self.version += 1
 
     # --- counting -----------------------------------------------------------------------
@@ -344,12 +354,22 @@ class QuotaBook:
         usage.claims = 1 if usage.devices else 0
         return usage
 
+    def contribution(self, quota: CompiledQuota, charges: LazyCharges) -> Usage:
+        """What one claim adds to a quota's usage (kept on the claim's charges; callers
+        must not change it)."""
+        kept = charges.contributions.get(quota.ref)
+        if kept is not None and kept[0] is quota and kept[1] == self._device_generation:
+            return kept[2]
+        usage = self._contribution(quota, charges.get())
+        charges.contributions[quota.ref] = (quota, self._device_generation, usage)
+        return usage
+
     def used(self, quota: CompiledQuota) -> Usage:
         used = self._used.get(quota.ref)
         if used is None:
             used = Usage()
             for charges in self._by_namespace.get(quota.namespace, {}).values():
-                used.add(self._contribution(quota, charges.get()))
+                used.add(self.contribution(quota, charges))
             self._used[quota.ref] = used
         return used
 
@@ -397,7 +417,63 @@ class QuotaBook:
         quotas = self.quotas
         if not quotas or not any(c.namespace in quotas for c in claims):
             return None
+        if self._cannot_refuse(claims):
+            return None
         return QuotaTally(self, claims)
+
+    def _cannot_refuse(self, claims: Sequence[CompiledClaim]) -> bool:
+        """Whether no quota can refuse anything these claims could take: its usage plus
+        the most they could add stays within every limit. Then the search need not check
+        device by device, which is the common case of a quota far from its limits.
+
+        The most a claim adds to a class: per request the largest count of its
+        alternatives of that class (only one is chosen); an ``All`` request and capacity
+        limits have no cheap bound, so a quota with either is checked device by device.
+        """
+        bounds: dict[tuple[str, str], list[int]] = {}  # (namespace, class) -> [devices, claims]
+        for claim in claims:
+            if claim.namespace not in self.quotas:
+                continue
+            most: dict[str, int] = {}
+            for request in claim.requests:
+                largest: dict[str, int] = {}
+                for alternative in (
+                    (request.exactly,) if request.exactly is not None else request.first_available
+                ):
+                    if alternative.admin_access:
+                        continue
+                    if alternative.mode != "ExactCount":
+                        return False
+                    count = alternative.count
+                    if count > largest.get(alternative.class_name, 0):
+                        largest[alternative.class_name] = count
+                for class_name, count in largest.items():
+                    most[class_name] = most.get(class_name, 0) + count
+            for class_name, count in most.items():
+                bound = bounds.setdefault((claim.namespace, class_name), [0, 0])
+                bound[0] += count
+                bound[1] += 1
+        for (namespace, class_name), (devices, claim_count) in bounds.items():
+            for quota in self.quotas[namespace].values():
+                if quota.class_name != class_name:
+                    continue
+                if quota.capacity or self._blocks(quota):
+                    return False
+                used = self.used(quota)
+                if quota.devices is not None and used.devices + devices > quota.devices:
+                    return False
+                if quota.claims is not None and used.claims + claim_count > quota.claims:
+                    return False
+        return True
+
+    def _blocks(self, quota: CompiledQuota) -> bool:
+        """Whether the quota is invalid in a way that holds back what it limits (its
+        selectors and names, which do not change while the quota does not)."""
+        kept = self._blocking.get(quota.ref)
+        if kept is None or kept[0] is not quota:
+            invalid = self.invalid_reason(quota)
+            kept = self._blocking[quota.ref] = (quota, invalid is not None and invalid[1])
+        return kept[1]
 
 
 @dataclass(slots=True)
@@ -439,10 +515,13 @@ class QuotaTally:
         """Whether the device may be taken for claim ``ci``; if so it is counted until
         ``give_back``. Calls nest: each successful take is undone by one give_back."""
         quotas = self._quotas(ci, class_name)
+        if not quotas:
+            self.stack.append([])
+            return True
         taken: list[_Taken] = []
         book = self.book
         for quota in quotas:
-            if not book.counts(quota, device.id):
+            if quota.selectors and not book.counts(quota, device.id):
                 continue
             ref = quota.ref
             if ref in self._invalid:
@@ -456,27 +535,28 @@ class QuotaTally:
                         "allocations it limits wait until it is fixed"
                     )
                 return False
-            mine = self.per_claim.get((quota.ref, ci))
-            add = Usage(1, 0 if mine is not None and mine.devices else 1)
-            add.capacity = book.capacity_of(quota, device.id, consumed)
+            mine = self.per_claim.get((ref, ci))
+            add = Usage(
+                1,
+                0 if mine is not None and mine.devices else 1,
+                book.capacity_of(quota, device.id, consumed) if quota.capacity else {},
+            )
             used = book.used(quota)
-            pending = self.pending.get(quota.ref)
+            pending = self.pending.get(ref)
             for resource, limit, hard in quota.limits:
                 extra = add.amount(resource)
                 if not extra:
                     continue
-                others = (pending.amount(resource) if pending else 0) - (
-                    mine.amount(resource) if mine else 0
-                )
-                needs = (mine.amount(resource) if mine else 0) + extra
-                if used.amount(resource) + others + needs > limit:
+                claimed = mine.amount(resource) if mine else 0
+                others = (pending.amount(resource) if pending else 0) - claimed
+                if used.amount(resource) + others + claimed + extra > limit:
                     if self.refusal is None:
                         self.refusal = Refusal(
                             quota.ref,
                             resource,
                             _format(resource, used.amount(resource) + others, hard),
                             _format(resource, limit, hard),
-                            _format(resource, needs, hard),
+                            _format(resource, claimed + extra, hard),
                         )
                     return False
             taken.append(_Taken(quota, ci, add))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
+
+import pytest
 
 from operators.allocator import AllocatorState, Features
 from operators.allocator.quota import compile_quota
@@ -246,3 +249,67 @@ def test_a_capacity_name_the_crd_lets_through_holds_back_instead_of_lifting_the_
     assert 'DeviceQuota team-a/gpus is invalid (capacity name "gpu-memory"' in reason(found)
     status = state.quotas.status(state.quotas.quotas[NS]["gpus"])
     assert (status.blocking, status.reason) == (True, "InvalidCapacityName")
+
+
+def test_a_republished_capacity_is_counted_anew_for_claims_counted_before() -> None:
+    state = cluster(nodes=1)
+    state.upsert_quota(quota(capacity={"memory": "1Ti"}))
+    assert place(state, claim("a", 1)).node is not None
+    before = used(state).capacity["memory"]
+    republished = gpu_slice("node-0", ["a100"] * 4, memory="40Gi")
+    republished["metadata"]["resourceVersion"] = "2"
+    state.upsert_slice(republished)
+    assert used(state).capacity["memory"] == before // 2
+
+
+def _random_claim(rng: random.Random, i: int) -> dict[str, Any]:
+    namespace = rng.choice((NS, NS, "team-b"))
+    shape = rng.random()
+    if shape < 0.15:
+        return claim(f"c{i}", None, namespace=namespace)  # All
+    if shape < 0.25:
+        return claim(f"c{i}", rng.randint(1, 2), namespace=namespace, adminAccess=True)
+    if shape < 0.45:
+        subs = [
+            {"name": f"s{k}", "deviceClassName": "gpu", "count": rng.randint(1, 3)}
+            for k in range(rng.randint(1, 3))
+        ]
+        return {
+            "metadata": {"name": f"c{i}", "namespace": namespace, "uid": f"uid-c{i}"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": subs}]}},
+        }
+    return claim(f"c{i}", rng.randint(1, 3), namespace=namespace)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_skipping_the_per_device_check_changes_no_outcome(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search skips the per-device quota check when no quota can be exceeded; every
+    decision, reason and usage must be what the check device by device gives."""
+    rng = random.Random(seed)
+    hard: dict[str, Any] = {"devices": rng.randint(0, 10)}
+    if rng.random() < 0.5:
+        hard["claims"] = rng.randint(0, 5)
+    if rng.random() < 0.2:
+        hard["capacity"] = {"memory": f"{rng.randint(0, 8) * 80}Gi"}
+    shortcut, checked = cluster(), cluster()
+    for state in (shortcut, checked):
+        state.upsert_quota(quota(**hard))
+    monkeypatch.setattr(checked.quotas, "_cannot_refuse", lambda _claims: False)
+    live: list[dict[str, Any]] = []
+    for i in range(25):
+        if live and rng.random() < 0.3:
+            gone = live.pop(rng.randrange(len(live)))
+            shortcut.remove_claim(gone)
+            checked.remove_claim(gone)
+            continue
+        c = _random_claim(rng, i)
+        a, b = place(shortcut, c), place(checked, c)
+        assert a.node == b.node
+        assert [x.to_dict() for x in a.allocations] == [x.to_dict() for x in b.allocations]
+        if a.node is None:
+            assert reason(a) == reason(b)
+        else:
+            live.append(c)
+        assert used(shortcut) == used(checked)
