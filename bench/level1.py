@@ -85,10 +85,10 @@ class DrallocReplay:
         if quotas:
             for quota in roomy_quotas(scenario, checked=quotas == "checked"):
                 self.state.upsert_quota(parse_object(quota))
-        self.nodes = [
+        self.nodes = tuple(
             NodeInfo(n["metadata"]["name"], dict(n["metadata"].get("labels") or {}))
             for n in scenario.nodes
-        ]
+        )
         self.claims: dict[str, Any] = {}
         # Claims allocated so far and the node selector their allocation carries.
         self.pinned: dict[str, NodeSelector | None] = {}

@@ -113,13 +113,54 @@ class DeviceIndex:
         self._entries: dict[Signature, SignatureCounts] = {}
         self._versions = (-1, -1)
         self._names: tuple[Sequence[NodeInfo], dict[str, NodeInfo]] | None = None
+        # First-fit floors (see ``floor``), for one node tuple at a time.
+        self._floors_for: tuple[NodeInfo, ...] | None = None
+        self._positions: dict[str, int] = {}
+        self._floors: dict[tuple[Signature, int], int] = {}
         state.add_listener(self._on_usage_change)
 
     def _check_versions(self) -> None:
         versions = (self.state.slices_version, self.state.classes_version)
         if versions != self._versions:
             self._entries.clear()
+            self._floors.clear()
             self._versions = versions
+
+    # --- first-fit floors -----------------------------------------------------------------
+
+    def floor(self, signature: Signature, need: int, nodes: tuple[NodeInfo, ...]) -> int:
+        """How many nodes at the start of ``nodes`` have fewer than ``need`` free
+        node-local devices matching the signature: a first-fit walk for a pod that asks
+        only that can start after them.
+
+        A fill workload fills nodes in the caller's order, and without this every pod
+        would count the full nodes again before it reaches one with room. The floor is
+        raised by ``raise_floor`` once a walk has seen the nodes, and lowered at once
+        when a device on a node below it is freed. Only a tuple of nodes has one: it
+        cannot change under the positions kept for it, and an entry with devices that
+        are not node-local (whose counts depend on more than the node's name) has none.
+        """
+        self._check_versions()
+        if self._floors_for is not nodes:
+            self._floors_for = nodes
+            self._positions = {node.name: i for i, node in enumerate(nodes)}
+            self._floors.clear()
+        return self._floors.get((signature, need), 0)
+
+    def raise_floor(
+        self, signature: Signature, need: int, nodes: tuple[NodeInfo, ...], position: int
+    ) -> None:
+        """The walk found no node with room before ``position`` (see ``floor``)."""
+        if self._floors_for is nodes and position > self._floors.get((signature, need), 0):
+            self._floors[(signature, need)] = position
+
+    def _lower_floors(self, signature: Signature, node: str) -> None:
+        position = self._positions.get(node)
+        if position is None:
+            return
+        for key, floor in self._floors.items():
+            if key[0] == signature and position < floor:
+                self._floors[key] = position
 
     def _on_usage_change(self, before: Sequence[UsedDevice], after: Sequence[UsedDevice]) -> None:
         entries = self._entries
@@ -131,7 +172,8 @@ class DeviceIndex:
         else:
             touched = {u.device for u in before} | {u.device for u in after}
         exclusive = self.state.allocated.exclusive
-        for entry in entries.values():
+        floors = self._floors
+        for signature, entry in entries.items():
             node_of = entry.node_of
             busy = entry.local_busy
             for device in touched:
@@ -147,6 +189,8 @@ class DeviceIndex:
                 else:
                     busy.discard(device)
                     entry.set_free(node, entry.free[node] + 1)
+                    if floors:
+                        self._lower_floors(signature, node)
             if entry.reach_lists_of:
                 for device in touched:
                     entry.update_shared(device, device in exclusive)

@@ -299,7 +299,10 @@ def find_node(
         # Walk the caller's order lazily and stop at the first node that fits with the best
         # score any node could get: no full scan (see _first_fit).
         top = _score_bound(index, plan) if plan.alternatives else None
-        return _first_fit(state, claims, nodes, rank_of, max_searches, explain, top, deadline, pin)
+        floor = _floor_key(index, plan, nodes) if top is None else None
+        return _first_fit(
+            state, claims, nodes, rank_of, max_searches, explain, top, deadline, pin, floor
+        )
     ranked: list[tuple[RankKey, NodeInfo]] = []
     for position, node in enumerate(nodes):
         rank = rank_of(node)
@@ -335,6 +338,23 @@ def _score_bound(index: DeviceIndex, plan: _Plan) -> int:
     return bound
 
 
+def _floor_key(
+    index: DeviceIndex, plan: _Plan, nodes: Sequence[NodeInfo]
+) -> tuple[Signature, int] | None:
+    """(signature, devices needed) when a node's fit for this pod is one free count
+    (exclusive node-local devices of one signature, no alternatives) and ``nodes`` is a
+    tuple: then the first-fit walk may start at the index's floor (DeviceIndex.floor)."""
+    if plan.choices or not plan.plain or not isinstance(nodes, tuple):
+        return None
+    signature = plan.plain[0].signature
+    if any(d.signature != signature or not d.exact or d.admin for d in plan.plain):
+        return None
+    entry = index.entry(signature)
+    if entry.shared or (len(plan.plain) > 1 and entry.shareable_nodes):
+        return None  # counts beyond the node's own, or requests that may share a device
+    return signature, sum(d.need for d in plan.plain)
+
+
 def _first_fit(
     state: AllocatorState,
     claims: Sequence[CompiledClaim],
@@ -345,6 +365,7 @@ def _first_fit(
     top: int | None = None,
     deadline: tuple[float, float] | None = None,
     pin: AttributePin | None = None,
+    floor: tuple[Signature, int] | None = None,
 ) -> Placement:
     """The first node in the caller's order that passes the prefilter and the search.
 
@@ -352,20 +373,37 @@ def _first_fit(
     ranking is the caller's order. With them, ``top`` bounds every node's score: nodes
     that reach it are ranked in the caller's order ahead of all others, so they are tried
     as the walk finds them; the others are kept, sorted, for when none of those fits.
+    ``floor`` (see _floor_key): the walk starts after the nodes the index knows are full,
+    and tells the index how far it found only full nodes.
     """
     ruled_out = 0
+    index = state.device_index()
 
     def candidates() -> Iterator[tuple[RankKey, NodeInfo]]:
         nonlocal ruled_out
         later: list[tuple[RankKey, NodeInfo]] = []
-        for position, node in enumerate(nodes):
+        kept = nodes if floor is not None and isinstance(nodes, tuple) else None
+        start = 0
+        if kept is not None:
+            assert floor is not None
+            start = ruled_out = index.floor(floor[0], floor[1], kept)
+        for position in range(start, len(nodes)):
+            node = nodes[position]
             rank = rank_of(node)
             if rank is None:
                 ruled_out += 1
-            elif top is None or rank[0] >= top:
+                continue
+            if kept is not None:
+                assert floor is not None
+                index.raise_floor(floor[0], floor[1], kept, position)
+                kept = None  # the first node with room: the floor stays below it
+            if top is None or rank[0] >= top:
                 yield (-rank[0], position, node.name), node
             else:
                 later.append(((-rank[0], position, node.name), node))
+        if kept is not None:
+            assert floor is not None
+            index.raise_floor(floor[0], floor[1], kept, len(nodes))  # none had room
         later.sort(key=lambda item: item[0])
         yield from later
 

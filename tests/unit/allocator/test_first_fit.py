@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from operators.allocator import AllocatorState, compile_claim
+from operators.allocator.nodes import NodeInfo
 from operators.allocator.state import claim_key
 from operators.api import parse_object
 
@@ -188,3 +189,41 @@ def test_first_fit_with_alternatives_matches_a_full_ranking(seed: int) -> None:
         )
         expected = best[0]
     assert state.find_node([claim], order, "first-fit").node == expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_first_fit_floor_changes_no_placement(seed: int) -> None:
+    """A tuple of nodes lets first-fit start after the nodes it found full before (the
+    index's floor); over fills and releases every pod must land where a walk over all
+    nodes puts it, with the same devices and the same count of nodes ruled out."""
+    rng = random.Random(seed)
+    nodes = {
+        f"node-{i}": [
+            device(f"d{j}", rng.choice(["large", "large", "small"]), tainted=rng.random() < 0.1)
+            for j in range(rng.randint(0, 4))
+        ]
+        for i in range(10)
+    }
+    with_floor, walked = cluster(nodes), cluster(nodes)
+    infos = tuple(NodeInfo(name, {}) for name in nodes)
+    live: list[dict[str, Any]] = []
+    for step in range(60):
+        if live and rng.random() < 0.35:
+            gone = live.pop(rng.randrange(len(live)))
+            with_floor.remove_claim(gone)
+            walked.remove_claim(gone)
+            continue
+        claims = [
+            claim_for(rng.choice(["large", "small"]), rng.randint(1, 2), name=f"c{step}-{k}")
+            for k in range(rng.choice((1, 1, 2)))
+        ]
+        a = with_floor.find_node(claims, infos, "first-fit")
+        b = walked.find_node(claims, list(infos), "first-fit")
+        assert a.node == b.node
+        assert a.nodes_prefiltered == b.nodes_prefiltered
+        assert [x.to_dict() for x in a.allocations] == [x.to_dict() for x in b.allocations]
+        if a.node is not None:
+            for c, allocation in zip(claims, a.allocations, strict=True):
+                with_floor.assume(c, allocation)
+                walked.assume(c, allocation)
+            live.extend(claims)
