@@ -162,6 +162,7 @@ class AllocationController(ClaimWrites, Explanations):
         # Every node in name order with its allocator view, shared by all pods until a node
         # changes: rebuilding it per pod sorted the labels of every node for every pod.
         self._node_list: list[tuple[Node, NodeInfo]] | None = None
+        self._node_infos: tuple[NodeInfo, ...] = ()  # of _node_list, in its order
         # What the pods on each node hold (cpu, ports, ...), moved by pod events: the
         # scheduler's filters read it for every candidate node.
         self.usage = ClusterUsage()
@@ -614,6 +615,7 @@ class AllocationController(ClaimWrites, Explanations):
         if self._node_list is None:
             nodes = sorted(self.nodes.values(), key=lambda n: n.name)
             self._node_list = [(node, NodeInfo(node.name, node.labels)) for node in nodes]
+            self._node_infos = tuple(info for _, info in self._node_list)
         return self._node_list
 
     def _namespace_labels(self, name: str) -> dict[str, str]:
@@ -693,6 +695,8 @@ class AllocationController(ClaimWrites, Explanations):
                 else:
                     candidates.append(node)
                     infos.append(info)
+            if len(infos) == len(all_nodes):
+                return Candidates(len(all_nodes), rejections, candidates, self._node_infos)
         return Candidates(len(all_nodes), rejections, candidates, infos)
 
     def _decide(

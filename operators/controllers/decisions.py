@@ -14,7 +14,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from operators.allocator.nodes import NodeInfo
@@ -42,7 +42,9 @@ class Candidates:
     rejections: list[str]
     """Why the other nodes are out (the scheduler's words; a node may give several)."""
     nodes: list[Node]
-    infos: list[NodeInfo]
+    infos: Sequence[NodeInfo]
+    """The allocator's view of ``nodes``; the one tuple of every node when all are in, so
+    the allocator can keep what it learnt about them from pod to pod (first-fit's floor)."""
 
 
 class StillWaiting(Exception):
