@@ -28,9 +28,10 @@ from __future__ import annotations
 import gc
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,10 @@ class EngineResult:
     pods_per_second: float
     digest: str
     init_seconds: float = 0.0
+    # What the engine holds once the cluster is loaded and the init steps placed (the
+    # scenario's objects and the allocator's state): Go's live heap after a collection,
+    # Python's traced allocations (a separate run under tracemalloc). 0: not measured.
+    heap_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -262,6 +267,25 @@ def upstream_binary(build: bool = True) -> Path:
         raise UpstreamUnavailable(str(error)) from None
 
 
+def dralloc_heap_bytes(scenario: Scenario) -> int:
+    """Python memory held by a replay once the cluster is loaded and the init steps placed
+    (as the Go program's ``heapBytes``), from a run of its own: tracemalloc slows
+    allocation, so it never runs under a timed one."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        replay = DrallocReplay(scenario)
+        replay.run(scenario.init_steps, [])
+        if scenario.measure_steps:
+            replay.warm_up(scenario.measure_steps[0])
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    del replay
+    return held
+
+
 def run_upstream(scenario: Scenario, binary: Path) -> EngineResult:
     with tempfile.TemporaryDirectory(prefix="dralloc-bench-") as tmp:
         path = write_scenario(scenario, Path(tmp) / "scenario.json")
@@ -276,6 +300,7 @@ def run_upstream(scenario: Scenario, binary: Path) -> EngineResult:
         pods_per_second=float(measure["podsPerSecond"]),
         digest=str(data["digest"]),
         init_seconds=float(data["init"]["seconds"]),
+        heap_bytes=int(data.get("heapBytes") or 0),
     )
 
 
@@ -346,10 +371,12 @@ def compare(
     binpack: bool = False,
     quotas: str | None = None,
     python_gc: bool = False,
+    memory: bool = False,
 ) -> Comparison:
     """Upstream and dralloc (first fit) alternately ``repeat`` times, best of each; with
     ``quotas`` dralloc runs with a roomy DeviceQuota per namespace and class, with
-    ``python_gc`` under CPython's collector settings instead of the operator's."""
+    ``python_gc`` under CPython's collector settings instead of the operator's; with
+    ``memory`` dralloc's memory is measured too (one more run, see dralloc_heap_bytes)."""
     upstream_runs: list[EngineResult] = []
     dralloc_runs: list[EngineResult] = []
     plain_runs: list[EngineResult] = []  # with quotas on: the same without them
@@ -360,12 +387,15 @@ def compare(
         if quotas:
             plain_runs.append(run_dralloc(scenario, "first-fit", False, python_gc))
     w = scenario.workload
+    fastest = best(dralloc_runs)
+    if memory:
+        fastest = replace(fastest, heap_bytes=dralloc_heap_bytes(scenario))
     return Comparison(
         w.name,
         file,
         w.nodes,
         w.devices,
-        best(dralloc_runs),
+        fastest,
         best(upstream_runs) if upstream_runs else None,
         dralloc_binpack=run_dralloc(scenario, "binpack", quotas, python_gc) if binpack else None,
         smoke="smoke" in w.tags,

@@ -72,6 +72,7 @@ def run_level1(
     log: Any,
     quotas: str | None = None,
     python_gc: bool = False,
+    memory: bool = False,
 ) -> tuple[list[dict[str, Any]], str | None]:
     binary = None
     skipped = None
@@ -91,6 +92,7 @@ def run_level1(
             binpack=binpack,
             quotas=quotas,
             python_gc=python_gc,
+            memory=memory or "scale" in workload.tags,
         )
         row = comparison.to_json()
         row["tags"] = list(workload.tags)

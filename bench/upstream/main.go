@@ -327,6 +327,10 @@ func main() {
 		}
 	}
 	runtime.GC()
+	// What the program holds with the cluster loaded and the init steps placed (the
+	// scenario's objects and the allocator's state), as dralloc's side measures it.
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
 	measureRes, err := r.run(sc.MeasureSteps, &placements)
 	if err != nil {
 		fail(err)
@@ -340,6 +344,7 @@ func main() {
 		"measure":   measureRes,
 		"digest":    hex.EncodeToString(digest[:])[:16],
 		"goVersion": runtime.Version(),
+		"heapBytes": mem.HeapAlloc,
 	}
 	if *withDevices {
 		out["devices"] = devices
