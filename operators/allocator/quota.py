@@ -244,6 +244,9 @@ class QuotaBook:
         # Bumped when devices change: contributions a claim keeps from before are stale.
         self._device_generation = 0
         self._blocking: dict[str, tuple[CompiledQuota, bool]] = {}  # quota ref -> (quota, blocks)
+        # A device's capacities by qualified name, as capacity_of reads them (per device
+        # generation: devices_changed drops them).
+        self._published: dict[DeviceId, dict[str, tuple[str, Any]]] = {}
 
     # --- feeding ------------------------------------------------------------------------
 
@@ -261,10 +264,16 @@ class QuotaBook:
             self.version += 1
         if not quotas:
             self.quotas.pop(namespace, None)
+        if not self.quotas:
+            # Devices change unannounced while no quota exists (AllocatorState tells only
+            # when one does): what was kept about them may be stale by the next quota.
+            self._published.clear()
+            self._device_generation += 1
 
     def devices_changed(self) -> None:
         """Capacities and selector results may differ: recompute usage when next asked."""
         self._used.clear()
+        self._published.clear()
         self._device_generation += 1
         self.version += 1
 
@@ -335,8 +344,11 @@ class QuotaBook:
         driver = device_id[0]
         if consumed is not None:
             return {name: consumed.get(qualified(name, driver), 0) for name, _ in quota.capacity}
-        device = self.devices(device_id)
-        published = device_capacity(device) if device is not None else {}
+        published = self._published.get(device_id)
+        if published is None:
+            device = self.devices(device_id)
+            published = device_capacity(device) if device is not None else {}
+            self._published[device_id] = published
         out = {}
         for name, _ in quota.capacity:
             entry = published.get(qualified(name, driver))
@@ -457,7 +469,7 @@ class QuotaBook:
             for quota in self.quotas[namespace].values():
                 if quota.class_name != class_name:
                     continue
-                if quota.capacity or self._blocks(quota):
+                if quota.capacity or self.blocks(quota):
                     return False
                 used = self.used(quota)
                 if quota.devices is not None and used.devices + devices > quota.devices:
@@ -466,7 +478,7 @@ class QuotaBook:
                     return False
         return True
 
-    def _blocks(self, quota: CompiledQuota) -> bool:
+    def blocks(self, quota: CompiledQuota) -> bool:
         """Whether the quota is invalid in a way that holds back what it limits (its
         selectors and names, which do not change while the quota does not)."""
         kept = self._blocking.get(quota.ref)
@@ -494,7 +506,6 @@ class QuotaTally:
         self.stack: list[list[_Taken]] = []
         self.refusal: Refusal | str | None = None  # the first refusal, for the reason
         self._applicable: dict[tuple[int, str], tuple[CompiledQuota, ...]] = {}
-        self._invalid: dict[str, tuple[str, bool, str] | None] = {}
 
     def _quotas(self, ci: int, class_name: str) -> tuple[CompiledQuota, ...]:
         key = (ci, class_name)
@@ -524,14 +535,11 @@ class QuotaTally:
             if quota.selectors and not book.counts(quota, device.id):
                 continue
             ref = quota.ref
-            if ref in self._invalid:
-                invalid = self._invalid[ref]
-            else:
-                invalid = self._invalid[ref] = book.invalid_reason(quota)
-            if invalid is not None and invalid[1]:
+            if book.blocks(quota):
                 if self.refusal is None:
+                    invalid = book.invalid_reason(quota)
                     self.refusal = (
-                        f"DeviceQuota {quota.ref} is invalid ({invalid[0]}): "
+                        f"DeviceQuota {quota.ref} is invalid ({invalid[0] if invalid else ''}): "
                         "allocations it limits wait until it is fixed"
                     )
                 return False

@@ -313,3 +313,17 @@ def test_skipping_the_per_device_check_changes_no_outcome(
         else:
             live.append(c)
         assert used(shortcut) == used(checked)
+
+
+def test_capacities_republished_while_no_quota_exists_are_read_anew() -> None:
+    state = cluster(nodes=1)
+    state.upsert_quota(quota(capacity={"memory": "1Ti"}))
+    c = claim("a", 1)
+    found = place(state, c)
+    assert found.node is not None
+    state.remove_quota(NS, "gpus")
+    republished = gpu_slice("node-0", ["a100"] * 4, memory="40Gi")
+    republished["metadata"]["resourceVersion"] = "2"
+    state.upsert_slice(republished)
+    state.upsert_quota(quota(capacity={"memory": "1Ti"}))
+    assert used(state).capacity["memory"] == 40 * 2**30 * 10**9
