@@ -131,6 +131,8 @@ class Level2Result:
     pods_per_second: float = 0.0
     writes_per_pod: float | None = None
     writes: dict[str, int] = field(default_factory=dict)
+    # The API server's mean time per write in the window (ms; Lease renewals left out).
+    write_ms: float | None = None
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -142,6 +144,7 @@ class Level2Result:
             "podsPerSecond": self.pods_per_second,
             "writesPerPod": self.writes_per_pod,
             "writes": self.writes,
+            "writeMs": self.write_ms,
             "note": self.note,
         }
 
@@ -242,6 +245,30 @@ class Testbed:
             key = f"{verb} {resource}"
             counts[key] = counts.get(key, 0) + int(float(value))
         return counts
+
+    def write_time(self) -> tuple[float, int]:
+        """(seconds, requests): the API server's time on writes so far, Lease renewals
+        left out (apiserver_request_duration_seconds); a window's difference over its
+        requests is what one write costs the API server here."""
+        total = 0.0
+        requests = 0
+        pattern = re.compile(r'(\w+)="([^"]*)"')
+        for line in self.kubectl("get", "--raw", "/metrics").splitlines():
+            name, brace, rest = line.partition("{")
+            if not brace or name not in (
+                "apiserver_request_duration_seconds_sum",
+                "apiserver_request_duration_seconds_count",
+            ):
+                continue
+            labels_text, _, value = rest.rpartition("} ")
+            labels = dict(pattern.findall(labels_text))
+            if labels.get("verb") not in MUTATING or labels.get("resource") == "leases":
+                continue
+            if name.endswith("_sum"):
+                total += float(value)
+            else:
+                requests += int(float(value))
+        return total, requests
 
 
 @dataclass
@@ -500,6 +527,7 @@ async def measure(testbed: Testbed, scenario: Scenario, system: System) -> Level
                     note=f"only {placed}/{workload.init_pods} init pods bound",
                 )
         before = await asyncio.to_thread(testbed.write_counts)
+        time_before = await asyncio.to_thread(testbed.write_time)
         harness.harness_writes = 0
         if workload.mode == "fill":
             pods, seconds = await harness.fill("test", workload.measure_pods)
@@ -512,12 +540,15 @@ async def measure(testbed: Testbed, scenario: Scenario, system: System) -> Level
             pods, seconds = await harness.steady(STEADY_SECONDS, workload.in_flight)
             note = f"steady state, {STEADY_SECONDS:.0f}s"
         after = await asyncio.to_thread(testbed.write_counts)
+        time_after = await asyncio.to_thread(testbed.write_time)
     finally:
         await client.close()
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     delta = {k: v for k, v in sorted(delta.items()) if v > 0}
     leases = sum(v for k, v in delta.items() if "coordination.k8s.io/leases" in k)
     control_plane = sum(delta.values()) - leases - harness.harness_writes
+    write_seconds = time_after[0] - time_before[0]
+    write_requests = time_after[1] - time_before[1]
     return Level2Result(
         workload=workload.name,
         system=system.name,
@@ -526,6 +557,7 @@ async def measure(testbed: Testbed, scenario: Scenario, system: System) -> Level
         pods_per_second=pods / seconds if seconds > 0 else 0.0,
         writes_per_pod=control_plane / pods if pods else None,
         writes=delta,
+        write_ms=1000 * write_seconds / write_requests if write_requests else None,
         note=note,
     )
 

@@ -15,6 +15,7 @@ import pytest
 
 from bench import level1, report
 from bench.scenario import expand, load, load_all, placement_digest
+from operators.api import parse_object
 
 
 def test_every_workload_definition_loads() -> None:
@@ -126,20 +127,48 @@ def test_level2_systems_are_parameters_of_one_harness() -> None:
 
 def test_level2_table_has_a_line_per_system_with_its_ratio_to_in_tree() -> None:
     rows = [
-        {"workload": "w", "system": name, "pods": 10, "podsPerSecond": rate, "writesPerPod": 5.0}
+        {
+            "workload": "w",
+            "system": name,
+            "pods": 10,
+            "podsPerSecond": rate,
+            "writesPerPod": 5.0,
+            "writeMs": 1.25,
+        }
         for name, rate in (("in-tree", 20.0), ("dralloc", 30.0), ("dralloc in-tree mode", 10.0))
     ]
     lines = report.level2_table(rows)
-    assert lines[2].startswith("| w | in-tree | 20.0 | 1.00x | 5.00 | 10 |")
+    assert lines[2].startswith("| w | in-tree | 20.0 | 1.00x | 5.00 | 1.25 | 10 |")
     assert "| dralloc | 30.0 | 1.50x |" in lines[3]
     assert "| dralloc in-tree mode | 10.0 | 0.50x |" in lines[4]
 
 
 def test_a_quota_run_also_measures_the_engine_without_quotas() -> None:
     scenario = expand(load("template_fast"))
-    comparison = level1.compare(scenario, "template_fast", None, quotas=True)
+    comparison = level1.compare(scenario, "template_fast", None, quotas="roomy")
     plain = comparison.dralloc_no_quotas
     assert plain is not None and plain.digest == comparison.dralloc.digest
     row = comparison.to_json()
     assert row["drallocNoQuotas"]["pods"] == row["dralloc"]["pods"] == 10
     assert level1.compare(scenario, "template_fast", None).dralloc_no_quotas is None
+
+
+@pytest.mark.parametrize(("mode", "tallied"), [("roomy", False), ("checked", True)])
+def test_roomy_quotas_skip_the_check_per_device_and_checked_ones_do_not(
+    mode: str, tallied: bool
+) -> None:
+    scenario = expand(load("template_fast"))
+    replay = level1.DrallocReplay(scenario, quotas=mode)
+    claims = replay.state.compile_claims([parse_object(scenario.measure_steps[0].new_claims[0])])
+    assert (replay.state.quotas.tally(claims) is not None) is tallied
+    assert replay.run(scenario.measure_steps, [])[0] == 10
+
+
+def test_scale_rows_report_the_memory_each_engine_holds() -> None:
+    scenario = expand(load("template_fast"))
+    comparison = level1.compare(scenario, "template_fast", None, memory=True)
+    assert comparison.dralloc.heap_bytes > 0
+    assert level1.compare(scenario, "template_fast", None).dralloc.heap_bytes == 0
+    row = {**comparison.to_json(), "upstream": {"pods_per_second": 1.0, "heap_bytes": 2**21}}
+    cells = [cell.strip() for cell in report.scale_table([row])[2].split("|")]
+    assert cells[-3] != "-" and cells[-2] == "2"  # dralloc MiB measured, upstream 2 MiB
