@@ -249,6 +249,13 @@ def find_node(
     if policy not in POLICIES:
         raise ValueError(f"unknown placement policy {policy!r}; use one of {', '.join(POLICIES)}")
     plan = state.plans.plan(claims)
+    if policy == "first-fit":
+        floor = _floor_key(index, plan, nodes)
+        if floor is not None:
+            assert isinstance(nodes, tuple)
+            return _first_fit_by_count(
+                state, index, claims, nodes, floor, max_searches, explain, deadline, pin
+            )
     fast = _bucket_order(index, plan, nodes, policy)
     if fast is not None:
         return _try_nodes(
@@ -299,10 +306,7 @@ def find_node(
         # Walk the caller's order lazily and stop at the first node that fits with the best
         # score any node could get: no full scan (see _first_fit).
         top = _score_bound(index, plan) if plan.alternatives else None
-        floor = _floor_key(index, plan, nodes) if top is None else None
-        return _first_fit(
-            state, claims, nodes, rank_of, max_searches, explain, top, deadline, pin, floor
-        )
+        return _first_fit(state, claims, nodes, rank_of, max_searches, explain, top, deadline, pin)
     ranked: list[tuple[RankKey, NodeInfo]] = []
     for position, node in enumerate(nodes):
         rank = rank_of(node)
@@ -365,7 +369,6 @@ def _first_fit(
     top: int | None = None,
     deadline: tuple[float, float] | None = None,
     pin: AttributePin | None = None,
-    floor: tuple[Signature, int] | None = None,
 ) -> Placement:
     """The first node in the caller's order that passes the prefilter and the search.
 
@@ -373,39 +376,70 @@ def _first_fit(
     ranking is the caller's order. With them, ``top`` bounds every node's score: nodes
     that reach it are ranked in the caller's order ahead of all others, so they are tried
     as the walk finds them; the others are kept, sorted, for when none of those fits.
-    ``floor`` (see _floor_key): the walk starts after the nodes the index knows are full,
-    and tells the index how far it found only full nodes.
     """
     ruled_out = 0
-    index = state.device_index()
 
     def candidates() -> Iterator[tuple[RankKey, NodeInfo]]:
         nonlocal ruled_out
         later: list[tuple[RankKey, NodeInfo]] = []
-        kept = nodes if floor is not None and isinstance(nodes, tuple) else None
-        start = 0
-        if kept is not None:
-            assert floor is not None
-            start = ruled_out = index.floor(floor[0], floor[1], kept)
-        for position in range(start, len(nodes)):
-            node = nodes[position]
+        for position, node in enumerate(nodes):
             rank = rank_of(node)
             if rank is None:
                 ruled_out += 1
-                continue
-            if kept is not None:
-                assert floor is not None
-                index.raise_floor(floor[0], floor[1], kept, position)
-                kept = None  # the first node with room: the floor stays below it
-            if top is None or rank[0] >= top:
+            elif top is None or rank[0] >= top:
                 yield (-rank[0], position, node.name), node
             else:
                 later.append(((-rank[0], position, node.name), node))
-        if kept is not None:
-            assert floor is not None
-            index.raise_floor(floor[0], floor[1], kept, len(nodes))  # none had room
         later.sort(key=lambda item: item[0])
         yield from later
+
+    return _try_nodes(
+        state,
+        claims,
+        nodes,
+        candidates(),
+        max_searches,
+        explain,
+        prefiltered=lambda: ruled_out,
+        deadline=deadline,
+        pin=pin,
+    )
+
+
+def _first_fit_by_count(
+    state: AllocatorState,
+    index: DeviceIndex,
+    claims: Sequence[CompiledClaim],
+    nodes: tuple[NodeInfo, ...],
+    floor: tuple[Signature, int],
+    max_searches: int | None,
+    explain: bool,
+    deadline: tuple[float, float] | None = None,
+    pin: AttributePin | None = None,
+) -> Placement:
+    """First fit when a node's fit is one free count (see _floor_key): the walk starts
+    after the nodes the index knows are full, reads one count per node (what _rank_node
+    would decide from it, without building the node's counts), and tells the index how
+    far it found only full nodes."""
+    signature, need = floor
+    free = index.entry(signature).free
+    start = index.floor(signature, need, nodes)
+    ruled_out = start
+
+    def candidates() -> Iterator[tuple[RankKey, NodeInfo]]:
+        nonlocal ruled_out
+        below = True  # no node with room seen yet
+        for position in range(start, len(nodes)):
+            node = nodes[position]
+            if free.get(node.name, 0) < need:
+                ruled_out += 1
+                continue
+            if below:
+                index.raise_floor(signature, need, nodes, position)
+                below = False
+            yield (0, position, node.name), node
+        if below:
+            index.raise_floor(signature, need, nodes, len(nodes))
 
     return _try_nodes(
         state,
