@@ -267,6 +267,8 @@ class KubeClient:
         self.request_timeout = request_timeout
         self.api_group = api_group
         self._resolved: dict[Resource, Resource] = {}
+        # Discovery: the resource names a group version serves (subresources included).
+        self._discovered: dict[str, frozenset[str]] = {}
         self._session = aiohttp.ClientSession(
             base_url=connection.server,
             headers={**connection.headers, "User-Agent": user_agent, "Accept": "application/json"},
@@ -333,6 +335,25 @@ class KubeClient:
         if status >= 400:
             raise ApiError.from_status(status, payload)
         return payload if isinstance(payload, dict) else {}
+
+    async def serves_subresource(self, resource: Resource, subresource: str) -> bool | None:
+        """Whether the API server serves ``subresource`` of the resource at its version (from
+        discovery, asked once per group version), or None when discovery cannot say."""
+        resolved = self.resolve(resource)
+        base = f"/apis/{resolved.group}/{resolved.version}" if resolved.group else "/api/v1"
+        names = self._discovered.get(base)
+        if names is None:
+            try:
+                listing = await self.request("GET", base)
+            except (ApiError, aiohttp.ClientError, TimeoutError):
+                return None
+            names = frozenset(
+                str(r.get("name", ""))
+                for r in listing.get("resources") or ()
+                if isinstance(r, dict)
+            )
+            self._discovered[base] = names
+        return f"{resolved.plural}/{subresource}" in names
 
     # --- reads -----------------------------------------------------------------------------
 

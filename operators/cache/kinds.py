@@ -78,7 +78,8 @@ OTHER_VERSIONS: Mapping[Resource, tuple[str, ...]] = {DEVICE_TAINT_RULES: ("v1be
 
 WITHOUT_STATUS: Mapping[Resource, frozenset[str]] = {DEVICE_TAINT_RULES: frozenset({"v1alpha3"})}
 """Versions at which a kind has no status: in-tree DeviceTaintRule got one in v1beta2, so a
-v1alpha3 rule (Kubernetes 1.33-1.35) has no status subresource to write to."""
+v1alpha3 rule (Kubernetes 1.33 and 1.34) has no status subresource to write to. Discovery
+says first where it can (1.35 serves v1alpha3 rules with a status); this is the fallback."""
 
 
 def has_status(kind: Resource, served_version: str) -> bool:

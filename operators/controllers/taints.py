@@ -115,6 +115,7 @@ class TaintController:
         self._rules_dirty: set[str] = set()
         self._rule_written: dict[str, float] = {}
         self._rule_reported: dict[str, tuple[str, str]] = {}  # uid -> (reason, message) posted
+        self._status_served: dict[str, bool] = {}  # served version -> rules have a status
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         self.pods.add_handler(self._on_pod)
         self.claims.add_handler(self._on_claim)
@@ -367,7 +368,7 @@ class TaintController:
 
     async def _write_rule_status(self, rule: DeviceTaintRule) -> bool:
         status, reason, message = self.rule_condition(rule)
-        if not has_status(DEVICE_TAINT_RULES, self.rules.served.version):
+        if not await self._rules_have_status():
             return await self._report_rule_event(rule, reason, message)
         current = rule.status.conditions if rule.status else ()
         existing = conditions.find(current, CONDITION)
@@ -391,6 +392,21 @@ class TaintController:
             subresource="status",
         )
         return True
+
+    async def _rules_have_status(self) -> bool:
+        """Whether rules at the served version have a status to hold the condition.
+
+        Discovery says (in-tree v1alpha3 rules got a status subresource in Kubernetes 1.35,
+        behind the version dralloc reads them at); where it cannot, the versions known to
+        have none (kinds.WITHOUT_STATUS) decide."""
+        served = self.rules.served
+        known = self._status_served.get(served.version)
+        if known is None:
+            known = await self.client.serves_subresource(served, "status")
+            if known is None:
+                return has_status(DEVICE_TAINT_RULES, served.version)
+            self._status_served[served.version] = known
+        return known
 
     async def _report_rule_event(self, rule: DeviceTaintRule, reason: str, message: str) -> bool:
         """The condition as an Event on the rule, where the rule has no status to hold it."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+
 from tests.testbed_scripts import load_testbed_script
 
 from .modes import (
@@ -221,6 +223,24 @@ def start_testbed(
     )
 
 
+def k8s_minor(bin_dir: Path) -> int:
+    """The Kubernetes minor version of the testbed's binaries (testbed/control.py reads it)."""
+    minor: int = load_testbed_script("control").k8s_minor(bin_dir)
+    return minor
+
+
+def workload_api_missing(bin_dir: Path) -> str | None:
+    """Why a testbed of these binaries cannot serve upstream's Workload API, or None."""
+    control = load_testbed_script("control")
+    minor = k8s_minor(bin_dir)
+    if minor >= control.WORKLOAD_API_MIN_MINOR:
+        return None
+    return (
+        f"the Workload API ({control.WORKLOAD_API_VERSION}) needs Kubernetes "
+        f"1.{control.WORKLOAD_API_MIN_MINOR}+; the testbed runs 1.{minor}"
+    )
+
+
 def real_nodes_unavailable(bin_dir: Path) -> str | None:
     """Why this host cannot run real nodes (testbed/realnode.py says), or None."""
     reason: str | None = load_testbed_script("realnode").unavailable(bin_dir)
@@ -336,6 +356,10 @@ class TestbedRegistry:
                 f"testbed {kind_name!r} failed to start earlier:\n{self.failed[kind_name]}"
             )
         kind = TESTBED_KINDS[kind_name]
+        if kind.workload_api and not os.environ.get(kind.reuse_env):
+            missing = workload_api_missing(self.bin)
+            if missing is not None:
+                pytest.skip(missing)
         if kind.real_nodes:
             self.stop_real_nodes()
         reused = os.environ.get(kind.reuse_env)

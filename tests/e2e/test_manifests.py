@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .kube_helpers import REPO_ROOT, JsonObject, Testbed, unique_name, wait_for
+from .kube_helpers import REPO_ROOT, JsonObject, Testbed, k8s_minor, unique_name, wait_for
 from .operator_fixtures import install_crds
 
 MANIFESTS = REPO_ROOT / "manifests"
@@ -446,6 +446,12 @@ def test_in_tree_account_writes_an_allocation_that_needs_the_binding_rule(
     the operator's merge patch through, and refuses it to a user with resourceclaims/status
     alone (so the rule is what makes the write work)."""
     tb = dra_testbed
+    minor = k8s_minor(tb.bin)
+    if minor < 36:
+        pytest.skip(
+            f"Kubernetes 1.{minor} has no resourceclaims/binding check (the "
+            "DRAResourceClaimGranularStatusAuthorization gate is on by default from 1.36)"
+        )
     namespace = unique_name("e2e-binding")
     no_binding = f"e2e-{namespace}"  # a user name, impersonated; bound to status patch only
     tb.kubectl("create", "namespace", namespace)
