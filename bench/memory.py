@@ -39,6 +39,7 @@ from operators.cache.informer import Key
 from operators.cel import parser as cel_parser
 from operators.controllers import allocation, claims, doubles, released, taints
 from operators.controllers.base import Runtime
+from operators.controllers.decisions import SliceUsed, StillWaiting, Unallocatable
 from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord, AllocatorMark
 from operators.kube import (
     DEVICE_CLASSES,
@@ -573,7 +574,14 @@ def _decide(controller: allocation.AllocationController, index: int) -> tuple[st
     pod_ = controller.pods.get(Key(NAMESPACE, pod_name(index)))
     claim_ = controller.claims.get(Key(NAMESPACE, claim_name(index)))
     assert pod_ is not None and claim_ is not None
-    node_, chosen = controller._choose(pod_, [(pod_.claims[0], claim_)])
+    for _ in range(20):
+        try:
+            node_, chosen = controller._choose(pod_, [(pod_.claims[0], claim_)])
+            break
+        except SliceUsed:
+            continue  # a slow first decision (CEL compiled, traced) goes on, as in the loop
+    else:
+        raise RuntimeError(f"{pod_.ref}: no decision within its budget")
     controller.state.assume(claim_, chosen[0])
     return node_, chosen[0].to_dict()
 
@@ -607,7 +615,7 @@ def load(size: Size) -> tuple[Runtime, dict[str, int], int]:
         _feed_claim(runtime, claim(index, protocol, version + 1))
         try:
             node_, result = _decide(controller, index)
-        except Exception:  # no room left: the pod stays gated, as it would in the cluster
+        except (StillWaiting, Unallocatable):  # no room left: it stays gated, as in a cluster
             continue
         allocated += 1
         _feed_claim(runtime, claim(index, protocol, version + 2, result))
