@@ -22,6 +22,7 @@ import dataclasses
 import gc
 import json
 import sys
+import sysconfig
 import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -666,6 +667,15 @@ def _classifier() -> Callable[[tracemalloc.Traceback], str]:
     return classify
 
 
+def _short(where: str) -> str:
+    """A site without the machine's directories: operators/..., pydantic/..., json/..."""
+    where = where.replace(_OPERATORS, "operators")
+    if "/site-packages/" in where:
+        return where.split("/site-packages/", 1)[1]
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return where.removeprefix(stdlib + "/")
+
+
 def measure(size: Size, top: int = 15) -> Report:
     # The CEL grammar's parser tables are built once per process, whatever the cluster:
     # built before tracing, they neither count nor slow the traced run (by minutes).
@@ -687,7 +697,7 @@ def measure(size: Size, top: int = 15) -> Report:
         kind = classify(trace.traceback)
         by_kind[kind] = by_kind.get(kind, 0) + trace.size
     sites = tuple(
-        Site(str(stat.traceback[0]).replace(_OPERATORS, "operators"), stat.size, stat.count)
+        Site(_short(str(stat.traceback[0])), stat.size, stat.count)
         for stat in snapshot.statistics("lineno")[:top]
     )
     del runtime
