@@ -29,3 +29,8 @@ def test_pods_beyond_the_devices_stay_unallocated() -> None:
     report = memory.measure(memory.Size(nodes=1, devices_per_node=2, pods=3))
     assert report.allocated_pods == 2
     assert report.objects["pods"] == 3
+
+
+def test_the_untraced_run_reports_the_resident_set() -> None:
+    text = memory.measure_rss(memory.Size(nodes=1, devices_per_node=1, pods=1))
+    assert "allocated 1" in text and "RSS" in text
