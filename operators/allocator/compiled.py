@@ -119,7 +119,6 @@ class CompiledDevice:
     slice_per_device: bool
     slice_node_name: str | None
     slice_node_selector: NodeSelector | None
-    raw: Mapping[str, Any] = field(repr=False)
     # Every capacity without a request policy and not negative: a request that names no
     # capacity then fits while no share is in use (consuming each in full), with no
     # arithmetic. Fixed per device, so the search skips the capacity work per pod.
@@ -409,7 +408,6 @@ def compile_device(
         slice_per_device=slice_node[0],
         slice_node_name=slice_node[1],
         slice_node_selector=slice_node[2],
-        raw=data,
         plain_capacity=all(e.policy is None and e.value >= 0 for e in capacity.values()),
     )
 

@@ -127,7 +127,10 @@ class AllocatorState:
         self._assumed: dict[str, tuple[UsedDevice, ...]] = {}
         self.allocated = AllocatedDevices()
         self._default_inputs: SearchInputs | None = None
-        self._claim_cache: dict[tuple[str, str], CompiledClaim] = {}
+        # The compiled form of each claim's latest version seen (one per claim: an older
+        # version is never asked for again once a newer one has been, and a claim's
+        # unallocated version would otherwise stay for as long as it is allocated).
+        self._claim_cache: dict[str, CompiledClaim] = {}
         self._spec_cache: dict[str, ClaimSpecParts] = {}
         self.plans = PlanCache()  # find_node's demands per template (placement.py)
         self._pool_cache: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
@@ -245,6 +248,9 @@ class AllocatorState:
     def upsert_claim(self, obj: Any) -> None:
         """A claim as seen by the watch: its status.allocation is authoritative."""
         key = claim_key(obj)
+        cached = self._claim_cache.get(key)
+        if cached is not None and cached.resource_version != object_ref(obj)[2]:
+            del self._claim_cache[key]
         usage = usage_from_status(obj)
         if usage:
             self._set_usage(self._confirmed, key, usage)
@@ -257,6 +263,7 @@ class AllocatorState:
 
     def remove_claim(self, claim: ClaimLike) -> None:
         key = claim_key(claim)
+        self._claim_cache.pop(key, None)
         self._set_usage(self._confirmed, key, None)
         self._set_usage(self._assumed, key, None)
         self.quotas.confirm(key, None)
@@ -339,9 +346,9 @@ class AllocatorState:
                 out.append(claim)
                 continue
             namespace, name, version = object_ref(claim)
-            cache_key = (f"{namespace}/{name}" if namespace else name, version)
+            cache_key = f"{namespace}/{name}" if namespace else name
             compiled = self._claim_cache.get(cache_key) if version else None
-            if compiled is None:
+            if compiled is None or compiled.resource_version != version:
                 compiled = compile_claim(claim, self._spec_cache)
                 if version:
                     if len(self._claim_cache) > 10_000:

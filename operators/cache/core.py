@@ -37,6 +37,7 @@ __all__ = [
     "ADMIN_ACCESS_LABEL",
     "CLAIMS_ANNOTATION",
     "CLAIM_STATUSES_ANNOTATION",
+    "DEVICES_ALLOCATED_CONDITION",
     "DEVICES_ANNOTATION",
     "FINALIZER",
     "POD_CLAIMS_INDEX",
@@ -56,6 +57,11 @@ ClaimStatus = PodResourceClaimStatus
 
 POD_GANG_INDEX = "pod-gang"
 """Pods by the (namespace, gang name) of their gang annotation or PodGroup (Pod.gang_keys)."""
+DEVICES_ALLOCATED_CONDITION = "resource.dralloc.dev/DevicesAllocated"
+"""dralloc's own pod condition: whether the pod's devices are allocated."""
+KEPT_CONDITIONS = frozenset({"PodScheduled", DEVICES_ALLOCATED_CONDITION})
+"""The pod conditions the controllers read (kube-scheduler's verdict and dralloc's own); a
+running pod's others (Ready, Initialized, ...) would be a few hundred bytes each per pod."""
 POD_CLAIMS_INDEX = "pod-claims"
 """The pod index every controller shares: pods by the (namespace, name) of their claims."""
 
@@ -79,6 +85,7 @@ class Pod:
     scheduling_gates: tuple[str, ...]
     required_affinity: Mapping[str, Any] | None
     conditions: tuple[Mapping[str, Any], ...]
+    """Only those of :data:`KEPT_CONDITIONS`."""
     claims: tuple[PodClaim, ...]
     claims_error: str
     claim_statuses: tuple[ClaimStatus, ...]
@@ -175,23 +182,27 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
         gang, gang_error = pod_gang(annotations), ""
     except AnnotationError as problem:
         gang, gang_error = None, str(problem)
+    needs = parse_pod_needs(raw)
     return Pod(
         namespace=metadata.get("namespace") or "",
         name=metadata.get("name") or "",
         uid=metadata.get("uid") or "",
         resource_version=str(metadata.get("resourceVersion") or ""),
-        labels=dict(metadata.get("labels") or {}),
+        # The same labels the scheduler's view read: one dict per pod, not two.
+        labels=needs.labels,
         annotations=annotations,
         node_name=spec.get("nodeName") or "",
         phase=status.get("phase") or "",
         deleting=bool(metadata.get("deletionTimestamp")),
         scheduling_gates=gates,
         required_affinity=affinity,
-        conditions=tuple(status.get("conditions") or ()),
+        conditions=tuple(
+            c for c in status.get("conditions") or () if c.get("type") in KEPT_CONDITIONS
+        ),
         claims=claims,
         claims_error=error,
         claim_statuses=protocol.claim_statuses(raw),
-        needs=parse_pod_needs(raw),
+        needs=needs,
         controller=next(
             (
                 f"{ref.get('kind')}/{ref.get('name')}"

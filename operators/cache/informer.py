@@ -35,7 +35,7 @@ log = structlog.get_logger(__name__)
 NOT_SERVED_RECHECK = 60.0  # seconds between lists of an optional kind the server lacks
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True, order=True, slots=True)
 class Key:
     """Namespace ("" for cluster-scoped objects) and name."""
 
@@ -46,7 +46,7 @@ class Key:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Meta:
     """The few metadata fields the cache itself needs, read from the raw object."""
 

@@ -19,13 +19,13 @@ from typing import Any
 import structlog
 
 from operators.api.podprotocol import DRALLOC, PodProtocol
-from operators.cache.core import DEVICES_ANNOTATION, Pod, parse_pod
+from operators.cache.core import DEVICES_ALLOCATED_CONDITION, DEVICES_ANNOTATION, Pod, parse_pod
 from operators.controllers import conditions
 from operators.kube import PODS, STRATEGIC_MERGE_PATCH, Conflict, KubeClient, NotFound
 
 log = structlog.get_logger(__name__)
 
-CONDITION_TYPE = "resource.dralloc.dev/DevicesAllocated"
+CONDITION_TYPE = DEVICES_ALLOCATED_CONDITION
 MAX_ATTEMPTS = 5  # writes of one condition, the first included
 
 

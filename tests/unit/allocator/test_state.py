@@ -333,3 +333,29 @@ def test_index_free_counts_follow_every_assume_and_release() -> None:
     assert state.find_node([claims[6]], nodes, "first-fit").node == "node-1"
     state.release(placed[0][0])
     assert state.find_node([claims[6]], nodes, "first-fit").node == "node-0"
+
+
+def test_a_claim_keeps_one_compiled_version_and_none_once_gone() -> None:
+    state = cluster()
+    pending = gpu_claim("c")
+    pending["metadata"]["resourceVersion"] = "1"
+    first = state.compile_claims([pending])[0]
+    assert state.compile_claims([pending])[0] is first  # compiled once per version
+    allocated = gpu_claim("c")
+    allocated["metadata"]["resourceVersion"] = "2"
+    allocated["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": DRIVER, "pool": "node-0", "device": "gpu-0"}
+                ]
+            }
+        }
+    }
+    state.upsert_claim(allocated)
+    assert state._claim_cache == {}  # the unallocated version is not asked for again
+    newer = state.compile_claims([allocated])[0]
+    assert newer.resource_version == "2"
+    assert state.compile_claims([pending])[0].resource_version == "1"
+    state.remove_claim(allocated)
+    assert state._claim_cache == {}

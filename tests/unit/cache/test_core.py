@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.cache.core import parse_pod
+from operators.cache.core import DEVICES_ALLOCATED_CONDITION, parse_pod
 
 
 def raw_pod(annotations: dict[str, str], spec: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -49,3 +49,33 @@ def test_malformed_annotations_do_not_fall_back_to_the_pod_group() -> None:
     annotations = {"resource.dralloc.dev/gang": "train"}
     pod = parse_pod(raw_pod(annotations, {"schedulingGroup": {"podGroupName": "workers"}}))
     assert pod.gang_error and pod.gang_keys() == []
+
+
+def test_only_the_conditions_the_controllers_read_are_kept() -> None:
+    raw = raw_pod({})
+    raw["status"] = {
+        "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"},
+            {"type": DEVICES_ALLOCATED_CONDITION, "status": "True"},
+        ]
+    }
+    pod = parse_pod(raw)
+    assert [c["type"] for c in pod.conditions] == ["PodScheduled", DEVICES_ALLOCATED_CONDITION]
+
+
+def test_the_pod_and_its_scheduler_view_share_one_labels_mapping() -> None:
+    raw = raw_pod({})
+    raw["metadata"]["labels"] = {"app": "a"}
+    pod = parse_pod(raw)
+    assert pod.labels == {"app": "a"} and pod.labels is pod.needs.labels
+
+
+def test_pods_with_equal_tolerations_share_them() -> None:
+    tolerations = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
+    first = parse_pod(raw_pod({}, {"tolerations": tolerations}))
+    second = parse_pod(raw_pod({}, {"tolerations": [dict(t) for t in tolerations]}))
+    other = parse_pod(raw_pod({}, {"tolerations": [{"operator": "Exists"}]}))
+    assert first.needs.tolerations is second.needs.tolerations
+    assert first.needs.tolerations == tuple(tolerations)
+    assert other.needs.tolerations == ({"operator": "Exists"},)
