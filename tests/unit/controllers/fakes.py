@@ -57,6 +57,9 @@ class FakeClient:
         self.objects: dict[str, JsonDict] = {}
         self.fail: Failure = lambda _method, _path, _body: None
         self._versions = itertools.count(1000)
+        # Discovery: "plural/subresource" names served, by version; a version not here
+        # reads as "discovery cannot say" (the callers then fall back to what they know).
+        self.subresources: dict[str, frozenset[str]] = {}
 
     def _answer(self, method: str, path: str, body: Any) -> None:
         self.calls.append(Call(method, path, body))
@@ -99,6 +102,10 @@ class FakeClient:
             raise NotFound(404, "NotFound", f"{resource.plural} {name!r} not found")
         merged = _merge(base, patch)
         return self._stored(resource.path(namespace, name), merged)
+
+    async def serves_subresource(self, resource: Resource, subresource: str) -> bool | None:
+        served = self.subresources.get(resource.version)
+        return None if served is None else f"{resource.plural}/{subresource}" in served
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> JsonDict:
         path = resource.path(namespace, name)

@@ -291,3 +291,26 @@ async def test_a_rule_without_status_is_not_told_the_same_twice(monkeypatch: Any
     assert [e["message"] for e in client.events] == [
         "0 pods evicted since starting the controller."
     ]
+
+
+@pytest.mark.parametrize(
+    ("served", "to_status"),
+    [
+        (frozenset({"devicetaintrules", "devicetaintrules/status"}), True),  # 1.35
+        (frozenset({"devicetaintrules"}), False),  # 1.34
+    ],
+)
+async def test_discovery_decides_whether_a_v1alpha3_rule_has_a_status(
+    monkeypatch: Any, served: frozenset[str], to_status: bool
+) -> None:
+    """Kubernetes 1.35 serves v1alpha3 rules with a status subresource, 1.34 without: what
+    discovery says wins over the versions known to lack one."""
+    client = FakeClient()
+    client.subresources["v1alpha3"] = served
+    runtime = one_device_cluster(client)
+    put(runtime, DEVICE_TAINT_RULES, taint_rule())
+    served_without_status(runtime)
+    controller = TaintController(runtime)
+    await run_status_loop(monkeypatch, controller, 5, busy=False)
+    assert bool(client.writes("/status")) is to_status
+    assert bool(client.events) is not to_status
