@@ -84,21 +84,30 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def _engine_cells(row: Mapping[str, Any]) -> str:
+    """The cells level 1's tables share: workload, size, both rates, ratio, same placements."""
+    upstream = row.get("upstream") or {}
+    same = row.get("samePlacements")
+    return (
+        f"| {row['workload']} | {row['nodes']} | {row['devices']} "
+        f"| {_fmt(row['dralloc']['pods_per_second'])} | {_fmt(upstream.get('pods_per_second'))} "
+        f"| {_ratio(row.get('ratio'))} | {'-' if same is None else ('yes' if same else 'NO')} "
+    )
+
+
+_ENGINE_HEADER = (
+    "| workload | nodes | devices | dralloc pods/s | upstream pods/s | ratio | same placements "
+)
+
+
 def level1_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [
-        "| workload | nodes | devices | dralloc pods/s | upstream pods/s | ratio | same placements "
-        "| dralloc binpack pods/s |",
+        _ENGINE_HEADER + "| dralloc binpack pods/s |",
         "|---|---:|---:|---:|---:|---:|:---:|---:|",
     ]
     for row in rows:
-        upstream = row.get("upstream") or {}
-        same = row.get("samePlacements")
-        lines.append(
-            f"| {row['workload']} | {row['nodes']} | {row['devices']} "
-            f"| {_fmt(row['dralloc']['pods_per_second'])} | {_fmt(upstream.get('pods_per_second'))} "
-            f"| {_ratio(row.get('ratio'))} | {'-' if same is None else ('yes' if same else 'NO')} "
-            f"| {_fmt((row.get('drallocBinpack') or {}).get('pods_per_second'))} |"
-        )
+        binpack = (row.get("drallocBinpack") or {}).get("pods_per_second")
+        lines.append(_engine_cells(row) + f"| {_fmt(binpack)} |")
     return lines
 
 
@@ -110,18 +119,14 @@ def scale_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The scale rows: rates and ratio as level 1, and memory (what each engine holds with
     the cluster loaded: Go's live heap, Python's traced allocations)."""
     lines = [
-        "| workload | nodes | devices | dralloc pods/s | upstream pods/s | ratio | same placements "
-        "| dralloc MiB | upstream MiB |",
+        _ENGINE_HEADER + "| dralloc MiB | upstream MiB |",
         "|---|---:|---:|---:|---:|---:|:---:|---:|---:|",
     ]
     for row in rows:
         upstream = row.get("upstream") or {}
-        same = row.get("samePlacements")
         lines.append(
-            f"| {row['workload']} | {row['nodes']} | {row['devices']} "
-            f"| {_fmt(row['dralloc']['pods_per_second'])} | {_fmt(upstream.get('pods_per_second'))} "
-            f"| {_ratio(row.get('ratio'))} | {'-' if same is None else ('yes' if same else 'NO')} "
-            f"| {_mib(row['dralloc'].get('heap_bytes'))} | {_mib(upstream.get('heap_bytes'))} |"
+            _engine_cells(row)
+            + f"| {_mib(row['dralloc'].get('heap_bytes'))} | {_mib(upstream.get('heap_bytes'))} |"
         )
     return lines
 
