@@ -15,25 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    TypeAdapter,
-    ValidationError,
-    ValidatorFunctionWrapHandler,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
 
-from operators.api.base import (
-    DNSLabel,
-    DriverName,
-    KubeModel,
-    PoolName,
-    RequestReference,
-    Shared,
-    ShareID,
-    scalar_items,
-)
+from operators.api.base import DNSLabel, DriverName, KubeModel, PoolName, RequestReference, ShareID
 from operators.api.errors import describe, field_error
 from operators.api.limits import (
     DEVICE_MAX_DOMAIN_LENGTH,
@@ -118,15 +102,6 @@ class PodResourceClaim(KubeModel):
                 "", "exactly one of resourceClaimName or resourceClaimTemplateName must be set"
             )
         return self
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        # The pods of one workload ask with the same entries (one template's name).
-        return _SHARED_ENTRIES(data, handler)
-
-
-_SHARED_ENTRIES = Shared(scalar_items)
 
 
 class PodResourceClaimStatus(KubeModel):

@@ -9,8 +9,7 @@ the toolkit's snapshots read pods the same way.
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from operators.allocator.nodes import NODE_NAME_FIELD, NodeSelector, NodeSelectorError
@@ -215,7 +214,7 @@ def parse_pod_needs(raw: Mapping[str, Any]) -> PodNeeds:
         host_ports=_host_ports(spec),
         node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
         node_affinity=node_affinity,
-        tolerations=_tolerations(spec.get("tolerations")),
+        tolerations=tuple(spec.get("tolerations") or ()),
         affinity=tuple(_term(t, namespace, labels) for t in pod_affinity or ()),
         anti_affinity=tuple(_term(t, namespace, labels) for t in pod_anti or ()),
         spread=tuple(
@@ -226,28 +225,6 @@ def parse_pod_needs(raw: Mapping[str, Any]) -> PodNeeds:
         pinned_node=_pinned_node(node_affinity),
         released=DEVICES_ANNOTATION in (metadata.get("annotations") or {}),
     )
-
-
-_SHARED_TOLERATIONS: dict[str, tuple[Mapping[str, Any], ...]] = {}
-SHARED_TOLERATIONS_LIMIT = 1024
-
-
-def _tolerations(items: Sequence[Mapping[str, Any]] | None) -> tuple[Mapping[str, Any], ...]:
-    """The pod's tolerations, one tuple for all pods that have equal ones: admission gives
-    every pod the same two (not-ready, unreachable), and a pod view is kept per pod. Read
-    only, never changed, so sharing is safe; the table is cleared when full."""
-    if not items:
-        return ()
-    try:
-        key = json.dumps(items, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return tuple(items)
-    found = _SHARED_TOLERATIONS.get(key)
-    if found is None:
-        if len(_SHARED_TOLERATIONS) >= SHARED_TOLERATIONS_LIMIT:
-            _SHARED_TOLERATIONS.clear()
-        found = _SHARED_TOLERATIONS[key] = tuple(items)
-    return found
 
 
 def _term(data: Mapping[str, Any], namespace: str, labels: Mapping[str, str]) -> AffinityTerm:

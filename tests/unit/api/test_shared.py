@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from operators.api.annotations import PodResourceClaim
 from operators.api.meta import NodeSelector
 from operators.api.models import ResourceClaim
 from operators.api.resourceslice import DeviceAttribute, DeviceCapacity
@@ -75,13 +74,3 @@ def test_claims_from_one_template_share_their_spec_and_node_selector() -> None:
     assert a.status.allocation.node_selector is b.status.allocation.node_selector
     assert c.status.allocation.node_selector != a.status.allocation.node_selector
     assert isinstance(c.status.allocation.node_selector, NodeSelector)
-
-
-def test_pod_claim_entries_are_shared_and_still_checked() -> None:
-    entry = {"name": "gpu", "resourceClaimTemplateName": "t"}
-    assert PodResourceClaim.model_validate(entry) is PodResourceClaim.model_validate(dict(entry))
-    for _ in range(2):
-        with pytest.raises(ValidationError):
-            PodResourceClaim.model_validate({**entry, "resourceClaimName": "c"})
-        with pytest.raises(ValidationError):
-            PodResourceClaim.model_validate({**entry, "resourceClaimTemplate": "t"})
