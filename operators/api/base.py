@@ -12,11 +12,9 @@ Conventions (other packages rely on them):
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Hashable
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from operators.api import limits
@@ -91,51 +89,6 @@ class NullTolerantModel(KubeModel):
             if unset:
                 data = {k: v for k, v in data.items() if v is not None or k not in unset}
         return data
-
-
-class Shared:
-    """Equal inputs validated once, into one instance that every object holding it shares.
-
-    For the parts of an object that repeat across many objects (a device attribute such as
-    ``{"string": "A100"}`` on every device of a model; the spec of every claim made from
-    one template): the watch cache keeps thousands of them, and a pydantic instance costs
-    hundreds of bytes. Sharing is safe because the models are frozen; only successful
-    validations are kept, so an input that fails fails every time. ``key`` maps an input to
-    a hashable that tells equal inputs apart, types included (``1``, ``1.0`` and ``True``
-    are equal in Python and hash alike, but are not the same JSON value); it raises
-    TypeError (or ValueError) for an input it cannot key, which is then validated as usual.
-    The table is cleared when full, so it stays small however many distinct values pass.
-    """
-
-    def __init__(self, key: Callable[[dict[str, Any]], Hashable], limit: int = 4096) -> None:
-        self.key = key
-        self.limit = limit
-        self._seen: dict[Hashable, Any] = {}
-
-    def __call__(self, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        if type(data) is not dict:
-            return handler(data)
-        try:
-            key = self.key(data)
-            found = self._seen.get(key)
-        except (TypeError, ValueError):
-            return handler(data)
-        if found is None:
-            found = handler(data)
-            if len(self._seen) >= self.limit:
-                self._seen.clear()
-            self._seen[key] = found
-        return found
-
-
-def scalar_items(data: dict[str, Any]) -> Hashable:
-    """The key of a mapping of scalars (TypeError for a list or mapping value)."""
-    return tuple((name, type(value), value) for name, value in data.items())
-
-
-def json_text(data: dict[str, Any]) -> Hashable:
-    """The key of any JSON object: its canonical text (TypeError for non-JSON values)."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def _constrained(pattern: str, max_length: int, min_length: int | None = None) -> Any:

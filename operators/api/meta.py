@@ -7,12 +7,12 @@ Only the fields dralloc reads or writes are modelled; the rest of an object's me
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidatorFunctionWrapHandler, model_validator
+from pydantic import Field
 
 from operators.api import limits
-from operators.api.base import ConditionType, KubeModel, Shared, json_text
+from operators.api.base import ConditionType, KubeModel
 
 
 class OwnerReference(KubeModel):
@@ -118,12 +118,3 @@ class NodeSelector(KubeModel):
 
     node_selector_terms: tuple[NodeSelectorTerm, ...]
     """The terms; a node matches if it matches any of them."""
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        # An allocation's selector names its node: the claims on one node all carry it.
-        return _SHARED_SELECTORS(data, handler)
-
-
-_SHARED_SELECTORS = Shared(json_text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import ConfigDict, Field, ValidatorFunctionWrapHandler, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from operators.api import limits
 from operators.api.base import (
@@ -20,10 +20,8 @@ from operators.api.base import (
     PoolName,
     QualifiedName,
     RequestReference,
-    Shared,
     ShareID,
     cel_rules,
-    json_text,
     list_map,
     unique_by,
 )
@@ -244,15 +242,6 @@ class ResourceClaimSpec(NullTolerantModel):
 
     devices: DeviceClaim = Field(default_factory=DeviceClaim)
     """The devices wanted."""
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        # Every claim made from one template has the same spec.
-        return _SHARED_SPECS(data, handler)
-
-
-_SHARED_SPECS = Shared(json_text, limit=1024)
 
 
 class DeviceRequestAllocationResult(NullTolerantModel):

@@ -7,17 +7,9 @@ per-device and per-attribute validators; see `_check_device`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    StrictStr,
-    ValidatorFunctionWrapHandler,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 from pydantic_core import PydanticCustomError
 
 from operators.api import limits
@@ -32,9 +24,7 @@ from operators.api.base import (
     PoolName,
     QualifiedName,
     SemverString,
-    Shared,
     cel_rules,
-    scalar_items,
     unique_by,
 )
 from operators.api.common import (
@@ -51,9 +41,6 @@ from operators.api.quantity import Quantity
 from operators.api.semver import Semver
 
 AttributeValue = int | bool | str | Semver | tuple[int, ...] | tuple[bool, ...] | tuple[str, ...]
-
-_SHARED_ATTRIBUTES = Shared(scalar_items)
-_SHARED_CAPACITIES = Shared(scalar_items)
 
 
 class DeviceAttribute(KubeModel):
@@ -84,12 +71,6 @@ class DeviceAttribute(KubeModel):
     """A non-empty list of strings (DRAListTypeAttributes)."""
     versions: tuple[SemverString, ...] | None = None
     """A non-empty list of semantic versions (DRAListTypeAttributes)."""
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        # Most attributes (model, family, driver version) repeat on every device.
-        return _SHARED_ATTRIBUTES(data, handler)
 
     @property
     def value(self) -> AttributeValue:
@@ -169,12 +150,6 @@ class DeviceCapacity(KubeModel):
     """The total amount."""
     request_policy: CapacityRequestPolicy | None = None
     """How requests consume it; only for devices with allowMultipleAllocations."""
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        # A plain capacity (no request policy: a mapping, so not keyed) repeats per device.
-        return _SHARED_CAPACITIES(data, handler)
 
 
 class Counter(KubeModel):
