@@ -264,11 +264,6 @@ class QuotaBook:
             self.version += 1
         if not quotas:
             self.quotas.pop(namespace, None)
-        if not self.quotas:
-            # Devices change unannounced while no quota exists (AllocatorState tells only
-            # when one does): what was kept about them may be stale by the next quota.
-            self._published.clear()
-            self._device_generation += 1
 
     def devices_changed(self) -> None:
         """Capacities and selector results may differ: recompute usage when next asked."""

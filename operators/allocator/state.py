@@ -189,8 +189,7 @@ class AllocatorState:
         self._pool_cache.clear()
         self._rule_taints = None
         self._devices = None
-        if self.quotas.quotas:
-            self.quotas.devices_changed()
+        self.quotas.devices_changed()  # cheap; a later quota must not read stale devices
 
     def device(self, device_id: DeviceId) -> Any:
         """The compiled device with this id in any slice, or None."""
