@@ -106,10 +106,19 @@ class PlanCache:
         self._plans: dict[tuple[int, ...], tuple[tuple[object, ...], _Plan]] = {}
 
     def plan(self, claims: Sequence[CompiledClaim]) -> _Plan:
-        key = tuple(id(c.requests) for c in claims)
-        hit = self._plans.get(key)
-        if hit is not None and all(a is c.requests for a, c in zip(hit[0], claims, strict=True)):
-            return hit[1]
+        if len(claims) == 1:  # most pods: no generator per lookup
+            requests = claims[0].requests
+            key: tuple[int, ...] = (id(requests),)
+            hit = self._plans.get(key)
+            if hit is not None and hit[0][0] is requests:
+                return hit[1]
+        else:
+            key = tuple(id(c.requests) for c in claims)
+            hit = self._plans.get(key)
+            if hit is not None and all(
+                a is c.requests for a, c in zip(hit[0], claims, strict=True)
+            ):
+                return hit[1]
         plan = _plan(claims)
         if len(self._plans) > 1_000:
             self._plans.clear()
@@ -477,7 +486,7 @@ def _try_nodes(
     search may only take devices with that attribute value (the counts that ranked the
     nodes ignore it, so they only admit too many nodes, never too few).
     """
-    choice = GeometryChoice()
+    choice = GeometryChoice() if geometric else None
     errors: dict[str, str] = {}
     searched = 0
     # What state.allocate builds, made once for all nodes.
@@ -522,6 +531,7 @@ def _try_nodes(
         actual = (-allocation_score(claims, results), key[1], key[2])
         broken = whole_devices_broken(pools, state.allocated, results) if geometric else None
         if broken is not None:
+            assert choice is not None
             choice.offer(actual, key, node.name, broken, results)
             if choice.done:
                 break
@@ -534,7 +544,11 @@ def _try_nodes(
             best = (actual, node, results)
     if prefiltered is not None:
         ruled_out = prefiltered()
-    if choice.best is not None and (best is None or choice.best[0][0] <= best[0][0]):
+    if (
+        choice is not None
+        and choice.best is not None
+        and (best is None or choice.best[0][0] <= best[0][0])
+    ):
         _, name, results = choice.best
         return Placement(name, tuple(results), nodes_searched=searched, nodes_prefiltered=ruled_out)
     if best is not None:

@@ -283,6 +283,8 @@ class QuotaBook:
         self._set(self._assumed, key, charges)
 
     def _set(self, table: dict[str, LazyCharges], key: str, charges: LazyCharges | None) -> None:
+        if charges is None and key not in table:
+            return  # nothing to forget
         before = self._confirmed.get(key) or self._assumed.get(key)
         if charges is not None:
             table[key] = charges

@@ -36,10 +36,13 @@ def allocation_score(
     """The score of allocations (one per claim, in order) of the claims."""
     score = 0
     for claim, allocation in zip(claims, allocations, strict=False):
-        points: dict[str, int] = {}
+        points: dict[str, int] | None = None  # made only for a claim with alternatives
         for request in claim.requests:
-            for index, sub in enumerate(request.first_available):
-                points[sub.full_name] = subrequest_points(index)
+            if request.first_available:
+                if points is None:
+                    points = {}
+                for index, sub in enumerate(request.first_available):
+                    points[sub.full_name] = subrequest_points(index)
         if not points:
             continue
         used = {device.request for device in allocation.devices}

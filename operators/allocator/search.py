@@ -112,6 +112,9 @@ class Search:
     available_counters: dict[PoolId, dict[str, dict[str, Nanos]]] = field(default_factory=dict)
     match_cache: dict[tuple[DeviceId, tuple[int, int, int]], bool] = field(default_factory=dict)
     quota: QuotaTally | None = None  # set in _prepare when a DeviceQuota applies
+    # Set by _prepare: no request can make the search backtrack by its own shape (see
+    # _straight_through), so the first free devices that pass are the search's answer.
+    straight: bool = False
 
     # --- entry point ---------------------------------------------------------
 
@@ -122,6 +125,8 @@ class Search:
         subclasses for problems of this node only.
         """
         self._prepare()
+        if self.straight and self._straight_through():
+            return [self._claim_result(i) for i in range(len(self.claims))]
         outcome = self._one(0, 0, 0, 0, False, 0, 0, 0)
         if outcome != _DONE:
             reasons = tuple(f"{p.name}: {p.invalid_reason}" for p in self.pools if p.invalid)
@@ -141,6 +146,7 @@ class Search:
         features = self.inputs.features
         if self.inputs.quotas is not None:
             self.quota = self.inputs.quotas.tally(self.claims)
+        straight = True
         for ci, claim in enumerate(self.claims):
             min_devices = 0
             for ri, request in enumerate(claim.requests):
@@ -178,9 +184,18 @@ class Search:
                             f"claim {claim.ref}, request {request.name}: missing device class name "
                             "(unsupported request type?)"
                         )
-                    rd = self._validate(claim, request.exactly, (ci, ri, 0))
+                    exactly = request.exactly
+                    rd = self._validate(claim, exactly, (ci, ri, 0))
                     self.data[(ci, ri, 0)] = rd
                     min_devices += rd.num_devices
+                    if (
+                        exactly.mode != "ExactCount"
+                        or exactly.admin_access
+                        or exactly.capacity_requests is not None
+                    ):
+                        straight = False
+                if subs:
+                    straight = False
             if min_devices > MAX_DEVICES_PER_CLAIM:
                 raise AllocationError(
                     f"claim {claim.ref}: number of requested devices {min_devices} "
@@ -196,6 +211,7 @@ class Search:
                 checkers.append(checker)
             self.constraints.append(checkers)
             self.picked.append([])
+        self.straight = straight
 
     def _validate(
         self, claim: CompiledClaim, request: CompiledRequest, key: tuple[int, int, int]
@@ -259,6 +275,114 @@ class Search:
             # (no subset of them): not on this node, under this value. Not an error either.
             rd.all_devices = []
         return rd
+
+    # --- the straight path -----------------------------------------------------
+
+    def _straight_through(self) -> bool:
+        """The search's answer without recursion, when it needs no backtracking.
+
+        The recursion walks forward, taking the first device that passes its checks,
+        request after request, and goes back only at a dead end. With only exact counts
+        (no alternatives, adminAccess or capacity requests) this walk makes the same
+        checks on the same devices in the same order (constraints against the devices
+        taken so far, a pin, quotas), with their side effects: selector errors raised from
+        the same device, the same quota refusals, the same step count. At a dead end, or
+        at a device whose taking the recursion handles with more state (counters, shared
+        capacity), it gives everything back and returns False: the recursion then
+        searches as always.
+        """
+        inputs = self.inputs
+        # The recursion's steps along this path: the first, one per device taken, per
+        # request and per claim done. ``self.steps`` follows them, so an error raised on
+        # the way reports the recursion's count; its budget holds here too.
+        budget = inputs.budget
+        bound = 1 + (MAX_DEVICES_PER_CLAIM + 1) * len(self.data) + len(self.claims)
+        if bound > budget and (
+            1 + sum(rd.num_devices + 1 for rd in self.data.values()) + len(self.claims) > budget
+        ):
+            return False  # the recursion reports the exceeded budget
+        self.steps = 1
+        if inputs.deadline is not None or inputs.cancelled is not None:
+            self._tick()
+        features = inputs.features
+        consumable = features.consumable_capacity
+        taints = features.device_taints
+        exclusive = inputs.allocated.exclusive
+        allocating = self.allocating
+        quota = self.quota
+        held = inputs.pin
+        taken: list[tuple[int, CompiledRequest, CompiledDevice]] = []
+        for ci, claim in enumerate(self.claims):
+            picked = self.picked[ci]
+            checkers = self.constraints[ci]
+            for ri in range(len(claim.requests)):
+                key = (ci, ri, 0)
+                rd = self.data[key]
+                need = rd.num_devices
+                if not need:
+                    self.steps += 1
+                    continue
+                request = rd.request
+                class_name = rd.cls.name
+                for pool in self.pools:
+                    if pool.incomplete or pool.invalid:
+                        continue
+                    for slice_ in pool.slices:
+                        for device in slice_.devices:
+                            did = device.id
+                            if did in allocating or did in exclusive:
+                                continue
+                            if not self._selectable(key, rd, device):
+                                continue
+                            if consumable and (
+                                device.allow_multiple or not self._capacity_fits(request, device)
+                            ):
+                                if device.allow_multiple:
+                                    return self._give_back(taken)
+                                continue
+                            if device.consumes_counters:
+                                if features.partitionable_devices:
+                                    return self._give_back(taken)
+                                continue
+                            if taints and self._taint_blocks(device, request):
+                                continue
+                            if held is not None and not held.admits(device):
+                                continue
+                            if checkers and not _add_to(checkers, request, device):
+                                continue
+                            if quota is not None and not quota.take(ci, class_name, device, None):
+                                for checker in reversed(checkers):
+                                    checker.remove(request.name, request.parent, device)
+                                continue
+                            allocating[did] = {ci}
+                            taken.append((ci, request, device))
+                            picked.append(_Picked(request, device, None, None))
+                            self.steps += 1
+                            need -= 1
+                            if not need:
+                                break
+                        if not need:
+                            break
+                    if not need:
+                        break
+                if need:
+                    return self._give_back(taken)
+                self.steps += 1
+            self.steps += 1
+        return True
+
+    def _give_back(self, taken: list[tuple[int, CompiledRequest, CompiledDevice]]) -> bool:
+        """Undo a straight walk that hit a dead end (see _straight_through)."""
+        for ci, request, device in reversed(taken):
+            del self.allocating[device.id]
+            for checker in reversed(self.constraints[ci]):
+                checker.remove(request.name, request.parent, device)
+            if self.quota is not None:
+                self.quota.give_back()
+        for picked in self.picked:
+            picked.clear()
+        self.steps = 0
+        return False
 
     # --- the recursion -------------------------------------------------------
 
@@ -765,3 +889,16 @@ class Search:
             if selector is not None:
                 selectors.append(selector)
         return merge_terms(selectors)
+
+
+def _add_to(
+    checkers: Sequence[Constraint], request: CompiledRequest, device: CompiledDevice
+) -> bool:
+    """Add the device to every constraint, or to none when one refuses it."""
+    name, parent = request.name, request.parent
+    for added, checker in enumerate(checkers):
+        if not checker.add(name, parent, device):
+            for earlier in reversed(checkers[:added]):
+                earlier.remove(name, parent, device)
+            return False
+    return True

@@ -316,6 +316,8 @@ class AllocatorState:
         key: str,
         usage: tuple[UsedDevice, ...] | None,
     ) -> None:
+        if not usage and key not in table:
+            return  # nothing to forget (remove_claim clears both tables of every claim)
         before = self._effective(key)
         if usage:
             table[key] = usage

@@ -1,4 +1,5 @@
-"""The device search gives upstream's outcome even where it takes shortcuts.
+"""The device search gives upstream's outcome even where it takes shortcuts: the pinned
+``matchAttribute`` value, and the straight walk that stands in for the recursion.
 
 Upstream evaluates a request's selectors on every device that is not in use before it
 looks at constraints, and a CEL runtime error there ends the allocation with that error.
@@ -8,11 +9,17 @@ out; that must not hide the error upstream would have met on them.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from operators.allocator import AllocationError, AllocatorState
+from operators.allocator.allocated import UsedDevice
+from operators.allocator.search import Search
 
 DRIVER = "gpu.example.com"
 NODE = "node-a"
@@ -101,3 +108,117 @@ def test_ruled_out_devices_whose_selectors_evaluate_are_still_passed_over() -> N
     assert result is not None
     picked = [(r.request, r.device) for r in result[0].devices]
     assert picked == [("r0", "d0"), ("r1", "d2")]
+
+
+# --- the straight path: the recursion's answer without recursing --------------------------
+
+
+def plain_claim(
+    *requests: tuple[str, int, str | None], constraint: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A claim of exact-count requests (name, count, selector expression or None), and a
+    constraint over all of them."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-p", "resourceVersion": "1"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": name,
+                        "exactly": {
+                            "deviceClassName": "any",
+                            "count": count,
+                            **({"selectors": [{"cel": {"expression": cel}}]} if cel else {}),
+                        },
+                    }
+                    for name, count, cel in requests
+                ],
+                **({"constraints": [constraint]} if constraint else {}),
+            }
+        },
+    }
+
+
+def outcome(state: AllocatorState, claim: dict[str, Any], straight: bool) -> tuple[object, int]:
+    """(the devices per request, or the error) and the steps, with or without the
+    straight path."""
+    search = state.search([claim], NODE)
+    patch = nullcontext() if straight else mock.patch.object(Search, "_straight_through", no)
+    with patch:
+        try:
+            result = search.run()
+        except AllocationError as err:
+            return str(err), search.steps
+    if result is None:
+        return None, search.steps
+    return [(r.request, r.device) for r in result[0].devices], search.steps
+
+
+def no(_search: Search) -> bool:
+    return False
+
+
+def test_a_dead_end_of_the_straight_walk_is_searched_by_the_recursion() -> None:
+    # The walk gives r0 the first device (model a) and then has none left for r1, which
+    # takes model a only: the recursion backtracks and gives r0 d1 instead.
+    state = state_with(slice_("s", [device("d0", "a"), device("d1", "b")]))
+    claim = plain_claim(("r0", 1, None), ("r1", 1, f'device.attributes["{DRIVER}"].model == "a"'))
+    taken, steps = outcome(state, claim, straight=True)
+    assert taken == [("r0", "d1"), ("r1", "d0")]
+    assert (taken, steps) == outcome(state, claim, straight=False)
+
+
+def test_the_straight_walk_takes_what_the_recursion_takes_in_as_many_steps() -> None:
+    state = state_with(slice_("s", [device(f"d{i}", "ab"[i % 2], memory=i) for i in range(6)]))
+    state.allocated.add(UsedDevice((DRIVER, "pool", "d0")))
+    claim = plain_claim(("r0", 2, f'device.attributes["{DRIVER}"].model == "b"'), ("r1", 2, None))
+    taken = [("r0", "d1"), ("r0", "d3"), ("r1", "d2"), ("r1", "d4")]
+    assert outcome(state, claim, straight=True) == (taken, 8)
+    assert outcome(state, claim, straight=False) == (taken, 8)
+
+
+SELECTORS = (
+    None,
+    f'device.attributes["{DRIVER}"].model == "a"',
+    f'device.attributes["{DRIVER}"].model == "b"',
+    f'device.attributes["{DRIVER}"].memory > 1',  # a runtime error where `memory` is missing
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    devices=st.lists(
+        st.tuples(st.sampled_from("ab"), st.one_of(st.none(), st.integers(0, 3)), st.booleans()),
+        min_size=0,
+        max_size=7,
+    ),
+    requests=st.lists(
+        st.tuples(st.integers(1, 3), st.sampled_from(SELECTORS)), min_size=1, max_size=3
+    ),
+    constraint=st.sampled_from((None, "matchAttribute", "distinctAttribute")),
+)
+def test_the_straight_walk_agrees_with_the_recursion(
+    devices: list[tuple[str, int | None, bool]],
+    requests: list[tuple[int, str | None]],
+    constraint: str | None,
+) -> None:
+    """Same devices or the same error, in as many steps, with and without the walk, over
+    devices with and without the attribute a selector reads, some already in use, under a
+    constraint on the model (matched) or the memory (distinct; some devices lack it)."""
+    items = [
+        device(f"d{i}", model, **({"memory": memory} if memory is not None else {}))
+        for i, (model, memory, _) in enumerate(devices)
+    ]
+    state = state_with(slice_("s", items))
+    for i, (_, _, in_use) in enumerate(devices):
+        if in_use:
+            state.allocated.add(UsedDevice((DRIVER, "pool", f"d{i}")))
+    names = [f"r{i}" for i in range(len(requests))]
+    attribute = {"matchAttribute": "model", "distinctAttribute": "memory"}.get(constraint or "")
+    claim = plain_claim(
+        *((name, count, cel) for name, (count, cel) in zip(names, requests, strict=True)),
+        constraint={"requests": names, constraint: f"{DRIVER}/{attribute}"} if constraint else None,
+    )
+    assert outcome(state, claim, straight=True) == outcome(state, claim, straight=False)
