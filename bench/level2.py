@@ -133,6 +133,10 @@ class Level2Result:
     writes: dict[str, int] = field(default_factory=dict)
     # The API server's mean time per write in the window (ms; Lease renewals left out).
     write_ms: float | None = None
+    # CPU time per bound pod in the window (ms), by process: the control plane's
+    # components, the operator, and the harness (this process). On a machine of few
+    # cores it shows who the pods' throughput is spent on.
+    cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -145,6 +149,7 @@ class Level2Result:
             "writesPerPod": self.writes_per_pod,
             "writes": self.writes,
             "writeMs": self.write_ms,
+            "cpuMsPerPod": self.cpu_ms_per_pod,
             "note": self.note,
         }
 
@@ -245,6 +250,11 @@ class Testbed:
             key = f"{verb} {resource}"
             counts[key] = counts.get(key, 0) + int(float(value))
         return counts
+
+    def pids(self) -> dict[str, int]:
+        """The control plane's processes by component name (testbed/up's state.json)."""
+        raw = json.loads((self.state_dir / "state.json").read_text())
+        return {c["name"]: int(c["pid"]) for c in raw.get("components", [])}
 
     def write_time(self) -> tuple[float, int]:
         """(seconds, requests): the API server's time on writes so far, Lease renewals
@@ -512,8 +522,33 @@ class Harness:
             await self.create_pod("test", f"test-dra-{index}")
 
 
-async def measure(testbed: Testbed, scenario: Scenario, system: System) -> Level2Result:
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User plus system CPU seconds each process has used so far (absent: exited). The
+    harness is this process (its threads included)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for name, pid in pids.items():
+        if pid == os.getpid():
+            usage = os.times()
+            out[name] = usage.user + usage.system
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        # Fields after the command name (which may hold spaces): utime and stime are 14, 15.
+        fields = stat.rsplit(")", 1)[1].split()
+        out[name] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+async def measure(
+    testbed: Testbed, scenario: Scenario, system: System, operator_pid: int | None = None
+) -> Level2Result:
     workload = scenario.workload
+    pids = {**testbed.pids(), "harness": os.getpid()}
+    if operator_pid is not None:
+        pids["operator"] = operator_pid
     client = await KubeClient.connect(str(testbed.kubeconfig), user_agent="dralloc-bench")
     try:
         harness = Harness(client, scenario, system)
@@ -528,6 +563,7 @@ async def measure(testbed: Testbed, scenario: Scenario, system: System) -> Level
                 )
         before = await asyncio.to_thread(testbed.write_counts)
         time_before = await asyncio.to_thread(testbed.write_time)
+        cpu_before = cpu_seconds(pids)
         harness.harness_writes = 0
         if workload.mode == "fill":
             pods, seconds = await harness.fill("test", workload.measure_pods)
@@ -539,6 +575,7 @@ async def measure(testbed: Testbed, scenario: Scenario, system: System) -> Level
         else:
             pods, seconds = await harness.steady(STEADY_SECONDS, workload.in_flight)
             note = f"steady state, {STEADY_SECONDS:.0f}s"
+        cpu_after = cpu_seconds(pids)
         after = await asyncio.to_thread(testbed.write_counts)
         time_after = await asyncio.to_thread(testbed.write_time)
     finally:
@@ -558,6 +595,11 @@ async def measure(testbed: Testbed, scenario: Scenario, system: System) -> Level
         writes_per_pod=control_plane / pods if pods else None,
         writes=delta,
         write_ms=1000 * write_seconds / write_requests if write_requests else None,
+        cpu_ms_per_pod={
+            name: 1000 * (cpu_after[name] - cpu_before[name]) / pods
+            for name in cpu_after
+            if name in cpu_before and pods
+        },
         note=note,
     )
 
@@ -656,7 +698,9 @@ def run_one(
                     operator.process.pid, testbed.state_dir / "operator.stacks"
                 )
         try:
-            result = asyncio.run(measure(testbed, scenario, system))
+            result = asyncio.run(
+                measure(testbed, scenario, system, operator.process.pid if operator else None)
+            )
         finally:
             stop_profiler(profiler)
         if profiler is not None:

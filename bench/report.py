@@ -174,6 +174,30 @@ def level2_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def level2_cpu_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """CPU milliseconds per bound pod by process, one line per workload and system."""
+    names: list[str] = []
+    for row in rows:
+        for name in row.get("cpuMsPerPod") or {}:
+            if name not in names:
+                names.append(name)
+    if not names:
+        return []
+    lines = [
+        f"| workload | system | {' | '.join(names)} | total |",
+        f"|---|---|{'---:|' * (len(names) + 1)}",
+    ]
+    for row in rows:
+        cpu = row.get("cpuMsPerPod") or {}
+        if not cpu:
+            continue
+        cells = " | ".join(_fmt(cpu.get(name), 1) for name in names)
+        lines.append(
+            f"| {row['workload']} | {row['system']} | {cells} | {_fmt(sum(cpu.values()), 1)} |"
+        )
+    return lines
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     out = ["# dralloc benchmark results", ""]
     m = results.get("machine", {})
@@ -216,6 +240,16 @@ def markdown(results: Mapping[str, Any]) -> str:
             WRITES_FLOOR,
             "",
         ]
+        cpu_table = level2_cpu_table(level2)
+        if cpu_table:
+            out += [
+                "CPU per bound pod, by process (ms, user + system, the measured window): "
+                f"with {m.get('cores', '?')} cores, N pods/s leave {m.get('cores', '?')}000/N "
+                "ms of CPU per pod to share.",
+                "",
+                *cpu_table,
+                "",
+            ]
     skipped = results.get("skipped") or {}
     for part, reason in skipped.items():
         out.append(f"- {part} skipped: {reason}")

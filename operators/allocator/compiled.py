@@ -505,7 +505,9 @@ ClaimSpecParts = tuple[
 ]
 
 
-def compile_claim(obj: Any, spec_cache: dict[str, ClaimSpecParts] | None = None) -> CompiledClaim:
+def compile_claim(
+    obj: Any, spec_cache: dict[bytes, ClaimSpecParts] | None = None
+) -> CompiledClaim:
     """A claim as the search reads it.
 
     Claims made from one template differ only in their metadata, so with ``spec_cache`` a
@@ -515,8 +517,10 @@ def compile_claim(obj: Any, spec_cache: dict[str, ClaimSpecParts] | None = None)
     spec_json = None
     if spec_cache is not None and type(obj) is not dict:  # a dict has no attributes; no ABC check
         spec = getattr(obj, "spec", None)
-        if spec is not None and hasattr(spec, "model_dump_json"):
-            spec_json = spec.model_dump_json(by_alias=True, exclude_none=True)
+        serializer = getattr(type(spec), "__pydantic_serializer__", None)
+        if serializer is not None:
+            # model_dump_json's own serializer call, without its keyword handling
+            spec_json = serializer.to_json(spec, by_alias=True, exclude_none=True)
     if spec_json is None or spec_cache is None:
         data = as_dict(obj)
         meta = data.get("metadata") or {}

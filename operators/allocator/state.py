@@ -131,7 +131,7 @@ class AllocatorState:
         # version is never asked for again once a newer one has been, and a claim's
         # unallocated version would otherwise stay for as long as it is allocated).
         self._claim_cache: dict[str, CompiledClaim] = {}
-        self._spec_cache: dict[str, ClaimSpecParts] = {}
+        self._spec_cache: dict[bytes, ClaimSpecParts] = {}
         self.plans = PlanCache()  # find_node's demands per template (placement.py)
         self._pool_cache: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
         self.slices_version = 0

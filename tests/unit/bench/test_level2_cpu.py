@@ -1,0 +1,51 @@
+"""Level 2's CPU accounting: per process, from /proc, and its report table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from bench import report
+from bench.level2 import cpu_seconds
+
+
+def test_cpu_seconds_counts_a_busy_process_and_this_one_and_skips_the_gone() -> None:
+    busy = subprocess.Popen(
+        [sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"]
+    )
+    try:
+        # Exited but not reaped: its /proc entry still holds what it used.
+        os.waitid(os.P_PID, busy.pid, os.WEXITED | os.WNOWAIT)
+        used = cpu_seconds({"busy": busy.pid, "harness": os.getpid()})
+    finally:
+        busy.wait()
+    assert used["busy"] >= 1.0  # a 3 s busy loop, even on a loaded machine
+    start = time.process_time()
+    while time.process_time() - start < 0.1:
+        pass
+    assert cpu_seconds({"harness": os.getpid()})["harness"] >= used["harness"] + 0.05
+    assert cpu_seconds({"gone": 2**22 + 12345}) == {}
+
+
+def test_the_cpu_table_has_a_column_per_process_and_a_total() -> None:
+    rows = [
+        {
+            "workload": "w",
+            "system": "in-tree",
+            "cpuMsPerPod": {"kube-apiserver": 20.0, "etcd": 5.0},
+        },
+        {
+            "workload": "w",
+            "system": "dralloc",
+            "cpuMsPerPod": {"kube-apiserver": 12.0, "operator": 3.5},
+        },
+        {"workload": "w", "system": "old run"},
+    ]
+    lines = report.level2_cpu_table(rows)
+    assert lines[0] == "| workload | system | kube-apiserver | etcd | operator | total |"
+    assert lines[2] == "| w | in-tree | 20.0 | 5.0 | - | 25.0 |"
+    assert lines[3] == "| w | dralloc | 12.0 | - | 3.5 | 15.5 |"
+    assert len(lines) == 4
+    assert report.level2_cpu_table([{"workload": "w", "system": "s"}]) == []
