@@ -123,6 +123,10 @@ class CompiledDevice:
     # capacity then fits while no share is in use (consuming each in full), with no
     # arithmetic. Fixed per device, so the search skips the capacity work per pod.
     plain_capacity: bool = False
+    # What a selector sees of the device (driver, attributes, capacities), one shared
+    # object for every device that looks the same (see ``_look``): the evaluator keys its
+    # views and results by it.
+    look: tuple[Any, ...] = ()
     # Selector results keyed by CEL expression; dropped with the device when
     # its slice changes, so "per (expression, device, slice generation)".
     selector_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -385,13 +389,15 @@ def compile_device(
     node_selector, _ = _parse_selector_or_error(data.get("nodeSelector"))
     bc = data.get("bindingConditions")
     bfc = data.get("bindingFailureConditions")
+    attributes = {
+        str(k): AttributeValue.parse(v or {}) for k, v in (data.get("attributes") or {}).items()
+    }
+    look = _look(driver, attributes, capacity)
     return CompiledDevice(
         id=(driver, pool, name),
         name=name,
         slice_name=slice_name,
-        attributes={
-            str(k): AttributeValue.parse(v or {}) for k, v in (data.get("attributes") or {}).items()
-        },
+        attributes=look[1],
         capacity=capacity,
         consumes_counters=tuple(
             (str(c["counterSet"]), _nanos_map(c.get("counters")))
@@ -409,7 +415,34 @@ def compile_device(
         slice_node_name=slice_node[1],
         slice_node_selector=slice_node[2],
         plain_capacity=all(e.policy is None and e.value >= 0 for e in capacity.values()),
+        look=look,
     )
+
+
+# Looks of devices compiled so far; past the bound the table starts again (devices keep
+# theirs, so a cluster of more kinds of device only shares less).
+_LOOKS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+MAX_LOOKS = 50_000
+
+
+def _look(
+    driver: str, attributes: dict[str, AttributeValue], capacity: Mapping[str, CapacityEntry]
+) -> tuple[Any, ...]:
+    """(driver, attributes, capacities in their published notation): the same object for
+    devices that look the same, whose attributes mapping is then shared too. Devices of
+    one model differ in few attributes, if any, so selector work and memory go per kind
+    of device rather than per device."""
+    key = (
+        driver,
+        tuple(attributes.items()),
+        tuple((name, str(entry.quantity)) for name, entry in capacity.items()),
+    )
+    found = _LOOKS.get(key)
+    if found is None:
+        if len(_LOOKS) >= MAX_LOOKS:
+            _LOOKS.clear()
+        found = _LOOKS[key] = (driver, attributes, key)
+    return found
 
 
 def compile_slice(obj: Any) -> CompiledSlice:
@@ -505,9 +538,7 @@ ClaimSpecParts = tuple[
 ]
 
 
-def compile_claim(
-    obj: Any, spec_cache: dict[bytes, ClaimSpecParts] | None = None
-) -> CompiledClaim:
+def compile_claim(obj: Any, spec_cache: dict[bytes, ClaimSpecParts] | None = None) -> CompiledClaim:
     """A claim as the search reads it.
 
     Claims made from one template differ only in their metadata, so with ``spec_cache`` a

@@ -37,12 +37,22 @@ def _plain_value(attr: AttributeValue) -> Any:
     return values if attr.is_list else values[0]
 
 
+# Kinds of device whose view is kept for sharing; past it the table starts again (devices
+# keep the view they have, so a cluster of more kinds only shares less).
+MAX_SHARED_VIEWS = 50_000
+
+
 class SelectorEvaluator:
     """Evaluates selector expressions against devices, caching per device."""
 
     def __init__(self, features: Features) -> None:
         self._features = features
         self._programs: dict[str, Any] = {}
+        # Devices that look the same to a selector (driver, attributes, capacities) share
+        # one view and its results: the devices of a node, of a model, are mostly alike,
+        # so a selector runs once per kind of device rather than once per device.
+        # Keyed by the device's look (compiled.py), an object shared by such devices.
+        self._views: dict[tuple[int, bool], tuple[Any, Any, dict[str, Any]]] = {}
         self.evaluations = 0  # CEL evaluations actually run (cache misses)
         self.deadline: tuple[float, float] | None = None
         """(monotonic deadline, budget in seconds) of the decision running now, if any:
@@ -78,39 +88,58 @@ class SelectorEvaluator:
         return None
 
     def view(self, device: CompiledDevice) -> Any:
-        """The CEL view of a device, built once per compiled device."""
+        """The CEL view of a device, built once per kind of device (see ``_shared``)."""
+        return self._shared(device)[0]
+
+    def _shared(self, device: CompiledDevice) -> tuple[Any, dict[str, Any]]:
+        """(view, results by expression), shared by every device that looks the same."""
         if device.view_cache:
-            return device.view_cache[0]
-        try:
-            view: Any = cel.DeviceView.build(
-                device.id[0],
-                {name: _plain_value(attr) for name, attr in device.attributes.items()},
-                {name: entry.quantity for name, entry in device.capacity.items()},
-                device.allow_multiple if self._features.consumable_capacity else False,
-            )
-        except (cel.CELError, ValueError) as err:
-            # ValueError: a version attribute that is not semver; upstream reports
-            # it when a selector runs on the device, not when the slice is read.
-            view = SelectorRuntimeError(str(err))
-        device.view_cache.append(view)
-        return view
+            return device.view_cache[0]  # type: ignore[no-any-return]
+        allow_multiple = device.allow_multiple if self._features.consumable_capacity else False
+        look = device.look
+        key = (id(look), allow_multiple)
+        kept = self._views.get(key) if look else None  # a device made without a look: its own
+        if kept is not None and kept[0] is look:  # not a later object under a reused id
+            shared = kept[1], kept[2]
+        else:
+            try:
+                view: Any = cel.DeviceView.build(
+                    device.id[0],
+                    {name: _plain_value(attr) for name, attr in device.attributes.items()},
+                    {name: entry.quantity for name, entry in device.capacity.items()},
+                    allow_multiple,
+                )
+            except (cel.CELError, ValueError) as err:
+                # ValueError: a version attribute that is not semver; upstream reports
+                # it when a selector runs on the device, not when the slice is read.
+                view = SelectorRuntimeError(str(err))
+            shared = view, {}
+            if look:
+                if len(self._views) >= MAX_SHARED_VIEWS:
+                    self._views.clear()
+                self._views[key] = (look, *shared)
+        device.view_cache.append(shared)
+        return shared
 
     def matches(self, expression: str, device: CompiledDevice) -> bool:
         """Whether the device passes; raises SelectorCompileError/SelectorRuntimeError."""
         cached = device.selector_cache.get(expression)
         if cached is None:
-            program = self._program(expression)
-            view = self.view(device)
-            if isinstance(view, SelectorRuntimeError):
-                cached = view
-            else:
-                if self.deadline is not None and time.monotonic() > self.deadline[0]:
-                    raise DecisionTimeout(self.deadline[1])
-                self.evaluations += 1
-                try:
-                    cached = bool(program.evaluate(view))
-                except cel.CELError as err:
-                    cached = SelectorRuntimeError(str(err))
+            view, results = self._shared(device)
+            cached = results.get(expression)
+            if cached is None:
+                program = self._program(expression)
+                if isinstance(view, SelectorRuntimeError):
+                    cached = view
+                else:
+                    if self.deadline is not None and time.monotonic() > self.deadline[0]:
+                        raise DecisionTimeout(self.deadline[1])
+                    self.evaluations += 1
+                    try:
+                        cached = bool(program.evaluate(view))
+                    except cel.CELError as err:
+                        cached = SelectorRuntimeError(str(err))
+                results[expression] = cached
             device.selector_cache[expression] = cached
         if isinstance(cached, SelectorRuntimeError):
             raise cached
