@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from operators.api.base import SHARED_PARTS
 from operators.api.errors import FieldError, InvalidObjectError, describe
 from operators.api.models import (
     API_VERSION,
@@ -104,6 +105,6 @@ def parse_object(obj: Mapping[str, Any]) -> APIObject:
             what, [FieldError("kind", f"must be one of {sorted(KINDS)}, not {obj.get('kind')!r}")]
         )
     try:
-        return model.model_validate(obj)
+        return model.model_validate(obj, context=SHARED_PARTS)
     except ValidationError as exc:
         raise InvalidObjectError(what, describe(exc)) from None

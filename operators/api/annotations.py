@@ -15,9 +15,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
 
-from operators.api.base import DNSLabel, DriverName, KubeModel, PoolName, RequestReference, ShareID
+from operators.api.base import (
+    SHARED_PARTS,
+    DNSLabel,
+    DriverName,
+    KubeModel,
+    PoolName,
+    RequestReference,
+    Shared,
+    ShareID,
+    scalar_items,
+)
 from operators.api.errors import describe, field_error
 from operators.api.limits import (
     DEVICE_MAX_DOMAIN_LENGTH,
@@ -102,6 +120,15 @@ class PodResourceClaim(KubeModel):
                 "", "exactly one of resourceClaimName or resourceClaimTemplateName must be set"
             )
         return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        # The pods of one workload ask with the same entries (one template's name).
+        return _SHARED_ENTRIES(cls, data, handler, info)
+
+
+_SHARED_ENTRIES = Shared(scalar_items)
 
 
 class PodResourceClaimStatus(KubeModel):
@@ -197,7 +224,7 @@ def _parse_list(
             annotation, [f"has {len(data)} entries; at most {max_items} are allowed"]
         )
     try:
-        items = adapter.validate_python(data)
+        items = adapter.validate_python(data, context=SHARED_PARTS)
     except ValidationError as exc:
         raise AnnotationError(annotation, [str(e) for e in describe(exc)]) from None
     seen: set[str] = set()

@@ -4,7 +4,10 @@ Conventions (other packages rely on them):
 - Python names are snake_case, JSON names camelCase (`device_class_name` <-> `deviceClassName`);
   both are accepted on input, and `to_kube()` writes the JSON names, leaving out unset fields.
 - Models are frozen, and lists are tuples, so a validated object can be shared between the
-  cache, the allocator and the controllers without copies.
+  cache, the allocator and the controllers without copies. The parsers (``context=
+  SHARED_PARTS``) go further: equal repeated parts of different objects are one instance
+  (see `Shared`), so the mappings inside a model (opaque parameters, capacity requests) are
+  never to be changed in place either.
 - Unknown fields are ignored, not rejected (`extra="ignore"`): in-tree objects carry fields
   from newer Kubernetes versions and alpha gates, and a watch event must never fail because
   of a field we do not model. The CRD schemas prune unknown fields on our own group anyway.
@@ -12,9 +15,18 @@ Conventions (other packages rely on them):
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Self
+import json
+from collections.abc import Callable, Hashable
+from typing import Annotated, Any, Final, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from operators.api import limits
@@ -89,6 +101,136 @@ class NullTolerantModel(KubeModel):
             if unset:
                 data = {k: v for k, v in data.items() if v is not None or k not in unset}
         return data
+
+
+class SharingContext:
+    """The validation context under which :class:`Shared` parts are shared.
+
+    Sharing is opt-in per validation: only the parsers of API objects and annotations pass
+    :data:`SHARED_PARTS` (python input, lax, aliases and names as configured). Any other
+    validation (a constructor, ``model_validate`` without it, strict or JSON mode, other
+    options) validates as usual and neither reads nor fills the tables, so a table only
+    ever holds what one fixed kind of validation made of an input.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SHARED_PARTS"
+
+
+SHARED_PARTS: Final = SharingContext()
+"""Pass as ``context=`` to validate objects whose repeated parts are shared."""
+
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+_JSON_SCALARS: Final = frozenset({str, int, bool, float, type(None)})
+_MAX_DEPTH: Final = 64
+
+
+class Shared:
+    """Equal inputs validated once, into one instance that every object holding it shares.
+
+    For the parts of an object that repeat across many objects (a device attribute such as
+    ``{"string": "A100"}`` on every device of a model; the spec of every claim made from
+    one template): the watch cache keeps thousands of them, and a pydantic instance costs
+    hundreds of bytes. Used from a ``mode="wrap"`` model validator, which passes its class,
+    input, handler and info.
+
+    A cached instance is returned only where validating the input would give an equal one:
+    - only under :data:`SHARED_PARTS` in python mode, never otherwise; in particular never
+      from a constructor (pydantic then fills the instance being built, and one returned in
+      its place would leave that instance empty);
+    - ``key`` maps an input to a hashable that tells apart every two inputs that may validate
+      differently: exact types (``1``, ``1.0`` and ``True`` are equal in Python and hash
+      alike; an ``int`` key of a mapping is not a ``str`` one), key order kept; it raises
+      TypeError (or ValueError) for an input it cannot key, which is then validated as usual;
+    - one table per class, so a subclass never gets an instance of its base;
+    - only successful validations are kept, so an input that fails fails every time.
+
+    The instances are frozen models. With ``fresh`` (a JSON key), what is validated on a
+    miss is ``fresh(key)``, a copy owned by the table, so a shared instance holds nothing of
+    one caller's input (``Any`` fields keep their input as is) that the caller could change.
+    The table is cleared when full, so it stays small however many distinct values pass.
+    """
+
+    def __init__(
+        self,
+        key: Callable[[dict[str, Any]], Hashable],
+        limit: int = 4096,
+        fresh: Callable[[Any], dict[str, Any]] | None = None,
+    ) -> None:
+        self.key = key
+        self.limit = limit
+        self.fresh = fresh
+        self._tables: dict[type, dict[Hashable, Any]] = {}
+
+    def __call__(
+        self, cls: type, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        if type(data) is not dict or info.context is not SHARED_PARTS or info.mode != "python":
+            return handler(data)
+        try:
+            key = self.key(data)
+            table = self._tables.get(cls)
+            found = None if table is None else table.get(key)
+        except (TypeError, ValueError, RecursionError):
+            return handler(data)
+        if found is None:
+            found = handler(data if self.fresh is None else self.fresh(key))
+            if type(found) is not cls:  # not a plain instance of the class: not shared
+                return found
+            if table is None:
+                table = self._tables[cls] = {}
+            elif len(table) >= self.limit:
+                table.clear()
+            table[key] = found
+        return found
+
+    def clear(self) -> None:
+        """Forget every shared instance (tests)."""
+        self._tables.clear()
+
+
+def scalar_items(data: dict[str, Any]) -> Hashable:
+    """The key of a mapping of str, int, bool or None values (TypeError for any other)."""
+    for name, value in data.items():
+        if type(name) is not str or type(value) not in _SCALARS:
+            raise TypeError(name)
+    return tuple((name, type(value), value) for name, value in data.items())
+
+
+def _check_json(value: Any, depth: int) -> None:
+    kind = type(value)
+    if kind is dict:
+        if depth >= _MAX_DEPTH:
+            raise ValueError("too deep to key")
+        for name, item in value.items():
+            if type(name) is not str:
+                raise TypeError(name)
+            _check_json(item, depth + 1)
+    elif kind is list:
+        if depth >= _MAX_DEPTH:
+            raise ValueError("too deep to key")
+        for item in value:
+            _check_json(item, depth + 1)
+    elif kind not in _JSON_SCALARS:
+        raise TypeError(kind)
+
+
+def json_text(data: Any) -> str:
+    """The key of a JSON value made of exact ``dict`` (``str`` keys), ``list``, ``str``,
+    ``int``, ``bool``, ``float`` and ``None``: its JSON text, key order kept; TypeError for
+    any other type (a tuple, an ``int`` key, a ``str`` subclass), ValueError when nested too
+    deep. On that domain the text tells every two values apart (``ensure_ascii=False``: an
+    escaped pair of surrogates would read as the character they encode), and ``json.loads``
+    gives back an equal value of the same types."""
+    _check_json(data, 0)
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_copy(key: Any) -> Any:
+    """The value a :func:`json_text` key was made from, as a new object."""
+    return json.loads(key)
 
 
 def _constrained(pattern: str, max_length: int, min_length: int | None = None) -> Any:

@@ -7,12 +7,12 @@ Only the fields dralloc reads or writes are modelled; the rest of an object's me
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, ValidatorFunctionWrapHandler, model_validator
 
 from operators.api import limits
-from operators.api.base import ConditionType, KubeModel
+from operators.api.base import ConditionType, KubeModel, Shared, json_copy, json_text
 
 
 class OwnerReference(KubeModel):
@@ -118,3 +118,12 @@ class NodeSelector(KubeModel):
 
     node_selector_terms: tuple[NodeSelectorTerm, ...]
     """The terms; a node matches if it matches any of them."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        # An allocation's selector names its node: the claims on one node all carry it.
+        return _SHARED_SELECTORS(cls, data, handler, info)
+
+
+_SHARED_SELECTORS = Shared(json_text, fresh=json_copy)

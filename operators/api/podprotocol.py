@@ -31,6 +31,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from operators.api import annotations as ann
+from operators.api.base import SHARED_PARTS
 from operators.api.common import KUBERNETES_GROUP
 from operators.api.errors import describe
 from operators.api.limits import POD_RESOURCE_CLAIMS_MAX_SIZE
@@ -151,7 +152,8 @@ def _spec_claims(entries: Any) -> tuple[tuple[ann.PodResourceClaim, ...], str]:
     try:
         return tuple(
             ann.PodResourceClaim.model_validate(
-                {k: v for k, v in e.items() if k in _SPEC_CLAIM_FIELDS and v is not None}
+                {k: v for k, v in e.items() if k in _SPEC_CLAIM_FIELDS and v is not None},
+                context=SHARED_PARTS,
             )
             for e in entries
         ), ""

@@ -5,7 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
 
 from operators.api import limits
 from operators.api.base import (
@@ -20,8 +26,11 @@ from operators.api.base import (
     PoolName,
     QualifiedName,
     RequestReference,
+    Shared,
     ShareID,
     cel_rules,
+    json_copy,
+    json_text,
     list_map,
     unique_by,
 )
@@ -242,6 +251,15 @@ class ResourceClaimSpec(NullTolerantModel):
 
     devices: DeviceClaim = Field(default_factory=DeviceClaim)
     """The devices wanted."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        # Every claim made from one template has the same spec.
+        return _SHARED_SPECS(cls, data, handler, info)
+
+
+_SHARED_SPECS = Shared(json_text, limit=1024, fresh=json_copy)
 
 
 class DeviceRequestAllocationResult(NullTolerantModel):

@@ -7,9 +7,18 @@ per-device and per-attribute validators; see `_check_device`.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from operators.api import limits
@@ -24,7 +33,9 @@ from operators.api.base import (
     PoolName,
     QualifiedName,
     SemverString,
+    Shared,
     cel_rules,
+    scalar_items,
     unique_by,
 )
 from operators.api.common import (
@@ -41,6 +52,9 @@ from operators.api.quantity import Quantity
 from operators.api.semver import Semver
 
 AttributeValue = int | bool | str | Semver | tuple[int, ...] | tuple[bool, ...] | tuple[str, ...]
+
+_SHARED_ATTRIBUTES = Shared(scalar_items)
+_SHARED_CAPACITIES = Shared(scalar_items)
 
 
 class DeviceAttribute(KubeModel):
@@ -71,6 +85,12 @@ class DeviceAttribute(KubeModel):
     """A non-empty list of strings (DRAListTypeAttributes)."""
     versions: tuple[SemverString, ...] | None = None
     """A non-empty list of semantic versions (DRAListTypeAttributes)."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        # Most attributes (model, family, driver version) repeat on every device.
+        return _SHARED_ATTRIBUTES(cls, data, handler, info)
 
     @property
     def value(self) -> AttributeValue:
@@ -150,6 +170,12 @@ class DeviceCapacity(KubeModel):
     """The total amount."""
     request_policy: CapacityRequestPolicy | None = None
     """How requests consume it; only for devices with allowMultipleAllocations."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _shared(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        # A plain capacity (no request policy: a mapping, so not keyed) repeats per device.
+        return _SHARED_CAPACITIES(cls, data, handler, info)
 
 
 class Counter(KubeModel):

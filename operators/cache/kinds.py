@@ -11,6 +11,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from operators.api.base import SHARED_PARTS
 from operators.api.models import (
     DeviceClass,
     DeviceQuota,
@@ -50,12 +51,14 @@ def parsers(protocol: PodProtocol = DRALLOC) -> Mapping[Resource, Parser[Any]]:
 
 
 _DRA_PARSERS: Mapping[Resource, Parser[Any]] = {
-    DEVICE_CLASSES: DeviceClass.model_validate,
-    RESOURCE_CLAIMS: ResourceClaim.model_validate,
-    RESOURCE_CLAIM_TEMPLATES: ResourceClaimTemplate.model_validate,
-    RESOURCE_SLICES: ResourceSlice.model_validate,
-    DEVICE_TAINT_RULES: DeviceTaintRule.model_validate,
-    DEVICE_QUOTAS: DeviceQuota.model_validate,
+    DEVICE_CLASSES: functools.partial(DeviceClass.model_validate, context=SHARED_PARTS),
+    RESOURCE_CLAIMS: functools.partial(ResourceClaim.model_validate, context=SHARED_PARTS),
+    RESOURCE_CLAIM_TEMPLATES: functools.partial(
+        ResourceClaimTemplate.model_validate, context=SHARED_PARTS
+    ),
+    RESOURCE_SLICES: functools.partial(ResourceSlice.model_validate, context=SHARED_PARTS),
+    DEVICE_TAINT_RULES: functools.partial(DeviceTaintRule.model_validate, context=SHARED_PARTS),
+    DEVICE_QUOTAS: functools.partial(DeviceQuota.model_validate, context=SHARED_PARTS),
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from operators.allocator.nodes import NODE_NAME_FIELD, NodeSelector, NodeSelectorError
 from operators.api.annotations import DEVICES_ANNOTATION
+from operators.api.base import json_copy, json_text
 from operators.scheduling import resources
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -214,7 +215,7 @@ def parse_pod_needs(raw: Mapping[str, Any]) -> PodNeeds:
         host_ports=_host_ports(spec),
         node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
         node_affinity=node_affinity,
-        tolerations=tuple(spec.get("tolerations") or ()),
+        tolerations=_tolerations(spec.get("tolerations")),
         affinity=tuple(_term(t, namespace, labels) for t in pod_affinity or ()),
         anti_affinity=tuple(_term(t, namespace, labels) for t in pod_anti or ()),
         spread=tuple(
@@ -225,6 +226,32 @@ def parse_pod_needs(raw: Mapping[str, Any]) -> PodNeeds:
         pinned_node=_pinned_node(node_affinity),
         released=DEVICES_ANNOTATION in (metadata.get("annotations") or {}),
     )
+
+
+_SHARED_TOLERATIONS: dict[str, tuple[Mapping[str, Any], ...]] = {}
+SHARED_TOLERATIONS_LIMIT = 1024
+
+
+def _tolerations(items: Any) -> tuple[Mapping[str, Any], ...]:
+    """The pod's tolerations, one tuple for all pods that have equal ones: admission gives
+    every pod the same two (not-ready, unreachable), and a pod view is kept per pod. Read
+    only, never changed. The shared tuple is made from the key's text, so it holds nothing
+    of any pod's own (mutable) body; the key keeps types and key order, so only tolerations
+    that read the same share. The table is cleared when full."""
+    if not items:
+        return ()
+    try:
+        if type(items) is not list or any(type(t) is not dict for t in items):
+            raise TypeError("not a list of mappings")
+        key = json_text(items)
+    except (TypeError, ValueError):
+        return tuple(items)
+    found = _SHARED_TOLERATIONS.get(key)
+    if found is None:
+        if len(_SHARED_TOLERATIONS) >= SHARED_TOLERATIONS_LIMIT:
+            _SHARED_TOLERATIONS.clear()
+        found = _SHARED_TOLERATIONS[key] = tuple(json_copy(key))
+    return found
 
 
 def _term(data: Mapping[str, Any], namespace: str, labels: Mapping[str, str]) -> AffinityTerm:

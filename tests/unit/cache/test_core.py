@@ -69,3 +69,24 @@ def test_the_pod_and_its_scheduler_view_share_one_labels_mapping() -> None:
     raw["metadata"]["labels"] = {"app": "a"}
     pod = parse_pod(raw)
     assert pod.labels == {"app": "a"} and pod.labels is pod.needs.labels
+
+
+def test_pods_with_equal_tolerations_share_them() -> None:
+    tolerations = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
+    first = parse_pod(raw_pod({}, {"tolerations": tolerations}))
+    second = parse_pod(raw_pod({}, {"tolerations": [dict(t) for t in tolerations]}))
+    other = parse_pod(raw_pod({}, {"tolerations": [{"operator": "Exists"}]}))
+    assert first.needs.tolerations is second.needs.tolerations
+    assert first.needs.tolerations == tuple(tolerations)
+    assert other.needs.tolerations == ({"operator": "Exists"},)
+
+
+def test_shared_tolerations_hold_nothing_of_a_pod_and_keep_its_order() -> None:
+    raw = raw_pod({}, {"tolerations": [{"key": "k", "operator": "Exists"}]})
+    first = parse_pod(raw)
+    raw["spec"]["tolerations"][0]["key"] = "changed"
+    assert first.needs.tolerations == ({"key": "k", "operator": "Exists"},)
+    second = parse_pod(raw_pod({}, {"tolerations": [{"key": "k", "operator": "Exists"}]}))
+    assert second.needs.tolerations == ({"key": "k", "operator": "Exists"},)
+    reordered = parse_pod(raw_pod({}, {"tolerations": [{"operator": "Exists", "key": "k"}]}))
+    assert list(reordered.needs.tolerations[0]) == ["operator", "key"]
