@@ -4,8 +4,8 @@ Controllers talk to the API server only through :class:`KubeClient`: raw JSON di
 (no client-side model classes: deserializing a large ResourceSlice into kubernetes_asyncio
 models costs ~6 ms, and the generated watch code crashes on ``resource.k8s.io`` claims), each
 write carrying a precondition (``resourceVersion`` in a merge patch or a JSON-patch ``test``,
-``uid`` in delete options), and watches as plain async iterators. The kubeconfig and in-cluster
-loaders of kubernetes_asyncio are reused only to find the server and credentials.
+``uid`` in delete options), and watches as plain async iterators. The server and credentials
+come from ``operators.kubeconfig``.
 
 The API mode is a setting of this seam: controllers name the DRA kinds by dralloc's group
 (:data:`RESOURCE_CLAIMS` and the rest), and a client made with ``api_group="resource.k8s.io"``
@@ -19,18 +19,20 @@ again and retry now, back off and retry the same thing, or tell the user and wai
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import enum
 import json
-import os
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal
 
 import aiohttp
 
+from operators import kubeconfig as kubeconfig_module
 from operators import metrics
+from operators.kubeconfig import Credentials
 
 JsonDict = dict[str, Any]
 
@@ -201,39 +203,19 @@ class Connection:
     headers: Mapping[str, str]
 
     @classmethod
-    async def load(cls, kubeconfig: str = "") -> Connection:
-        """Kubeconfig file (explicit or $KUBECONFIG), else in-cluster, else ~/.kube/config."""
-        from kubernetes_asyncio import client, config
-
-        configuration = client.Configuration()
-        path = kubeconfig or os.environ.get("KUBECONFIG", "")
-        in_cluster = not path and os.environ.get("KUBERNETES_SERVICE_HOST")
-        if in_cluster:
-            config.load_incluster_config(client_configuration=configuration)
-        else:
-            await config.load_kube_config(
-                config_file=path or None, client_configuration=configuration
-            )
-        return cls.from_configuration(configuration)
+    async def load(cls, kubeconfig: str = "", context: str | None = None) -> Connection:
+        """Kubeconfig file (explicit or $KUBECONFIG), else in-cluster, else ~/.kube/config
+        (see ``operators.kubeconfig``; an exec plugin runs in a thread)."""
+        credentials = await asyncio.to_thread(kubeconfig_module.load, kubeconfig or None, context)
+        return cls.from_credentials(credentials)
 
     @classmethod
-    def from_configuration(cls, configuration: Any) -> Connection:
-        context: ssl.SSLContext | bool
-        if configuration.verify_ssl:
-            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
-        else:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if configuration.cert_file:
-            context.load_cert_chain(configuration.cert_file, configuration.key_file)
-        headers = {}
-        token = configuration.api_key.get("authorization") or configuration.api_key.get(
-            "BearerToken"
+    def from_credentials(cls, credentials: Credentials) -> Connection:
+        return cls(
+            server=credentials.server,
+            ssl_context=credentials.ssl_context(),
+            headers=credentials.headers(),
         )
-        if token:
-            headers["Authorization"] = token if " " in token else f"Bearer {token}"
-        return cls(server=configuration.host.rstrip("/"), ssl_context=context, headers=headers)
 
 
 def json_body(body: Any) -> str:

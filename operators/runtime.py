@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 import structlog
 
-from operators import gcpause, logs, metrics, webhooks
+from operators import gcpause, kubeconfig, logs, metrics, webhooks
 from operators.controllers import (  # noqa: F401  (handlers)
     allocation,
     claims,
@@ -43,6 +43,27 @@ log = structlog.get_logger(__name__)
 TASK_KEY = "dralloc_runtime_task"
 EXIT_SETUP = 2  # the operator cannot run as configured (the message says why)
 _setup_errors: list[str] = []
+
+
+@kopf.on.login(id="dralloc.login")
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf's own client (leader lease, events, webhooks) authenticates as dralloc's does:
+    the same reader (``operators.kubeconfig``), so no client library is loaded for it."""
+    try:
+        found = await asyncio.to_thread(kubeconfig.load)
+    except kubeconfig.KubeconfigError as err:
+        raise kopf.LoginError(str(err)) from None
+    return kopf.ConnectionInfo(
+        server=found.server,
+        ca_data=found.ca_pem,
+        insecure=found.insecure or None,
+        scheme="Bearer" if found.token else None,
+        token=found.token,
+        certificate_data=found.client_cert_pem,
+        private_key_data=found.client_key_pem,
+        default_namespace=found.namespace,
+        expiration=found.expires,
+    )
 
 
 @kopf.on.startup(id="dralloc.runtime")
@@ -99,7 +120,7 @@ async def operate(settings: Settings, stop_flag: asyncio.Event | None = None) ->
     """Run kopf with dralloc's handlers until stopped (the in-process entry point)."""
     configure(settings)
     if settings.kubeconfig:
-        os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's own login reads it
+        os.environ["KUBECONFIG"] = settings.kubeconfig  # the login handler reads it
     liveness = f"http://0.0.0.0:{settings.probe_port}/healthz" if settings.probe_port else None
     await kopf.operator(
         clusterwide=True,

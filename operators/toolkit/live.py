@@ -12,7 +12,6 @@ the server offers: dralloc's CRDs if installed, otherwise in-tree ``resource.k8s
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -155,19 +154,9 @@ async def _read(kubeconfig: str | None, context: str | None, group: str | None) 
 
 async def _connection(kubeconfig: str | None, context: str | None) -> Any:
     """The kubeconfig (``$KUBECONFIG``, ~/.kube/config) with an optional context, else in-cluster."""
-    from kubernetes_asyncio import client, config
-
     from operators.kube import Connection
 
-    configuration = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG") or None
-    if path is None and not context and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        await config.load_kube_config(
-            config_file=path, context=context, client_configuration=configuration
-        )
-    return Connection.from_configuration(configuration)
+    return await Connection.load(kubeconfig or "", context)
 
 
 async def _list(client: ReadOnlyClient, call: ListCall) -> list[dict[str, Any]]:

@@ -31,8 +31,8 @@ built, every such test is skipped with the build's reason):
   kube-scheduler's plugin and kcm's DRA controllers), started only when a test asks for it.
 - `kubectl`: shorthand for `testbed.kubectl`.
 - `namespace`: a fresh namespace per test, deleted afterwards.
-- `api_client`: an async kubernetes_asyncio ApiClient for `testbed` (function scope, runs on
-  the test's own event loop).
+- `kube_client`: dralloc's own KubeClient for `testbed` (function scope, runs on the test's
+  own event loop).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from subprocess import CompletedProcess
 
 import pytest
 import pytest_asyncio
-from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client import ApiClient
+
+from operators.kube import KubeClient
 
 from .kube_helpers import (
     Testbed,
@@ -154,8 +154,8 @@ def namespace(testbed: Testbed) -> Iterator[str]:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def api_client(testbed: Testbed) -> AsyncIterator[ApiClient]:
-    client = await kube_config.new_client_from_config(config_file=str(testbed.kubeconfig))
+async def kube_client(testbed: Testbed) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.connect(str(testbed.kubeconfig), user_agent="dralloc-e2e")
     try:
         yield client
     finally:

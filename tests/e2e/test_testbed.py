@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_asyncio.client import ApiClient, CoreV1Api
+
+from operators.kube import NAMESPACES, KubeClient
 
 from .kube_helpers import (
     REPO_ROOT,
@@ -517,6 +518,6 @@ def test_kcm_controllers_replace_the_default_list(
     )
 
 
-async def test_api_client_fixture_talks_to_the_testbed(api_client: ApiClient) -> None:
-    namespaces = await CoreV1Api(api_client).list_namespace()
-    assert "default" in {ns.metadata.name for ns in namespaces.items}
+async def test_kube_client_fixture_talks_to_the_testbed(kube_client: KubeClient) -> None:
+    namespaces, _ = await kube_client.list(NAMESPACES)
+    assert "default" in {ns["metadata"]["name"] for ns in namespaces}

@@ -1,0 +1,321 @@
+"""Credentials from kubeconfig files and the service account, read as kubectl reads them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from operators import kubeconfig
+from operators.certificates import build_self_signed_certificate
+from operators.kubeconfig import KubeconfigError
+
+CERT, KEY = (part.decode() for part in build_self_signed_certificate(["localhost"]))
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def write(
+    path: Path, clusters: list[Any], users: list[Any], contexts: list[Any], current: str | None
+) -> Path:
+    doc: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": clusters,
+        "users": users,
+        "contexts": contexts,
+    }
+    if current:
+        doc["current-context"] = current
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def cluster(name: str, server: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "cluster": {"server": server, **fields}}
+
+
+def user(name: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "user": fields}
+
+
+def context(name: str, cluster_name: str, user_name: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "context": {"cluster": cluster_name, "user": user_name, **fields}}
+
+
+def test_inline_data_gives_a_tls_context_with_the_client_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://10.0.0.1:6443/", **{"certificate-authority-data": b64(CERT)})],
+        [user("u", **{"client-certificate-data": b64(CERT), "client-key-data": b64(KEY)})],
+        [context("ctx", "c", "u", namespace="team-a")],
+        "ctx",
+    )
+    found = kubeconfig.load(str(path), environ={})
+    assert (found.server, found.ca_pem, found.client_cert_pem, found.client_key_pem) == (
+        "https://10.0.0.1:6443",
+        CERT,
+        CERT,
+        KEY,
+    )
+    assert found.namespace == "team-a" and found.token is None and found.headers() == {}
+    context_ = found.ssl_context()
+    assert context_.verify_mode == ssl.CERT_REQUIRED and context_.check_hostname
+    assert context_.get_ca_certs()  # the cluster's CA is the one trusted
+    assert not list(scratch.iterdir())  # the key was in a file only while it was loaded
+
+
+def test_files_are_read_relative_to_the_kubeconfig_and_a_token_file_is_read(tmp_path: Path) -> None:
+    (tmp_path / "pki").mkdir()
+    (tmp_path / "pki" / "ca.crt").write_text(CERT)
+    (tmp_path / "token").write_text("secret-token\n")
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k:6443", **{"certificate-authority": "pki/ca.crt"})],
+        [user("u", tokenFile="token")],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    found = kubeconfig.load(str(path), environ={})
+    assert found.ca_pem == CERT
+    assert found.headers() == {"Authorization": "Bearer secret-token"}
+
+
+def test_kubeconfig_files_merge_with_the_first_name_and_current_context_winning(
+    tmp_path: Path,
+) -> None:
+    first = write(
+        tmp_path / "a",
+        [cluster("c", "https://first:6443", **{"insecure-skip-tls-verify": True})],
+        [user("u", token="first-token")],
+        [context("ctx", "c", "u")],
+        None,
+    )
+    second = write(
+        tmp_path / "b",
+        [cluster("c", "https://second:6443"), cluster("other", "https://other:6443")],
+        [user("u", token="second-token")],
+        [context("ctx", "c", "u"), context("elsewhere", "other", "u")],
+        "ctx",
+    )
+    env = {"KUBECONFIG": f"{first}:{second}"}
+    found = kubeconfig.load(environ=env)
+    assert (found.server, found.token, found.insecure) == (
+        "https://first:6443",
+        "first-token",
+        True,
+    )
+    assert found.ssl_context().verify_mode == ssl.CERT_NONE
+    chosen = kubeconfig.load(context="elsewhere", environ=env)
+    assert (chosen.server, chosen.token) == ("https://other:6443", "first-token")
+
+
+def plugin(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "bin" / "plugin.py"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(f"#!{sys.executable}\nimport json, os, sys\n{body}\n")
+    script.chmod(0o755)
+    return "bin/plugin.py"  # relative with a separator: from the kubeconfig's directory
+
+
+def test_an_exec_plugin_gets_the_cluster_its_env_and_args_and_gives_a_token(tmp_path: Path) -> None:
+    command = plugin(
+        tmp_path,
+        "info = json.loads(os.environ['KUBERNETES_EXEC_INFO'])\n"
+        "assert info['spec']['cluster']['server'] == 'https://k:6443', info\n"
+        "assert not info['spec']['interactive']\n"
+        "token = os.environ['REGION'] + '-' + sys.argv[1]\n"
+        "print(json.dumps({'apiVersion': info['apiVersion'], 'kind': 'ExecCredential',"
+        " 'status': {'token': token, 'expirationTimestamp': '2030-01-02T03:04:05Z'}}))",
+    )
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k:6443", **{"certificate-authority-data": b64(CERT)})],
+        [
+            user(
+                "u",
+                exec={
+                    "apiVersion": "client.authentication.k8s.io/v1",
+                    "command": command,
+                    "args": ["token-for-c"],
+                    "env": [{"name": "REGION", "value": "eu"}],
+                    "provideClusterInfo": True,
+                    "interactiveMode": "Never",
+                },
+            )
+        ],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    found = kubeconfig.load(str(path), environ={"PATH": "/usr/bin:/bin"})
+    assert found.token == "eu-token-for-c"
+    assert found.expires is not None and found.expires.year == 2030
+
+
+def test_an_exec_plugin_can_give_a_client_certificate(tmp_path: Path) -> None:
+    status = json.dumps({"clientCertificateData": CERT, "clientKeyData": KEY})
+    command = plugin(tmp_path, f"print(json.dumps({{'status': json.loads({status!r})}}))")
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k:6443")],
+        [
+            user(
+                "u", exec={"apiVersion": "client.authentication.k8s.io/v1beta1", "command": command}
+            )
+        ],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    found = kubeconfig.load(str(path), environ={})
+    assert (found.client_cert_pem, found.client_key_pem, found.token) == (CERT, KEY, None)
+    found.ssl_context()
+
+
+def test_a_failing_exec_plugin_says_why_and_how_to_install_it(tmp_path: Path) -> None:
+    command = plugin(tmp_path, "print('no credentials here', file=sys.stderr)\nsys.exit(3)")
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k:6443")],
+        [
+            user(
+                "u",
+                exec={
+                    "apiVersion": "client.authentication.k8s.io/v1",
+                    "command": command,
+                    "installHint": "install the cloud CLI",
+                },
+            )
+        ],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    with pytest.raises(
+        KubeconfigError, match=r"exited with 3: no credentials here \(install the cloud CLI\)"
+    ):
+        kubeconfig.load(str(path), environ={})
+
+
+@pytest.mark.parametrize(
+    ("users", "clusters", "message"),
+    [
+        (
+            [user("u", **{"auth-provider": {"name": "oidc"}})],
+            [],
+            "auth-provider plugins are not supported",
+        ),
+        ([user("u", username="admin", password="x")], [], "basic auth is not supported"),
+        (
+            [
+                user(
+                    "u",
+                    exec={"apiVersion": "client.authentication.k8s.io/v1alpha1", "command": "x"},
+                )
+            ],
+            [],
+            "apiVersion",
+        ),
+        (
+            [user("u")],
+            [cluster("c", "https://k", **{"proxy-url": "http://proxy:3128"})],
+            "proxy-url is not supported",
+        ),
+        (
+            [user("u", **{"client-key": "missing.key", "client-certificate": "missing.crt"})],
+            [],
+            "missing.crt",
+        ),
+    ],
+)
+def test_what_is_not_supported_or_not_there_is_refused_with_the_reason(
+    tmp_path: Path, users: list[Any], clusters: list[Any], message: str
+) -> None:
+    path = write(
+        tmp_path / "config",
+        clusters or [cluster("c", "https://k")],
+        users,
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    with pytest.raises(KubeconfigError, match=message):
+        kubeconfig.load(str(path), environ={})
+
+
+def test_a_missing_context_file_or_current_context_is_named(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k")],
+        [user("u")],
+        [context("ctx", "c", "u")],
+        None,
+    )
+    with pytest.raises(KubeconfigError, match="no current-context"):
+        kubeconfig.load(str(path), environ={})
+    with pytest.raises(KubeconfigError, match="context 'nope' not found"):
+        kubeconfig.load(str(path), "nope", environ={})
+    with pytest.raises(KubeconfigError, match="absent"):
+        kubeconfig.load(str(tmp_path / "absent"), environ={})
+
+
+def test_in_a_pod_the_service_account_is_used(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("sa-token\n")
+    (tmp_path / "ca.crt").write_text(CERT)
+    (tmp_path / "namespace").write_text("dralloc-system")
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+    found = kubeconfig.load(environ=env, service_account=tmp_path)
+    assert (found.server, found.token, found.ca_pem, found.namespace) == (
+        "https://[fd00::1]:443",
+        "sa-token",
+        CERT,
+        "dralloc-system",
+    )
+    # An explicit kubeconfig or context wins over the service account.
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k")],
+        [user("u", token="t")],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    assert kubeconfig.load(str(path), environ=env, service_account=tmp_path).server == "https://k"
+    with pytest.raises(KubeconfigError, match="cannot read its token"):
+        kubeconfig.load(environ=env, service_account=tmp_path / "absent")
+
+
+async def test_kopfs_login_gets_the_same_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from operators import runtime
+
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k:6443", **{"certificate-authority-data": b64(CERT)})],
+        [user("u", token="t0k")],
+        [context("ctx", "c", "u", namespace="ns")],
+        "ctx",
+    )
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    info = await runtime.login()
+    assert (info.server, info.ca_data, info.scheme, info.token, info.default_namespace) == (
+        "https://k:6443",
+        CERT,
+        "Bearer",
+        "t0k",
+        "ns",
+    )
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    with pytest.raises(runtime.kopf.LoginError, match="absent"):
+        await runtime.login()
