@@ -538,38 +538,61 @@ ClaimSpecParts = tuple[
 ]
 
 
-def compile_claim(obj: Any, spec_cache: dict[bytes, ClaimSpecParts] | None = None) -> CompiledClaim:
-    """A claim as the search reads it.
+class SpecCache:
+    """Compiled claim specs, shared by the claims whose specs are equal.
 
-    Claims made from one template differ only in their metadata, so with ``spec_cache`` a
-    pydantic claim's spec is compiled once per distinct spec (keyed by its JSON, which is
-    several times cheaper to produce than the compiled requests) and shared.
+    Claims made from one template differ only in their metadata. A parsed spec is found by
+    identity first (the parsers share equal specs, ``operators.api.base.Shared``), else by
+    its JSON, which is several times cheaper to produce than the compiled requests.
     """
-    spec_json = None
+
+    LIMIT = 1_000
+
+    def __init__(self) -> None:
+        self.by_json: dict[bytes, ClaimSpecParts] = {}
+        # id -> (the spec, its parts): the spec is held so that its id is never reused
+        self.by_identity: dict[int, tuple[object, ClaimSpecParts]] = {}
+
+    def parts(self, spec: Any, serializer: Any) -> ClaimSpecParts:
+        kept = self.by_identity.get(id(spec))
+        if kept is not None and kept[0] is spec:
+            return kept[1]
+        # model_dump_json's own serializer call, without its keyword handling
+        key = serializer.to_json(spec, by_alias=True, exclude_none=True)
+        parts = self.by_json.get(key)
+        if parts is None:
+            if len(self.by_json) >= self.LIMIT:
+                self.by_json.clear()
+            parts = self.by_json[key] = _compile_spec(json.loads(key))
+        if len(self.by_identity) >= self.LIMIT:
+            self.by_identity.clear()
+        self.by_identity[id(spec)] = (spec, parts)
+        return parts
+
+
+def compile_claim(obj: Any, spec_cache: SpecCache | None = None) -> CompiledClaim:
+    """A claim as the search reads it; with ``spec_cache``, the spec of a pydantic claim
+    is compiled once per distinct spec and shared (see :class:`SpecCache`)."""
     if spec_cache is not None and type(obj) is not dict:  # a dict has no attributes; no ABC check
         spec = getattr(obj, "spec", None)
         serializer = getattr(type(spec), "__pydantic_serializer__", None)
         if serializer is not None:
-            # model_dump_json's own serializer call, without its keyword handling
-            spec_json = serializer.to_json(spec, by_alias=True, exclude_none=True)
-    if spec_json is None or spec_cache is None:
-        data = as_dict(obj)
-        meta = data.get("metadata") or {}
-        return CompiledClaim(
-            str(meta.get("namespace") or ""),
-            str(meta.get("name", "")),
-            str(meta.get("uid") or ""),
-            str(meta.get("resourceVersion") or ""),
-            *_compile_spec(data.get("spec") or {}),
-        )
-    cached = spec_cache.get(spec_json)
-    if cached is None:
-        if len(spec_cache) > 1_000:
-            spec_cache.clear()
-        cached = spec_cache[spec_json] = _compile_spec(json.loads(spec_json))
-    meta = obj.metadata
+            meta = obj.metadata
+            return CompiledClaim(
+                meta.namespace or "",
+                meta.name or "",
+                meta.uid or "",
+                meta.resource_version or "",
+                *spec_cache.parts(spec, serializer),
+            )
+    data = as_dict(obj)
+    meta = data.get("metadata") or {}
     return CompiledClaim(
-        meta.namespace or "", meta.name or "", meta.uid or "", meta.resource_version or "", *cached
+        str(meta.get("namespace") or ""),
+        str(meta.get("name", "")),
+        str(meta.get("uid") or ""),
+        str(meta.get("resourceVersion") or ""),
+        *_compile_spec(data.get("spec") or {}),
     )
 
 

@@ -16,13 +16,13 @@ from typing import Any
 from operators.allocator.allocated import AllocatedDevices, UsedDevice
 from operators.allocator.capacity import qualified
 from operators.allocator.compiled import (
-    ClaimSpecParts,
     CompiledClaim,
     CompiledClass,
     CompiledSlice,
     CompiledTaintRule,
     DeviceId,
     PoolId,
+    SpecCache,
     Taint,
     compile_claim,
     compile_class,
@@ -131,7 +131,7 @@ class AllocatorState:
         # version is never asked for again once a newer one has been, and a claim's
         # unallocated version would otherwise stay for as long as it is allocated).
         self._claim_cache: dict[str, CompiledClaim] = {}
-        self._spec_cache: dict[bytes, ClaimSpecParts] = {}
+        self._spec_cache = SpecCache()
         self.plans = PlanCache()  # find_node's demands per template (placement.py)
         self._pool_cache: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
         self.slices_version = 0
