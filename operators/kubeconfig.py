@@ -17,12 +17,18 @@ What is read, as kubectl reads it:
   ``insecure-skip-tls-verify``;
 - a user's ``client-certificate``/``client-key`` or their ``-data``, ``token``, ``tokenFile``,
   and ``exec`` credential plugins (``client.authentication.k8s.io`` v1 and v1beta1, giving
-  a token or a client certificate; run once, when credentials are loaded);
-- file paths relative to the kubeconfig that names them.
+  a token or a client certificate; run once, when credentials are loaded, and only when the
+  user has no token or certificate of its own, as client-go);
+- file paths relative to the kubeconfig that names them; files of ``$KUBECONFIG`` that do
+  not exist are skipped, an explicit path must exist.
 
 What is refused with a :class:`KubeconfigError` that says so: ``auth-provider`` plugins
-(removed from kubectl in 1.26), basic auth (removed from the API server in 1.19),
-``proxy-url`` and ``tls-server-name``.
+(gcp and azure left kubectl in 1.26; for OIDC use an exec plugin such as kubelogin), basic
+auth (removed from the API server in 1.19), ``proxy-url`` and ``tls-server-name``. Error
+messages never quote a file's content or a plugin's output: either may hold a secret.
+
+The operator's own client reads credentials once, at start (a token that expires is not
+renewed before a restart; kopf's client logs in again when its credentials fail).
 """
 
 from __future__ import annotations
@@ -108,11 +114,18 @@ def load(
 ) -> Credentials:
     """The credentials to use (see the module docstring for the order)."""
     env = os.environ if environ is None else environ
-    paths = kubeconfig or env.get("KUBECONFIG") or ""
+    if kubeconfig:
+        return from_files([Path(kubeconfig).expanduser()], context, env)
+    paths = env.get("KUBECONFIG") or ""
     if not paths and context is None and env.get("KUBERNETES_SERVICE_HOST"):
         return in_cluster(env, service_account)
-    files = [Path(p).expanduser() for p in (paths or DEFAULT_KUBECONFIG).split(os.pathsep) if p]
-    return from_files(files, context, env)
+    if not paths:
+        return from_files([Path(DEFAULT_KUBECONFIG).expanduser()], context, env)
+    listed = [Path(p).expanduser() for p in paths.split(os.pathsep) if p]
+    present = [p for p in listed if p.exists()]  # client-go skips the missing ones
+    if not present:
+        raise KubeconfigError(f"KUBECONFIG: none of {', '.join(map(str, listed))} exists")
+    return from_files(present, context, env)
 
 
 def in_cluster(env: Mapping[str, str], directory: Path = SERVICE_ACCOUNT_DIR) -> Credentials:
@@ -155,16 +168,19 @@ def from_files(
         except OSError as err:
             raise KubeconfigError(f"kubeconfig {path}: {err.strerror or err}") from None
         except yaml.YAMLError as err:
-            raise KubeconfigError(f"kubeconfig {path}: not YAML: {err}") from None
+            mark = getattr(err, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            # Not the parser's message: it quotes the line, which may hold a token.
+            raise KubeconfigError(f"kubeconfig {path}: not valid YAML{at}") from None
         if not isinstance(data, dict):
             raise KubeconfigError(f"kubeconfig {path}: not a mapping")
         current = current or data.get("current-context") or None
         for kind, field in (("contexts", "context"), ("clusters", "cluster"), ("users", "user")):
             for item in data.get(kind) or ():
-                if isinstance(item, dict) and item.get("name") not in entries[kind]:
+                if isinstance(item, dict) and str(item.get("name")) not in entries[kind]:
                     entries[kind][str(item.get("name"))] = (
                         item.get(field) or {},
-                        path.resolve().parent,
+                        Path(os.path.abspath(path)).parent,  # as client-go: no symlinks followed
                     )
     name = context or current
     if not name:
@@ -172,11 +188,17 @@ def from_files(
     if name not in entries["contexts"]:
         raise KubeconfigError(f"kubeconfig {source}: context {name!r} not found")
     ctx, _ = entries["contexts"][name]
-    cluster_name, user_name = ctx.get("cluster"), ctx.get("user")
+    cluster_name, user_name = str(ctx.get("cluster")), ctx.get("user")
     if cluster_name not in entries["clusters"]:
-        raise KubeconfigError(f"kubeconfig {source}: cluster {cluster_name!r} not found")
+        raise KubeconfigError(
+            f"kubeconfig {source}: cluster {cluster_name!r} not found for context {name!r}"
+        )
     cluster, cluster_dir = entries["clusters"][cluster_name]
-    user, user_dir = entries["users"].get(str(user_name), ({}, Path.cwd()))
+    if user_name is not None and str(user_name) not in entries["users"]:
+        raise KubeconfigError(
+            f"kubeconfig {source}: user {user_name!r} not found for context {name!r}"
+        )
+    user, user_dir = entries["users"][str(user_name)] if user_name is not None else ({}, Path.cwd())
     where = f"kubeconfig {source}, context {name!r}"
     for unsupported in ("proxy-url", "tls-server-name"):
         if cluster.get(unsupported):
@@ -201,18 +223,18 @@ def from_files(
             token = token_path.read_text().strip() or None
         except OSError as err:
             raise KubeconfigError(f"{where}: tokenFile {token_path}: {err.strerror}") from None
-    expires = None
-    if user.get("exec"):
-        exec_token, exec_cert, exec_key, expires = run_exec_plugin(
-            user["exec"], server, ca, user_dir, env, where
+    if bool(cert) != bool(key):
+        raise KubeconfigError(
+            f"{where}: a client certificate needs its key, and a key its certificate"
         )
-        token = exec_token or token
-        if exec_cert and exec_key:
-            cert, key = exec_cert, exec_key
+    expires = None
+    if user.get("exec") and not token and not cert:
+        # client-go runs the plugin only for a user without credentials of its own
+        token, cert, key, expires = run_exec_plugin(user["exec"], server, ca, user_dir, env, where)
     return Credentials(
         server=server.rstrip("/"),
         ca_pem=ca,
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        insecure=_true(cluster.get("insecure-skip-tls-verify")),
         client_cert_pem=cert,
         client_key_pem=key,
         token=str(token) if token else None,
@@ -220,6 +242,20 @@ def from_files(
         expires=expires,
         source=source,
     )
+
+
+def _true(value: Any) -> bool:
+    """A YAML boolean, also when written as a string ("true")."""
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return value is True
+
+
+def _from_begin(pem: str) -> str:
+    """PEM text from its first block on: what precedes it (``subject=`` lines that openssl
+    prints, bag attributes) is not read the same way by every TLS loader (kopf's is strict)."""
+    start = pem.find("-----BEGIN ")
+    return pem[start:] if start > 0 else pem
 
 
 def _relative(path: str, base: Path) -> Path:
@@ -232,15 +268,19 @@ def _pem(entry: Mapping[str, Any], field: str, base: Path, where: str) -> str | 
     data = entry.get(f"{field}-data")
     if data:
         try:
-            return base64.b64decode(str(data), validate=True).decode()
+            # line breaks are allowed, as Go's decoder allows them (a YAML block, wrapped output)
+            text = base64.b64decode("".join(str(data).split()), validate=True).decode()
         except (ValueError, UnicodeDecodeError):
             raise KubeconfigError(f"{where}: {field}-data is not base64 PEM") from None
+        return _from_begin(text)
     if entry.get(field):
         path = _relative(str(entry[field]), base)
         try:
-            return path.read_text()
+            return _from_begin(path.read_text())
         except OSError as err:
             raise KubeconfigError(f"{where}: {field} {path}: {err.strerror}") from None
+        except UnicodeDecodeError:
+            raise KubeconfigError(f"{where}: {field} {path}: not PEM text") from None
     return None
 
 
@@ -270,8 +310,12 @@ def run_exec_plugin(
         if ca_pem:
             cluster["certificate-authority-data"] = base64.b64encode(ca_pem.encode()).decode()
         info["cluster"] = cluster
+    if spec.get("interactiveMode") == "Always":
+        raise KubeconfigError(f"{where}: exec plugin needs a terminal (interactiveMode Always)")
     child_env = dict(env)
     for item in spec.get("env") or ():
+        if not isinstance(item, dict):
+            raise KubeconfigError(f"{where}: exec plugin env entries are name/value pairs")
         child_env[str(item.get("name"))] = str(item.get("value", ""))
     child_env["KUBERNETES_EXEC_INFO"] = json.dumps(
         {"apiVersion": api_version, "kind": "ExecCredential", "spec": info}
@@ -290,17 +334,19 @@ def run_exec_plugin(
     except (OSError, subprocess.TimeoutExpired) as err:
         raise KubeconfigError(f"{where}: exec plugin {command}: {err}{hint}") from None
     if proc.returncode != 0:
-        raise KubeconfigError(
-            f"{where}: exec plugin {command} exited with {proc.returncode}: "
-            f"{proc.stderr.strip()[-500:]}{hint}"
-        )
+        # Its output is not quoted: a plugin may print tokens.
+        raise KubeconfigError(f"{where}: exec plugin {command} exited with {proc.returncode}{hint}")
     try:
         status = json.loads(proc.stdout).get("status") or {}
     except (ValueError, AttributeError):
         raise KubeconfigError(f"{where}: exec plugin {command} printed no ExecCredential") from None
     token = status.get("token") or None
-    cert = status.get("clientCertificateData") or None
-    key = status.get("clientKeyData") or None
+    cert = (
+        _from_begin(status["clientCertificateData"])
+        if status.get("clientCertificateData")
+        else None
+    )
+    key = _from_begin(status["clientKeyData"]) if status.get("clientKeyData") else None
     if not token and not (cert and key):
         raise KubeconfigError(
             f"{where}: exec plugin {command} gave neither a token nor a client certificate"

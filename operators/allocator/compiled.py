@@ -397,7 +397,7 @@ def compile_device(
         id=(driver, pool, name),
         name=name,
         slice_name=slice_name,
-        attributes=look[1],
+        attributes=look[1] if look else attributes,
         capacity=capacity,
         consumes_counters=tuple(
             (str(c["counterSet"]), _nanos_map(c.get("counters")))
@@ -437,7 +437,10 @@ def _look(
         tuple(attributes.items()),
         tuple((name, str(entry.quantity)) for name, entry in capacity.items()),
     )
-    found = _LOOKS.get(key)
+    try:
+        found = _LOOKS.get(key)
+    except TypeError:  # a value no API server sends (unvalidated input): not shared
+        return ()
     if found is None:
         if len(_LOOKS) >= MAX_LOOKS:
             _LOOKS.clear()

@@ -302,7 +302,10 @@ class Search:
         ):
             return False  # the recursion reports the exceeded budget
         self.steps = 1
-        if inputs.deadline is not None or inputs.cancelled is not None:
+        # With a deadline or a cancellation, every step is checked as the recursion checks
+        # it (the deadline each step, cancellation every 64th).
+        watched = inputs.deadline is not None or inputs.cancelled is not None
+        if watched:
             self._tick()
         features = inputs.features
         consumable = features.consumable_capacity
@@ -321,6 +324,8 @@ class Search:
                 need = rd.num_devices
                 if not need:
                     self.steps += 1
+                    if watched:
+                        self._tick()
                     continue
                 request = rd.request
                 class_name = rd.cls.name
@@ -358,6 +363,8 @@ class Search:
                             taken.append((ci, request, device))
                             picked.append(_Picked(request, device, None, None))
                             self.steps += 1
+                            if watched:
+                                self._tick()
                             need -= 1
                             if not need:
                                 break
@@ -368,7 +375,11 @@ class Search:
                 if need:
                     return self._give_back(taken)
                 self.steps += 1
+                if watched:
+                    self._tick()
             self.steps += 1
+            if watched:
+                self._tick()
         return True
 
     def _give_back(self, taken: list[tuple[int, CompiledRequest, CompiledDevice]]) -> bool:

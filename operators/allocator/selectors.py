@@ -42,6 +42,19 @@ def _plain_value(attr: AttributeValue) -> Any:
 MAX_SHARED_VIEWS = 50_000
 
 
+class _BoundedResults(dict[str, Any]):
+    """Results of one kind of device by expression: they outlive devices, so their number
+    is bounded (expressions made per pod would otherwise grow them without end)."""
+
+    __slots__ = ()
+    LIMIT = 4_096
+
+    def keep(self, expression: str, result: Any) -> None:
+        if len(self) >= self.LIMIT:
+            self.clear()
+        self[expression] = result
+
+
 class SelectorEvaluator:
     """Evaluates selector expressions against devices, caching per device."""
 
@@ -52,7 +65,7 @@ class SelectorEvaluator:
         # one view and its results: the devices of a node, of a model, are mostly alike,
         # so a selector runs once per kind of device rather than once per device.
         # Keyed by the device's look (compiled.py), an object shared by such devices.
-        self._views: dict[tuple[int, bool], tuple[Any, Any, dict[str, Any]]] = {}
+        self._views: dict[tuple[int, bool], tuple[Any, Any, _BoundedResults]] = {}
         self.evaluations = 0  # CEL evaluations actually run (cache misses)
         self.deadline: tuple[float, float] | None = None
         """(monotonic deadline, budget in seconds) of the decision running now, if any:
@@ -76,7 +89,7 @@ class SelectorEvaluator:
                 program = SelectorCompileError(str(err))
             self._programs[expression] = program
         if isinstance(program, SelectorCompileError):
-            raise program
+            raise SelectorCompileError(*program.args)  # a new one per raise (see matches)
         return program
 
     def compile_error(self, expression: str) -> str | None:
@@ -91,7 +104,7 @@ class SelectorEvaluator:
         """The CEL view of a device, built once per kind of device (see ``_shared``)."""
         return self._shared(device)[0]
 
-    def _shared(self, device: CompiledDevice) -> tuple[Any, dict[str, Any]]:
+    def _shared(self, device: CompiledDevice) -> tuple[Any, _BoundedResults]:
         """(view, results by expression), shared by every device that looks the same."""
         if device.view_cache:
             return device.view_cache[0]  # type: ignore[no-any-return]
@@ -113,7 +126,7 @@ class SelectorEvaluator:
                 # ValueError: a version attribute that is not semver; upstream reports
                 # it when a selector runs on the device, not when the slice is read.
                 view = SelectorRuntimeError(str(err))
-            shared = view, {}
+            shared = view, _BoundedResults()
             if look:
                 if len(self._views) >= MAX_SHARED_VIEWS:
                     self._views.clear()
@@ -139,8 +152,10 @@ class SelectorEvaluator:
                         cached = bool(program.evaluate(view))
                     except cel.CELError as err:
                         cached = SelectorRuntimeError(str(err))
-                results[expression] = cached
+                results.keep(expression, cached)
             device.selector_cache[expression] = cached
         if isinstance(cached, SelectorRuntimeError):
-            raise cached
+            # A new exception per raise: raising the kept one would chain every search that
+            # met it into its traceback, and keep them all alive with it.
+            raise SelectorRuntimeError(*cached.args)
         return bool(cached)

@@ -9,6 +9,8 @@ out; that must not hide the error upstream would have met on them.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from contextlib import nullcontext
 from typing import Any
 from unittest import mock
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 
 from operators.allocator import AllocationError, AllocatorState
 from operators.allocator.allocated import UsedDevice
+from operators.allocator.errors import SearchAborted
 from operators.allocator.search import Search
 
 DRIVER = "gpu.example.com"
@@ -222,3 +225,20 @@ def test_the_straight_walk_agrees_with_the_recursion(
         constraint={"requests": names, constraint: f"{DRIVER}/{attribute}"} if constraint else None,
     )
     assert outcome(state, claim, straight=True) == outcome(state, claim, straight=False)
+
+
+def test_a_cancelled_search_stops_at_the_step_the_recursion_polls() -> None:
+    state = state_with(slice_("s", [device(f"d{i}", "a") for i in range(64)]))
+    first = plain_claim(("r0", 32, None))
+    second = copy.deepcopy(first)
+    second["metadata"].update(name="q", uid="uid-q")
+
+    def run(straight: bool) -> tuple[str, int]:
+        search = state.search([first, second], NODE)
+        search.inputs = dataclasses.replace(search.inputs, cancelled=lambda: "claim deleted")
+        patch = nullcontext() if straight else mock.patch.object(Search, "_straight_through", no)
+        with patch, pytest.raises(SearchAborted, match="claim deleted"):
+            search.run()
+        return "aborted", search.steps
+
+    assert run(straight=True) == run(straight=False) == ("aborted", 64)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
 
+from operators.allocator import AllocationError, AllocatorState
 from operators.allocator.compiled import compile_device
 from operators.allocator.features import Features
+from operators.allocator.search import Search
 from operators.allocator.selectors import SelectorEvaluator, SelectorRuntimeError
 
 DRIVER = "gpu.example.com"
@@ -89,3 +92,51 @@ def test_multiple_allocations_are_part_of_the_view_under_consumable_capacity() -
     expression = "device.allowMultipleAllocations"
     assert not evaluator.matches(expression, single)
     assert evaluator.matches(expression, shared)
+
+
+def test_a_kept_error_is_raised_anew_so_no_search_stays_alive_through_it() -> None:
+    state = AllocatorState()
+    items = [{"name": f"d{i}", "attributes": {"model": {"string": "A100"}}} for i in range(2)]
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "ns", "uid": "u", "resourceVersion": "1"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "r",
+                        "exactly": {
+                            "deviceClassName": "any",
+                            "selectors": [
+                                {"cel": {"expression": f'device.attributes["{DRIVER}"].memory > 1'}}
+                            ],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    state.upsert_class({"metadata": {"name": "any"}, "spec": {}})
+    for version in range(30):  # the slice republished: new devices, the same look
+        state.upsert_slice(
+            {
+                "metadata": {"name": "s", "resourceVersion": str(version + 1)},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": "n",
+                    "pool": {"name": "p", "generation": version, "resourceSliceCount": 1},
+                    "devices": items,
+                },
+            }
+        )
+        with pytest.raises(AllocationError, match="CEL runtime error"):
+            state.allocate([claim], "n")
+    gc.collect()
+    assert sum(isinstance(o, Search) for o in gc.get_objects()) <= 1
+
+
+def test_a_value_no_api_server_sends_is_compiled_unshared() -> None:
+    odd = device("a", {"model": {"string": {"not": "a string"}}})
+    assert odd.look == ()
+    assert "model" in odd.attributes
