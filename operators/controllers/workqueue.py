@@ -20,7 +20,7 @@ retried with backoff. A sync that handles its own failures simply does not raise
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import heapq
 import itertools
 from collections.abc import Awaitable, Callable, Hashable
@@ -41,7 +41,7 @@ class WorkQueue(Generic[K]):
     def __init__(
         self, *, base_delay: float = 0.2, max_delay: float = 30.0, rejected_delay: float = 300.0
     ) -> None:
-        self._ready: list[K] = []
+        self._ready: collections.deque[K] = collections.deque()
         self._queued: set[K] = set()
         self._processing: set[K] = set()
         self._dirty: set[K] = set()
@@ -49,7 +49,9 @@ class WorkQueue(Generic[K]):
         self._delayed_at: dict[K, float] = {}
         self._backoffs: dict[K, Backoff] = {}
         self._counter = itertools.count()
-        self._wakeup = asyncio.Event()
+        # Workers waiting in get(), each woken alone: a key added wakes one worker, not all
+        # of them (each would look, find the key taken and wait again).
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.base_delay = base_delay
         self.max_delay = max_delay
         self.rejected_delay = rejected_delay
@@ -69,7 +71,7 @@ class WorkQueue(Generic[K]):
             return
         self._queued.add(key)
         self._ready.append(key)
-        self._wakeup.set()
+        self._wake_one()
 
     def add_after(self, key: K, delay: float) -> None:
         if delay <= 0:
@@ -81,7 +83,8 @@ class WorkQueue(Generic[K]):
             return
         self._delayed_at[key] = when
         heapq.heappush(self._delayed, (when, next(self._counter), key))
-        self._wakeup.set()
+        if self._delayed[0][2] == key:  # now the first due: a waiting worker times its wait anew
+            self._wake_one()
 
     def retry(self, key: K, *, first_at_once: bool = False) -> float:
         """Requeue after this key's next backoff delay; returns the delay.
@@ -148,17 +151,40 @@ class WorkQueue(Generic[K]):
             self.add(key)
         return None
 
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
     async def get(self) -> K:
         while True:
             wait = self._promote_due()
             if self._ready:
-                key = self._ready.pop(0)
+                key = self._ready.popleft()
                 self._queued.discard(key)
                 self._processing.add(key)
+                if self._ready:
+                    self._wake_one()  # more ready than this worker takes: another one may
                 return key
-            self._wakeup.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), wait)
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                if wait is None:
+                    await waiter
+                else:
+                    async with asyncio.timeout(wait):
+                        await waiter
+            except TimeoutError:
+                pass  # a delayed key is due
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken for a key it will not take: pass it on
+                raise
+            finally:
+                if not waiter.done():
+                    waiter.cancel()  # out of the line: _wake_one skips it
 
     def done(self, key: K) -> None:
         self._processing.discard(key)

@@ -4,6 +4,7 @@ how a failed sync is requeued (conflict at once, unavailable with backoff, refus
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -94,3 +95,42 @@ async def test_a_key_that_keeps_failing_keeps_coming_back() -> None:
     for _ in range(5):
         await asyncio.wait_for(work_once(queue, sync), 1)
     assert queue.failures("a") == 5
+
+
+async def test_a_key_wakes_one_waiting_worker_not_all() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    workers = [asyncio.create_task(queue.get()) for _ in range(5)]
+    await asyncio.sleep(0)
+    queue.add("a")
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert [w.result() for w in workers if w.done()] == ["a"]
+    assert len(queue._waiters) == 4  # the others were never woken (no re-queued waiters)
+    queue.add("b")
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert sorted(w.result() for w in workers if w.done()) == ["a", "b"]
+    for worker in workers:
+        worker.cancel()
+    await asyncio.gather(*workers, return_exceptions=True)
+
+
+async def test_a_woken_worker_that_is_cancelled_passes_the_key_on() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    first = asyncio.create_task(queue.get())
+    await asyncio.sleep(0)
+    second = asyncio.create_task(queue.get())
+    await asyncio.sleep(0)
+    queue.add("a")  # wakes the first
+    first.cancel()  # before it runs
+    assert await asyncio.wait_for(second, 1) == "a"
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+
+
+async def test_a_waiting_worker_takes_a_delayed_key_when_it_is_due() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    worker = asyncio.create_task(queue.get())
+    await asyncio.sleep(0)  # waiting with nothing due: no timeout
+    queue.add_after("later", 0.05)
+    assert await asyncio.wait_for(worker, 1) == "later"
