@@ -710,18 +710,15 @@ class Search:
             return None
         checkers = self.constraints[ci]
         name, parent = request.name, request.parent
-        for added, checker in enumerate(checkers):
-            if not checker.add(name, parent, device):
-                for earlier in reversed(checkers[:added]):
-                    earlier.remove(name, parent, device)
-                if reserved:
-                    self._release_counters(device, pool)
-                if must:
-                    raise AllocationError(
-                        f"claim {self.claims[ci].ref}, request {request.name}: cannot add device "
-                        f"{'/'.join(did)} because a claim constraint would not be satisfied"
-                    )
-                return None
+        if checkers and not _add_to(checkers, request, device):
+            if reserved:
+                self._release_counters(device, pool)
+            if must:
+                raise AllocationError(
+                    f"claim {self.claims[ci].ref}, request {request.name}: cannot add device "
+                    f"{'/'.join(did)} because a claim constraint would not be satisfied"
+                )
+            return None
         if not shared:
             self.allocating.setdefault(did, set()).add(ci)
         share_id = None
