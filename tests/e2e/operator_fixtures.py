@@ -243,10 +243,14 @@ class NodeShape:
     pods: int = 110
 
 
-def make_pool(testbed: Testbed, nodes: int, devices: int, *, prefix: str = "e2e") -> Pool:
+def make_pool(
+    testbed: Testbed, nodes: int, devices: int, *, prefix: str = "e2e", distinct: bool = False
+) -> Pool:
+    """``distinct``: every device carries its own serial, so no two look alike to a selector
+    (identical devices share one evaluation of each selector)."""
     label = unique_name(prefix)
     names = testbed.create_nodes(nodes, {"e2e-pool": label}, prefix=label)
-    return publish_devices(testbed, label, dict.fromkeys(names, devices))
+    return publish_devices(testbed, label, dict.fromkeys(names, devices), distinct=distinct)
 
 
 def make_sized_pool(testbed: Testbed, shapes: Sequence[NodeShape], *, prefix: str = "e2e") -> Pool:
@@ -263,7 +267,9 @@ def make_sized_pool(testbed: Testbed, shapes: Sequence[NodeShape], *, prefix: st
     return pool
 
 
-def publish_devices(testbed: Testbed, label: str, devices: Mapping[str, int]) -> Pool:
+def publish_devices(
+    testbed: Testbed, label: str, devices: Mapping[str, int], *, distinct: bool = False
+) -> Pool:
     """The pool's DeviceClass and one ResourceSlice per node (also for 0 devices), in the
     testbed's API mode."""
     driver = f"{label}.example.com"
@@ -276,12 +282,21 @@ def publish_devices(testbed: Testbed, label: str, devices: Mapping[str, int]) ->
             "metadata": {"name": device_class},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
         },
-        *[slice_manifest(driver, node, count, mode=mode) for node, count in devices.items()],
+        *[
+            slice_manifest(driver, node, count, mode=mode, distinct=distinct)
+            for node, count in devices.items()
+        ],
     )
     return Pool(testbed, driver, device_class, label, list(devices))
 
 
-def slice_manifest(driver: str, node: str, devices: int, *, mode: ApiMode = CRD) -> dict[str, Any]:
+def slice_manifest(
+    driver: str, node: str, devices: int, *, mode: ApiMode = CRD, distinct: bool = False
+) -> dict[str, Any]:
+    items: list[dict[str, Any]] = [{"name": f"dev-{i}"} for i in range(devices)]
+    if distinct:
+        for item in items:
+            item["attributes"] = {"serial": {"string": f"{node}-{item['name']}"}}
     return {
         "apiVersion": mode.api_version,
         "kind": "ResourceSlice",
@@ -290,7 +305,7 @@ def slice_manifest(driver: str, node: str, devices: int, *, mode: ApiMode = CRD)
             "driver": driver,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": f"dev-{i}"} for i in range(devices)],
+            "devices": items,
         },
     }
 
