@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from operators.api import podgroup
-from operators.kube import ApiError, NotFound, Resource
+from operators.kube import ApiError, Connection, KubeClient, NotFound, Resource
 from operators.toolkit.errors import ToolkitError
 from operators.toolkit.sources import RawObject, objects_from_documents
 
@@ -145,18 +145,10 @@ async def pick_group(client: ReadOnlyClient, wanted: str | None = None) -> str:
 
 
 async def _read(kubeconfig: str | None, context: str | None, group: str | None) -> list[Any]:
-    from operators.kube import KubeClient
-
-    client = KubeClient(await _connection(kubeconfig, context), user_agent="dralloc-toolkit")
-    async with client:
+    # The kubeconfig ($KUBECONFIG, ~/.kube/config) with an optional context, else in-cluster.
+    connection = await Connection.load(kubeconfig or "", context)
+    async with KubeClient(connection, user_agent="dralloc-toolkit") as client:
         return await read_documents(client, group)
-
-
-async def _connection(kubeconfig: str | None, context: str | None) -> Any:
-    """The kubeconfig (``$KUBECONFIG``, ~/.kube/config) with an optional context, else in-cluster."""
-    from operators.kube import Connection
-
-    return await Connection.load(kubeconfig or "", context)
 
 
 async def _list(client: ReadOnlyClient, call: ListCall) -> list[dict[str, Any]]:
