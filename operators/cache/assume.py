@@ -26,6 +26,11 @@ class AssumeCache(Generic[T]):
         self.informer = informer
         self._assumed: dict[Key, tuple[T, Meta]] = {}
         self._index_funcs: dict[str, Callable[[T], Iterable[Hashable]]] = {}
+        # The index values of assumed objects, kept as they come and go: a lookup reads
+        # them instead of running every index function over every assumed object (while a
+        # burst of creations is in flight there are thousands).
+        self._assumed_values: dict[Key, dict[str, tuple[Hashable, ...]]] = {}
+        self._assumed_by: dict[str, dict[Hashable, set[Key]]] = {}
         self._listeners: list[Callable[[Key, T], None]] = []
         informer.add_handler(self._on_change)
 
@@ -42,14 +47,35 @@ class AssumeCache(Generic[T]):
         if known is None or version_number(known.resource_version) < version_number(
             meta.resource_version
         ):
+            self._forget(meta.key)
             self._assumed[meta.key] = (obj, meta)
+            self._index(meta.key, obj)
             for listener in self._listeners:
                 listener(meta.key, obj)
         return obj
 
     def restore(self, key: Key) -> None:
         """Forget an assumption (the write it stood for is known to have failed)."""
-        self._assumed.pop(key, None)
+        self._forget(key)
+
+    def _index(self, key: Key, obj: T) -> None:
+        values = self._assumed_values[key] = {}
+        for name, func in self._index_funcs.items():
+            values[name] = found = tuple(func(obj))
+            by_value = self._assumed_by.setdefault(name, {})
+            for value in found:
+                by_value.setdefault(value, set()).add(key)
+
+    def _forget(self, key: Key) -> None:
+        if self._assumed.pop(key, None) is None:
+            return
+        for name, found in self._assumed_values.pop(key, {}).items():
+            by_value = self._assumed_by[name]
+            for value in found:
+                keys = by_value[value]
+                keys.discard(key)
+                if not keys:
+                    del by_value[value]
 
     def get(self, key: Key) -> T | None:
         assumed = self._assumed.get(key)
@@ -68,6 +94,11 @@ class AssumeCache(Generic[T]):
     def add_index(self, name: str, func: Callable[[T], Iterable[Hashable]]) -> None:
         self._index_funcs[name] = func
         self.informer.add_index(name, func)
+        by_value = self._assumed_by.setdefault(name, {})
+        for key, (obj, _) in self._assumed.items():
+            self._assumed_values[key][name] = found = tuple(func(obj))
+            for value in found:
+                by_value.setdefault(value, set()).add(key)
 
     def ensure_index(self, name: str, func: Callable[[T], Iterable[Hashable]]) -> None:
         """Add an index several controllers share, unless one of them already added it."""
@@ -83,12 +114,16 @@ class AssumeCache(Generic[T]):
                 strict=True,
             )
         )
-        func = self._index_funcs[name]
-        for key, (obj, _) in self._assumed.items():
-            if value in tuple(func(obj)):
-                found[key] = obj
-            else:
-                found.pop(key, None)
+        if self._assumed:
+            assumed = self._assumed
+            # An assumed version whose values no longer hold this one hides the informer's.
+            for key in [key for key in found if key in assumed]:
+                if value in self._assumed_values[key][name]:
+                    found[key] = assumed[key][0]
+                else:
+                    del found[key]
+            for key in self._assumed_by[name].get(value, ()):
+                found[key] = assumed[key][0]
         return [found[key] for key in sorted(found)]
 
     def _on_change(self, change: Change[Any]) -> None:
@@ -97,7 +132,7 @@ class AssumeCache(Generic[T]):
             return
         if change.new is None:
             # Deleted, or replaced by an object of the same name: the assumption is void.
-            self._assumed.pop(change.key, None)
+            self._forget(change.key)
             return
         meta = self.informer.meta(change.key)
         if meta is None:
@@ -105,7 +140,7 @@ class AssumeCache(Generic[T]):
         if meta.uid != assumed[1].uid or version_number(meta.resource_version) >= version_number(
             assumed[1].resource_version
         ):
-            self._assumed.pop(change.key, None)
+            self._forget(change.key)
 
     def __len__(self) -> int:
         return len(self._assumed)

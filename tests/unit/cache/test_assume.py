@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from operators.cache.assume import AssumeCache
 from operators.cache.informer import Informer, Key
 from operators.kube import RESOURCE_CLAIMS, JsonDict
@@ -77,3 +80,58 @@ def test_index_reflects_assumed_change_of_owner() -> None:
     cache.assume(claim("c1", "2", owner="b"))
     assert cache.by_index("owner", "a") == []
     assert [c["name"] for c in cache.by_index("owner", "b")] == ["c1"]
+
+
+def test_lookup_reads_kept_index_values_not_every_assumed_object() -> None:
+    calls: list[str] = []
+    informer: Informer[dict[str, Any]] = Informer(None, RESOURCE_CLAIMS, parse)  # type: ignore[arg-type]
+    cache = AssumeCache(informer)
+
+    def owner(c: dict[str, Any]) -> list[str]:
+        calls.append(c["name"])
+        return [c["owner"]]
+
+    cache.add_index("owner", owner)
+    for i in range(50):
+        cache.assume(claim(f"c{i}", "5", owner=f"pod-{i}"))
+    calls.clear()
+    for i in range(50):
+        assert [c["name"] for c in cache.by_index("owner", f"pod-{i}")] == [f"c{i}"]
+    assert calls == []  # 50 lookups over 50 assumptions ran no index function
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["assume", "watch", "delete", "restore"]),
+            st.integers(0, 3),  # which claim
+            st.integers(1, 9),  # resourceVersion
+            st.sampled_from(["", "a", "b"]),  # owner
+        ),
+        max_size=30,
+    )
+)
+def test_index_lookups_match_every_object_read_through_get(
+    steps: list[tuple[str, int, int, str]],
+) -> None:
+    cache = make()
+    for op, n, rv, owner in steps:
+        raw = claim(f"c{n}", str(rv), owner=owner)
+        if op == "assume":
+            cache.assume(raw)
+        elif op == "watch":
+            event = "MODIFIED" if cache.informer.get(Key("ns", f"c{n}")) else "ADDED"
+            cache.informer.apply(event, raw)
+        elif op == "delete":
+            if cache.informer.get(Key("ns", f"c{n}")) is not None:
+                cache.informer.apply("DELETED", raw)
+        else:
+            cache.restore(Key("ns", f"c{n}"))
+        for value in ("a", "b"):
+            expected = []
+            for i in range(4):
+                obj = cache.get(Key("ns", f"c{i}"))
+                if obj is not None and obj["owner"] == value:
+                    expected.append(obj)
+            assert cache.by_index("owner", value) == expected
