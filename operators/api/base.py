@@ -48,6 +48,9 @@ def json_name(python_name: str) -> str:
 
 
 _NULLABLE_DEFAULTS: dict[type, frozenset[str]] = {}
+# See KubeModel._share_fields_set.
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+_MAX_FIELDS_SETS: Final = 4096
 
 
 class KubeModel(BaseModel):
@@ -61,6 +64,23 @@ class KubeModel(BaseModel):
         use_attribute_docstrings=True,
         serialize_by_alias=True,
     )
+
+    @model_validator(mode="after")
+    def _share_fields_set(self) -> Self:
+        """One set of "fields given" per distinct set, shared by every instance with it.
+
+        pydantic keeps one per instance, and for a model with more than four fields given it
+        is the instance's largest part (728 bytes): half of what a cached claim holds.
+        Sharing is safe because models are frozen: pydantic changes the set in place only
+        on attribute assignment, and copies it for ``model_copy``.
+        """
+        fields = self.__pydantic_fields_set__
+        if len(_FIELDS_SETS) < _MAX_FIELDS_SETS:
+            fields = _FIELDS_SETS.setdefault(frozenset(fields), fields)
+        else:  # a bound against inputs made to give every combination of fields
+            fields = _FIELDS_SETS.get(frozenset(fields), fields)
+        object.__setattr__(self, "__pydantic_fields_set__", fields)
+        return self
 
     def to_kube(self) -> dict[str, Any]:
         """The Kubernetes JSON form: camelCase names, unset (None) fields left out."""

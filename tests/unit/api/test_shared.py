@@ -238,3 +238,47 @@ def test_keys() -> None:
         deep = [deep]
     with pytest.raises(ValueError):
         json_text({"d": deep})
+
+
+# --- the sets of fields given ---------------------------------------------------------------
+
+
+def _claim(name: str, **metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", **metadata},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}},
+    }
+
+
+def test_objects_given_the_same_fields_share_one_set_of_them() -> None:
+    labels = {"labels": {"a": "b"}, "resourceVersion": "1", "generation": 1}
+    first, second = (parse_object(_claim(name, **labels)) for name in ("one", "two"))
+    assert first.metadata.model_fields_set == {
+        "name", "namespace", "uid", "labels", "resource_version", "generation",
+    }  # fmt: skip
+    assert first.metadata.model_fields_set is second.metadata.model_fields_set
+    assert first.model_fields_set is second.model_fields_set
+    other = parse_object(_claim("three"))
+    assert other.metadata.model_fields_set == {"name", "namespace", "uid"}
+    assert other.metadata.model_fields_set is not first.metadata.model_fields_set
+
+
+def test_a_copy_with_changes_leaves_the_shared_set_alone() -> None:
+    first, second = (parse_object(_claim(name)) for name in ("one", "two"))
+    changed = first.metadata.model_copy(update={"labels": {"x": "y"}})
+    assert "labels" in changed.model_fields_set
+    assert "labels" not in first.metadata.model_fields_set
+    assert "labels" not in second.metadata.model_fields_set
+
+
+def test_every_model_is_frozen_as_sharing_its_set_of_fields_needs() -> None:
+    from operators.api.base import KubeModel
+
+    def subclasses(cls: type) -> list[type]:
+        return [cls, *(s for sub in cls.__subclasses__() for s in subclasses(sub))]
+
+    models = subclasses(KubeModel)
+    assert len(models) > 30
+    assert [m.__name__ for m in models if not m.model_config.get("frozen")] == []
