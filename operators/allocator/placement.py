@@ -52,6 +52,8 @@ POLICIES = ("binpack", "spread", "first-fit")
 
 # (-optimistic score, policy value, node name): smaller is better
 RankKey = tuple[int, int, str]
+# The caller's own verdict on a node (see _try_nodes).
+NodeCheck = Callable[[NodeInfo], bool]
 # Per signature, on one node: (matching devices, of which not exclusively allocated,
 # a multi-allocatable one among them)
 NodeCounts = Mapping[Signature, tuple[int, int, bool]]
@@ -253,6 +255,7 @@ def find_node(
     explain: bool = True,
     deadline: tuple[float, float] | None = None,
     pin: AttributePin | None = None,
+    admits: NodeCheck | None = None,
 ) -> Placement:
     """See AllocatorState.find_node; ``deadline`` is (monotonic time, budget seconds)."""
     if policy not in POLICIES:
@@ -263,7 +266,7 @@ def find_node(
         if floor is not None:
             assert isinstance(nodes, tuple)
             return _first_fit_by_count(
-                state, index, claims, nodes, floor, max_searches, explain, deadline, pin
+                state, index, claims, nodes, floor, max_searches, explain, deadline, pin, admits
             )
     fast = _bucket_order(index, plan, nodes, policy)
     if fast is not None:
@@ -277,6 +280,7 @@ def find_node(
             deadline=deadline,
             geometric=policy == "binpack",
             pin=pin,
+            admits=admits,
         )
     entries = {signature: index.entry(signature) for signature in plan.signatures}
 
@@ -315,7 +319,9 @@ def find_node(
         # Walk the caller's order lazily and stop at the first node that fits with the best
         # score any node could get: no full scan (see _first_fit).
         top = _score_bound(index, plan) if plan.alternatives else None
-        return _first_fit(state, claims, nodes, rank_of, max_searches, explain, top, deadline, pin)
+        return _first_fit(
+            state, claims, nodes, rank_of, max_searches, explain, top, deadline, pin, admits
+        )
     ranked: list[tuple[RankKey, NodeInfo]] = []
     for position, node in enumerate(nodes):
         rank = rank_of(node)
@@ -335,6 +341,7 @@ def find_node(
         deadline=deadline,
         geometric=policy == "binpack",
         pin=pin,
+        admits=admits,
     )
 
 
@@ -378,6 +385,7 @@ def _first_fit(
     top: int | None = None,
     deadline: tuple[float, float] | None = None,
     pin: AttributePin | None = None,
+    admits: NodeCheck | None = None,
 ) -> Placement:
     """The first node in the caller's order that passes the prefilter and the search.
 
@@ -412,6 +420,7 @@ def _first_fit(
         prefiltered=lambda: ruled_out,
         deadline=deadline,
         pin=pin,
+        admits=admits,
     )
 
 
@@ -425,6 +434,7 @@ def _first_fit_by_count(
     explain: bool,
     deadline: tuple[float, float] | None = None,
     pin: AttributePin | None = None,
+    admits: NodeCheck | None = None,
 ) -> Placement:
     """First fit when a node's fit is one free count (see _floor_key): the walk starts
     after the nodes the index knows are full, reads one count per node (what _rank_node
@@ -460,6 +470,7 @@ def _first_fit_by_count(
         prefiltered=lambda: ruled_out,
         deadline=deadline,
         pin=pin,
+        admits=admits,
     )
 
 
@@ -474,6 +485,7 @@ def _try_nodes(
     deadline: tuple[float, float] | None = None,
     geometric: bool = False,
     pin: AttributePin | None = None,
+    admits: NodeCheck | None = None,
 ) -> Placement:
     """Search candidates in optimistic rank order; keep the best actual rank.
 
@@ -484,11 +496,14 @@ def _try_nodes(
     ``geometric`` (binpack): allocations on partitionable devices are compared by the
     whole physical devices they break (``geometry.py``) before the score. ``pin``: every
     search may only take devices with that attribute value (the counts that ranked the
-    nodes ignore it, so they only admit too many nodes, never too few).
+    nodes ignore it, so they only admit too many nodes, never too few). ``admits``: the
+    caller's own verdict on a node (the scheduler's filters), asked only of nodes the device
+    counts let through, right before their search; a node it refuses is not searched.
     """
     choice = GeometryChoice() if geometric else None
     errors: dict[str, str] = {}
     searched = 0
+    refused = 0  # by ``admits``
     # What state.allocate builds, made once for all nodes.
     inputs = state.search_inputs(deadline[0] if deadline else None)
     if pin is not None:
@@ -501,6 +516,9 @@ def _try_nodes(
             break
         if max_searches is not None and searched >= max_searches:
             break
+        if admits is not None and not admits(node):
+            refused += 1
+            continue
         searched += 1
         if prefiltered is not None:
             ruled_out = prefiltered()
@@ -521,7 +539,7 @@ def _try_nodes(
                 None,
                 explanation=Explanation(len(nodes), (), fatal_error=str(err)),
                 nodes_searched=searched,
-                nodes_prefiltered=ruled_out,
+                nodes_prefiltered=ruled_out + refused,
             )
         if results is None:
             refusal = search.quota_refusal()
@@ -538,7 +556,10 @@ def _try_nodes(
             continue
         if actual <= key:  # as good as promised: nothing after it can do better
             return Placement(
-                node.name, tuple(results), nodes_searched=searched, nodes_prefiltered=ruled_out
+                node.name,
+                tuple(results),
+                nodes_searched=searched,
+                nodes_prefiltered=ruled_out + refused,
             )
         if best is None or actual < best[0]:
             best = (actual, node, results)
@@ -550,14 +571,22 @@ def _try_nodes(
         and (best is None or choice.best[0][0] <= best[0][0])
     ):
         _, name, results = choice.best
-        return Placement(name, tuple(results), nodes_searched=searched, nodes_prefiltered=ruled_out)
+        return Placement(
+            name, tuple(results), nodes_searched=searched, nodes_prefiltered=ruled_out + refused
+        )
     if best is not None:
         return Placement(
-            best[1].name, tuple(best[2]), nodes_searched=searched, nodes_prefiltered=ruled_out
+            best[1].name,
+            tuple(best[2]),
+            nodes_searched=searched,
+            nodes_prefiltered=ruled_out + refused,
         )
     explanation = state.explain(claims, nodes, errors) if explain else None
     return Placement(
-        None, explanation=explanation, nodes_searched=searched, nodes_prefiltered=ruled_out
+        None,
+        explanation=explanation,
+        nodes_searched=searched,
+        nodes_prefiltered=ruled_out + refused,
     )
 
 

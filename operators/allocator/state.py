@@ -37,7 +37,13 @@ from operators.allocator.index import DeviceIndex
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.objects import as_dict, object_ref
 from operators.allocator.packing import DEVICE_POLICIES, pack_pools
-from operators.allocator.placement import Placement, PlanCache, find_node, reasons_for
+from operators.allocator.placement import (
+    NodeCheck,
+    Placement,
+    PlanCache,
+    find_node,
+    reasons_for,
+)
 from operators.allocator.pools import Pool, gather_pools
 from operators.allocator.quantities import to_nanos
 from operators.allocator.quota import (
@@ -470,6 +476,7 @@ class AllocatorState:
         explain: bool = True,
         budget_seconds: float | None = None,
         pin: AttributePin | None = None,
+        admits: NodeCheck | None = None,
     ) -> Placement:
         """Pick a node for claims that must be allocated together (one pod).
 
@@ -485,6 +492,11 @@ class AllocatorState:
 
         With ``pin``, requests without adminAccess may only take devices with that attribute
         value (a gang's device-attribute topology). The explanation does not know about it.
+
+        With ``admits``, a node the device counts let through is searched only if it says
+        yes: the caller's own filter, run on the few nodes that could hold the devices
+        instead of on every node. The explanation does not know about it either: a caller
+        that explains filters the nodes itself.
         """
         infos = _node_infos(nodes)
         deadline = None
@@ -502,6 +514,7 @@ class AllocatorState:
                 explain=explain,
                 deadline=deadline,
                 pin=pin,
+                admits=admits,
             )
         finally:
             self.evaluator.deadline = None

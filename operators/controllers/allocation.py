@@ -163,6 +163,7 @@ class AllocationController(ClaimWrites, Explanations):
         # changes: rebuilding it per pod sorted the labels of every node for every pod.
         self._node_list: list[tuple[Node, NodeInfo]] | None = None
         self._node_infos: tuple[NodeInfo, ...] = ()  # of _node_list, in its order
+        self._node_of: dict[str, Node] = {}  # of _node_list, by name
         # What the pods on each node hold (cpu, ports, ...), moved by pod events: the
         # scheduler's filters read it for every candidate node.
         self.usage = ClusterUsage()
@@ -423,12 +424,14 @@ class AllocationController(ClaimWrites, Explanations):
                 return
             entries = self._resolve_claims(pod)
             started = time.perf_counter()
-            candidates = self._candidates(pod, entries)
             try:
                 # Quick decisions are made right here; only one that needs more than a few
-                # milliseconds moves to the decision thread (a hand-off costs a GIL switch).
+                # milliseconds moves to the decision thread (a hand-off costs a GIL switch),
+                # with the node filter run beforehand (it reads the loop's caches).
+                candidates = self._candidates(pod, entries, lazy=True)
                 node, results = self._decide(pod, entries, candidates, inline=True)
             except NeedsThread:
+                candidates = self._candidates(pod, entries)
                 node, results = await self._decide_off_loop(pod, entries, candidates)
             metrics.ALLOCATION_SECONDS.observe(time.perf_counter() - started)
         except NotReady:
@@ -616,6 +619,7 @@ class AllocationController(ClaimWrites, Explanations):
             nodes = sorted(self.nodes.values(), key=lambda n: n.name)
             self._node_list = [(node, NodeInfo(node.name, node.labels)) for node in nodes]
             self._node_infos = tuple(info for _, info in self._node_list)
+            self._node_of = {node.name: node for node in nodes}
         return self._node_list
 
     def _namespace_labels(self, name: str) -> dict[str, str]:
@@ -633,8 +637,16 @@ class AllocationController(ClaimWrites, Explanations):
         """
         return self._decide(pod, entries, self._candidates(pod, entries))
 
-    def _candidates(self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]]) -> Candidates:
-        """The nodes kube-scheduler would bind the pod to, and why the others are out."""
+    def _candidates(
+        self, pod: Pod, entries: list[tuple[PodClaim, ResourceClaim]], *, lazy: bool = False
+    ) -> Candidates:
+        """The nodes kube-scheduler would bind the pod to, and why the others are out.
+
+        ``lazy``: for a decision made on the loop, the filter is left to the allocator, which
+        asks it only about nodes with room for the devices. Filtering every node for every
+        pod costs more than the decision itself on a cluster of thousands of nodes, and the
+        first node with room is usually the answer.
+        """
         selectors: list[NodeSelector] = []
         for _, claim in entries:
             allocation = claim.status.allocation if claim.status else None
@@ -671,32 +683,46 @@ class AllocationController(ClaimWrites, Explanations):
                 else:
                     candidates.append(node)
                     infos.append(info)
-        else:
-            pod_filter = filters.prepare(
-                pod.needs,
-                self.usage,
-                (node for node, _ in all_nodes),
-                self._namespace_labels,
-                key=key,
+            return Candidates(len(all_nodes), rejections, candidates, infos)
+        pod_filter = filters.prepare(
+            pod.needs,
+            self.usage,
+            (node for node, _ in all_nodes),
+            self._namespace_labels,
+            key=key,
+        )
+        refused = (
+            self.runtime.refusals.nodes(pod.namespace, pod.controller, time.monotonic())
+            if pod.controller
+            else set()
+        )
+
+        def reasons(node: Node, info: NodeInfo) -> list[str]:
+            found = pod_filter.reasons(node, info)
+            if not found and any(not s.matches(info) for s in selectors):
+                found = [placement.REASON_CLAIM_ELSEWHERE]
+            if not found and node.name in refused:
+                found = [placement.REASON_REFUSED_HERE]
+            return found
+
+        if lazy and any(True for _ in pending(entries)):
+            node_of = self._node_of
+            return Candidates(
+                len(all_nodes),
+                rejections,
+                candidates,
+                self._node_infos,
+                admits=lambda info: not reasons(node_of[info.name], info),
             )
-            refused = (
-                self.runtime.refusals.nodes(pod.namespace, pod.controller, time.monotonic())
-                if pod.controller
-                else set()
-            )
-            for node, info in all_nodes:
-                reasons = pod_filter.reasons(node, info)
-                if not reasons and any(not s.matches(info) for s in selectors):
-                    reasons = [placement.REASON_CLAIM_ELSEWHERE]
-                if not reasons and node.name in refused:
-                    reasons = [placement.REASON_REFUSED_HERE]
-                if reasons:
-                    rejections += reasons
-                else:
-                    candidates.append(node)
-                    infos.append(info)
-            if len(infos) == len(all_nodes):
-                return Candidates(len(all_nodes), rejections, candidates, self._node_infos)
+        for node, info in all_nodes:
+            found = reasons(node, info)
+            if found:
+                rejections += found
+            else:
+                candidates.append(node)
+                infos.append(info)
+        if len(infos) == len(all_nodes):
+            return Candidates(len(all_nodes), rejections, candidates, self._node_infos)
         return Candidates(len(all_nodes), rejections, candidates, infos)
 
     def _decide(
@@ -744,9 +770,21 @@ class AllocationController(ClaimWrites, Explanations):
                 waiting_claims,
                 infos,
                 str(self.settings.node_policy),
-                explain=explain,
+                explain=explain and candidates.admits is None,
                 budget_seconds=attempt,
+                admits=candidates.admits,
             )
+            if found.node is None and explain and candidates.admits is not None:
+                # To explain, every node's verdict: the filter runs on all of them.
+                candidates = self._candidates(pod, entries)
+                total, rejections, infos = candidates.total, candidates.rejections, candidates.infos
+                found = self.state.find_node(
+                    waiting_claims,
+                    infos,
+                    str(self.settings.node_policy),
+                    explain=True,
+                    budget_seconds=attempt,
+                )
         except DecisionTimeout as error:
             if inline:
                 raise NeedsThread() from error  # nothing charged: the thread starts afresh

@@ -45,6 +45,10 @@ class Candidates:
     infos: Sequence[NodeInfo]
     """The allocator's view of ``nodes``; the one tuple of every node when all are in, so
     the allocator can keep what it learnt about them from pod to pod (first-fit's floor)."""
+    admits: Callable[[NodeInfo], bool] | None = None
+    """Set when the filter has not run yet (``nodes`` and ``rejections`` are empty, ``infos``
+    are all nodes): the filter's verdict on one node, asked by the allocator only of nodes
+    that could hold the devices. Reads the loop's caches, so only for a decision on the loop."""
 
 
 class StillWaiting(Exception):

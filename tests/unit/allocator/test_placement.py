@@ -298,3 +298,37 @@ def test_free_counts_of_network_attached_devices_follow_assume_and_release() -> 
     state.release(placed[1])
     assert index.counts(signature, in_rack[1]) == (3, 1)
     assert state.find_node([pods[3]], [elsewhere, *in_rack]).node == "node-1"
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("policy", ["binpack", "spread", "first-fit"])
+def test_a_node_check_places_as_the_nodes_it_admits_would(seed: int, policy: str) -> None:
+    """``admits`` asked during the walk gives the placement of the filtered node list, and
+    is asked only of nodes the device counts let through."""
+    rng = random.Random(seed)
+    state = random_cluster(rng, 10)
+    nodes = tuple(NodeInfo(f"node-{n}") for n in range(10))
+    for round_ in range(4):
+        allowed = {node.name for node in nodes if rng.random() < 0.6}
+        asked: list[str] = []
+
+        def admits(node: NodeInfo, allowed: set[str] = allowed, asked: list[str] = asked) -> bool:
+            asked.append(node.name)
+            return node.name in allowed
+
+        pod = claim_of(
+            f"c{round_}", *(random_request(rng, f"r{i}") for i in range(rng.randint(1, 2)))
+        )
+        filtered = [node for node in nodes if node.name in allowed]
+        expected = state.find_node([pod], filtered, policy, explain=False)
+        found = state.find_node([pod], nodes, policy, explain=False, admits=admits)
+        assert (found.node, found.allocations) == (expected.node, expected.allocations)
+        assert found.nodes_searched == expected.nodes_searched
+        index = state.device_index()
+        plan = placement._plan(state.compile_claims([pod]))
+        signatures = [d.signature for d in plan.plain]
+        signatures += [d.signature for options in plan.choices for d in options]
+        for name in asked:  # never a node without a free device the pod could use
+            assert any(index.counts(sig, NodeInfo(name))[1] for sig in signatures)
+        if found.node is not None:
+            state.assume(pod, found.allocations[0])
