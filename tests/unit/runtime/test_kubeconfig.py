@@ -94,6 +94,10 @@ def test_files_are_read_relative_to_the_kubeconfig_and_a_token_file_is_read(tmp_
     found = kubeconfig.load(str(path), environ={})
     assert found.ca_pem == CERT
     assert found.headers() == {"Authorization": "Bearer secret-token"}
+    # Read again when renewed (the file's owner rotates it), relative to the kubeconfig too.
+    assert found.token_file == tmp_path / "token"
+    (tmp_path / "token").write_text("rotated\n")
+    assert kubeconfig.renew(found).headers() == {"Authorization": "Bearer rotated"}
 
 
 def test_kubeconfig_files_merge_with_the_first_name_and_current_context_winning(
@@ -290,6 +294,9 @@ def test_in_a_pod_the_service_account_is_used(tmp_path: Path) -> None:
         [context("ctx", "c", "u")],
         "ctx",
     )
+    # The kubelet rotates the projected token: it is read again when renewed.
+    (tmp_path / "token").write_text("rotated\n")
+    assert kubeconfig.renew(found).token == "rotated"
     assert kubeconfig.load(str(path), environ=env, service_account=tmp_path).server == "https://k"
     with pytest.raises(KubeconfigError, match="cannot read its token"):
         kubeconfig.load(environ=env, service_account=tmp_path / "absent")
