@@ -32,7 +32,6 @@ import aiohttp
 
 from operators import metrics
 from operators.credentials import Auth, CredentialSource
-from operators.kubeconfig import Credentials
 
 JsonDict = dict[str, Any]
 
@@ -210,10 +209,6 @@ class Connection:
         """Kubeconfig file (explicit or $KUBECONFIG), else in-cluster, else ~/.kube/config
         (see ``operators.kubeconfig``; an exec plugin runs in a thread)."""
         return cls.from_source(await CredentialSource.load(kubeconfig or None, context))
-
-    @classmethod
-    def from_credentials(cls, credentials: Credentials) -> Connection:
-        return cls.from_source(CredentialSource(credentials))
 
     @classmethod
     def from_source(cls, source: CredentialSource) -> Connection:
