@@ -5,7 +5,8 @@ Controllers talk to the API server only through :class:`KubeClient`: raw JSON di
 models costs ~6 ms, and the generated watch code crashes on ``resource.k8s.io`` claims), each
 write carrying a precondition (``resourceVersion`` in a merge patch or a JSON-patch ``test``,
 ``uid`` in delete options), and watches as plain async iterators. The server and credentials
-come from ``operators.kubeconfig``.
+come from ``operators.kubeconfig``; ``operators.credentials`` keeps the credentials current
+(a request refused with 401 is sent once more when they were renewed).
 
 The API mode is a setting of this seam: controllers name the DRA kinds by dralloc's group
 (:data:`RESOURCE_CLAIMS` and the rest), and a client made with ``api_group="resource.k8s.io"``
@@ -19,7 +20,6 @@ again and retry now, back off and retry the same thing, or tell the user and wai
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 import enum
@@ -30,9 +30,8 @@ from typing import Any, Literal
 
 import aiohttp
 
-from operators import kubeconfig as kubeconfig_module
 from operators import metrics
-from operators.kubeconfig import Credentials
+from operators.credentials import Auth, CredentialSource
 
 JsonDict = dict[str, Any]
 
@@ -196,25 +195,31 @@ class WatchEvent:
 
 @dataclasses.dataclass(frozen=True)
 class Connection:
-    """Where the API server is and how to authenticate to it."""
+    """Where the API server is and how to authenticate to it: fixed ``headers``, or, from a
+    kubeconfig, a ``credentials`` source that renews them (then ``headers`` and
+    ``ssl_context`` are only its credentials at the time the connection was made)."""
 
     server: str
     ssl_context: ssl.SSLContext | bool
     headers: Mapping[str, str]
+    credentials: CredentialSource | None = None
 
     @classmethod
     async def load(cls, kubeconfig: str = "", context: str | None = None) -> Connection:
         """Kubeconfig file (explicit or $KUBECONFIG), else in-cluster, else ~/.kube/config
         (see ``operators.kubeconfig``; an exec plugin runs in a thread)."""
-        credentials = await asyncio.to_thread(kubeconfig_module.load, kubeconfig or None, context)
-        return cls.from_credentials(credentials)
+        return cls.from_source(await CredentialSource.load(kubeconfig or None, context))
 
     @classmethod
-    def from_credentials(cls, credentials: Credentials) -> Connection:
+    def from_source(cls, source: CredentialSource) -> Connection:
+        """A connection authenticated by ``source``, shared with whoever else holds it (kopf's
+        login handler): one load, one renewal, for every client of the process."""
+        current = source.current
         return cls(
-            server=credentials.server,
-            ssl_context=credentials.ssl_context(),
-            headers=credentials.headers(),
+            server=current.credentials.server,
+            ssl_context=current.ssl_context,
+            headers=current.headers,
+            credentials=source,
         )
 
 
@@ -251,9 +256,12 @@ class KubeClient:
         self._resolved: dict[Resource, Resource] = {}
         # Discovery: the resource names a group version serves (subresources included).
         self._discovered: dict[str, frozenset[str]] = {}
+        self._credentials = connection.credentials
+        # Renewable credentials go with each request (see _auth); fixed ones with the session.
+        fixed = connection.headers if self._credentials is None else {}
         self._session = aiohttp.ClientSession(
             base_url=connection.server,
-            headers={**connection.headers, "User-Agent": user_agent, "Accept": "application/json"},
+            headers={**fixed, "User-Agent": user_agent, "Accept": "application/json"},
             connector=aiohttp.TCPConnector(ssl=connection.ssl_context, limit=64),
             read_bufsize=4 * 1024 * 1024,  # watch lines can be as large as a ResourceSlice
         )
@@ -287,6 +295,29 @@ class KubeClient:
             self._resolved[resource] = resolved
         return resolved
 
+    async def _auth(self) -> Auth | None:
+        """The credentials for the next request (renewed first when due); None when fixed."""
+        return None if self._credentials is None else await self._credentials.get()
+
+    async def _renewed(self, refused: Auth | None) -> Auth | None:
+        """After a 401: newer credentials than the refused ones, or None if there are none
+        (then the 401 stands)."""
+        if refused is None or self._credentials is None:
+            return None
+        renewed = await self._credentials.renew(refused)
+        if renewed.headers == refused.headers and renewed.ssl_context is refused.ssl_context:
+            return None  # read or obtained again, but the same: sending it again is futile
+        return renewed
+
+    @staticmethod
+    def _with(auth: Auth | None, headers: Mapping[str, str] | None) -> dict[str, Any]:
+        """The keyword arguments of one aiohttp request that carry ``auth``. Its TLS context
+        goes too: an exec plugin may give a new client certificate (aiohttp pools connections
+        by context, so none made with an old certificate is reused)."""
+        if auth is None:
+            return {"headers": headers}
+        return {"headers": {**auth.headers, **(headers or {})}, "ssl": auth.ssl_context}
+
     async def request(
         self,
         method: str,
@@ -298,17 +329,13 @@ class KubeClient:
     ) -> JsonDict:
         data = None if body is None else json_body(body)
         headers = {"Content-Type": content_type} if data is not None else None
-        timeout = aiohttp.ClientTimeout(total=self.request_timeout)
-        try:
-            async with self._session.request(
-                method, path, params=params, data=data, headers=headers, timeout=timeout
-            ) as response:
-                status = response.status
-                text = await response.text()
-        except (aiohttp.ClientError, TimeoutError):
-            metrics.API_REQUESTS.labels(method=method, code="error").inc()
-            raise
-        metrics.API_REQUESTS.labels(method=method, code=str(status)).inc()
+        auth = await self._auth()
+        status, text = await self._send(method, path, params, data, self._with(auth, headers))
+        if status == 401 and (renewed := await self._renewed(auth)) is not None:
+            # Refused with credentials that have been renewed since: once more with the new.
+            status, text = await self._send(
+                method, path, params, data, self._with(renewed, headers)
+            )
         payload: Any
         try:
             payload = json.loads(text) if text else {}
@@ -317,6 +344,27 @@ class KubeClient:
         if status >= 400:
             raise ApiError.from_status(status, payload)
         return payload if isinstance(payload, dict) else {}
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        data: str | None,
+        auth: Mapping[str, Any],
+    ) -> tuple[int, str]:
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout)
+        try:
+            async with self._session.request(
+                method, path, params=params, data=data, timeout=timeout, **auth
+            ) as response:
+                status = response.status
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError):
+            metrics.API_REQUESTS.labels(method=method, code="error").inc()
+            raise
+        metrics.API_REQUESTS.labels(method=method, code=str(status)).inc()
+        return status, text
 
     async def serves_subresource(self, resource: Resource, subresource: str) -> bool | None:
         """Whether the API server serves ``subresource`` of the resource at its version (from
@@ -393,25 +441,35 @@ class KubeClient:
         timeout = aiohttp.ClientTimeout(
             total=None, connect=self.request_timeout, sock_read=timeout_seconds + 30
         )
-        async with self._session.get(
-            resource.path(namespace), params=params, timeout=timeout
-        ) as response:
-            if response.status >= 400:
-                text = await response.text()
-                try:
-                    payload: Any = json.loads(text)
-                except ValueError:
-                    payload = text
-                raise ApiError.from_status(response.status, payload)
-            async for line in response.content:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                kind = event.get("type")
-                obj = event.get("object") or {}
-                if kind == "ERROR":
-                    raise ApiError.from_status(int(obj.get("code") or 500), obj)
-                yield WatchEvent(kind, obj)
+        # The credentials as they are at this (re)connect; a refusal renews them and the
+        # watch is opened once more with the new ones, as a request is sent once more.
+        auth = await self._auth()
+        for last_try in (False, True):
+            async with self._session.get(
+                resource.path(namespace), params=params, timeout=timeout, **self._with(auth, None)
+            ) as response:
+                if response.status == 401 and not last_try:
+                    renewed = await self._renewed(auth)
+                    if renewed is not None:
+                        auth = renewed
+                        continue
+                if response.status >= 400:
+                    text = await response.text()
+                    try:
+                        payload: Any = json.loads(text)
+                    except ValueError:
+                        payload = text
+                    raise ApiError.from_status(response.status, payload)
+                async for line in response.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind = event.get("type")
+                    obj = event.get("object") or {}
+                    if kind == "ERROR":
+                        raise ApiError.from_status(int(obj.get("code") or 500), obj)
+                    yield WatchEvent(kind, obj)
+                return
 
     # --- writes ----------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ What is read, as kubectl reads it:
   ``insecure-skip-tls-verify``;
 - a user's ``client-certificate``/``client-key`` or their ``-data``, ``token``, ``tokenFile``,
   and ``exec`` credential plugins (``client.authentication.k8s.io`` v1 and v1beta1, giving
-  a token or a client certificate; run once, when credentials are loaded, and only when the
-  user has no token or certificate of its own, as client-go);
+  a token or a client certificate; run only when the user has no token or certificate of its
+  own, as client-go);
 - file paths relative to the kubeconfig that names them; files of ``$KUBECONFIG`` that do
   not exist are skipped, an explicit path must exist.
 
@@ -27,14 +27,17 @@ What is refused with a :class:`KubeconfigError` that says so: ``auth-provider`` 
 auth (removed from the API server in 1.19), ``proxy-url`` and ``tls-server-name``. Error
 messages never quote a file's content or a plugin's output: either may hold a secret.
 
-The operator's own client reads credentials once, at start (a token that expires is not
-renewed before a restart; kopf's client logs in again when its credentials fail).
+Credentials that can go stale say how to get them again: a token read from a file (the
+service account's, a ``tokenFile``) names the file, and an exec plugin's credentials carry the
+plugin (:class:`ExecPlugin`); :func:`renew` reads or runs it again. When to renew is
+``operators.credentials``' business.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -42,7 +45,7 @@ import ssl
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,17 +63,27 @@ class KubeconfigError(RuntimeError):
 
 @dataclass(frozen=True)
 class Credentials:
-    """An API server and what authenticates to it. PEM texts are held in memory only."""
+    """An API server and what authenticates to it. PEM texts are held in memory only, and
+    the secrets are left out of the repr (a traceback or a log may show it)."""
 
     server: str
     ca_pem: str | None = None
     insecure: bool = False
     client_cert_pem: str | None = None
-    client_key_pem: str | None = None
-    token: str | None = None
+    client_key_pem: str | None = dataclasses.field(default=None, repr=False)
+    token: str | None = dataclasses.field(default=None, repr=False)
     namespace: str | None = None
     expires: datetime.datetime | None = None  # an exec plugin's token or certificate
     source: str = ""  # "service account" or the kubeconfig file(s): for messages
+    # How to renew them (see renew): the file the token was read from, which its owner may
+    # rotate (the kubelet rotates a projected service-account token), or the exec plugin that
+    # gave them. At most one is set: a plugin only runs for a user without a token.
+    token_file: Path | None = None
+    exec_plugin: ExecPlugin | None = None
+
+    @property
+    def renewable(self) -> bool:
+        return self.token_file is not None or self.exec_plugin is not None
 
     def ssl_context(self) -> ssl.SSLContext:
         """A client TLS context: the cluster's CA (or none checked when insecure) and the
@@ -91,6 +104,49 @@ class Credentials:
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+
+@dataclass(frozen=True)
+class ExecPlugin:
+    """An exec credential plugin as a user entry names it, with what running it needs, so
+    that it can run again when its credentials expire or are refused."""
+
+    # Not in the repr: the spec's env and the process's may hold secrets.
+    spec: Mapping[str, Any] = dataclasses.field(repr=False)
+    server: str
+    ca_pem: str | None = dataclasses.field(repr=False)
+    base: Path  # the directory of the kubeconfig that names it
+    env: Mapping[str, str] = dataclasses.field(repr=False)
+    where: str  # "kubeconfig FILE, context NAME": for messages
+
+    def run(self) -> tuple[str | None, str | None, str | None, datetime.datetime | None]:
+        return run_exec_plugin(self.spec, self.server, self.ca_pem, self.base, self.env, self.where)
+
+
+def renew(credentials: Credentials) -> Credentials:
+    """The credentials with their token read again from its file, or with what their exec
+    plugin gives when run again; the same object when there is nothing to renew.
+
+    Blocking (a file read, a subprocess): callers on an event loop run it in a thread.
+    Raises :class:`KubeconfigError` (no secret in its message).
+    """
+    if credentials.exec_plugin is not None:
+        token, cert, key, expires = credentials.exec_plugin.run()
+        return replace(
+            credentials, token=token, client_cert_pem=cert, client_key_pem=key, expires=expires
+        )
+    if credentials.token_file is not None:
+        path = credentials.token_file
+        try:
+            token = path.read_text().strip() or None
+        except OSError as err:
+            raise KubeconfigError(
+                f"{credentials.source}: token file {path}: {err.strerror}"
+            ) from None
+        except UnicodeDecodeError:
+            raise KubeconfigError(f"{credentials.source}: token file {path}: not text") from None
+        return replace(credentials, token=token)
+    return credentials
 
 
 def _load_client_cert(context: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
@@ -146,6 +202,7 @@ def in_cluster(env: Mapping[str, str], directory: Path = SERVICE_ACCOUNT_DIR) ->
         token=token or None,
         namespace=namespace.read_text().strip() if namespace.exists() else None,
         source="service account",
+        token_file=directory / "token",  # a projected token: the kubelet rotates it
     )
 
 
@@ -217,6 +274,7 @@ def from_files(
     cert = _pem(user, "client-certificate", user_dir, where)
     key = _pem(user, "client-key", user_dir, where)
     token = user.get("token") or None
+    token_path = None
     if not token and user.get("tokenFile"):
         token_path = _relative(str(user["tokenFile"]), user_dir)
         try:
@@ -228,9 +286,11 @@ def from_files(
             f"{where}: a client certificate needs its key, and a key its certificate"
         )
     expires = None
+    plugin = None
     if user.get("exec") and not token and not cert:
         # client-go runs the plugin only for a user without credentials of its own
-        token, cert, key, expires = run_exec_plugin(user["exec"], server, ca, user_dir, env, where)
+        plugin = ExecPlugin(user["exec"], server, ca, user_dir, env, where)
+        token, cert, key, expires = plugin.run()
     return Credentials(
         server=server.rstrip("/"),
         ca_pem=ca,
@@ -241,6 +301,8 @@ def from_files(
         namespace=ctx.get("namespace") or None,
         expires=expires,
         source=source,
+        token_file=token_path,
+        exec_plugin=plugin,
     )
 
 

@@ -32,9 +32,11 @@ from operators.controllers.base import (
     MEMO_KEY,
     Runtime,
     configure,
+    credentials_from,
     current_settings,
     runtime_from,
 )
+from operators.credentials import Auth
 from operators.leader import LeaseUnusable
 from operators.settings import Settings
 
@@ -45,14 +47,28 @@ EXIT_SETUP = 2  # the operator cannot run as configured (the message says why)
 _setup_errors: list[str] = []
 
 
+LOGIN_KEY = "dralloc_login"  # the Auth last given to kopf
+
+
 @kopf.on.login(id="dralloc.login")
-async def login(**_: Any) -> kopf.ConnectionInfo:
-    """kopf's own client (leader lease, events, webhooks) authenticates as dralloc's does:
-    the same reader (``operators.kubeconfig``), so no client library is loaded for it."""
+async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    """kopf's own client (leader lease, events, webhooks) authenticates with dralloc's own
+    credentials (``credentials_from``): one load for both, and no client library loaded for
+    kopf's.
+
+    kopf calls this again when its credentials were refused (401) or have expired: then
+    they are renewed, unless dralloc's client renewed them already since kopf got them.
+    """
     try:
-        found = await asyncio.to_thread(kubeconfig.load)
+        source = await credentials_from(memo)
     except kubeconfig.KubeconfigError as err:
         raise kopf.LoginError(str(err)) from None
+    given: Auth | None = memo.get(LOGIN_KEY)
+    # The same credentials again mean kopf's were refused or expired: renew them. Others
+    # (the first call, or renewed by dralloc's client since): the current, renewed if due.
+    auth = await (source.renew(given) if given is source.current else source.get())
+    memo[LOGIN_KEY] = auth
+    found = auth.credentials
     return kopf.ConnectionInfo(
         server=found.server,
         ca_data=found.ca_pem,
@@ -118,9 +134,7 @@ def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
 
 async def operate(settings: Settings, stop_flag: asyncio.Event | None = None) -> None:
     """Run kopf with dralloc's handlers until stopped (the in-process entry point)."""
-    configure(settings)
-    if settings.kubeconfig:
-        os.environ["KUBECONFIG"] = settings.kubeconfig  # the login handler reads it
+    configure(settings)  # the login handler and the runtime read the kubeconfig from these
     liveness = f"http://0.0.0.0:{settings.probe_port}/healthz" if settings.probe_port else None
     await kopf.operator(
         clusterwide=True,

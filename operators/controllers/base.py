@@ -23,14 +23,24 @@ from operators.api.podprotocol import PodProtocol, protocol_for
 from operators.cache.kinds import FORBIDDEN_AS_ABSENT, OPTIONAL, OTHER_VERSIONS, parsers
 from operators.cache.shared import SharedCache
 from operators.controllers import placement
+from operators.credentials import CredentialSource
 from operators.fencing import AllocationRecord, AllocatorMark, stands_down
-from operators.kube import LEASES, REQUEST_ERRORS, ApiError, JsonDict, KubeClient, NotFound
+from operators.kube import (
+    LEASES,
+    REQUEST_ERRORS,
+    ApiError,
+    Connection,
+    JsonDict,
+    KubeClient,
+    NotFound,
+)
 from operators.leader import LeaderElector
 from operators.settings import Settings
 
 log = structlog.get_logger(__name__)
 
 MEMO_KEY = "dralloc_runtime"
+CREDENTIALS_KEY = "dralloc_credentials"
 MAX_CLOCK_SKEW = 60.0  # seconds an allocation record may be ahead of this replica's clock
 
 
@@ -115,9 +125,14 @@ class Runtime:
             )
 
     @classmethod
-    async def connect(cls, settings: Settings) -> Runtime:
-        client = await KubeClient.connect(
-            settings.kubeconfig,
+    async def connect(
+        cls, settings: Settings, credentials: CredentialSource | None = None
+    ) -> Runtime:
+        """With ``credentials`` loaded already (shared with kopf's login), else loaded here."""
+        if credentials is None:
+            credentials = await CredentialSource.load(settings.kubeconfig or None)
+        client = KubeClient(
+            Connection.from_source(credentials),
             request_timeout=settings.request_timeout,
             api_group=settings.api_group,
         )
@@ -288,9 +303,26 @@ async def runtime_from(memo: Any) -> Runtime:
     """The process's runtime, created by whichever startup handler asks first."""
     runtime: Runtime | None = memo.get(MEMO_KEY)
     if runtime is None:
-        runtime = await Runtime.connect(current_settings())
+        runtime = await Runtime.connect(current_settings(), await credentials_from(memo))
         memo[MEMO_KEY] = runtime
     return runtime
+
+
+async def credentials_from(memo: Any) -> CredentialSource:
+    """The process's credentials, loaded once for both its API clients: dralloc's (the
+    runtime's) and kopf's (the login handler). kopf runs its login handler while the startup
+    handlers run, so whichever asks second waits for the load the first started: an exec
+    plugin runs once, not once per client. A failed load is tried again by the next caller
+    (kopf retries a failed startup or login handler)."""
+    loading: asyncio.Future[CredentialSource] | None = memo.get(CREDENTIALS_KEY)
+    if loading is None or (
+        loading.done() and (loading.cancelled() or loading.exception() is not None)
+    ):
+        settings = current_settings()
+        loading = asyncio.ensure_future(CredentialSource.load(settings.kubeconfig or None))
+        memo[CREDENTIALS_KEY] = loading
+    # Shielded: a caller cancelled while the load runs does not cancel it for the other.
+    return await asyncio.shield(loading)
 
 
 def register_controller(name: str, build: Callable[[Runtime], Controller | None]) -> None:

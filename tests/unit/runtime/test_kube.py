@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiohttp import web
 
 from operators.kube import (
@@ -142,3 +145,115 @@ def test_only_a_disruption_budget_cause_makes_a_429_a_budget_refusal() -> None:
     assert refused.refused_by_disruption_budget
     assert not throttled.refused_by_disruption_budget
     assert failure_kind(throttled) is FailureKind.UNAVAILABLE  # backed off and retried
+
+
+class TokenServer:
+    """An API server that accepts the tokens in ``accepted`` and answers who sent them; a
+    watch gets one event naming the sender."""
+
+    def __init__(self) -> None:
+        self.accepted: set[str] = set()
+        self.seen: list[str] = []  # the token of every request, accepted or not
+        self.runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.seen.append(token)
+        if token not in self.accepted:
+            return web.json_response({"reason": "Unauthorized"}, status=401)
+        if request.query.get("watch"):
+            response = web.StreamResponse()
+            await response.prepare(request)
+            event = {"type": "ADDED", "object": {"metadata": {"name": token}}}
+            await response.write((json.dumps(event) + "\n").encode())
+            return response
+        return web.json_response({"user": token})
+
+
+def kubeconfig_for(path: Path, server: str, user: dict[str, Any]) -> str:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    return str(path)
+
+
+async def test_a_refused_token_file_is_read_again_and_the_request_sent_again(
+    tmp_path: Path,
+) -> None:
+    server = TokenServer()
+    url = await server.start()
+    token = tmp_path / "token"
+    token.write_text("one")
+    server.accepted = {"one"}
+    client = await KubeClient.connect(
+        kubeconfig_for(tmp_path / "config", url, {"tokenFile": str(token)})
+    )
+    try:
+        assert await client.get(PODS, "p", "ns") == {"user": "one"}
+        token.write_text("two")  # rotated, the old token revoked
+        server.accepted = {"two"}
+        assert await client.get(PODS, "p", "ns") == {"user": "two"}
+        assert server.seen == ["one", "one", "two"]
+        # A watch connects with the current credentials, and after a refusal again once.
+        token.write_text("three")
+        server.accepted = {"three"}
+        names = [event.object["metadata"]["name"] async for event in client.watch(PODS, "1")]
+        assert names == ["three"]
+    finally:
+        await client.close()
+        assert server.runner is not None
+        await server.runner.cleanup()
+
+
+async def test_a_refused_exec_credential_is_obtained_again_and_a_fixed_token_is_not(
+    tmp_path: Path,
+) -> None:
+    server = TokenServer()
+    url = await server.start()
+    token, runs = tmp_path / "token", tmp_path / "runs"
+    token.write_text("one")
+    script = tmp_path / "plugin.py"
+    script.write_text(
+        "import json, sys\n"
+        "open(sys.argv[2], 'a').write('.')\n"
+        "print(json.dumps({'status': {'token': open(sys.argv[1]).read()}}))\n"
+    )
+    spec = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": sys.executable,
+        "args": [str(script), str(token), str(runs)],
+    }
+    server.accepted = {"one"}
+    client = await KubeClient.connect(kubeconfig_for(tmp_path / "config", url, {"exec": spec}))
+    fixed = await KubeClient.connect(kubeconfig_for(tmp_path / "fixed", url, {"token": "one"}))
+    try:
+        assert await client.get(PODS, "p") == {"user": "one"}
+        token.write_text("two")
+        server.accepted = {"two"}
+        assert await client.get(PODS, "p") == {"user": "two"}
+        assert runs.read_text() == ".."
+        with pytest.raises(ApiError) as refused:
+            await fixed.get(PODS, "p")
+        assert refused.value.status == 401
+        assert server.seen == ["one", "one", "two", "one"]  # the fixed token: sent once
+    finally:
+        await client.close()
+        await fixed.close()
+        assert server.runner is not None
+        await server.runner.cleanup()

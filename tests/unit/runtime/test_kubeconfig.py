@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import ssl
@@ -17,6 +18,7 @@ import yaml
 from operators import kubeconfig
 from operators.certificates import build_self_signed_certificate
 from operators.kubeconfig import KubeconfigError
+from operators.settings import Settings
 
 CERT, KEY = (part.decode() for part in build_self_signed_certificate(["localhost"]))
 
@@ -94,6 +96,10 @@ def test_files_are_read_relative_to_the_kubeconfig_and_a_token_file_is_read(tmp_
     found = kubeconfig.load(str(path), environ={})
     assert found.ca_pem == CERT
     assert found.headers() == {"Authorization": "Bearer secret-token"}
+    # Read again when renewed (the file's owner rotates it), relative to the kubeconfig too.
+    assert found.token_file == tmp_path / "token"
+    (tmp_path / "token").write_text("rotated\n")
+    assert kubeconfig.renew(found).headers() == {"Authorization": "Bearer rotated"}
 
 
 def test_kubeconfig_files_merge_with_the_first_name_and_current_context_winning(
@@ -290,6 +296,9 @@ def test_in_a_pod_the_service_account_is_used(tmp_path: Path) -> None:
         [context("ctx", "c", "u")],
         "ctx",
     )
+    # The kubelet rotates the projected token: it is read again when renewed.
+    (tmp_path / "token").write_text("rotated\n")
+    assert kubeconfig.renew(found).token == "rotated"
     assert kubeconfig.load(str(path), environ=env, service_account=tmp_path).server == "https://k"
     with pytest.raises(KubeconfigError, match="cannot read its token"):
         kubeconfig.load(environ=env, service_account=tmp_path / "absent")
@@ -299,6 +308,7 @@ async def test_kopfs_login_gets_the_same_credentials(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from operators import runtime
+    from operators.controllers import base
 
     path = write(
         tmp_path / "config",
@@ -307,8 +317,8 @@ async def test_kopfs_login_gets_the_same_credentials(
         [context("ctx", "c", "u", namespace="ns")],
         "ctx",
     )
-    monkeypatch.setenv("KUBECONFIG", str(path))
-    info = await runtime.login()
+    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path)))
+    info = await runtime.login(memo=kopf.Memo())
     assert (info.server, info.ca_data, info.scheme, info.token, info.default_namespace) == (
         "https://k:6443",
         CERT,
@@ -316,9 +326,53 @@ async def test_kopfs_login_gets_the_same_credentials(
         "t0k",
         "ns",
     )
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    with pytest.raises(runtime.kopf.LoginError, match="absent"):
-        await runtime.login()
+    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(tmp_path / "x")))
+    with pytest.raises(runtime.kopf.LoginError, match="x"):
+        await runtime.login(memo=kopf.Memo())
+
+
+async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kopf logs in while the startup handlers make dralloc's client: the exec plugin runs
+    once for both. kopf logs in again when its token was refused: the plugin runs again,
+    unless dralloc's client has renewed the token since."""
+    from operators import runtime
+    from operators.controllers import base
+
+    runs = tmp_path / "runs"
+    command = plugin(
+        tmp_path,
+        f"open({str(runs)!r}, 'a').write('.')\n"
+        f"n = len(open({str(runs)!r}).read())\n"
+        "print(json.dumps({'status': {'token': f'token-{n}'}}))",
+    )
+    spec = {"apiVersion": "client.authentication.k8s.io/v1", "command": command}
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k")],
+        [user("u", exec=spec)],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path)))
+    monkeypatch.setenv("KUBECONFIG", str(path))  # the same file, whoever reads which
+    memo = kopf.Memo()
+    info, ours = await asyncio.gather(runtime.login(memo=memo), base.runtime_from(memo))
+    try:
+        assert runs.read_text() == "."
+        assert info.token == "token-1"
+        source = ours.client.connection.credentials
+        assert source is not None
+        first = source.current
+        assert first.headers == {"Authorization": "Bearer token-1"}
+        assert (await runtime.login(memo=memo)).token == "token-2"  # kopf's was refused
+        assert runs.read_text() == ".."
+        # dralloc's client, refused later with token-1, takes token-2 without a run.
+        assert (await source.renew(first)).headers == {"Authorization": "Bearer token-2"}
+    finally:
+        await ours.client.close()
+    assert runs.read_text() == ".."
 
 
 def test_base64_data_may_be_wrapped_as_in_a_yaml_block(tmp_path: Path) -> None:

@@ -1,0 +1,179 @@
+"""Credentials kept current while the process runs, as client-go keeps them.
+
+A service-account token is a projected file that the kubelet rotates, a ``tokenFile`` may be
+rotated by whoever wrote it, and an exec plugin's token or certificate expires. Read once,
+each would be used until the API server refuses it, and then until a restart. So, as
+client-go does:
+
+- a token read from a file is read again when it is older than a minute (client-go caches
+  it for about that long), and at once after the API server refused it (401);
+- an exec plugin runs again shortly before its credential's ``expirationTimestamp`` and
+  after a 401 (a credential without expiry is kept until refused).
+
+:class:`CredentialSource` holds the current :class:`Auth` of one process. Both API clients
+take theirs from it: dralloc's own ``KubeClient`` before each request (and on each watch
+(re)connect), kopf's through the login handler, which kopf calls again after a 401. Only
+one renewal runs at a time: whoever asks while it runs waits for it, and a caller holding
+credentials older than the current ones gets the current ones without a renewal. A plugin
+is a subprocess and reading a file is I/O: both run in a thread, off the event loop.
+
+Neither tokens nor a plugin's output are logged; ``KubeconfigError`` messages quote neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import structlog
+
+from operators import kubeconfig
+from operators.kubeconfig import Credentials, KubeconfigError
+
+log = structlog.get_logger(__name__)
+
+TOKEN_FILE_MAX_AGE_S = 60.0
+"""Read a token file again once its token is this old (client-go: about a minute)."""
+EXPIRY_MARGIN_S = 10.0
+"""Run an exec plugin again this long before its credential expires: a request sent just
+before the expiry must not arrive just after it."""
+RETRY_AFTER_FAILURE_S = 5.0
+"""After a renewal failed, the previous credentials are used and the next try waits this
+long: a broken plugin is not run again for every request."""
+
+
+@dataclass(frozen=True, eq=False)
+class Auth:
+    """What requests authenticate with at one time. Compared by identity: a refusal renews
+    only the Auth the refused request was sent with."""
+
+    credentials: Credentials
+    headers: Mapping[str, str] = field(repr=False)  # the token
+    ssl_context: ssl.SSLContext  # carries the client certificate, if any
+    renew_at: float | None  # clock time after which to renew; None: only when refused
+
+
+def renew_at(
+    credentials: Credentials,
+    obtained: float,
+    *,
+    token_file_max_age: float = TOKEN_FILE_MAX_AGE_S,
+    expiry_margin: float = EXPIRY_MARGIN_S,
+) -> float | None:
+    """When credentials obtained at ``obtained`` (clock seconds) are due for renewal.
+
+    An exec credential is renewed ``expiry_margin`` before it expires, but not before half
+    its lifetime has passed: a plugin that hands out credentials living shorter than the
+    margin is not run again for every request.
+    """
+    if credentials.exec_plugin is not None:
+        if credentials.expires is None:
+            return None  # as client-go: kept until the API server refuses it
+        expires = credentials.expires.timestamp()
+        return max(expires - expiry_margin, obtained + (expires - obtained) / 2)
+    if credentials.token_file is not None:
+        return obtained + token_file_max_age
+    return None
+
+
+class CredentialSource:
+    """The current credentials of one process, renewed when due or refused."""
+
+    def __init__(
+        self,
+        credentials: Credentials,
+        *,
+        token_file_max_age: float = TOKEN_FILE_MAX_AGE_S,
+        expiry_margin: float = EXPIRY_MARGIN_S,
+        clock: Callable[[], float] = time.time,  # wall clock: expiry times are wall times
+    ) -> None:
+        self._token_file_max_age = token_file_max_age
+        self._expiry_margin = expiry_margin
+        self._clock = clock
+        self._current = self._auth(credentials, credentials.ssl_context())
+        self._renewal: asyncio.Task[Auth] | None = None
+        self._next_try = 0.0  # after a failed renewal: not before then
+
+    @classmethod
+    async def load(
+        cls, kubeconfig_path: str | None = None, context: str | None = None
+    ) -> CredentialSource:
+        """From the kubeconfig (see ``operators.kubeconfig.load``), read in a thread: an exec
+        plugin may run."""
+        credentials = await asyncio.to_thread(kubeconfig.load, kubeconfig_path, context)
+        return cls(credentials)
+
+    @property
+    def current(self) -> Auth:
+        """The latest credentials, due or not (for a client about to be made)."""
+        return self._current
+
+    def due(self) -> bool:
+        renew_time = self._current.renew_at
+        now = self._clock()
+        return renew_time is not None and now >= renew_time and now >= self._next_try
+
+    async def get(self) -> Auth:
+        """The credentials for a request: the current ones, renewed first when due."""
+        if self.due():
+            return await self.renew(self._current)
+        return self._current
+
+    async def renew(self, stale: Auth) -> Auth:
+        """Credentials to use instead of ``stale`` (refused by the API server, or due).
+
+        If they were renewed since ``stale`` was handed out, the new ones, without renewing
+        again (a burst of refused requests renews once). Else one renewal, shared by every
+        caller that asks while it runs; a caller cancelled meanwhile does not cancel it. When
+        nothing can renew them, or renewing failed, ``stale`` itself: the caller's request
+        stays refused.
+        """
+        if self._current is not stale:
+            return self._current
+        if not stale.credentials.renewable or self._clock() < self._next_try:
+            return stale
+        if self._renewal is None:
+            self._renewal = asyncio.get_running_loop().create_task(
+                self._renew(stale), name="dralloc-credentials-renewal"
+            )
+        return await asyncio.shield(self._renewal)
+
+    async def _renew(self, stale: Auth) -> Auth:
+        try:
+            credentials = await asyncio.to_thread(kubeconfig.renew, stale.credentials)
+            context = stale.ssl_context
+            old = stale.credentials
+            if (credentials.client_cert_pem, credentials.client_key_pem) != (
+                old.client_cert_pem,
+                old.client_key_pem,
+            ):
+                context = await asyncio.to_thread(credentials.ssl_context)
+        except (KubeconfigError, OSError) as error:  # ssl.SSLError is an OSError
+            self._next_try = self._clock() + RETRY_AFTER_FAILURE_S
+            log.warning(
+                "credentials not renewed; the previous ones stay in use",
+                source=stale.credentials.source,
+                error=str(error),
+            )
+            return stale
+        finally:
+            self._renewal = None
+        self._current = self._auth(credentials, context)
+        log.debug("credentials renewed", source=credentials.source)
+        return self._current
+
+    def _auth(self, credentials: Credentials, context: ssl.SSLContext) -> Auth:
+        return Auth(
+            credentials=credentials,
+            headers=credentials.headers(),
+            ssl_context=context,
+            renew_at=renew_at(
+                credentials,
+                self._clock(),
+                token_file_max_age=self._token_file_max_age,
+                expiry_margin=self._expiry_margin,
+            ),
+        )
