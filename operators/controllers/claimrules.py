@@ -270,7 +270,8 @@ def reservation_state(entry_uid: str, pod: Pod | None) -> PodState:
 
 @dataclasses.dataclass(frozen=True)
 class ClaimPlan:
-    """The writes a claim needs, in the order they must happen."""
+    """The writes a claim needs: the status (``reserved_for``, ``deallocate``), then the
+    deletion, then the finalizer (after the deletion, so an allocated claim never lacks it)."""
 
     reserved_for: tuple[dict[str, Any], ...] | None = None  # new list, if it changes
     deallocate: bool = False
@@ -305,20 +306,22 @@ def plan_claim(
     trimmed = len(kept) != len(reserved)
     has_finalizer = protocol.finalizer in (claim.metadata.finalizers or ())
     deleting = claim.metadata.deletion_timestamp is not None
+    delete = not kept and not deleting and owner_state in (PodState.DONE, PodState.REPLACED)
+    # Nobody uses it and it is on its way out (being deleted, or deleted now) with nothing
+    # but our finalizer to hold it up: it keeps its allocation and reservations to the end.
+    # Its devices are free once the object is gone, right after our finalizer, so clearing
+    # them first would only cost the API server one more status write per pod (the costliest
+    # kind). The finalizer goes after the deletion: an allocated claim never lacks it. A
+    # claim that another finalizer may keep for long is deallocated first, as before.
+    only_ours = all(f == protocol.finalizer for f in claim.metadata.finalizers or ())
+    leaving = not kept and (deleting or delete) and only_ours
     # Only a trim or a deletion releases a claim: a finalizer on an unallocated claim is
     # otherwise there from its creation (generated claims) or the allocator's first write,
     # with the allocation about to follow.
-    releasing = has_finalizer and not kept and (trimmed or deleting)
-    deallocate = allocated and releasing
-    remove_finalizer = releasing
-    delete = (
-        not kept
-        and claim.metadata.deletion_timestamp is None
-        and owner_state in (PodState.DONE, PodState.REPLACED)
-    )
+    releasing = has_finalizer and not kept and (trimmed or deleting or delete)
     return ClaimPlan(
-        reserved_for=tuple(kept) if trimmed else None,
-        deallocate=deallocate,
-        remove_finalizer=remove_finalizer,
+        reserved_for=tuple(kept) if trimmed and not leaving else None,
+        deallocate=allocated and releasing and not leaving,
+        remove_finalizer=releasing,
         delete=delete,
     )

@@ -8,7 +8,9 @@ allocated claims and keeps the devices annotation in step with them (claims are 
 an annotation that disagrees is rewritten from them, or removed, with a Warning Event); for
 claims it trims ``reservedFor``
 entries of pods that are gone, replaced or done, deallocates claims nobody uses any more
-(allocation cleared, then our finalizer dropped), and deletes generated claims of done pods.
+(allocation cleared, then our finalizer dropped), and deletes generated claims of done pods
+(deleted, then our finalizer dropped: a claim on its way out keeps its allocation until it is
+gone, see ``claimrules.plan_claim``).
 
 Work is keyed ``("pod", key)`` / ``("claim", key)`` in one queue; every write carries a
 resourceVersion or UID precondition. Failed requests requeue the key (the work queue's policy:
@@ -439,22 +441,31 @@ class ClaimController:
                 claim=str(key),
                 kept=len(plan.reserved_for or ()),
             )
-        if plan.remove_finalizer:
-            finalizer = self.protocol.finalizer
-            finalizers = [f for f in claim.metadata.finalizers or () if f != finalizer]
-            updated = await self.client.merge_patch(
-                RESOURCE_CLAIMS,
-                key.name,
-                {"metadata": {"finalizers": finalizers or None}},
-                namespace=key.namespace,
-                resource_version=version,
-            )
-            self.claims.assume(updated)
+        finalizers = list(claim.metadata.finalizers or ())
         if plan.delete:
-            await self.client.delete(
+            deleted = await self.client.delete(
                 RESOURCE_CLAIMS, key.name, namespace=key.namespace, uid=claim.metadata.uid
             )
             log.info("generated claim deleted", claim=str(key), pod_state=str(owner_state))
+            meta = deleted.get("metadata") or {}
+            if deleted.get("kind") == "Status" or not meta.get("deletionTimestamp"):
+                return  # gone at once: no finalizer held it
+            self.claims.assume(deleted)
+            version = str(meta.get("resourceVersion") or version)
+            finalizers = list(meta.get("finalizers") or ())
+        if plan.remove_finalizer and self.protocol.finalizer in finalizers:
+            kept = [f for f in finalizers if f != self.protocol.finalizer]
+            try:
+                updated = await self.client.merge_patch(
+                    RESOURCE_CLAIMS,
+                    key.name,
+                    {"metadata": {"finalizers": kept or None}},
+                    namespace=key.namespace,
+                    resource_version=version,
+                )
+            except NotFound:
+                return  # deleted meanwhile: nothing holds it any more
+            self.claims.assume(updated)
 
     async def _pod_state(self, namespace: str, name: str, uid: str) -> PodState:
         """Classify a reserving pod; a live GET covers an informer that lags behind."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 import pytest
@@ -83,6 +84,73 @@ def test_template_claim_allocated_bound_and_cleaned_up(
     assert wait_bound(testbed, namespace, "third") == node
     devices_now = allocated_devices(testbed, namespace)
     assert len(devices_now) == len(set(devices_now)) == 2
+
+
+class _ClaimWatch:
+    """kubectl's watch of a namespace's claims: every change as a JSON event."""
+
+    def __init__(self, testbed: Testbed, namespace: str) -> None:
+        self.process = subprocess.Popen(
+            [
+                str(testbed.bin / "kubectl"), f"--kubeconfig={testbed.kubeconfig}",
+                "get", testbed.api_mode.resource("resourceclaims"), f"--namespace={namespace}",
+                "--watch", "--output-watch-events", "--output=json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        # The claims there are come first, an event a line: once one is read, the watch runs.
+        assert self.process.stdout is not None
+        self.first = self.process.stdout.readline()
+
+    def events(self) -> tuple[list[dict[str, Any]], str]:
+        """Every event seen (stopping the watch), and what kubectl said on stderr."""
+        self.process.terminate()
+        rest, errors = self.process.communicate(timeout=10)
+        lines = (self.first + rest).splitlines()
+        return [json.loads(line) for line in lines if line.strip()], errors
+
+
+def test_a_finished_pods_claim_goes_with_its_allocation(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    """The generated claim of a pod that ended is deleted, then let go (our finalizer), with
+    no status write to clear its allocation first: its devices are free once it is gone, and
+    an allocated claim never lacks the finalizer on the way."""
+    pool = make_pool(testbed, nodes=1, devices=1)
+    testbed.apply(template(namespace, "one", pool))
+    entry = [{"name": "dev", "resourceClaimTemplateName": "one"}]
+    testbed.apply(pod(namespace, "ends", pool, entry))
+    wait_bound(testbed, namespace, "ends")
+    (generated,) = claims_in(testbed, namespace)
+    name = generated["metadata"]["name"]
+    watch = _ClaimWatch(testbed, namespace)
+    try:
+        # The pod ends: the claim controller deletes its generated claim (owner done).
+        testbed.kubectl(
+            "patch", "pod", "ends", f"--namespace={namespace}", "--subresource=status",
+            "--type=merge", "--patch", json.dumps({"status": {"phase": "Succeeded"}}),
+        )  # fmt: skip
+        wait_for(
+            "the ended pod's claim to be deleted",
+            lambda: name not in [c["metadata"]["name"] for c in claims_in(testbed, namespace)],
+            timeout=60,
+        )
+        # Its device is handed out again.
+        testbed.apply(pod(namespace, "next", pool, entry))
+        wait_bound(testbed, namespace, "next")
+    finally:
+        events, errors = watch.events()
+    mine = [e for e in events if e["object"]["metadata"]["name"] == name]
+    assert mine and mine[-1]["type"] == "DELETED", (mine, errors)
+    for event in mine:
+        claim_now = event["object"]
+        allocated = bool((claim_now.get("status") or {}).get("allocation"))
+        assert allocated, f"{event['type']}: allocation cleared before the claim went"
+        finalizers = claim_now["metadata"].get("finalizers") or []
+        if event["type"] != "DELETED":
+            assert testbed.api_mode.finalizer in finalizers, "allocated without the finalizer"
 
 
 def test_shared_claim_used_by_three_pods(

@@ -128,6 +128,7 @@ def claim(
     finalizer: bool = True,
     deleting: bool = False,
     owner: str | None = None,
+    other_finalizers: tuple[str, ...] = (),
 ) -> ResourceClaim:
     meta: dict[str, Any] = {
         "namespace": "ns",
@@ -135,8 +136,8 @@ def claim(
         "uid": "claim-uid",
         "resourceVersion": "5",
     }
-    if finalizer:
-        meta["finalizers"] = [FINALIZER]
+    if finalizer or other_finalizers:
+        meta["finalizers"] = [FINALIZER] * finalizer + list(other_finalizers)
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     if owner:
@@ -196,24 +197,36 @@ def test_unallocated_claim_with_finalizer_is_left_alone() -> None:
     assert plan.nothing
 
 
-def test_deleted_claim_released() -> None:
+def test_deleted_claim_let_go_with_its_allocation() -> None:
+    # Its devices are free once it is gone, right after the finalizer: no status write first.
     plan = plan_claim(claim([], deleting=True), states(), None)
+    assert plan.remove_finalizer and not plan.deallocate and not plan.delete
+    reserved = plan_claim(claim([entry("u1")], deleting=True), states(u1=PodState.GONE), None)
+    assert reserved.remove_finalizer and not reserved.deallocate
+    assert reserved.reserved_for is None
+
+
+def test_deleted_claim_held_by_another_finalizer_is_deallocated_first() -> None:
+    # Another finalizer may keep the object for long: its devices are freed at once.
+    held = claim([], deleting=True, other_finalizers=("example.com/backup",))
+    plan = plan_claim(held, states(), None)
     assert plan.deallocate and plan.remove_finalizer and not plan.delete
 
 
 def test_unallocated_generated_claim_of_a_done_pod_is_deleted_then_let_go() -> None:
     # Generated claims carry the finalizer from their creation, allocated or not.
     done = plan_claim(claim([], allocated=False, owner="u1"), states(), PodState.DONE)
-    assert done.delete and not done.deallocate and not done.remove_finalizer
+    assert done.delete and not done.deallocate and done.remove_finalizer  # after the delete
     deleting = plan_claim(
         claim([], allocated=False, owner="u1", deleting=True), states(), PodState.DONE
     )
     assert deleting.remove_finalizer and not deleting.deallocate and not deleting.delete
 
 
-def test_generated_claim_of_done_pod_deleted() -> None:
+def test_generated_claim_of_done_pod_deleted_with_its_allocation() -> None:
     plan = plan_claim(claim([entry("u1")], owner="u1"), states(u1=PodState.DONE), PodState.DONE)
-    assert plan.deallocate and plan.remove_finalizer and plan.delete
+    assert plan.delete and plan.remove_finalizer  # the finalizer after the deletion
+    assert not plan.deallocate and plan.reserved_for is None  # no status write
     running = plan_claim(
         claim([entry("u1")], owner="u1"), states(u1=PodState.IN_USE), PodState.IN_USE
     )
