@@ -73,7 +73,13 @@ def renew_at(
         if credentials.expires is None:
             return None  # as client-go: kept until the API server refuses it
         expires = credentials.expires.timestamp()
-        return max(expires - expiry_margin, obtained + (expires - obtained) / 2)
+        # Never sooner than a failed renewal would wait: a plugin that hands out credentials
+        # already expired (a stale cache of its own, a clock ahead) is not run per request.
+        return max(
+            expires - expiry_margin,
+            obtained + (expires - obtained) / 2,
+            obtained + RETRY_AFTER_FAILURE_S,
+        )
     if credentials.token_file is not None:
         return obtained + token_file_max_age
     return None
@@ -117,9 +123,25 @@ class CredentialSource:
         return renew_time is not None and now >= renew_time and now >= self._next_try
 
     async def get(self) -> Auth:
-        """The credentials for a request: the current ones, renewed first when due."""
-        if self.due():
-            return await self.renew(self._current)
+        """The credentials for a request: the current ones, renewed when due.
+
+        While they are still good (a token file read a minute ago, an exec credential not
+        expired yet), the renewal runs in the background and the request goes on with
+        them: the Lease renewal must not wait for a slow plugin. Only expired ones wait.
+        """
+        current = self._current
+        if not self.due():
+            return current
+        expires = current.credentials.expires
+        if expires is not None and self._clock() >= expires.timestamp():
+            return await self.renew(current)
+        self._start_renewal(current)
+        return current
+
+    async def settled(self) -> Auth:
+        """The current credentials once the renewal under way, if any, is done."""
+        if self._renewal is not None:
+            await asyncio.shield(self._renewal)
         return self._current
 
     async def renew(self, stale: Auth) -> Auth:
@@ -135,11 +157,15 @@ class CredentialSource:
             return self._current
         if not stale.credentials.renewable or self._clock() < self._next_try:
             return stale
+        return await asyncio.shield(self._start_renewal(stale))
+
+    def _start_renewal(self, stale: Auth) -> asyncio.Task[Auth]:
+        """The renewal under way, or a new one (one at a time)."""
         if self._renewal is None:
             self._renewal = asyncio.get_running_loop().create_task(
                 self._renew(stale), name="dralloc-credentials-renewal"
             )
-        return await asyncio.shield(self._renewal)
+        return self._renewal
 
     async def _renew(self, stale: Auth) -> Auth:
         try:
@@ -156,7 +182,15 @@ class CredentialSource:
             log.warning(
                 "credentials not renewed; the previous ones stay in use",
                 source=stale.credentials.source,
-                error=str(error),
+                error=str(error) if isinstance(error, KubeconfigError) else type(error).__name__,
+            )
+            return stale
+        except Exception as error:  # a plugin's odd answer must not end every request
+            self._next_try = self._clock() + RETRY_AFTER_FAILURE_S
+            log.warning(
+                "credentials not renewed; the previous ones stay in use",
+                source=stale.credentials.source,
+                error=type(error).__name__,  # not its text: it may quote what the plugin said
             )
             return stale
         finally:

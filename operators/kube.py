@@ -201,7 +201,7 @@ class Connection:
 
     server: str
     ssl_context: ssl.SSLContext | bool
-    headers: Mapping[str, str]
+    headers: Mapping[str, str] = dataclasses.field(repr=False)  # the token
     credentials: CredentialSource | None = None
 
     @classmethod

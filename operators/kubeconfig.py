@@ -138,13 +138,16 @@ def renew(credentials: Credentials) -> Credentials:
     if credentials.token_file is not None:
         path = credentials.token_file
         try:
-            token = path.read_text().strip() or None
+            token = path.read_text().strip()
         except OSError as err:
             raise KubeconfigError(
                 f"{credentials.source}: token file {path}: {err.strerror}"
             ) from None
         except UnicodeDecodeError:
             raise KubeconfigError(f"{credentials.source}: token file {path}: not text") from None
+        if not token:
+            # As client-go: an empty file (one being rewritten) keeps the token there was.
+            raise KubeconfigError(f"{credentials.source}: token file {path} is empty")
         return replace(credentials, token=token)
     return credentials
 
@@ -393,15 +396,24 @@ def run_exec_plugin(
             timeout=EXEC_TIMEOUT_S,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise KubeconfigError(f"{where}: exec plugin {command}: {err}{hint}") from None
+    except subprocess.TimeoutExpired:
+        # Not the exception's text: it quotes the arguments, which may hold a client secret.
+        raise KubeconfigError(
+            f"{where}: exec plugin {command}: no answer within {EXEC_TIMEOUT_S:g}s{hint}"
+        ) from None
+    except OSError as err:
+        raise KubeconfigError(
+            f"{where}: exec plugin {command}: {err.strerror or type(err).__name__}{hint}"
+        ) from None
     if proc.returncode != 0:
         # Its output is not quoted: a plugin may print tokens.
         raise KubeconfigError(f"{where}: exec plugin {command} exited with {proc.returncode}{hint}")
     try:
         status = json.loads(proc.stdout).get("status") or {}
     except (ValueError, AttributeError):
-        raise KubeconfigError(f"{where}: exec plugin {command} printed no ExecCredential") from None
+        status = None
+    if not isinstance(status, dict):
+        raise KubeconfigError(f"{where}: exec plugin {command} printed no ExecCredential")
     token = status.get("token") or None
     cert = (
         _from_begin(status["clientCertificateData"])

@@ -48,6 +48,7 @@ _setup_errors: list[str] = []
 
 
 LOGIN_KEY = "dralloc_login"  # the Auth last given to kopf
+LOGIN_RETRY_S = 5.0  # kopf asks again after this, while refused credentials are not renewed
 
 
 @kopf.on.login(id="dralloc.login")
@@ -64,9 +65,17 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
     except kubeconfig.KubeconfigError as err:
         raise kopf.LoginError(str(err)) from None
     given: Auth | None = memo.get(LOGIN_KEY)
-    # The same credentials again mean kopf's were refused or expired: renew them. Others
-    # (the first call, or renewed by dralloc's client since): the current, renewed if due.
-    auth = await (source.renew(given) if given is source.current else source.get())
+    auth = await source.get()
+    if given is not None and _same_secrets(auth, given):
+        # kopf is back with the credentials it was refused (or that expired): renew them.
+        # Handing them over again would leave kopf none at all (it drops an answer equal to
+        # the one refused, and then never asks again): until they are renewed, kopf retries.
+        auth = await source.renew(auth)
+        if _same_secrets(auth, given):
+            raise kopf.TemporaryError(
+                "the API server refused the credentials, and no new ones yet",
+                delay=LOGIN_RETRY_S,
+            )
     memo[LOGIN_KEY] = auth
     found = auth.credentials
     return kopf.ConnectionInfo(
@@ -79,6 +88,18 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
         private_key_data=found.client_key_pem,
         default_namespace=found.namespace,
         expiration=found.expires,
+    )
+
+
+def _same_secrets(one: Auth, other: Auth) -> bool:
+    """Whether two credentials authenticate alike (a token file read again may give the
+    same token in a new object)."""
+    a, b = one.credentials, other.credentials
+    return (a.server, a.token, a.client_cert_pem, a.client_key_pem) == (
+        b.server,
+        b.token,
+        b.client_cert_pem,
+        b.client_key_pem,
     )
 
 

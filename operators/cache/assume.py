@@ -61,7 +61,7 @@ class AssumeCache(Generic[T]):
     def _index(self, key: Key, obj: T) -> None:
         values = self._assumed_values[key] = {}
         for name, func in self._index_funcs.items():
-            values[name] = found = tuple(func(obj))
+            values[name] = found = tuple(dict.fromkeys(func(obj)))  # each value once
             by_value = self._assumed_by.setdefault(name, {})
             for value in found:
                 by_value.setdefault(value, set()).add(key)
@@ -94,9 +94,9 @@ class AssumeCache(Generic[T]):
     def add_index(self, name: str, func: Callable[[T], Iterable[Hashable]]) -> None:
         self._index_funcs[name] = func
         self.informer.add_index(name, func)
-        by_value = self._assumed_by.setdefault(name, {})
+        by_value = self._assumed_by[name] = {}  # a new function: values made afresh
         for key, (obj, _) in self._assumed.items():
-            self._assumed_values[key][name] = found = tuple(func(obj))
+            self._assumed_values[key][name] = found = tuple(dict.fromkeys(func(obj)))
             for value in found:
                 by_value.setdefault(value, set()).add(key)
 

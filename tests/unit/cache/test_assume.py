@@ -135,3 +135,13 @@ def test_index_lookups_match_every_object_read_through_get(
                 if obj is not None and obj["owner"] == value:
                     expected.append(obj)
             assert cache.by_index("owner", value) == expected
+
+
+def test_an_index_function_may_give_a_value_twice() -> None:
+    informer: Informer[dict[str, Any]] = Informer(None, RESOURCE_CLAIMS, parse)  # type: ignore[arg-type]
+    cache = AssumeCache(informer)
+    cache.add_index("owner", lambda c: [c["owner"], c["owner"]])
+    cache.assume(claim("c1", "5", owner="t"))
+    assert [c["name"] for c in cache.by_index("owner", "t")] == ["c1"]
+    cache.restore(Key("ns", "c1"))
+    assert cache.by_index("owner", "t") == []

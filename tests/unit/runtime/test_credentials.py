@@ -46,8 +46,12 @@ def test_a_token_file_is_due_after_a_minute_a_plugins_credential_before_it_expir
     hour = Credentials("https://k", token="t", exec_plugin=PLUGIN, expires=at(NOW + 3600))
     assert renew_at(hour, NOW) == NOW + 3600 - EXPIRY_MARGIN_S
     # Shorter-lived than the margin: renewed half-way, not for every request.
-    brief = Credentials("https://k", token="t", exec_plugin=PLUGIN, expires=at(NOW + 4))
-    assert renew_at(brief, NOW) == NOW + 2
+    brief = Credentials("https://k", token="t", exec_plugin=PLUGIN, expires=at(NOW + 16))
+    assert renew_at(brief, NOW) == NOW + 8
+    # Expired already when given (a plugin's stale cache, a clock ahead): not run again
+    # sooner than after a failure.
+    stale = Credentials("https://k", token="t", exec_plugin=PLUGIN, expires=at(NOW - 10))
+    assert renew_at(stale, NOW) == NOW + RETRY_AFTER_FAILURE_S
 
     # Without an expiry, or nothing to renew them with: only a refusal renews them.
     assert renew_at(Credentials("https://k", token="t", exec_plugin=PLUGIN), NOW) is None
@@ -65,10 +69,24 @@ async def test_a_token_file_is_read_again_once_its_token_is_old(tmp_path: Path) 
     clock.now += 59
     assert (await source.get()).headers == {"Authorization": "Bearer one"}
     clock.now += 1
-    assert (await source.get()).headers == {"Authorization": "Bearer two"}
+    # Due, and still good: the request goes on with it while the file is read again.
+    assert (await source.get()).headers == {"Authorization": "Bearer one"}
+    assert (await source.settled()).headers == {"Authorization": "Bearer two"}
     token.write_text("three\n")
     clock.now += 59  # the age counts from the last read
     assert (await source.get()).headers == {"Authorization": "Bearer two"}
+    assert (await source.settled()).headers == {"Authorization": "Bearer two"}
+
+
+async def test_an_empty_token_file_keeps_the_token_there_was(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("one")
+    clock = Clock()
+    source = CredentialSource(Credentials("https://k", token="one", token_file=token), clock=clock)
+    token.write_text("")  # being rewritten
+    clock.now += TOKEN_FILE_MAX_AGE_S
+    await source.get()
+    assert (await source.settled()).headers == {"Authorization": "Bearer one"}
 
 
 async def test_refused_credentials_are_renewed_at_once_and_only_if_still_current(
@@ -104,12 +122,14 @@ async def test_a_failed_renewal_keeps_the_old_credentials_and_waits_to_try_again
     token.unlink()
     clock.now += TOKEN_FILE_MAX_AGE_S
     assert await source.get() is first
+    assert await source.settled() is first  # the renewal failed
     token.write_text("secret-two")
     clock.now += RETRY_AFTER_FAILURE_S - 1
     assert await source.get() is first  # not tried again yet
     assert await source.renew(first) is first
     clock.now += 1
-    assert (await source.get()).headers == {"Authorization": "Bearer secret-two"}
+    await source.get()
+    assert (await source.settled()).headers == {"Authorization": "Bearer secret-two"}
     logged = capsys.readouterr()
     assert "not renewed" in logged.out + logged.err
     assert "secret-" not in logged.out + logged.err + repr(source.current)
@@ -176,6 +196,20 @@ async def test_an_exec_plugin_runs_again_when_its_credential_is_about_to_expire(
     )
     clock.now += 600 - EXPIRY_MARGIN_S - 1
     assert (await source.get()).headers == {"Authorization": "Bearer t1"}
+    assert runs.read_text() == "."
     clock.now += 1
-    assert (await source.get()).headers == {"Authorization": "Bearer t2"}
+    # Due but not expired: the request does not wait for the plugin, which runs meanwhile.
+    assert (await source.get()).headers == {"Authorization": "Bearer t1"}
+    assert (await source.settled()).headers == {"Authorization": "Bearer t2"}
     assert runs.read_text() == ".."
+    # Expired: a request waits for the new credential.
+    clock.now += 600
+    assert (await source.get()).headers == {"Authorization": "Bearer t3"}
+    assert runs.read_text() == "..."
+
+
+def test_a_connection_shows_no_token() -> None:
+    from operators.kube import Connection
+
+    source = CredentialSource(Credentials("https://k", token="SECRET-TOKEN"))
+    assert "SECRET-TOKEN" not in repr(Connection.from_source(source))

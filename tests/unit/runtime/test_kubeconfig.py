@@ -139,6 +139,39 @@ def plugin(tmp_path: Path, body: str) -> str:
     return "bin/plugin.py"  # relative with a separator: from the kubeconfig's directory
 
 
+def _exec_config(tmp_path: Path, body: str, args: list[str]) -> Path:
+    spec = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": plugin(tmp_path, body),
+        "args": args,
+    }
+    return write(
+        tmp_path / "config",
+        [cluster("c", "https://k")],
+        [user("u", exec=spec)],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+
+
+def test_a_plugin_that_hangs_is_named_without_its_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kubeconfig, "EXEC_TIMEOUT_S", 0.5)
+    path = _exec_config(tmp_path, "import time; time.sleep(5)", ["--client-secret=HUNTER2"])
+    with pytest.raises(kubeconfig.KubeconfigError) as raised:
+        kubeconfig.load(str(path))
+    assert "no answer within 0.5s" in str(raised.value)
+    assert "HUNTER2" not in str(raised.value)
+
+
+@pytest.mark.parametrize("printed", ['{"status": "x"}', '{"status": 1}', '["x"]', "{}"])
+def test_a_plugin_that_prints_no_credential_object_is_refused(tmp_path: Path, printed: str) -> None:
+    path = _exec_config(tmp_path, f"print({printed!r})", [])
+    with pytest.raises(kubeconfig.KubeconfigError):
+        kubeconfig.load(str(path))
+
+
 def test_an_exec_plugin_gets_the_cluster_its_env_and_args_and_gives_a_token(tmp_path: Path) -> None:
     command = plugin(
         tmp_path,
@@ -373,6 +406,33 @@ async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
     finally:
         await ours.client.close()
     assert runs.read_text() == ".."
+
+
+async def test_kopf_is_never_handed_back_the_credentials_it_was_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token file read again may hold the refused token still (not rotated yet): kopf
+    would drop an answer equal to the refused one and never ask again, so it is told to
+    retry instead, and gets the new token once the file has it."""
+    from operators import runtime
+    from operators.controllers import base
+
+    token = tmp_path / "token"
+    token.write_text("token-1")
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k")],
+        [user("u", tokenFile=str(token))],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path)))
+    memo = kopf.Memo()
+    assert (await runtime.login(memo=memo)).token == "token-1"
+    with pytest.raises(kopf.TemporaryError):
+        await runtime.login(memo=memo)  # refused, and the file has nothing newer
+    token.write_text("token-2")
+    assert (await runtime.login(memo=memo)).token == "token-2"
 
 
 def test_base64_data_may_be_wrapped_as_in_a_yaml_block(tmp_path: Path) -> None:
