@@ -174,7 +174,13 @@ async def test_token_files_and_exec_plugins_are_renewed_when_due_and_when_refuse
         assert await whoami(file_client) == await whoami(plugin_client) == f"{sa}:a"
         assert runs.read_text() == "."
         clock.ahead += max(61, EXPIRES_IN_S)
-        assert await whoami(file_client) == await whoami(plugin_client) == f"{sa}:b"
+        # The plugin's credential has expired: the request waits for a new one.
+        assert await whoami(plugin_client) == f"{sa}:b"
+        # The token read a minute ago is due, and still good: the request goes on with it
+        # while the file is read again; the next one has the new token.
+        assert await whoami(file_client) == f"{sa}:a"
+        await from_file.settled()
+        assert await whoami(file_client) == f"{sa}:b"
         assert runs.read_text() == ".."
 
         # Refused before either is due: renewed at once, the request sent again.
