@@ -145,3 +145,12 @@ def test_an_index_function_may_give_a_value_twice() -> None:
     assert [c["name"] for c in cache.by_index("owner", "t")] == ["c1"]
     cache.restore(Key("ns", "c1"))
     assert cache.by_index("owner", "t") == []
+
+
+def test_an_older_answer_does_not_replace_a_newer_assumption() -> None:
+    cache = make()
+    cache.informer.apply("ADDED", claim("c1", "3"))
+    cache.assume(claim("c1", "7", owner="new"))
+    cache.assume(claim("c1", "6", owner="old"))  # answers may come back out of order
+    assert cache.get(Key("ns", "c1"))["rv"] == "7"  # type: ignore[index]
+    assert [c["rv"] for c in cache.by_index("owner", "new")] == ["7"]
