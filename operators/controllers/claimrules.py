@@ -268,6 +268,11 @@ def reservation_state(entry_uid: str, pod: Pod | None) -> PodState:
     return PodState.IN_USE
 
 
+# Owner states in which a generated claim is deleted: a pod that ended, was replaced, or is
+# known deleted (which the garbage collector would act on later: the claim goes now).
+_DELETABLE = (PodState.DONE, PodState.REPLACED, PodState.GONE)
+
+
 @dataclasses.dataclass(frozen=True)
 class ClaimPlan:
     """The writes a claim needs: the status (``reserved_for``, ``deallocate``), then the
@@ -306,7 +311,7 @@ def plan_claim(
     trimmed = len(kept) != len(reserved)
     has_finalizer = protocol.finalizer in (claim.metadata.finalizers or ())
     deleting = claim.metadata.deletion_timestamp is not None
-    delete = not kept and not deleting and owner_state in (PodState.DONE, PodState.REPLACED)
+    delete = not kept and not deleting and owner_state in _DELETABLE
     # Nobody uses it and it is on its way out (being deleted, or deleted now) with nothing
     # but our finalizer to hold it up: it keeps its allocation and reservations to the end.
     # Its devices are free once the object is gone, right after our finalizer, so clearing

@@ -480,9 +480,13 @@ class ClaimController:
         return claimrules.reservation_state(uid, pod)
 
     def _cached_owner_state(self, namespace: str, owner_uid: str) -> PodState | None:
-        """Done or replaced owners make a generated claim deletable; gone ones are GC's."""
+        """Done, replaced or deleted owners make a generated claim deletable. A deleted one
+        is known by its deletion in our watch: then the claim goes now, with its allocation,
+        rather than deallocated first and deleted by the garbage collector later."""
         for pod in self.pods.by_index(claimrules.PODS_BY_UID_INDEX, owner_uid):
             return PodState.DONE if pod.done else PodState.IN_USE
+        if owner_uid in self.deleted_pod_uids:
+            return PodState.GONE
         return None
 
 

@@ -115,8 +115,8 @@ class _ClaimWatch:
 def test_a_finished_pods_claim_goes_with_its_allocation(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
-    """The generated claim of a pod that ended is deleted, then let go (our finalizer), with
-    no status write to clear its allocation first: its devices are free once it is gone, and
+    """The generated claim of a pod that ended, or was deleted, is deleted, then let go (our
+    finalizer), with no status write to clear its allocation first: its devices are free once it is gone, and
     an allocated claim never lacks the finalizer on the way."""
     pool = make_pool(testbed, nodes=1, devices=1)
     testbed.apply(template(namespace, "one", pool))
@@ -140,17 +140,30 @@ def test_a_finished_pods_claim_goes_with_its_allocation(
         # Its device is handed out again.
         testbed.apply(pod(namespace, "next", pool, entry))
         wait_bound(testbed, namespace, "next")
+        (following,) = claims_in(testbed, namespace)
+        # A pod deleted: its claim goes the same way.
+        testbed.kubectl("delete", "pod", "next", f"--namespace={namespace}", "--wait=false")
+        wait_for(
+            "the deleted pod's claim to be deleted",
+            lambda: not claims_in(testbed, namespace),
+            timeout=60,
+        )
     finally:
         events, errors = watch.events()
-    mine = [e for e in events if e["object"]["metadata"]["name"] == name]
-    assert mine and mine[-1]["type"] == "DELETED", (mine, errors)
-    for event in mine:
-        claim_now = event["object"]
-        allocated = bool((claim_now.get("status") or {}).get("allocation"))
-        assert allocated, f"{event['type']}: allocation cleared before the claim went"
-        finalizers = claim_now["metadata"].get("finalizers") or []
-        if event["type"] != "DELETED":
-            assert testbed.api_mode.finalizer in finalizers, "allocated without the finalizer"
+    for claim_name in (name, following["metadata"]["name"]):
+        mine = [e for e in events if e["object"]["metadata"]["name"] == claim_name]
+        assert mine and mine[-1]["type"] == "DELETED", (mine, errors)
+        # From its allocation on (the watch may show it created, not allocated yet).
+        first = next(
+            i for i, e in enumerate(mine) if (e["object"].get("status") or {}).get("allocation")
+        )
+        for event in mine[first:]:
+            claim_now = event["object"]
+            allocated = bool((claim_now.get("status") or {}).get("allocation"))
+            assert allocated, f"{event['type']}: allocation cleared before the claim went"
+            finalizers = claim_now["metadata"].get("finalizers") or []
+            if event["type"] != "DELETED":
+                assert testbed.api_mode.finalizer in finalizers, "allocated without finalizer"
 
 
 def test_shared_claim_used_by_three_pods(

@@ -299,3 +299,11 @@ def test_in_tree_generated_claims_carry_upstream_names() -> None:
     assert body["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
     assert body["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "gpu"
     assert "resource.dralloc.dev/pod-claim-name" not in body["metadata"]["annotations"]
+
+
+def test_generated_claim_of_a_deleted_pod_goes_now_with_its_allocation() -> None:
+    # Known deleted (our watch saw it): deleted now, not deallocated for the GC to delete.
+    plan = plan_claim(claim([entry("u1")], owner="u1"), states(u1=PodState.GONE), PodState.GONE)
+    assert plan.delete and plan.remove_finalizer and not plan.deallocate
+    unknown = plan_claim(claim([entry("u1")], owner="u1"), states(u1=PodState.GONE), None)
+    assert not unknown.delete and unknown.deallocate  # not known deleted: as before
