@@ -177,20 +177,14 @@ class CredentialSource:
                 old.client_key_pem,
             ):
                 context = await asyncio.to_thread(credentials.ssl_context)
-        except (KubeconfigError, OSError) as error:  # ssl.SSLError is an OSError
+        except Exception as error:  # a plugin's odd answer must not end every request either
             self._next_try = self._clock() + RETRY_AFTER_FAILURE_S
             log.warning(
                 "credentials not renewed; the previous ones stay in use",
                 source=stale.credentials.source,
+                # Only our own messages are quoted: any other text may hold what a plugin said
+                # or a file held (ssl.SSLError, an OSError, is named by its type too).
                 error=str(error) if isinstance(error, KubeconfigError) else type(error).__name__,
-            )
-            return stale
-        except Exception as error:  # a plugin's odd answer must not end every request
-            self._next_try = self._clock() + RETRY_AFTER_FAILURE_S
-            log.warning(
-                "credentials not renewed; the previous ones stay in use",
-                source=stale.credentials.source,
-                error=type(error).__name__,  # not its text: it may quote what the plugin said
             )
             return stale
         finally:
