@@ -231,7 +231,9 @@ class Testbed:
             raise RuntimeError(f"testbed/nodes: {proc.stderr.strip()[-500:]}")
 
     def write_counts(self) -> dict[str, int]:
-        """apiserver_request_total summed per "VERB group/resource[/subresource]", writes only."""
+        """apiserver_request_total summed per "VERB group/resource[/subresource]", writes only;
+        a refused write (a code other than 2xx) is counted apart under its code appended,
+        so conflicts and races show up as what they are."""
         counts: dict[str, int] = {}
         pattern = re.compile(r'(\w+)="([^"]*)"')
         for line in self.kubectl("get", "--raw", "/metrics").splitlines():
@@ -248,6 +250,9 @@ class Testbed:
             if labels.get("group"):
                 resource = f"{labels['group']}/{resource}"
             key = f"{verb} {resource}"
+            code = labels.get("code", "200")
+            if not code.startswith("2"):
+                key += f" {code}"
             counts[key] = counts.get(key, 0) + int(float(value))
         return counts
 

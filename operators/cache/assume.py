@@ -6,6 +6,12 @@ window would act on stale data: create a claim twice, or hand a device out twice
 cache overlays the API's answers on the informer: :meth:`get` returns whichever is newer (by
 resourceVersion, as upstream's assume cache does), and an assumption disappears as soon as the
 informer reaches its version, or when the object is deleted.
+
+An answer can also say the object is gone: a write that dropped the last finalizer of an
+object being deleted. That answer carries no newer resourceVersion than the deletion's (the
+API server deletes instead of storing it), so it cannot win by version; the cache hides the
+object instead until the watch shows the deletion. Without that, every controller reading the
+cache in between saw the object still held and wrote to it again, for a 404.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class AssumeCache(Generic[T]):
         self._assumed_values: dict[Key, dict[str, tuple[Hashable, ...]]] = {}
         self._assumed_by: dict[str, dict[Hashable, set[Key]]] = {}
         self._listeners: list[Callable[[Key, T], None]] = []
+        # Objects our writes removed, by uid, hidden until the watch shows them deleted.
+        self._gone: dict[Key, str] = {}
         informer.add_handler(self._on_change)
 
     def add_listener(self, listener: Callable[[Key, T], None]) -> None:
@@ -43,6 +51,15 @@ class AssumeCache(Generic[T]):
         """Record the API server's answer to our write; returns the parsed object."""
         meta = Meta.of(raw)
         obj = self.informer.parse(raw)
+        metadata = raw.get("metadata") or {}
+        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+            self.assume_gone(meta.key, meta.uid)
+            return obj
+        gone = self._gone.get(meta.key)
+        if gone == meta.uid:
+            return obj  # an answer from before our write that removed it
+        if gone is not None:
+            del self._gone[meta.key]  # a new object under the name
         known = self.informer.meta(meta.key)
         assumed = self._assumed.get(meta.key)
         if assumed is not None and assumed[1].uid == meta.uid:
@@ -56,6 +73,19 @@ class AssumeCache(Generic[T]):
             for listener in self._listeners:
                 listener(meta.key, obj)
         return obj
+
+    def assume_gone(self, key: Key, uid: str) -> None:
+        """Record that our write removed the object with this uid (a DELETE answered with a
+        Status, or the last finalizer dropped): it reads as absent until the watch agrees."""
+        self._forget(key)
+        self._gone[key] = uid
+
+    def _hidden(self, key: Key) -> bool:
+        uid = self._gone.get(key)
+        if uid is None:
+            return False
+        meta = self.informer.meta(key)
+        return meta is None or meta.uid == uid
 
     def restore(self, key: Key) -> None:
         """Forget an assumption (the write it stood for is known to have failed)."""
@@ -84,6 +114,8 @@ class AssumeCache(Generic[T]):
         assumed = self._assumed.get(key)
         if assumed is not None:
             return assumed[0]
+        if self._gone and self._hidden(key):
+            return None
         return self.informer.get(key)
 
     def is_assumed(self, key: Key) -> bool:
@@ -92,6 +124,8 @@ class AssumeCache(Generic[T]):
     def values(self) -> list[T]:
         merged = dict(self.informer.items())
         merged.update({key: obj for key, (obj, _) in self._assumed.items()})
+        for key in [key for key in self._gone if self._hidden(key)]:
+            merged.pop(key, None)
         return list(merged.values())
 
     def add_index(self, name: str, func: Callable[[T], Iterable[Hashable]]) -> None:
@@ -127,9 +161,15 @@ class AssumeCache(Generic[T]):
                     del found[key]
             for key in self._assumed_by[name].get(value, ()):
                 found[key] = assumed[key][0]
+        if self._gone:
+            for key in [key for key in found if self._hidden(key)]:
+                del found[key]
         return [found[key] for key in sorted(found)]
 
     def _on_change(self, change: Change[Any]) -> None:
+        gone = self._gone.get(change.key)
+        if gone is not None and (change.new is None or not self._hidden(change.key)):
+            del self._gone[change.key]  # the watch shows the deletion (or a new object)
         assumed = self._assumed.get(change.key)
         if assumed is None:
             return

@@ -449,6 +449,7 @@ class ClaimController:
             log.info("generated claim deleted", claim=str(key), pod_state=str(owner_state))
             meta = deleted.get("metadata") or {}
             if deleted.get("kind") == "Status" or not meta.get("deletionTimestamp"):
+                self.claims.assume_gone(key, claim.metadata.uid or "")
                 return  # gone at once: no finalizer held it
             self.claims.assume(deleted)
             version = str(meta.get("resourceVersion") or version)
@@ -464,7 +465,10 @@ class ClaimController:
                     resource_version=version,
                 )
             except NotFound:
+                self.claims.assume_gone(key, claim.metadata.uid or "")
                 return  # deleted meanwhile: nothing holds it any more
+            # Without finalizers left, the answer means it is gone: the cache hides it (the
+            # watch still shows it held for a moment, and a sync then would patch it again).
             self.claims.assume(updated)
 
     async def _pod_state(self, namespace: str, name: str, uid: str) -> PodState:

@@ -112,6 +112,20 @@ class _ClaimWatch:
         return [json.loads(line) for line in lines if line.strip()], errors
 
 
+def _refused_claim_patches(testbed: Testbed) -> float:
+    """The API server's count of PATCH requests to ResourceClaims answered 404, all clients."""
+    total = 0.0
+    for line in testbed.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+        if line.startswith("apiserver_request_total{") and all(
+            part in line
+            for part in (
+                'resource="resourceclaims"', 'subresource=""', 'verb="PATCH"', 'code="404"'
+            )
+        ):  # fmt: skip
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def test_a_finished_pods_claim_goes_with_its_allocation(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
@@ -125,6 +139,7 @@ def test_a_finished_pods_claim_goes_with_its_allocation(
     wait_bound(testbed, namespace, "ends")
     (generated,) = claims_in(testbed, namespace)
     name = generated["metadata"]["name"]
+    refused_before = _refused_claim_patches(testbed)
     watch = _ClaimWatch(testbed, namespace)
     try:
         # The pod ends: the claim controller deletes its generated claim (owner done).
@@ -150,6 +165,9 @@ def test_a_finished_pods_claim_goes_with_its_allocation(
         )
     finally:
         events, errors = watch.events()
+    # The answer to the finalizer's removal says the claim is gone; the watch shows it still
+    # held a moment longer. Read from the cache then, it was patched again, for a 404.
+    assert _refused_claim_patches(testbed) == refused_before, "a claim patched after it went"
     for claim_name in (name, following["metadata"]["name"]):
         mine = [e for e in events if e["object"]["metadata"]["name"] == claim_name]
         assert mine and mine[-1]["type"] == "DELETED", (mine, errors)

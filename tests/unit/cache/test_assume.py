@@ -12,17 +12,26 @@ from operators.cache.informer import Informer, Key
 from operators.kube import RESOURCE_CLAIMS, JsonDict
 
 
-def claim(name: str, rv: str, owner: str = "", uid: str = "") -> JsonDict:
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": name,
-            "resourceVersion": rv,
-            "uid": uid or f"u-{name}",
-        },
-        "owner": owner,
-        "rv": rv,
+def claim(
+    name: str,
+    rv: str,
+    owner: str = "",
+    uid: str = "",
+    *,
+    deleting: bool = False,
+    finalizers: tuple[str, ...] = (),
+) -> JsonDict:
+    metadata: JsonDict = {
+        "namespace": "ns",
+        "name": name,
+        "resourceVersion": rv,
+        "uid": uid or f"u-{name}",
     }
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+    if finalizers:
+        metadata["finalizers"] = list(finalizers)
+    return {"metadata": metadata, "owner": owner, "rv": rv}
 
 
 def parse(raw: JsonDict) -> dict[str, Any]:
@@ -104,7 +113,7 @@ def test_lookup_reads_kept_index_values_not_every_assumed_object() -> None:
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["assume", "watch", "delete", "restore"]),
+            st.sampled_from(["assume", "watch", "delete", "restore", "gone"]),
             st.integers(0, 3),  # which claim
             st.integers(1, 9),  # resourceVersion
             st.sampled_from(["", "a", "b"]),  # owner
@@ -126,8 +135,12 @@ def test_index_lookups_match_every_object_read_through_get(
         elif op == "delete":
             if cache.informer.get(Key("ns", f"c{n}")) is not None:
                 cache.informer.apply("DELETED", raw)
+        elif op == "gone":  # our write dropped its last finalizer
+            cache.assume(claim(f"c{n}", str(rv), owner=owner, deleting=True))
         else:
             cache.restore(Key("ns", f"c{n}"))
+        seen = [obj for i in range(4) if (obj := cache.get(Key("ns", f"c{i}"))) is not None]
+        assert sorted(cache.values(), key=lambda c: c["name"]) == seen
         for value in ("a", "b"):
             expected = []
             for i in range(4):
@@ -154,3 +167,37 @@ def test_an_older_answer_does_not_replace_a_newer_assumption() -> None:
     cache.assume(claim("c1", "6", owner="old"))  # answers may come back out of order
     assert cache.get(Key("ns", "c1"))["rv"] == "7"  # type: ignore[index]
     assert [c["rv"] for c in cache.by_index("owner", "new")] == ["7"]
+
+
+def test_an_answer_that_dropped_the_last_finalizer_hides_the_object_until_the_watch_agrees() -> (
+    None
+):
+    # The API server deletes instead of storing such a write: its answer carries the
+    # deletion's resourceVersion, no newer than what the watch shows meanwhile (a claim
+    # still held by the finalizer), so it could not win by version.
+    cache = make()
+    held = claim("c1", "5", owner="p", deleting=True, finalizers=("dralloc",))
+    cache.informer.apply("ADDED", claim("c1", "4", owner="p", finalizers=("dralloc",)))
+    cache.assume(held)
+    cache.assume(claim("c1", "5", owner="p", deleting=True))  # the finalizer PATCH's answer
+    assert cache.get(Key("ns", "c1")) is None
+    assert cache.by_index("owner", "p") == []
+    assert cache.values() == []
+    cache.informer.apply("MODIFIED", held)  # the watch, a step behind
+    assert cache.get(Key("ns", "c1")) is None
+    assert cache.by_index("owner", "p") == []
+    cache.assume(claim("c1", "3", owner="p"))  # an answer from before, out of order
+    assert cache.get(Key("ns", "c1")) is None
+    cache.informer.apply("DELETED", held)
+    cache.informer.apply("ADDED", claim("c1", "9", owner="p", uid="another"))
+    assert cache.get(Key("ns", "c1"))["rv"] == "9"  # type: ignore[index]
+
+
+def test_a_new_object_under_a_removed_ones_name_is_seen() -> None:
+    cache = make()
+    cache.informer.apply("ADDED", claim("c1", "4", finalizers=("dralloc",)))
+    cache.assume_gone(Key("ns", "c1"), "u-c1")
+    assert cache.get(Key("ns", "c1")) is None
+    cache.assume(claim("c1", "8", owner="q", uid="another"))  # created again, watch behind
+    assert cache.get(Key("ns", "c1"))["rv"] == "8"  # type: ignore[index]
+    assert [c["rv"] for c in cache.by_index("owner", "q")] == ["8"]
