@@ -765,26 +765,21 @@ class AllocationController(ClaimWrites, Explanations):
         attempt = min(max(DECISION_SLICE, spent), budget - spent) if budget else None
         if inline:  # a first try on the loop itself: most decisions take a few milliseconds
             attempt = min(attempt, INLINE_SLICE) if attempt is not None else INLINE_SLICE
+        if explain and candidates.admits is not None:
+            # To explain, every node's verdict: the filter runs on all of them first, and
+            # the one search both decides and explains (a pod due for an explanation has
+            # been failing; searching lazily first would usually only fail again).
+            candidates = self._candidates(pod, entries)
+            total, rejections, infos = candidates.total, candidates.rejections, candidates.infos
         try:
             found = self.state.find_node(
                 waiting_claims,
                 infos,
                 str(self.settings.node_policy),
-                explain=explain and candidates.admits is None,
+                explain=explain,
                 budget_seconds=attempt,
                 admits=candidates.admits,
             )
-            if found.node is None and explain and candidates.admits is not None:
-                # To explain, every node's verdict: the filter runs on all of them.
-                candidates = self._candidates(pod, entries)
-                total, rejections, infos = candidates.total, candidates.rejections, candidates.infos
-                found = self.state.find_node(
-                    waiting_claims,
-                    infos,
-                    str(self.settings.node_policy),
-                    explain=True,
-                    budget_seconds=attempt,
-                )
         except DecisionTimeout as error:
             if inline:
                 raise NeedsThread() from error  # nothing charged: the thread starts afresh

@@ -265,6 +265,28 @@ async def test_a_pod_without_room_is_explained_only_after_a_grace_period() -> No
     assert messages(client, "q") and "0/1 nodes" in messages(client, "q")[0]
 
 
+async def test_an_explanation_costs_one_search_over_every_node(monkeypatch: Any) -> None:
+    """A pod due for an explanation is searched once, eagerly (every node filtered): a
+    lazy search first would only fail again before the explaining one."""
+    client = FakeClient()
+    controller = cluster(client)
+    await sync(controller, add_pod(controller, "p", "c1"))  # takes the only device
+    second = add_pod(controller, "q", "c2")
+    await sync(controller, second)
+    searches: list[tuple[bool, bool]] = []
+    real = controller.state.find_node
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        searches.append((kwargs.get("explain", False), kwargs.get("admits") is None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(controller.state, "find_node", counted)
+    controller.failing_since[second] -= EXPLAIN_GRACE
+    await sync(controller, second)
+    assert messages(client, "q") and "0/1 nodes" in messages(client, "q")[0]
+    assert searches == [(True, True)], searches  # one search, explaining, nodes filtered
+
+
 async def test_an_error_the_search_meets_is_explained_at_once() -> None:
     client = FakeClient()
     controller = cluster(client)
