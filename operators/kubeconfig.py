@@ -278,12 +278,15 @@ def from_files(
     key = _pem(user, "client-key", user_dir, where)
     token = user.get("token") or None
     token_path = None
-    if not token and user.get("tokenFile"):
+    if user.get("tokenFile"):
+        # As client-go: the file's token wins whenever it can be read (it is read again as
+        # it rotates); an inline token beside it only stands in while it cannot.
         token_path = _relative(str(user["tokenFile"]), user_dir)
         try:
-            token = token_path.read_text().strip() or None
+            token = token_path.read_text().strip() or token
         except OSError as err:
-            raise KubeconfigError(f"{where}: tokenFile {token_path}: {err.strerror}") from None
+            if not token:
+                raise KubeconfigError(f"{where}: tokenFile {token_path}: {err.strerror}") from None
     if bool(cert) != bool(key):
         raise KubeconfigError(
             f"{where}: a client certificate needs its key, and a key its certificate"

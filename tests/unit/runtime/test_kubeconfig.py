@@ -102,6 +102,23 @@ def test_files_are_read_relative_to_the_kubeconfig_and_a_token_file_is_read(tmp_
     assert kubeconfig.renew(found).headers() == {"Authorization": "Bearer rotated"}
 
 
+def test_a_token_file_wins_over_an_inline_token_while_it_can_be_read(tmp_path: Path) -> None:
+    """As client-go: the inline token only stands in for a file that cannot be read."""
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k:6443")],
+        [user("u", token="inline", tokenFile="token")],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    assert kubeconfig.load(str(path), environ={}).headers() == {"Authorization": "Bearer inline"}
+    (tmp_path / "token").write_text("from-file\n")
+    found = kubeconfig.load(str(path), environ={})
+    assert found.headers() == {"Authorization": "Bearer from-file"}
+    (tmp_path / "token").write_text("rotated\n")
+    assert kubeconfig.renew(found).headers() == {"Authorization": "Bearer rotated"}
+
+
 def test_kubeconfig_files_merge_with_the_first_name_and_current_context_winning(
     tmp_path: Path,
 ) -> None:
