@@ -43,7 +43,7 @@ from operators.allocator.index import DeviceIndex, Signature
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.ranking import allocation_score, subrequest_points
 from operators.allocator.results import ClaimAllocation
-from operators.allocator.search import Search
+from operators.allocator.search import Search, SearchInputs
 
 if TYPE_CHECKING:  # for annotations only: state imports this module (a real cycle)
     from operators.allocator.state import AllocatorState
@@ -439,38 +439,118 @@ def _first_fit_by_count(
     """First fit when a node's fit is one free count (see _floor_key): the walk starts
     after the nodes the index knows are full, reads one count per node (what _rank_node
     would decide from it, without building the node's counts), and tells the index how
-    far it found only full nodes."""
+    far it found only full nodes.
+
+    The first node whose search succeeds wins: without firstAvailable requests (none
+    here, see _floor_key) every allocation scores what the counts promised. This is the
+    path of most pods, so it walks the nodes itself rather than through _try_nodes's
+    ranked generator.
+    """
     signature, need = floor
     free = index.entry(signature).free
     start = index.floor(signature, need, nodes)
+    inputs = _inputs(state, deadline, pin)
+    errors: dict[str, str] = {}
+    searched = refused = 0
     ruled_out = start
-
-    def candidates() -> Iterator[tuple[RankKey, NodeInfo]]:
-        nonlocal ruled_out
-        below = True  # no node with room seen yet
-        for position in range(start, len(nodes)):
-            node = nodes[position]
-            if free.get(node.name, 0) < need:
-                ruled_out += 1
-                continue
-            if below:
-                index.raise_floor(signature, need, nodes, position)
-                below = False
-            yield (0, position, node.name), node
+    below = True  # no node with room seen yet
+    for position in range(start, len(nodes)):
+        node = nodes[position]
+        if free.get(node.name, 0) < need:
+            ruled_out += 1
+            continue
+        if below:
+            index.raise_floor(signature, need, nodes, position)
+            below = False
+        if max_searches is not None and searched >= max_searches:
+            break
+        if admits is not None and not admits(node):
+            refused += 1
+            continue
+        searched += 1
+        try:
+            results = _search(state, claims, node, inputs, deadline, errors)
+        except AllocationError as err:
+            return _fatal(nodes, err, searched, ruled_out + refused)
+        if results is not None:
+            return Placement(
+                node.name,
+                tuple(results),
+                nodes_searched=searched,
+                nodes_prefiltered=ruled_out + refused,
+            )
+    else:
         if below:
             index.raise_floor(signature, need, nodes, len(nodes))
+    return _unplaced(state, claims, nodes, errors, explain, searched, ruled_out + refused)
 
-    return _try_nodes(
-        state,
-        claims,
-        nodes,
-        candidates(),
-        max_searches,
-        explain,
-        prefiltered=lambda: ruled_out,
-        deadline=deadline,
-        pin=pin,
-        admits=admits,
+
+def _inputs(
+    state: AllocatorState, deadline: tuple[float, float] | None, pin: AttributePin | None
+) -> SearchInputs:
+    """What state.allocate builds, made once for all the nodes of one decision."""
+    inputs = state.search_inputs(deadline[0] if deadline else None)
+    if pin is not None:
+        inputs = dataclasses.replace(inputs, pin=pin)
+    return inputs
+
+
+def _search(
+    state: AllocatorState,
+    claims: Sequence[CompiledClaim],
+    node: NodeInfo,
+    inputs: SearchInputs,
+    deadline: tuple[float, float] | None,
+    errors: dict[str, str],
+) -> list[ClaimAllocation] | None:
+    """The claims' allocations on the node, or None when they do not fit there (with the
+    node's reason in ``errors`` when there is one). A fatal AllocationError (the claims
+    fit no node) is the caller's; a deadline passed raises DecisionTimeout."""
+    try:
+        search = Search(claims, node, state.pools_for(node), inputs)
+        results = search.run()
+    except SearchAborted as err:
+        if deadline is not None and time.monotonic() > deadline[0]:
+            raise DecisionTimeout(deadline[1]) from err
+        errors[node.name] = str(err)
+        return None
+    except NodeAllocationError as err:
+        errors[node.name] = str(err)
+        return None
+    if results is None:
+        refusal = search.quota_refusal()
+        if refusal is not None:
+            errors[node.name] = refusal
+    return results
+
+
+def _fatal(
+    nodes: Sequence[NodeInfo], err: AllocationError, searched: int, prefiltered: int
+) -> Placement:
+    """No node: the claims cannot be allocated anywhere, for the error's reason."""
+    return Placement(
+        None,
+        explanation=Explanation(len(nodes), (), fatal_error=str(err)),
+        nodes_searched=searched,
+        nodes_prefiltered=prefiltered,
+    )
+
+
+def _unplaced(
+    state: AllocatorState,
+    claims: Sequence[CompiledClaim],
+    nodes: Sequence[NodeInfo],
+    errors: dict[str, str],
+    explain: bool,
+    searched: int,
+    prefiltered: int,
+) -> Placement:
+    """No node fits: why for every node, when asked to explain."""
+    return Placement(
+        None,
+        explanation=state.explain(claims, nodes, errors) if explain else None,
+        nodes_searched=searched,
+        nodes_prefiltered=prefiltered,
     )
 
 
@@ -504,10 +584,7 @@ def _try_nodes(
     errors: dict[str, str] = {}
     searched = 0
     refused = 0  # by ``admits``
-    # What state.allocate builds, made once for all nodes.
-    inputs = state.search_inputs(deadline[0] if deadline else None)
-    if pin is not None:
-        inputs = dataclasses.replace(inputs, pin=pin)
+    inputs = _inputs(state, deadline, pin)
     # A list is ranked in full (a generator walks lazily; no Sized ABC check per pod).
     ruled_out = len(nodes) - len(ranked) if isinstance(ranked, list) else 0
     best: tuple[RankKey, NodeInfo, list[ClaimAllocation]] | None = None
@@ -523,31 +600,17 @@ def _try_nodes(
         if prefiltered is not None:
             ruled_out = prefiltered()
         try:
-            pools = state.pools_for(node)
-            search = Search(claims, node, pools, inputs)
-            results = search.run()
-        except SearchAborted as err:
-            if deadline is not None and time.monotonic() > deadline[0]:
-                raise DecisionTimeout(deadline[1]) from err
-            errors[node.name] = str(err)
-            continue
-        except NodeAllocationError as err:
-            errors[node.name] = str(err)
-            continue
+            results = _search(state, claims, node, inputs, deadline, errors)
         except AllocationError as err:
-            return Placement(
-                None,
-                explanation=Explanation(len(nodes), (), fatal_error=str(err)),
-                nodes_searched=searched,
-                nodes_prefiltered=ruled_out + refused,
-            )
+            return _fatal(nodes, err, searched, ruled_out + refused)
         if results is None:
-            refusal = search.quota_refusal()
-            if refusal is not None:
-                errors[node.name] = refusal
             continue
         actual = (-allocation_score(claims, results), key[1], key[2])
-        broken = whole_devices_broken(pools, state.allocated, results) if geometric else None
+        broken = (
+            whole_devices_broken(state.pools_for(node), state.allocated, results)
+            if geometric
+            else None
+        )
         if broken is not None:
             assert choice is not None
             choice.offer(actual, key, node.name, broken, results)
@@ -581,13 +644,7 @@ def _try_nodes(
             nodes_searched=searched,
             nodes_prefiltered=ruled_out + refused,
         )
-    explanation = state.explain(claims, nodes, errors) if explain else None
-    return Placement(
-        None,
-        explanation=explanation,
-        nodes_searched=searched,
-        nodes_prefiltered=ruled_out + refused,
-    )
+    return _unplaced(state, claims, nodes, errors, explain, searched, ruled_out + refused)
 
 
 def reasons_for(
