@@ -60,8 +60,8 @@ class SignatureCounts:
     reach_lists_of: dict[DeviceId, list[list[DeviceId]]] = field(default_factory=dict)
     shared_busy: set[DeviceId] = field(default_factory=set)
     # free count -> node names, sorted (local devices only): candidate order without
-    # a per-node loop or a sort per pod
-    by_free: dict[int, list[str]] = field(default_factory=dict)
+    # a per-node loop or a sort per pod. Kept only once asked for (see ``buckets``).
+    by_free: dict[int, list[str]] | None = None
     # Nodes with a matching multi-allocatable device (and whether a shared one
     # exists): several requests may take such a device, so demands must not be summed.
     shareable_nodes: set[str] = field(default_factory=set)
@@ -71,13 +71,29 @@ class SignatureCounts:
         old = self.free.get(node)
         if old == count:
             return
+        self.free[node] = count
+        by_free = self.by_free
+        if by_free is None:
+            return  # no ranking by count asked for yet: nothing to keep sorted
         if old is not None:
-            bucket = self.by_free[old]
+            bucket = by_free[old]
             del bucket[bisect_left(bucket, node)]
             if not bucket:
-                del self.by_free[old]
-        self.free[node] = count
-        insort(self.by_free.setdefault(count, []), node)
+                del by_free[old]
+        insort(by_free.setdefault(count, []), node)
+
+    def buckets(self) -> dict[int, list[str]]:
+        """Node names by free count, each list sorted. Built on first use and kept from
+        then on: first fit never ranks by count, and keeping the buckets sorted costs
+        every allocation and release a bisect and an insert."""
+        if self.by_free is None:
+            by_free: dict[int, list[str]] = {}
+            for node, count in self.free.items():
+                by_free.setdefault(count, []).append(node)
+            for names in by_free.values():
+                names.sort()
+            self.by_free = by_free
+        return self.by_free
 
     def shareable(self, node: str) -> bool:
         return self.shareable_shared or node in self.shareable_nodes

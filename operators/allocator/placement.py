@@ -234,9 +234,10 @@ def _bucket_order(
     def ordered() -> Iterator[tuple[RankKey, NodeInfo]]:
         for position, ((_, need, points), entry) in enumerate(zip(options, entries, strict=True)):
             earlier = thresholds[:position]
-            for count in sorted((k for k in entry.by_free if k >= need), reverse=spread):
+            by_free = entry.buckets()
+            for count in sorted((k for k in by_free if k >= need), reverse=spread):
                 left = count - need
-                for name in entry.by_free.get(count, ()):
+                for name in by_free.get(count, ()):
                     node = by_name.get(name)
                     if node is None or any(free.get(name, 0) >= n for free, n in earlier):
                         continue  # not a candidate, or ranked already under a better subrequest

@@ -584,18 +584,23 @@ class Search:
         cached = self.match_cache.get(cache_key)
         if cached is not None:
             return cached
-        result = self._selectors_match(rd.cls.selectors, device, f"class {rd.cls.name}")
-        if result:
-            claim = self.claims[key[0]]
-            result = self._selectors_match(rd.request.selectors, device, f"claim {claim.ref}")
+        result = self._selectors_match(rd.cls.selectors, device, rd.cls, None)
+        if result and rd.request.selectors:
+            result = self._selectors_match(rd.request.selectors, device, None, self.claims[key[0]])
         if result and device.slice_per_device:
             result = device.reachable_from(self.node)
         self.match_cache[cache_key] = result
         return result
 
     def _selectors_match(
-        self, selectors: Sequence[Selector], device: CompiledDevice, owner: str
+        self,
+        selectors: Sequence[Selector],
+        device: CompiledDevice,
+        cls: CompiledClass | None,
+        claim: CompiledClaim | None,
     ) -> bool:
+        """Whether the device passes the selectors of the class, or else of the claim (the
+        owner an error names; its name is made only for an error, not per device)."""
         evaluator = self.inputs.evaluator
         for i, selector in enumerate(selectors):
             assert selector.expression is not None
@@ -603,9 +608,10 @@ class Search:
                 if not evaluator.matches(selector.expression, device):
                     return False
             except SelectorCompileError as err:
+                owner = _owner(cls, claim)
                 raise AllocationError(f"{owner}: selector #{i}: CEL compile error: {err}") from None
             except SelectorRuntimeError as err:
-                device_name = "/".join(device.id)
+                owner, device_name = _owner(cls, claim), "/".join(device.id)
                 raise AllocationError(
                     f"{owner}: selector #{i} on device {device_name}: CEL runtime error: {err}"
                 ) from None
@@ -845,10 +851,13 @@ class Search:
 
     def _configs(self, ci: int) -> tuple[ConfigResult, ...]:
         claim = self.claims[ci]
-        if not claim.configs and not any(
-            self._chosen(ci, ri).cls.configs for ri in range(len(claim.requests))
-        ):
-            return ()
+        if not claim.configs:
+            # Most claims: no configuration anywhere (a loop, not a generator per pod).
+            for ri in range(len(claim.requests)):
+                if self._chosen(ci, ri).cls.configs:
+                    break
+            else:
+                return ()
         entries: list[tuple[str, list[str] | None, Mapping[str, object]]] = []
         by_class: dict[str, tuple[int, int]] = {}
         chosen_names = [self._chosen(ci, ri).request.full_name for ri in range(len(claim.requests))]
@@ -897,6 +906,14 @@ class Search:
             if selector is not None:
                 selectors.append(selector)
         return merge_terms(selectors)
+
+
+def _owner(cls: CompiledClass | None, claim: CompiledClaim | None) -> str:
+    """Whose selector failed, as upstream names it in the error."""
+    if cls is not None:
+        return f"class {cls.name}"
+    assert claim is not None
+    return f"claim {claim.ref}"
 
 
 def _add_to(

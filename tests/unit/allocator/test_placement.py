@@ -232,11 +232,24 @@ def test_find_node_finds_the_best_score_and_never_misses_a_node(seed: int) -> No
 
 @pytest.mark.parametrize("seed", range(20))
 @pytest.mark.parametrize("policy", ["binpack", "spread"])
-def test_bucket_fast_path_ranks_like_the_per_node_loop(seed: int, policy: str) -> None:
+@pytest.mark.parametrize("first_fit_before", [False, True])
+def test_bucket_fast_path_ranks_like_the_per_node_loop(
+    seed: int, policy: str, first_fit_before: bool
+) -> None:
     rng = random.Random(seed)
     state = random_cluster(rng, 12)
     nodes = [NodeInfo(f"node-{n}") for n in range(12)]
     index = state.device_index()
+    if first_fit_before:
+        # Allocations while only first fit has asked: the index keeps no buckets then,
+        # and builds them from the free counts when a ranking policy first asks.
+        for i in range(rng.randint(1, 6)):
+            model = rng.choice(MODELS)
+            exactly = {"deviceClassName": model, "count": rng.randint(1, 2)}
+            pod = claim_of(f"ff{i}", {"name": "gpu", "exactly": exactly})
+            found = state.find_node([pod], tuple(nodes), "first-fit")
+            if found.node is not None:
+                state.assume(pod, found.allocations[0])
 
     for round_ in range(3):
         subs = [(f"s{i}", rng.choice(MODELS), rng.randint(1, 3)) for i in range(rng.randint(1, 3))]
