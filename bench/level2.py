@@ -3,7 +3,9 @@
 Three systems (:data:`SYSTEMS`), each a parameter of the one harness: in-tree DRA
 (kube-scheduler allocates), dralloc on its CRDs, and dralloc in in-tree mode
 (``--api-group=resource.k8s.io``, all its controllers, on a control plane whose
-kube-controller-manager runs without its two DRA controllers; kube-scheduler binds).
+kube-controller-manager runs without its two DRA controllers; kube-scheduler binds). A fourth
+row is the floor: the same pods without a claim, on a control plane without DRA, which is what
+any of them pays per pod before its DRA work.
 Same API server build, same kwok nodes, same slices, classes and claim template (only the API
 group differs: ``resource.dralloc.dev/v1`` for dralloc's CRDs, ``resource.k8s.io/v1`` for the
 others), and pods created the way scheduler_perf creates them. For each system a fresh control
@@ -72,6 +74,9 @@ class System:
     """False: ``testbed/up --no-kcm-dra`` (dralloc's controllers replace kcm's DRA ones)."""
     operator: tuple[str, ...] | None = None
     """dralloc's flags on top of the harness's own; None: no operator runs."""
+    claims: bool = True
+    """Pods ask for the workload's claim. False: the same pods without one, the floor: what
+    a pod costs this control plane before any DRA work (no DRA objects are created)."""
 
     @property
     def claims_in_spec(self) -> bool:
@@ -93,8 +98,10 @@ DRALLOC_IN_TREE = System(
     kcm_dra=False,
     operator=("--api-group=resource.k8s.io",),
 )
-SYSTEMS = (IN_TREE, DRALLOC, DRALLOC_IN_TREE)
-"""In the order they run and are reported; in-tree DRA is the reference."""
+NO_CLAIMS = System("pods without claims", K8S_GROUP, dra=False, claims=False)
+SYSTEMS = (IN_TREE, DRALLOC, DRALLOC_IN_TREE, NO_CLAIMS)
+"""In the order they run and are reported; in-tree DRA is the reference, and the pods
+without claims are the floor under every system."""
 
 
 def systems_named(names: Sequence[str]) -> tuple[System, ...]:
@@ -374,6 +381,8 @@ def pod_manifest(namespace: str, name: str, system: System) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1"}]},
     }
+    if not system.claims:
+        return pod
     entry = {"name": "resource", "resourceClaimTemplateName": "test-claim-template"}
     if system.claims_in_spec:
         pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "resource"}]}
@@ -412,6 +421,8 @@ class Harness:
             await self.client.create(
                 NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
             )
+        if not self.system.claims:
+            return  # the floor: pods alone, and nothing DRA for anything to watch
         await _bounded(
             self.client.create(self.kinds["DeviceClass"], _fresh(obj, self.group))
             for obj in self.scenario.classes

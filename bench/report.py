@@ -179,8 +179,14 @@ def level2_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+LEVEL2_FLOOR = "pods without claims"
+"""The system whose CPU per pod is what every system pays before its DRA work."""
+
+
 def level2_cpu_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """CPU milliseconds per bound pod by process, one line per workload and system."""
+    """CPU milliseconds per bound pod by process, one line per workload and system; with
+    the floor measured on the workload, each system's CPU above it (its DRA work's cost)
+    and that cost as a share of in-tree DRA's."""
     names: list[str] = []
     for row in rows:
         for name in row.get("cpuMsPerPod") or {}:
@@ -188,17 +194,32 @@ def level2_cpu_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 names.append(name)
     if not names:
         return []
+    totals: dict[tuple[str, str], float] = {
+        (row["workload"], row["system"]): sum((row.get("cpuMsPerPod") or {}).values())
+        for row in rows
+        if row.get("cpuMsPerPod")
+    }
     lines = [
-        f"| workload | system | {' | '.join(names)} | total |",
-        f"|---|---|{'---:|' * (len(names) + 1)}",
+        f"| workload | system | {' | '.join(names)} | total | above the floor | vs in-tree |",
+        f"|---|---|{'---:|' * (len(names) + 3)}",
     ]
     for row in rows:
         cpu = row.get("cpuMsPerPod") or {}
         if not cpu:
             continue
+        workload, total = row["workload"], totals[(row["workload"], row["system"])]
+        floor = totals.get((workload, LEVEL2_FLOOR))
+        above = above_ratio = None
+        if floor is not None and row["system"] != LEVEL2_FLOOR:
+            above = total - floor
+            reference = totals.get((workload, LEVEL2_REFERENCE))
+            if reference is not None and reference - floor > 0:
+                above_ratio = above / (reference - floor)
         cells = " | ".join(_fmt(cpu.get(name), 1) for name in names)
+        share = f"{above_ratio:.2f}" if above_ratio is not None else "-"
         lines.append(
-            f"| {row['workload']} | {row['system']} | {cells} | {_fmt(sum(cpu.values()), 1)} |"
+            f"| {workload} | {row['system']} | {cells} | {_fmt(total, 1)} "
+            f"| {_fmt(above, 1)} | {share} |"
         )
     return lines
 
@@ -250,7 +271,9 @@ def markdown(results: Mapping[str, Any]) -> str:
             out += [
                 "CPU per bound pod, by process (ms, user + system, the measured window): "
                 f"with {m.get('cores', '?')} cores, N pods/s leave {m.get('cores', '?')}000/N "
-                "ms of CPU per pod to share.",
+                "ms of CPU per pod to share. Above the floor: the total less that of the same "
+                "pods without claims (the DRA work's own cost); vs in-tree: that cost over "
+                "in-tree DRA's.",
                 "",
                 *cpu_table,
                 "",

@@ -44,8 +44,25 @@ def test_the_cpu_table_has_a_column_per_process_and_a_total() -> None:
         {"workload": "w", "system": "old run"},
     ]
     lines = report.level2_cpu_table(rows)
-    assert lines[0] == "| workload | system | kube-apiserver | etcd | operator | total |"
-    assert lines[2] == "| w | in-tree | 20.0 | 5.0 | - | 25.0 |"
-    assert lines[3] == "| w | dralloc | 12.0 | - | 3.5 | 15.5 |"
+    assert lines[0] == (
+        "| workload | system | kube-apiserver | etcd | operator | total "
+        "| above the floor | vs in-tree |"
+    )
+    assert lines[2] == "| w | in-tree | 20.0 | 5.0 | - | 25.0 | - | - |"
+    assert lines[3] == "| w | dralloc | 12.0 | - | 3.5 | 15.5 | - | - |"
     assert len(lines) == 4
     assert report.level2_cpu_table([{"workload": "w", "system": "s"}]) == []
+
+
+def test_the_cpu_table_gives_each_systems_cost_above_the_floor_against_in_trees() -> None:
+    rows = [
+        {"workload": "w", "system": "in-tree", "cpuMsPerPod": {"kube-apiserver": 30.0}},
+        {"workload": "w", "system": "dralloc", "cpuMsPerPod": {"kube-apiserver": 20.0}},
+        {"workload": "w", "system": report.LEVEL2_FLOOR, "cpuMsPerPod": {"kube-apiserver": 10.0}},
+        {"workload": "v", "system": "dralloc", "cpuMsPerPod": {"kube-apiserver": 7.0}},
+    ]
+    lines = report.level2_cpu_table(rows)
+    assert lines[2] == "| w | in-tree | 30.0 | 30.0 | 20.0 | 1.00 |"
+    assert lines[3] == "| w | dralloc | 20.0 | 20.0 | 10.0 | 0.50 |"
+    assert lines[4] == f"| w | {report.LEVEL2_FLOOR} | 10.0 | 10.0 | - | - |"
+    assert lines[5] == "| v | dralloc | 7.0 | 7.0 | - | - |"  # no floor measured there

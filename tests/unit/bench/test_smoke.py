@@ -109,9 +109,16 @@ def test_level2_systems_are_parameters_of_one_harness() -> None:
     from bench import level2
 
     by_name = {s.name: s for s in level2.SYSTEMS}
-    assert list(by_name) == ["in-tree", "dralloc", "dralloc in-tree mode"]
+    assert list(by_name) == ["in-tree", "dralloc", "dralloc in-tree mode", "pods without claims"]
     pods = {name: level2.pod_manifest("test", "p", s) for name, s in by_name.items()}
     in_tree, crd, in_tree_mode = pods["in-tree"], pods["dralloc"], pods["dralloc in-tree mode"]
+    # The floor: the same pod, asking for nothing, on a control plane without DRA.
+    floor = by_name["pods without claims"]
+    assert not floor.dra and floor.operator is None
+    assert pods["pods without claims"] == {
+        **in_tree,
+        "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1"}]},
+    }
     assert "schedulingGates" not in in_tree["spec"] and in_tree["spec"]["resourceClaims"]
     assert level2.CLAIMS_ANNOTATION in crd["metadata"]["annotations"]
     assert "resourceClaims" not in crd["spec"]
