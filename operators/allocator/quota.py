@@ -252,7 +252,11 @@ class QuotaBook:
 
     def upsert_quota(self, obj: Any) -> CompiledQuota:
         quota = obj if isinstance(obj, CompiledQuota) else compile_quota(obj)
-        self.quotas.setdefault(quota.namespace, {})[quota.name] = quota
+        quotas = self.quotas.get(quota.namespace)
+        if not quotas:
+            quotas = self.quotas[quota.namespace] = {}
+            self._gather(quota.namespace)
+        quotas[quota.name] = quota
         self._used.pop(quota.ref, None)
         self.version += 1
         return quota
@@ -264,6 +268,21 @@ class QuotaBook:
             self.version += 1
         if not quotas:
             self.quotas.pop(namespace, None)
+            self._by_namespace.pop(namespace, None)
+
+    def _gather(self, namespace: str) -> None:
+        """The claims of a namespace that gets its first quota, from the tables: the book
+        keeps claims by namespace only where a quota counts them (see ``_set``)."""
+        claims: dict[str, LazyCharges] = {}
+        for key in (*self._confirmed, *self._assumed):
+            if key.partition("/")[0] == namespace:
+                charges = self._confirmed.get(key) or self._assumed.get(key)
+                if charges is not None:
+                    claims[key] = charges
+        if claims:
+            self._by_namespace[namespace] = claims
+        else:
+            self._by_namespace.pop(namespace, None)
 
     def devices_changed(self) -> None:
         """Capacities and selector results may differ: recompute usage when next asked."""
@@ -285,6 +304,15 @@ class QuotaBook:
     def _set(self, table: dict[str, LazyCharges], key: str, charges: LazyCharges | None) -> None:
         if charges is None and key not in table:
             return  # nothing to forget
+        namespace = key.partition("/")[0]
+        if namespace not in self.quotas:
+            # No quota counts the claim (most claims, twice per pod): the tables are all
+            # there is to keep, and a first quota there gathers from them.
+            if charges is not None:
+                table[key] = charges
+            else:
+                table.pop(key, None)
+            return
         before = self._confirmed.get(key) or self._assumed.get(key)
         if charges is not None:
             table[key] = charges
@@ -293,7 +321,6 @@ class QuotaBook:
         after = self._confirmed.get(key) or self._assumed.get(key)
         if before is after:
             return
-        namespace = key.partition("/")[0]
         claims = self._by_namespace.setdefault(namespace, {})
         if after is not None:
             claims[key] = after

@@ -327,3 +327,55 @@ def test_capacities_republished_while_no_quota_exists_are_read_anew() -> None:
     state.upsert_slice(republished)
     state.upsert_quota(quota(capacity={"memory": "1Ti"}))
     assert used(state).capacity["memory"] == 40 * 2**30 * 10**9
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_usage_follows_the_claims_whether_the_quota_came_before_or_after_them(seed: int) -> None:
+    """The book keeps claims by namespace only where a quota counts them: a quota added,
+    dropped or added again counts the same as one that was always there."""
+    rng = random.Random(seed)
+    state = cluster(models=("a100",) * 8)
+    confirmed: dict[str, int] = {}  # claim key -> devices, as the watch showed it
+    assumed: dict[str, int] = {}
+    objects: dict[str, dict[str, Any]] = {}
+    allocations: dict[str, Any] = {}
+    for step in range(60):
+        op = rng.choice(["place", "place", "confirm", "release", "remove", "dealloc", "quota"])
+        name = f"c{rng.randrange(8)}"
+        namespace = rng.choice([NS, "team-b"])
+        key = f"{namespace}/{name}"
+        if op == "place" and key not in objects:
+            obj = claim(name, rng.randint(1, 2), namespace=namespace)
+            found = place(state, obj)
+            if found.node is not None:
+                objects[key], allocations[key] = obj, found.allocations[0]
+                assumed[key] = len(found.allocations[0].devices)
+        elif op == "confirm" and key in allocations:
+            state.upsert_claim(
+                {**objects[key], "status": {"allocation": allocations[key].to_dict()}}
+            )
+            confirmed[key] = len(allocations[key].devices)
+            assumed.pop(key, None)
+        elif op == "release" and key in objects:
+            state.release(objects[key])
+            assumed.pop(key, None)
+        elif op == "dealloc" and key in objects:
+            state.upsert_claim(objects[key])  # the watch shows no allocation
+            confirmed.pop(key, None)
+        elif op == "remove" and key in objects:
+            state.remove_claim(objects.pop(key))
+            allocations.pop(key)
+            confirmed.pop(key, None)
+            assumed.pop(key, None)
+        elif op == "quota":
+            if NS in state.quotas.quotas:
+                state.quotas.remove_quota(NS, "gpus")
+            else:
+                state.upsert_quota(quota(devices=100))
+        if NS in state.quotas.quotas:
+            expected = sum(
+                confirmed.get(k) or assumed.get(k) or 0
+                for k in {*confirmed, *assumed}
+                if k.startswith(f"{NS}/")
+            )
+            assert used(state).devices == expected, f"step {step}: {op} {key}"
