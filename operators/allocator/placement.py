@@ -67,7 +67,8 @@ class Placement:
     allocations: tuple[ClaimAllocation, ...] = ()
     explanation: Explanation | None = None
     nodes_searched: int = 0  # full searches run
-    nodes_prefiltered: int = 0  # candidates the index ruled out
+    # Nodes ruled out without a search: by the index's counts, or by the caller's ``admits``.
+    nodes_prefiltered: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -313,9 +313,6 @@ class AllocatorState:
     def is_assumed(self, claim: ClaimLike) -> bool:
         return claim_key(claim) in self._assumed
 
-    def _effective(self, key: str) -> tuple[UsedDevice, ...]:
-        return self._confirmed.get(key) or self._assumed.get(key) or ()
-
     def _set_usage(
         self,
         table: dict[str, tuple[UsedDevice, ...]],
@@ -324,12 +321,14 @@ class AllocatorState:
     ) -> None:
         if not usage and key not in table:
             return  # nothing to forget (remove_claim clears both tables of every claim)
-        before = self._effective(key)
+        # What counts is the confirmed usage, else the assumed one.
+        confirmed, assumed = self._confirmed, self._assumed
+        before = confirmed.get(key) or assumed.get(key) or ()
         if usage:
             table[key] = usage
         else:
             table.pop(key, None)
-        after = self._effective(key)
+        after = confirmed.get(key) or assumed.get(key) or ()
         if before == after:
             return
         for item in before:
