@@ -105,6 +105,7 @@ class ApiError(Exception):
         message: str,
         causes: tuple[str, ...] = (),
         cause_reasons: tuple[str, ...] = (),
+        name: str = "",
     ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
@@ -114,6 +115,9 @@ class ApiError(Exception):
         # details.causes[].reason: "DisruptionBudget" tells a budget's refusal of an eviction
         # from any other 429 (the API server's own throttling).
         self.cause_reasons = cause_reasons
+        # details.name: the object the answer is about. A 404 that names it says the object
+        # is gone; one that names nothing may be the route (a kind not served, a proxy).
+        self.name = name
 
     @property
     def refused_by_disruption_budget(self) -> bool:
@@ -124,6 +128,7 @@ class ApiError(Exception):
         reason = message = ""
         causes: tuple[str, ...] = ()
         cause_reasons: tuple[str, ...] = ()
+        name = ""
         if isinstance(body, dict):
             reason = str(body.get("reason", ""))
             message = str(body.get("message", ""))
@@ -132,12 +137,13 @@ class ApiError(Exception):
                 listed = [c for c in details.get("causes") or () if isinstance(c, dict)]
                 causes = tuple(str(c["message"]) for c in listed if c.get("message"))
                 cause_reasons = tuple(str(c["reason"]) for c in listed if c.get("reason"))
+                name = str(details.get("name") or "")
         elif body:
             message = str(body)[:500]
         cls: type[ApiError] = {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
         if status == 422 and "test operation" in message.lower():
             cls = Conflict  # a failed JSON-patch `test` is a stale precondition, not bad input
-        return cls(status, reason, message, causes, cause_reasons)
+        return cls(status, reason, message, causes, cause_reasons, name)
 
 
 class NotFound(ApiError):

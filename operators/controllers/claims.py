@@ -464,9 +464,13 @@ class ClaimController:
                     namespace=key.namespace,
                     resource_version=version,
                 )
-            except NotFound:
-                self.claims.assume_gone(key, claim.metadata.uid or "")
-                return  # deleted meanwhile: nothing holds it any more
+            except NotFound as error:
+                if error.name == key.name:
+                    # Deleted meanwhile: nothing holds it any more. A 404 that does not name
+                    # the claim (the route, not the object) hides nothing: the next event
+                    # tries again.
+                    self.claims.assume_gone(key, claim.metadata.uid or "")
+                return
             # Without finalizers left, the answer means it is gone: the cache hides it (the
             # watch still shows it held for a moment, and a sync then would patch it again).
             self.claims.assume(updated)

@@ -99,7 +99,7 @@ class FakeClient:
         self._answer("PATCH", path, patch)
         base = self.objects.get(resource.path(namespace, name))
         if base is None:
-            raise NotFound(404, "NotFound", f"{resource.plural} {name!r} not found")
+            raise NotFound(404, "NotFound", f"{resource.plural} {name!r} not found", name=name)
         merged = _merge(base, patch)
         return self._stored(resource.path(namespace, name), merged)
 
@@ -111,7 +111,7 @@ class FakeClient:
         path = resource.path(namespace, name)
         self._answer("GET", path, None)
         if path not in self.objects:
-            raise NotFound(404, "NotFound", f"{resource.plural} {name!r} not found")
+            raise NotFound(404, "NotFound", f"{resource.plural} {name!r} not found", name=name)
         return json.loads(json.dumps(self.objects[path]))
 
     async def request(self, method: str, path: str, **kwargs: Any) -> JsonDict:
