@@ -284,9 +284,10 @@ def from_files(
         token_path = _relative(str(user["tokenFile"]), user_dir)
         try:
             token = token_path.read_text().strip() or token
-        except OSError as err:
+        except (OSError, UnicodeDecodeError) as err:
             if not token:
-                raise KubeconfigError(f"{where}: tokenFile {token_path}: {err.strerror}") from None
+                why = err.strerror if isinstance(err, OSError) else "not text (UTF-8)"
+                raise KubeconfigError(f"{where}: tokenFile {token_path}: {why}") from None
     if bool(cert) != bool(key):
         raise KubeconfigError(
             f"{where}: a client certificate needs its key, and a key its certificate"

@@ -117,6 +117,23 @@ def test_a_token_file_wins_over_an_inline_token_while_it_can_be_read(tmp_path: P
     assert found.headers() == {"Authorization": "Bearer from-file"}
     (tmp_path / "token").write_text("rotated\n")
     assert kubeconfig.renew(found).headers() == {"Authorization": "Bearer rotated"}
+    (tmp_path / "token").write_bytes(b"\xff\xfe not text")  # as unreadable: the inline one
+    assert kubeconfig.load(str(path), environ={}).headers() == {"Authorization": "Bearer inline"}
+    (tmp_path / "token").write_bytes(b"\xff\xfe not text")  # as unreadable: the inline one
+    assert kubeconfig.load(str(path), environ={}).headers() == {"Authorization": "Bearer inline"}
+
+
+def test_a_token_file_that_is_not_text_is_a_kubeconfig_error(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "config",
+        [cluster("c", "https://k:6443")],
+        [user("u", tokenFile="token")],
+        [context("ctx", "c", "u")],
+        "ctx",
+    )
+    (tmp_path / "token").write_bytes(b"\xff\xfe")
+    with pytest.raises(kubeconfig.KubeconfigError, match="not text"):
+        kubeconfig.load(str(path), environ={})
 
 
 def test_kubeconfig_files_merge_with_the_first_name_and_current_context_winning(
