@@ -41,6 +41,7 @@ from operators.allocator.explain import Explanation, NodeReason
 from operators.allocator.geometry import GeometryChoice, whole_devices_broken
 from operators.allocator.index import DeviceIndex, Signature
 from operators.allocator.nodes import NodeInfo
+from operators.allocator.pools import Pool
 from operators.allocator.ranking import allocation_score, subrequest_points
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.search import Search, SearchInputs
@@ -471,7 +472,7 @@ def _first_fit_by_count(
             continue
         searched += 1
         try:
-            results = _search(state, claims, node, inputs, deadline, errors)
+            _, results = _search(state, claims, node, inputs, deadline, errors)
         except AllocationError as err:
             return _fatal(nodes, err, searched, ruled_out + refused)
         if results is not None:
@@ -504,26 +505,30 @@ def _search(
     inputs: SearchInputs,
     deadline: tuple[float, float] | None,
     errors: dict[str, str],
-) -> list[ClaimAllocation] | None:
-    """The claims' allocations on the node, or None when they do not fit there (with the
-    node's reason in ``errors`` when there is one). A fatal AllocationError (the claims
-    fit no node) is the caller's; a deadline passed raises DecisionTimeout."""
+) -> tuple[list[Pool], list[ClaimAllocation] | None]:
+    """The pools searched and the claims' allocations on the node, or None when they do not
+    fit there (with the node's reason in ``errors`` when there is one). A fatal
+    AllocationError (the claims fit no node) is the caller's; a deadline passed raises
+    DecisionTimeout. The pools come back for binpack's geometry: under the "pack" device
+    policy they are ordered anew on every call."""
+    pools: list[Pool] = []
     try:
-        search = Search(claims, node, state.pools_for(node), inputs)
+        pools = state.pools_for(node)
+        search = Search(claims, node, pools, inputs)
         results = search.run()
     except SearchAborted as err:
         if deadline is not None and time.monotonic() > deadline[0]:
             raise DecisionTimeout(deadline[1]) from err
         errors[node.name] = str(err)
-        return None
+        return pools, None
     except NodeAllocationError as err:
         errors[node.name] = str(err)
-        return None
+        return pools, None
     if results is None:
         refusal = search.quota_refusal()
         if refusal is not None:
             errors[node.name] = refusal
-    return results
+    return pools, results
 
 
 def _fatal(
@@ -602,17 +607,13 @@ def _try_nodes(
         if prefiltered is not None:
             ruled_out = prefiltered()
         try:
-            results = _search(state, claims, node, inputs, deadline, errors)
+            pools, results = _search(state, claims, node, inputs, deadline, errors)
         except AllocationError as err:
             return _fatal(nodes, err, searched, ruled_out + refused)
         if results is None:
             continue
         actual = (-allocation_score(claims, results), key[1], key[2])
-        broken = (
-            whole_devices_broken(state.pools_for(node), state.allocated, results)
-            if geometric
-            else None
-        )
+        broken = whole_devices_broken(pools, state.allocated, results) if geometric else None
         if broken is not None:
             assert choice is not None
             choice.offer(actual, key, node.name, broken, results)
