@@ -42,7 +42,10 @@ EXPIRY_MARGIN_S = 10.0
 before the expiry must not arrive just after it."""
 RETRY_AFTER_FAILURE_S = 5.0
 """After a renewal failed, the previous credentials are used and the next try waits this
-long: a broken plugin is not run again for every request."""
+long: a broken plugin is not run again for every request. Each further failure in a row
+doubles the wait, up to :data:`RETRY_AFTER_FAILURE_MAX_S`."""
+RETRY_AFTER_FAILURE_MAX_S = 60.0
+"""The longest wait between renewals that keep failing (as long as a token file's age)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,6 +105,8 @@ class CredentialSource:
         self._current = self._auth(credentials, credentials.ssl_context())
         self._renewal: asyncio.Task[Auth] | None = None
         self._next_try = 0.0  # after a failed renewal: not before then
+        self._failures = 0  # renewals failed in a row
+        self._last_error = ""  # what the last of them said: a repeat is not warned again
 
     @classmethod
     async def load(
@@ -178,17 +183,29 @@ class CredentialSource:
             ):
                 context = await asyncio.to_thread(credentials.ssl_context)
         except Exception as error:  # a plugin's odd answer must not end every request either
-            self._next_try = self._clock() + RETRY_AFTER_FAILURE_S
-            log.warning(
+            self._failures += 1
+            self._next_try = self._clock() + min(
+                RETRY_AFTER_FAILURE_S * 2 ** (self._failures - 1), RETRY_AFTER_FAILURE_MAX_S
+            )
+            # Only our own messages are quoted: any other text may hold what a plugin said
+            # or a file held (ssl.SSLError, an OSError, is named by its type too).
+            said = str(error) if isinstance(error, KubeconfigError) else type(error).__name__
+            # A state that lasts (a token file gone while an inline token stands in) is
+            # warned about once, not at every try.
+            report = log.warning if said != self._last_error else log.debug
+            self._last_error = said
+            report(
                 "credentials not renewed; the previous ones stay in use",
                 source=stale.credentials.source,
-                # Only our own messages are quoted: any other text may hold what a plugin said
-                # or a file held (ssl.SSLError, an OSError, is named by its type too).
-                error=str(error) if isinstance(error, KubeconfigError) else type(error).__name__,
+                error=said,
+                failures=self._failures,
             )
             return stale
         finally:
             self._renewal = None
+        if self._failures:
+            log.info("credentials renewed again", source=credentials.source, after=self._failures)
+        self._failures, self._last_error = 0, ""
         self._current = self._auth(credentials, context)
         log.debug("credentials renewed", source=credentials.source)
         return self._current

@@ -12,17 +12,36 @@ object being deleted. That answer carries no newer resourceVersion than the dele
 API server deletes instead of storing it), so it cannot win by version; the cache hides the
 object instead until the watch shows the deletion. Without that, every controller reading the
 cache in between saw the object still held and wrote to it again, for a 404.
+
+Both records end by the informer's progress, not only by an event for their key: an answer
+at a version the watch has already passed, for an object it does not hold, is about an object
+deleted since (assumed, it would stay forever: nothing under that name comes again), and a
+removal the watch has already shown needs no hiding.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from operators.cache.informer import Change, Informer, Key, Meta, version_number
 from operators.kube import JsonDict
 
 T = TypeVar("T")
+
+GONE_SECONDS = 300.0
+"""How long a removal whose version is unknown (a 404, a Status answer) stays hidden while the
+informer does not hold the object: its ADDED and DELETED events may still be on their way."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Gone:
+    uid: str
+    version: int
+    """The resourceVersion of the removal's answer, 0 when it had none."""
+    until: float
 
 
 class AssumeCache(Generic[T]):
@@ -38,8 +57,9 @@ class AssumeCache(Generic[T]):
         self._assumed_values: dict[Key, dict[str, tuple[Hashable, ...]]] = {}
         self._assumed_by: dict[str, dict[Hashable, set[Key]]] = {}
         self._listeners: list[Callable[[Key, T], None]] = []
-        # Objects our writes removed, by uid, hidden until the watch shows them deleted.
-        self._gone: dict[Key, str] = {}
+        # Objects our writes removed, hidden until the watch shows them deleted.
+        self._gone: dict[Key, _Gone] = {}
+        self._sweep_at = 64
         informer.add_handler(self._on_change)
 
     def add_listener(self, listener: Callable[[Key, T], None]) -> None:
@@ -53,20 +73,21 @@ class AssumeCache(Generic[T]):
         obj = self.informer.parse(raw)
         metadata = raw.get("metadata") or {}
         if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
-            self.assume_gone(meta.key, meta.uid)
+            self.assume_gone(meta.key, meta.uid, meta.resource_version)
             return obj
         gone = self._gone.get(meta.key)
-        if gone == meta.uid:
+        if gone is not None and gone.uid == meta.uid:
             return obj  # an answer from before our write that removed it
         if gone is not None:
             del self._gone[meta.key]  # a new object under the name
+        version = version_number(meta.resource_version)
         known = self.informer.meta(meta.key)
+        if known is None and 0 < version <= self.informer.seen_version:
+            return obj  # the watch has passed this version and holds no such object: deleted
         assumed = self._assumed.get(meta.key)
         if assumed is not None and assumed[1].uid == meta.uid:
             known = assumed[1]  # an answer older than one assumed already changes nothing
-        if known is None or version_number(known.resource_version) < version_number(
-            meta.resource_version
-        ):
+        if known is None or version_number(known.resource_version) < version:
             self._forget(meta.key)
             self._assumed[meta.key] = (obj, meta)
             self._index(meta.key, obj)
@@ -74,18 +95,36 @@ class AssumeCache(Generic[T]):
                 listener(meta.key, obj)
         return obj
 
-    def assume_gone(self, key: Key, uid: str) -> None:
+    def assume_gone(self, key: Key, uid: str, resource_version: str = "") -> None:
         """Record that our write removed the object with this uid (a DELETE answered with a
-        Status, or the last finalizer dropped): it reads as absent until the watch agrees."""
-        self._forget(key)
-        self._gone[key] = uid
+        Status, the last finalizer dropped, a 404 naming it): it reads as absent until the
+        watch agrees. ``resource_version`` is the answer's, when it had one."""
+        assumed = self._assumed.get(key)
+        if assumed is not None and assumed[1].uid == uid:
+            self._forget(key)  # an assumption for a newer object under the name stays
+        gone = _Gone(uid, version_number(resource_version), time.monotonic() + GONE_SECONDS)
+        if self._needed(key, gone):
+            self._gone[key] = gone
+        if len(self._gone) >= self._sweep_at:
+            for stale in [key for key, gone in self._gone.items() if not self._needed(key, gone)]:
+                del self._gone[stale]
+            self._sweep_at = max(64, 2 * len(self._gone))
+
+    def _needed(self, key: Key, gone: _Gone) -> bool:
+        """Whether the informer may still show the removed object."""
+        meta = self.informer.meta(key)
+        if meta is not None:
+            return meta.uid == gone.uid  # until its DELETED; another uid is a new object
+        if 0 < gone.version <= self.informer.seen_version:
+            return False  # the watch has passed the removal (or never had the object)
+        return time.monotonic() < gone.until
 
     def _hidden(self, key: Key) -> bool:
-        uid = self._gone.get(key)
-        if uid is None:
-            return False
+        gone = self._gone.get(key)
+        if gone is None or key in self._assumed:
+            return False  # an assumption is always for another uid: a new object's
         meta = self.informer.meta(key)
-        return meta is None or meta.uid == uid
+        return meta is None or meta.uid == gone.uid
 
     def restore(self, key: Key) -> None:
         """Forget an assumption (the write it stood for is known to have failed)."""

@@ -121,6 +121,10 @@ class Informer(Generic[T]):
         """Versions to read an optional kind at, in order of preference (a kind reaches v1
         only in some release: older servers serve it at a beta version or not at all)."""
         self._version = 0
+        self.seen_version = 0
+        """The newest resourceVersion this cache has reached (a list, a watch event or a
+        bookmark): every change up to it has been applied, so an object it does not hold
+        did not exist at that version. 0 before the first list."""
         self.parse = parse
         self.watch_timeout = watch_timeout
         self.backoff = backoff or Backoff(base=0.2, cap=30.0)
@@ -192,6 +196,17 @@ class Informer(Generic[T]):
     def apply(self, event_type: str, raw: JsonDict) -> Change[T] | None:
         """Apply one watch event to the store and notify; returns the change, if any."""
         meta = Meta.of(raw)
+        try:
+            return self._apply(event_type, raw, meta)
+        finally:
+            self._reached(meta.resource_version)
+
+    def _reached(self, resource_version: str) -> None:
+        version = version_number(resource_version)
+        if version > self.seen_version:
+            self.seen_version = version
+
+    def _apply(self, event_type: str, raw: JsonDict, meta: Meta) -> Change[T] | None:
         key = meta.key
         old = self._objects.get(key)
         if event_type == "DELETED":
@@ -275,6 +290,7 @@ class Informer(Generic[T]):
                     raws, resource_version = await self.client.list(self.served)
                     self.not_served = False
                     self.replace(raws)
+                    self._reached(resource_version)
                     if not self.synced.is_set():
                         self.sync_seconds = time.monotonic() - started
                         self.synced.set()
@@ -345,6 +361,8 @@ class Informer(Generic[T]):
             version = (event.object.get("metadata") or {}).get("resourceVersion")
             if event.type != "BOOKMARK":
                 self.apply(event.type, event.object)
+            elif version:
+                self._reached(str(version))
             if version:
                 resource_version = str(version)
         return resource_version

@@ -735,8 +735,9 @@ class AllocationController(ClaimWrites, Explanations):
     ) -> tuple[str, list[ClaimAllocation]]:
         """The device decision among the candidates (the costly half: CEL, searches).
 
-        Reads only the allocator state (whose changes wait while it runs) and this pod's
-        own bookkeeping, so that it can run off the event loop.
+        Off the loop (``inline`` false) it reads only the allocator state (whose changes
+        wait while it runs) and this pod's own bookkeeping. Lazy candidates come only from
+        the loop, and only there is the informer read again to complete them.
         """
         key = Key(pod.namespace, pod.name)
         total, rejections, infos = candidates.total, candidates.rejections, candidates.infos
@@ -769,6 +770,7 @@ class AllocationController(ClaimWrites, Explanations):
             # To explain, every node's verdict: the filter runs on all of them first, and
             # the one search both decides and explains (a pod due for an explanation has
             # been failing; searching lazily first would usually only fail again).
+            assert inline, "lazy candidates are only made on the event loop"
             candidates = self._candidates(pod, entries)
             total, rejections, infos = candidates.total, candidates.rejections, candidates.infos
         try:

@@ -449,7 +449,9 @@ class ClaimController:
             log.info("generated claim deleted", claim=str(key), pod_state=str(owner_state))
             meta = deleted.get("metadata") or {}
             if deleted.get("kind") == "Status" or not meta.get("deletionTimestamp"):
-                self.claims.assume_gone(key, claim.metadata.uid or "")
+                self.claims.assume_gone(
+                    key, claim.metadata.uid or "", str(meta.get("resourceVersion") or "")
+                )
                 return  # gone at once: no finalizer held it
             self.claims.assume(deleted)
             version = str(meta.get("resourceVersion") or version)

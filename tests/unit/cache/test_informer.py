@@ -164,6 +164,7 @@ async def test_run_relists_on_gone_and_diffs() -> None:
     assert informer.synced.is_set()
     # first watch from the list's version, the second from the bookmark, then a relist
     assert client.watched_from == ["10", "15", "20"]
+    assert informer.seen_version == 20  # the lists' and the bookmark's versions count too
     assert sorted(k.name for k in informer) == ["a"]
     assert ("del", "c") in summary(changes) and ("del", "b") in summary(changes)
 
@@ -194,3 +195,12 @@ def test_non_numeric_versions_still_apply(rv: str) -> None:
     informer, changes = make()
     informer.apply("ADDED", obj("a", rv))
     assert summary(changes) == [("add", "a")]
+
+
+def test_seen_version_is_the_newest_event_applied() -> None:
+    informer: Informer[dict[str, Any]] = Informer(None, PODS, parse)  # type: ignore[arg-type]
+    assert informer.seen_version == 0
+    informer.apply("ADDED", obj("a", "7"))
+    informer.apply("DELETED", obj("a", "9"))
+    informer.apply("ADDED", obj("b", "8"))  # a list's items come in any order
+    assert informer.seen_version == 9

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import sys
 import threading
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from operators import kubeconfig
 from operators.credentials import (
     EXPIRY_MARGIN_S,
+    RETRY_AFTER_FAILURE_MAX_S,
     RETRY_AFTER_FAILURE_S,
     TOKEN_FILE_MAX_AGE_S,
     CredentialSource,
@@ -213,3 +215,42 @@ def test_a_connection_shows_no_token() -> None:
 
     source = CredentialSource(Credentials("https://k", token="SECRET-TOKEN"))
     assert "SECRET-TOKEN" not in repr(Connection.from_source(source))
+
+
+async def test_renewals_that_keep_failing_back_off_and_warn_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An inline token beside a token file that is gone: the inline one stands in, and the
+    # log does not repeat the same warning at every try.
+    token = tmp_path / "token"
+    token.write_text("secret-one")
+    clock = Clock()
+    source = CredentialSource(
+        Credentials("https://k", token="secret-one", token_file=token), clock=clock
+    )
+    token.unlink()
+    clock.now += TOKEN_FILE_MAX_AGE_S
+    tries = []
+    for _ in range(400):  # ten minutes, a look every 1.5 s
+        if source.due():
+            tries.append(clock.now)
+        await source.get()
+        await source.settled()
+        clock.now += 1.5
+    waits = [later - earlier for earlier, later in itertools.pairwise(tries)]
+    assert waits[:4] == sorted(waits[:4]) and waits[0] < waits[3]  # each wait longer
+    assert max(waits) <= RETRY_AFTER_FAILURE_MAX_S + 1.5
+    assert len(tries) < 20
+    logged = capsys.readouterr()
+    warnings = [line for line in (logged.out + logged.err).splitlines() if "warning" in line]
+    assert len([line for line in warnings if "not renewed" in line]) == 1
+    token.write_text("secret-two")
+    clock.now += RETRY_AFTER_FAILURE_MAX_S
+    await source.get()
+    assert (await source.settled()).headers == {"Authorization": "Bearer secret-two"}
+    token.unlink()
+    clock.now += TOKEN_FILE_MAX_AGE_S
+    await source.get()
+    await source.settled()
+    clock.now += RETRY_AFTER_FAILURE_S  # after a success, the first wait again
+    assert source.due()
