@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from bench import apiserver_profile
 from bench.scenario import Scenario, Workload, expand, load_all
 from operators.kube import PODS, KubeClient, Resource
 
@@ -50,6 +51,9 @@ DRALLOC_GROUP = ("resource.dralloc.dev", "v1")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 CONCURRENCY = 16
 STEADY_SECONDS = 20.0
+PROFILED_WORKLOAD = "steady_half_500nodes"
+"""The workload whose measured window also takes a CPU profile of the API server on every
+system: a steady one, where dralloc is furthest from its target."""
 FILL_TIMEOUT_S = 900.0
 MUTATING = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
 CLAIMS_ANNOTATION = "resource.dralloc.dev/claims"
@@ -144,6 +148,9 @@ class Level2Result:
     # components, the operator, and the harness (this process). On a machine of few
     # cores it shows who the pods' throughput is spent on.
     cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
+    # The API server's CPU per bound pod by part of its work, from its profiler (see
+    # bench.apiserver_profile); empty when not profiled, with the reason in the note.
+    apiserver_ms_per_pod: dict[str, float] = field(default_factory=dict)
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -157,6 +164,7 @@ class Level2Result:
             "writes": self.writes,
             "writeMs": self.write_ms,
             "cpuMsPerPod": self.cpu_ms_per_pod,
+            "apiserverMsPerPod": self.apiserver_ms_per_pod,
             "note": self.note,
         }
 
@@ -262,6 +270,28 @@ class Testbed:
                 key += f" {code}"
             counts[key] = counts.get(key, 0) + int(float(value))
         return counts
+
+    def cpu_profile(self, seconds: int, out: Path) -> None:
+        """A CPU profile of kube-apiserver over the next ``seconds`` (blocks that long)."""
+        with out.open("wb") as sink:
+            proc = subprocess.run(
+                [
+                    str(self.bin / "kubectl"),
+                    f"--kubeconfig={self.kubeconfig}",
+                    "get",
+                    "--raw",
+                    f"/debug/pprof/profile?seconds={seconds}",
+                ],
+                stdout=sink,
+                stderr=subprocess.PIPE,
+                check=False,
+                timeout=seconds + 60,
+            )
+        if proc.returncode != 0:
+            out.unlink(missing_ok=True)
+            raise apiserver_profile.ProfileUnavailable(
+                f"/debug/pprof/profile: {proc.stderr.decode(errors='replace').strip()[-300:]}"
+            )
 
     def pids(self) -> dict[str, int]:
         """The control plane's processes by component name (testbed/up's state.json)."""
@@ -559,7 +589,11 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
 
 
 async def measure(
-    testbed: Testbed, scenario: Scenario, system: System, operator_pid: int | None = None
+    testbed: Testbed,
+    scenario: Scenario,
+    system: System,
+    operator_pid: int | None = None,
+    profile_to: Path | None = None,
 ) -> Level2Result:
     workload = scenario.workload
     pids = {**testbed.pids(), "harness": os.getpid()}
@@ -581,6 +615,15 @@ async def measure(
         time_before = await asyncio.to_thread(testbed.write_time)
         cpu_before = cpu_seconds(pids)
         harness.harness_writes = 0
+        profiling = (
+            asyncio.create_task(
+                asyncio.to_thread(
+                    testbed.cpu_profile, apiserver_profile.PROFILE_SECONDS, profile_to
+                )
+            )
+            if profile_to is not None
+            else None
+        )
         if workload.mode == "fill":
             pods, seconds = await harness.fill("test", workload.measure_pods)
             note = (
@@ -594,6 +637,11 @@ async def measure(
         cpu_after = cpu_seconds(pids)
         after = await asyncio.to_thread(testbed.write_counts)
         time_after = await asyncio.to_thread(testbed.write_time)
+        if profiling is not None:
+            with contextlib.suppress(
+                apiserver_profile.ProfileUnavailable, subprocess.SubprocessError, OSError
+            ):
+                await profiling  # a missing profile is reported where it is read
     finally:
         await client.close()
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
@@ -713,12 +761,25 @@ def run_one(
                 profiler = start_profiler(
                     operator.process.pid, testbed.state_dir / "operator.stacks"
                 )
+        profile_to = (
+            testbed.state_dir / "apiserver.pprof" if workload.key == PROFILED_WORKLOAD else None
+        )
         try:
             result = asyncio.run(
-                measure(testbed, scenario, system, operator.process.pid if operator else None)
+                measure(
+                    testbed,
+                    scenario,
+                    system,
+                    operator.process.pid if operator else None,
+                    profile_to,
+                )
             )
         finally:
             stop_profiler(profiler)
+        if profile_to is not None:
+            result.apiserver_ms_per_pod, why = _apiserver_parts(profile_to, result)
+            if why:
+                result.note = "; ".join(filter(None, (result.note, why)))
         if profiler is not None:
             footprint["operatorProfile"] = summarize_stacks(testbed.state_dir / "operator.stacks")
         if operator is not None:
@@ -728,6 +789,16 @@ def run_one(
         if operator is not None:
             operator.stop()
         testbed.down()
+
+
+def _apiserver_parts(path: Path, result: Level2Result) -> tuple[dict[str, float], str]:
+    """The profile's parts per bound pod, or why there are none."""
+    if not path.exists():
+        return {}, "no API server profile (the profiler did not answer)"
+    try:
+        return apiserver_profile.summarize(path).per_pod(result.pods_per_second), ""
+    except apiserver_profile.ProfileUnavailable as error:
+        return {}, f"no API server profile: {error}"
 
 
 def operator_footprint(

@@ -224,6 +224,33 @@ def level2_cpu_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def apiserver_parts_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per part of the API server's work, a column per profiled system (per
+    workload profiled, in the order they ran)."""
+    profiled = [row for row in rows if row.get("apiserverMsPerPod")]
+    if not profiled:
+        return []
+    parts: list[str] = []
+    for row in profiled:
+        for part in row["apiserverMsPerPod"]:
+            if part not in parts:
+                parts.append(part)
+    workloads = list(dict.fromkeys(row["workload"] for row in profiled))
+    heads = [
+        row["system"] if len(workloads) == 1 else f"{row['system']} ({row['workload']})"
+        for row in profiled
+    ]
+    lines = [
+        f"| part | {' | '.join(heads)} |",
+        f"|---|{'---:|' * len(heads)}",
+    ]
+    for part in parts:
+        label = part.replace("  ", "&nbsp;&nbsp;", 1) if part.startswith("  ") else part
+        cells = " | ".join(_fmt(row["apiserverMsPerPod"].get(part), 2) for row in profiled)
+        lines.append(f"| {label} | {cells} |")
+    return lines
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     out = ["# dralloc benchmark results", ""]
     m = results.get("machine", {})
@@ -276,6 +303,19 @@ def markdown(results: Mapping[str, Any]) -> str:
                 "in-tree DRA's.",
                 "",
                 *cpu_table,
+                "",
+            ]
+        parts_table = apiserver_parts_table(level2)
+        if parts_table:
+            out += [
+                "### Where the API server's time goes",
+                "",
+                "kube-apiserver's CPU per bound pod (ms) by part of its work, from its own "
+                "profiler over 15 s of the measured window (`go tool pprof`, time inside each "
+                "part with what it calls; parts overlap, an indented one is inside the one "
+                "above it).",
+                "",
+                *parts_table,
                 "",
             ]
     skipped = results.get("skipped") or {}
