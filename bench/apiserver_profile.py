@@ -28,7 +28,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("updates (PUT, PATCH)", (r"registry\.\(\*Store\)\.Update$",)),
     ("  merge-patch application", (r"handlers\.\(\*patcher\)\.applyPatch$",)),
     (
-        "  field manager (managedFields)",
+        "field manager (managedFields, every write)",
         (
             r"managedfields/internal\.\(\*FieldManager\)\.UpdateNoErrors$",
             r"managedfields/internal\.\(\*FieldManager\)\.Apply$",

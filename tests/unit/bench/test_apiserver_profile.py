@@ -38,7 +38,7 @@ def test_a_pprof_top_listing_gives_each_parts_time_per_bound_pod() -> None:
     assert parts["total"] == pytest.approx(16040 / pods)
     assert parts["updates (PUT, PATCH)"] == pytest.approx(4350 / pods)
     # A part of several functions sums them (units as pprof prints them: s and ms).
-    assert parts["  field manager (managedFields)"] == pytest.approx(1390 / pods)
+    assert parts["field manager (managedFields, every write)"] == pytest.approx(1390 / pods)
     # client-go's handleWatch (a watch of the API server's own) is not the serving of one.
     assert parts["watch serving"] == pytest.approx(910 / pods)
     assert parts["custom-resource schema coercion"] == 0.0
