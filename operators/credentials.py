@@ -42,10 +42,14 @@ EXPIRY_MARGIN_S = 10.0
 before the expiry must not arrive just after it."""
 RETRY_AFTER_FAILURE_S = 5.0
 """After a renewal failed, the previous credentials are used and the next try waits this
-long: a broken plugin is not run again for every request. Each further failure in a row
-doubles the wait, up to :data:`RETRY_AFTER_FAILURE_MAX_S`."""
+long: a broken plugin is not run again for every request. While the previous credentials
+still work, each further failure in a row doubles the wait before a renewal is due again, up
+to :data:`RETRY_AFTER_FAILURE_MAX_S`; a refused request or expired credentials try again
+after this wait whatever came before."""
 RETRY_AFTER_FAILURE_MAX_S = 60.0
-"""The longest wait between renewals that keep failing (as long as a token file's age)."""
+"""The longest wait between due renewals that keep failing (as long as a token file's age)."""
+WARN_AGAIN_AFTER_S = 600.0
+"""A renewal failure that repeats is warned about again after this long (debug between)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,9 +108,11 @@ class CredentialSource:
         self._clock = clock
         self._current = self._auth(credentials, credentials.ssl_context())
         self._renewal: asyncio.Task[Auth] | None = None
-        self._next_try = 0.0  # after a failed renewal: not before then
+        self._next_try = 0.0  # after a failed renewal: a refused request not before then
+        self._next_due = 0.0  # after failed renewals: a due renewal not before then
         self._failures = 0  # renewals failed in a row
         self._last_error = ""  # what the last of them said: a repeat is not warned again
+        self._warned_at = 0.0  # ... until this long after it was
 
     @classmethod
     async def load(
@@ -125,7 +131,10 @@ class CredentialSource:
     def due(self) -> bool:
         renew_time = self._current.renew_at
         now = self._clock()
-        return renew_time is not None and now >= renew_time and now >= self._next_try
+        if renew_time is None or now < renew_time or now < self._next_try:
+            return False
+        expires = self._current.credentials.expires
+        return now >= self._next_due or (expires is not None and now >= expires.timestamp())
 
     async def get(self) -> Auth:
         """The credentials for a request: the current ones, renewed when due.
@@ -183,16 +192,22 @@ class CredentialSource:
             ):
                 context = await asyncio.to_thread(credentials.ssl_context)
         except Exception as error:  # a plugin's odd answer must not end every request either
+            now = self._clock()
             self._failures += 1
-            self._next_try = self._clock() + min(
-                RETRY_AFTER_FAILURE_S * 2 ** (self._failures - 1), RETRY_AFTER_FAILURE_MAX_S
+            self._next_try = now + RETRY_AFTER_FAILURE_S
+            doublings = min(self._failures - 1, 8)  # 5 s * 2**8 is past the cap already
+            self._next_due = now + min(
+                RETRY_AFTER_FAILURE_S * 2**doublings, RETRY_AFTER_FAILURE_MAX_S
             )
             # Only our own messages are quoted: any other text may hold what a plugin said
             # or a file held (ssl.SSLError, an OSError, is named by its type too).
             said = str(error) if isinstance(error, KubeconfigError) else type(error).__name__
             # A state that lasts (a token file gone while an inline token stands in) is
-            # warned about once, not at every try.
-            report = log.warning if said != self._last_error else log.debug
+            # warned about once in a while, not at every try.
+            repeat = said == self._last_error and now - self._warned_at < WARN_AGAIN_AFTER_S
+            report = log.debug if repeat else log.warning
+            if not repeat:
+                self._warned_at = now
             self._last_error = said
             report(
                 "credentials not renewed; the previous ones stay in use",

@@ -116,7 +116,7 @@ class AssumeCache(Generic[T]):
         if meta is not None:
             return meta.uid == gone.uid  # until its DELETED; another uid is a new object
         if 0 < gone.version <= self.informer.seen_version:
-            return False  # the watch has passed the removal (or never had the object)
+            return False  # past a version it existed at, without it: its deletion was applied
         return time.monotonic() < gone.until
 
     def _hidden(self, key: Key) -> bool:
@@ -149,10 +149,20 @@ class AssumeCache(Generic[T]):
                 if not keys:
                     del by_value[value]
 
+    def _void(self, key: Key, meta: Meta) -> bool:
+        """Whether the watch has passed an assumed version without holding the object: it
+        was deleted since (a relist after a watch outage does not name what it lacks)."""
+        return (
+            0 < version_number(meta.resource_version) <= self.informer.seen_version
+            and self.informer.meta(key) is None
+        )
+
     def get(self, key: Key) -> T | None:
         assumed = self._assumed.get(key)
         if assumed is not None:
-            return assumed[0]
+            if not self._void(key, assumed[1]):
+                return assumed[0]
+            self._forget(key)
         if self._gone and self._hidden(key):
             return None
         return self.informer.get(key)
@@ -161,6 +171,8 @@ class AssumeCache(Generic[T]):
         return key in self._assumed
 
     def values(self) -> list[T]:
+        for key in [key for key, (_, meta) in self._assumed.items() if self._void(key, meta)]:
+            self._forget(key)
         merged = dict(self.informer.items())
         merged.update({key: obj for key, (obj, _) in self._assumed.items()})
         for key in [key for key in self._gone if self._hidden(key)]:
@@ -192,6 +204,9 @@ class AssumeCache(Generic[T]):
         )
         if self._assumed:
             assumed = self._assumed
+            for key in [key for key in self._assumed_by[name].get(value, ()) if key not in found]:
+                if self._void(key, assumed[key][1]):
+                    self._forget(key)
             # An assumed version whose values no longer hold this one hides the informer's.
             for key in [key for key in found if key in assumed]:
                 if value in self._assumed_values[key][name]:
@@ -206,23 +221,28 @@ class AssumeCache(Generic[T]):
         return [found[key] for key in sorted(found)]
 
     def _on_change(self, change: Change[Any]) -> None:
-        gone = self._gone.get(change.key)
-        if gone is not None and (change.new is None or not self._hidden(change.key)):
-            del self._gone[change.key]  # the watch shows the deletion (or a new object)
-        assumed = self._assumed.get(change.key)
+        key = change.key
+        meta = self.informer.meta(key)  # None: deleted
+        gone = self._gone.get(key)
+        if gone is not None and (meta is None or meta.uid != gone.uid):
+            del self._gone[key]  # the watch shows the deletion (or a new object)
+        assumed = self._assumed.get(key)
         if assumed is None:
             return
-        if change.new is None:
-            # Deleted, or replaced by an object of the same name: the assumption is void.
-            self._forget(change.key)
-            return
-        meta = self.informer.meta(change.key)
-        if meta is None:
-            return
-        if meta.uid != assumed[1].uid or version_number(meta.resource_version) >= version_number(
-            assumed[1].resource_version
+        if (
+            gone is not None
+            and gone.uid != assumed[1].uid
+            and (meta is None or meta.uid == gone.uid)
         ):
-            self._forget(change.key)
+            # The watch, behind, shows the object we removed (or its deletion): our answer
+            # for the new one under its name still stands.
+            return
+        if meta is None or meta.uid != assumed[1].uid:
+            # Deleted, or replaced by an object of the same name: the assumption is void.
+            self._forget(key)
+            return
+        if version_number(meta.resource_version) >= version_number(assumed[1].resource_version):
+            self._forget(key)
 
     def __len__(self) -> int:
         return len(self._assumed)

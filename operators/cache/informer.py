@@ -196,10 +196,9 @@ class Informer(Generic[T]):
     def apply(self, event_type: str, raw: JsonDict) -> Change[T] | None:
         """Apply one watch event to the store and notify; returns the change, if any."""
         meta = Meta.of(raw)
-        try:
-            return self._apply(event_type, raw, meta)
-        finally:
-            self._reached(meta.resource_version)
+        change = self._apply(event_type, raw, meta)
+        self._reached(meta.resource_version)  # only once applied
+        return change
 
     def _reached(self, resource_version: str) -> None:
         version = version_number(resource_version)

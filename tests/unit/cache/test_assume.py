@@ -257,3 +257,36 @@ def test_removing_an_old_object_keeps_the_assumption_for_the_new_one_under_its_n
     cache.assume_gone(Key("ns", "c1"), "old")  # a late answer for the old one
     assert cache.get(Key("ns", "c1"))["rv"] == "8"  # type: ignore[index]
     assert [c["rv"] for c in cache.by_index("owner", "q")] == ["8"]
+
+
+def test_an_assumption_the_watch_passed_without_the_object_is_void() -> None:
+    # The watch was down while our claim was created and deleted: the relist (or the
+    # resumed watch) passes its version without it and names nothing about it.
+    cache = make()
+    cache.informer.apply("ADDED", claim("other", "90", owner="p"))
+    cache.assume(claim("c1", "100", owner="p"))
+    cache.assume(claim("c2", "100", owner="p"))
+    cache.assume(claim("c3", "100", owner="p"))
+    assert cache.get(Key("ns", "c1")) is not None
+    cache.informer.apply("ADDED", claim("other2", "110"))  # the watch is past 100
+    assert cache.get(Key("ns", "c1")) is None
+    assert [c["name"] for c in cache.by_index("owner", "p")] == ["other"]
+    assert [c["name"] for c in cache.values()] == ["other", "other2"]
+    assert len(cache) == 0
+    cache.assume(claim("c4", "120", owner="p"))  # one the watch has not reached stands
+    assert [c["name"] for c in cache.by_index("owner", "p")] == ["c4", "other"]
+
+
+def test_the_watch_showing_a_removed_object_late_keeps_the_new_ones_answer() -> None:
+    cache = make()
+    cache.informer.apply("ADDED", claim("c1", "4", owner="p", uid="old"))
+    cache.assume(claim("c1", "8", owner="q", uid="new"))
+    cache.assume_gone(Key("ns", "c1"), "old")
+    cache.informer.apply("MODIFIED", claim("c1", "5", owner="p", uid="old"))  # behind
+    assert cache.get(Key("ns", "c1"))["rv"] == "8"  # type: ignore[index]
+    cache.informer.apply("DELETED", claim("c1", "6", owner="p", uid="old"))
+    assert cache.get(Key("ns", "c1"))["rv"] == "8"  # type: ignore[index]
+    assert [c["rv"] for c in cache.by_index("owner", "q")] == ["8"]
+    cache.informer.apply("ADDED", claim("c1", "8", owner="q", uid="new"))
+    assert not cache.is_assumed(Key("ns", "c1"))
+    assert cache.get(Key("ns", "c1"))["rv"] == "8"  # type: ignore[index]

@@ -17,6 +17,7 @@ from operators.credentials import (
     RETRY_AFTER_FAILURE_MAX_S,
     RETRY_AFTER_FAILURE_S,
     TOKEN_FILE_MAX_AGE_S,
+    WARN_AGAIN_AFTER_S,
     CredentialSource,
     renew_at,
 )
@@ -254,3 +255,51 @@ async def test_renewals_that_keep_failing_back_off_and_warn_once(
     await source.settled()
     clock.now += RETRY_AFTER_FAILURE_S  # after a success, the first wait again
     assert source.due()
+
+
+async def test_a_refused_request_tries_again_soon_however_long_renewals_kept_failing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret-one")
+    clock = Clock()
+    source = CredentialSource(
+        Credentials("https://k", token="secret-one", token_file=token), clock=clock
+    )
+    first = source.current
+    token.unlink()
+    clock.now += TOKEN_FILE_MAX_AGE_S
+    for _ in range(1100):  # far past the cap, and past where 5 * 2**n overflows a float
+        await source.get()
+        await source.settled()
+        clock.now += RETRY_AFTER_FAILURE_MAX_S + 1
+    assert source.current is first
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "not renewed" in line]
+    # Once at first, then once per WARN_AGAIN_AFTER_S of the same failure.
+    expected = 1100 * (RETRY_AFTER_FAILURE_MAX_S + 1) / WARN_AGAIN_AFTER_S
+    assert expected - 2 <= len([w for w in warnings if "warning" in w]) <= expected + 2
+    token.write_text("secret-two")  # still renewing, still due once a minute
+    await source.get()
+    assert (await source.settled()).headers == {"Authorization": "Bearer secret-two"}
+
+
+async def test_refused_credentials_try_again_after_the_short_wait_while_due_ones_back_off(
+    tmp_path: Path,
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret-one")
+    clock = Clock()
+    source = CredentialSource(
+        Credentials("https://k", token="secret-one", token_file=token), clock=clock
+    )
+    first = source.current
+    token.unlink()
+    clock.now += TOKEN_FILE_MAX_AGE_S
+    for _ in range(5):  # five failures in a row: the next due renewal is a minute away
+        assert await source.renew(first) is first
+        clock.now += RETRY_AFTER_FAILURE_S
+    assert source._failures == 5
+    token.write_text("secret-two")
+    assert not source.due()  # backing off
+    renewed = await source.renew(first)  # refused: tried at once, the short wait is over
+    assert renewed.headers == {"Authorization": "Bearer secret-two"}
