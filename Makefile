@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test deps testbed image lint unit e2e matrix crds chart-files demo bench celdiff clean
+.PHONY: test deps testbed image lint unit e2e matrix crds chart-files demo bench robustness celdiff clean
 
 ## test: install everything the tests need (Python deps, testbed binaries), lint, then run every test
 ## (lint failures do not hide test results: both run, either one fails the target)
@@ -39,8 +39,8 @@ image:
 	testbed/image
 
 lint: deps
-	$(BIN)/ruff check operators tests bench
-	$(BIN)/ruff format --check operators tests bench
+	$(BIN)/ruff check operators tests bench robustness
+	$(BIN)/ruff format --check operators tests bench robustness
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
@@ -74,6 +74,11 @@ crds: deps
 ## (charts/dralloc/files/monitoring; Helm reads no file outside the chart; a unit test checks)
 chart-files:
 	cp manifests/monitoring/prometheusrule.yaml manifests/monitoring/dralloc-dashboard.json charts/dralloc/files/monitoring/
+
+## robustness: seeded runs with random faults, the whole history checked (robustness/, not a
+## test); ROBUSTNESS_ARGS="--mode in-tree --seeds 1-8 --duration 240" for a long run
+robustness: deps testbed
+	$(BIN)/python -m robustness $(ROBUSTNESS_ARGS)
 
 ## bench: every benchmark (engine vs upstream Go allocator, end to end vs in-tree DRA); not a test
 bench: deps testbed

@@ -1,0 +1,256 @@
+"""The run's control plane and operators: start, stop, restart, kill.
+
+A run uses a testbed from ``testbed/`` (started here with ``testbed/up``, or one already
+running, e.g. the e2e suite's), and its own operator processes (``python -m operators``),
+each on the run's Lease. Faults need the testbed's processes: they are found in its
+``state.json`` and restarted with the same command line and environment, recorded there
+again, so ``testbed/down`` still stops them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Final
+
+from tests.testbed_scripts import load_testbed_script
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+TESTBED_DIR: Final = REPO_ROOT / "testbed"
+DRALLOC_GROUP: Final = "resource.dralloc.dev"
+KUBERNETES_GROUP: Final = "resource.k8s.io"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """The operator's API mode, as the run needs it."""
+
+    name: str
+    group: str
+    operator_args: tuple[str, ...]
+    up_args: tuple[str, ...]
+    """``testbed/up`` flags of the control plane this mode runs on."""
+
+    @property
+    def in_tree(self) -> bool:
+        return self.group == KUBERNETES_GROUP
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/v1"
+
+
+CRD: Final = Mode("crd", DRALLOC_GROUP, (), ())
+IN_TREE: Final = Mode(
+    "in-tree", KUBERNETES_GROUP, (f"--api-group={KUBERNETES_GROUP}",), ("--dra", "--no-kcm-dra")
+)
+MODES: Final = {m.name: m for m in (CRD, IN_TREE)}
+
+
+class Unavailable(RuntimeError):
+    """What the run needs is not built or cannot start; the message says why."""
+
+
+def find_binaries() -> Path:
+    override = os.environ.get("DRALLOC_TESTBED_BIN")
+    if override:
+        return Path(override)
+    found = subprocess.run(
+        [str(TESTBED_DIR / "build"), "--check"], capture_output=True, text=True, check=False
+    )
+    lines = found.stdout.strip().splitlines()
+    if found.returncode != 0 or not lines:
+        raise Unavailable(lines[-1] if lines else found.stderr.strip() or "testbed/build --check")
+    return Path(lines[-1])
+
+
+@dataclass
+class Cluster:
+    kubeconfig: Path
+    bin: Path
+    state_dir: Path | None
+    """The testbed's state directory; None for one the run may not restart (faults need it)."""
+    mode: Mode
+    owned: bool = False
+
+    @classmethod
+    def up(cls, mode: Mode, state_dir: Path) -> Cluster:
+        bin_dir = find_binaries()
+        args = [
+            str(TESTBED_DIR / "up"), f"--dir={state_dir}", f"--bin={bin_dir}",
+            f"--owner-pid={os.getpid()}", *mode.up_args,
+        ]  # fmt: skip
+        result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
+        if result.returncode != 0:
+            raise Unavailable(f"testbed/up failed: {result.stderr.strip()[-800:]}")
+        kubeconfig = Path(result.stdout.strip().splitlines()[-1])
+        return cls(kubeconfig, bin_dir, state_dir, mode, owned=True)
+
+    def down(self) -> None:
+        if self.owned and self.state_dir is not None:
+            subprocess.run(
+                [str(TESTBED_DIR / "down"), str(self.state_dir)], check=False, timeout=120
+            )
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            [str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input, capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def apply(self, *manifests: Mapping[str, Any]) -> None:
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(manifests)})
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=body)
+
+    def ready(self) -> bool:
+        return (
+            subprocess.run(
+                [str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}", "get", "--raw", "/readyz"],
+                capture_output=True, check=False, timeout=30,
+            ).returncode
+            == 0
+        )  # fmt: skip
+
+    # -- the testbed's processes ---------------------------------------------------------------
+
+    def _control(self) -> ModuleType:
+        return load_testbed_script("control", "robustness_testbed_control")
+
+    def restart(self, name: str, down_for: float, wait: Callable[[], bool] | None = None) -> None:
+        """Stop a component (SIGTERM to its group, SIGKILL after 10 s), keep it down for
+        ``down_for`` seconds, start it again with its own command and environment."""
+        if self.state_dir is None:
+            raise Unavailable(f"restarting {name} needs a testbed this process may restart")
+        control = self._control()
+        state = control.State.load(self.state_dir)
+        running = [
+            c for c in state.components
+            if c.name == name and control.process_start_time(c.pid) == c.start_time
+        ]  # fmt: skip
+        if not running:
+            raise RuntimeError(f"no running {name} in the testbed's state.json")
+        component = running[-1]
+        proc = Path(f"/proc/{component.pid}")
+        argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        env = dict(
+            item.decode().split("=", 1)
+            for item in (proc / "environ").read_bytes().split(b"\0")
+            if b"=" in item
+        )
+        os.killpg(component.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while control.process_start_time(component.pid) == component.start_time:
+            if time.monotonic() > deadline:
+                os.killpg(component.pid, signal.SIGKILL)
+                deadline = time.monotonic() + 10
+            time.sleep(0.1)
+        time.sleep(down_for)
+        control.start(state, name, argv, env)
+        _wait(f"{name} back", wait or (lambda: True), 90)
+
+    def etcd_compact(self) -> int:
+        """Compact etcd to its current revision (what kube-apiserver does every 5 minutes);
+        returns the revision. Watches behind it then get 410."""
+        if self.state_dir is None:
+            raise Unavailable("compacting etcd needs the testbed's state")
+        port = self._control().State.load(self.state_dir).ports.etcd_client
+        base = f"http://127.0.0.1:{port}/v3/kv"
+        key = base64.b64encode(b"/registry").decode()
+        header = _post(f"{base}/range", {"key": key, "limit": 1, "keys_only": True})["header"]
+        revision = int(header["revision"])
+        _post(f"{base}/compaction", {"revision": revision, "physical": True})
+        return revision
+
+
+def _post(url: str, body: Mapping[str, Any]) -> Any:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def _wait(what: str, done: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+@dataclass
+class Operator:
+    """``python -m operators`` on the run's Lease; its log is kept for the report."""
+
+    cluster: Cluster
+    log_path: Path
+    lease: str
+    identity: str
+    extra: tuple[str, ...] = ()
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> Operator:
+        args = [
+            sys.executable, "-m", "operators",
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            "--metrics-port=0", "--probe-port=0",
+            "--lease-duration=8", "--renew-deadline=6", "--retry-period=1",
+            "--requeue-max-delay=2", "--log-format=json", "--log-level=INFO",
+            f"--lease-name={self.lease}", f"--identity={self.identity}",
+            *self.cluster.mode.operator_args, *self.extra,
+        ]  # fmt: skip
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                args, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.cluster.env()
+            )
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        def ready() -> bool:
+            if not self.alive():
+                raise RuntimeError(f"operator {self.identity} exited:\n{self.log()[-2000:]}")
+            return "controllers starting" in self.log()
+
+        _wait(f"operator {self.identity} ready", ready, timeout)
+
+    def kill(self) -> None:
+        if self.alive():
+            assert self.process is not None
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.process is not None
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)

@@ -1,0 +1,333 @@
+"""Seeded traffic: what users do to a cluster with devices, at random, reproducibly.
+
+Every choice comes from one ``random.Random(seed)``, so a seed names a run's traffic (its
+timing still depends on the machine). The operations are the ones that found bugs before:
+pods from templates and with a shared claim, gangs, pods in a namespace at its DeviceQuota,
+pods and claims deleted while dralloc works on them, nodes and their slices coming and
+going, and, in in-tree mode, pods kube-scheduler allocates itself beside dralloc's
+(``scheduler_pods``), on the same devices.
+
+A request that fails (the API server down during a fault, a conflict) is counted, not
+retried: the traffic goes on as users' would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from operators.kube import (
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    KubeClient,
+    NotFound,
+)
+from robustness.cluster import DRALLOC_GROUP, Mode
+
+GATE: Final = f"{DRALLOC_GROUP}/allocation"
+CLAIMS_ANNOTATION: Final = f"{DRALLOC_GROUP}/claims"
+GATED_LABEL: Final = ("robustness.dralloc.dev/gated", "true")
+"""The label of namespaces whose pods dralloc gates (``--gate-namespace-label``)."""
+TEMPLATE: Final = "one"
+NODE_CAPACITY: Final = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Names of one run's objects, all derived from its prefix."""
+
+    prefix: str
+    mode: Mode
+    nodes: int
+    devices_per_node: int
+    quota_devices: int
+
+    @property
+    def driver(self) -> str:
+        return f"{self.prefix}.example.com"
+
+    @property
+    def device_class(self) -> str:
+        return self.prefix
+
+    @property
+    def gated(self) -> tuple[str, ...]:
+        return (f"{self.prefix}-a", f"{self.prefix}-b")
+
+    @property
+    def quota_namespace(self) -> str:
+        return f"{self.prefix}-quota"
+
+    @property
+    def scheduler_namespace(self) -> str:
+        """kube-scheduler's own pods (in-tree mode): not gated, dralloc does not allocate them."""
+        return f"{self.prefix}-sched"
+
+    @property
+    def marker_namespace(self) -> str:
+        return f"{self.prefix}-marker"
+
+    def namespaces(self) -> tuple[str, ...]:
+        extra = (self.scheduler_namespace,) if self.mode.in_tree else ()
+        return (*self.gated, self.quota_namespace, *extra, self.marker_namespace)
+
+    def node_name(self, index: int) -> str:
+        return f"{self.prefix}-n{index}"
+
+    def node(self, index: int) -> dict[str, Any]:
+        name = self.node_name(index)
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64", "type": "kwok", "robustness-pool": self.prefix,
+                },
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+            },
+            "status": {"allocatable": NODE_CAPACITY, "capacity": NODE_CAPACITY},
+        }  # fmt: skip
+
+    def slice(self, index: int) -> dict[str, Any]:
+        node = self.node_name(index)
+        return {
+            "apiVersion": self.mode.api_version,
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-devices"},
+            "spec": {
+                "driver": self.driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"dev-{i}"} for i in range(self.devices_per_node)],
+            },
+        }
+
+    def setup(self) -> list[dict[str, Any]]:
+        """Namespaces, the DeviceClass, nodes and slices, templates and the quota."""
+        objects: list[dict[str, Any]] = []
+        for namespace in self.namespaces():
+            labels = dict([GATED_LABEL]) if namespace != self.scheduler_namespace else {}
+            objects.append(
+                {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": namespace, "labels": labels}}
+            )  # fmt: skip
+        objects.append(
+            {
+                "apiVersion": self.mode.api_version,
+                "kind": "DeviceClass",
+                "metadata": {"name": self.device_class},
+                "spec": {
+                    "selectors": [{"cel": {"expression": f'device.driver == "{self.driver}"'}}]
+                },
+            }
+        )
+        for index in range(self.nodes):
+            objects += [self.node(index), self.slice(index)]
+        for namespace in self.namespaces():
+            objects.append(
+                {
+                    "apiVersion": self.mode.api_version,
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": TEMPLATE, "namespace": namespace},
+                    "spec": {"spec": self.claim_spec()},
+                }
+            )
+        objects.append(
+            {
+                "apiVersion": f"{DRALLOC_GROUP}/v1",
+                "kind": "DeviceQuota",
+                "metadata": {"name": "gpus", "namespace": self.quota_namespace},
+                "spec": {
+                    "deviceClassName": self.device_class,
+                    "hard": {"devices": self.quota_devices},
+                },
+            }
+        )
+        return objects
+
+    def claim_spec(self) -> dict[str, Any]:
+        return {
+            "devices": {
+                "requests": [{"name": "dev", "exactly": {"deviceClassName": self.device_class}}]
+            }
+        }
+
+    def pod(
+        self,
+        namespace: str,
+        name: str,
+        claims: list[dict[str, str]],
+        *,
+        gated: bool = True,
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "annotations": dict(annotations or {}),
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "registry.invalid/fake",
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                    }
+                ],
+                "nodeSelector": {"robustness-pool": self.prefix},
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+        if gated:
+            body["spec"]["schedulingGates"] = [{"name": GATE}]
+        if self.mode.in_tree:
+            body["spec"]["resourceClaims"] = claims
+        else:
+            body["metadata"]["annotations"][CLAIMS_ANNOTATION] = json.dumps(claims)
+        return body
+
+
+@dataclass
+class Traffic:
+    client: KubeClient
+    layout: Layout
+    rng: random.Random
+    scheduler_pods: bool = False
+    """In-tree mode: pods kube-scheduler allocates itself, on the same devices."""
+    applied: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    live: list[tuple[str, str]] = field(default_factory=list)
+    """Pods created and not deleted by the traffic: (namespace, name)."""
+    extra_nodes: list[int] = field(default_factory=list)
+    serial: int = 0
+
+    def _name(self, what: str) -> str:
+        self.serial += 1
+        return f"{what}-{self.serial}"
+
+    def operations(self) -> list[tuple[str, int]]:
+        ops = [
+            ("template_pod", 30), ("shared_claim", 5), ("gang", 5), ("quota_pod", 6),
+            ("delete_pod", 20), ("delete_new_pod", 4), ("delete_claim", 3),
+            ("add_node", 1), ("remove_node", 1),
+        ]  # fmt: skip
+        if self.scheduler_pods and self.layout.mode.in_tree:
+            ops.append(("scheduler_pod", 12))
+        return ops
+
+    async def run(self, until: float, rate: float) -> None:
+        """Operations at random (exponential gaps of mean 1/``rate`` s) until the loop's
+        clock reaches ``until``."""
+        loop = asyncio.get_running_loop()
+        names, weights = zip(*self.operations(), strict=True)
+        capacity = (self.layout.nodes + len(self.extra_nodes)) * self.layout.devices_per_node
+        while loop.time() < until:
+            name = self.rng.choices(names, weights)[0]
+            if len(self.live) > capacity and not name.startswith("delete"):
+                name = "delete_pod"
+            try:
+                await getattr(self, name)()
+                self.applied[name] += 1
+            except Exception as exc:  # refused, or the API server restarting (aiohttp's errors)
+                self.failed[f"{name}: {type(exc).__name__}"] += 1
+            await asyncio.sleep(self.rng.expovariate(rate))
+
+    async def _create_pod(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        await self.client.create(PODS, body, meta["namespace"])
+        self.live.append((meta["namespace"], meta["name"]))
+
+    def _template_claims(self) -> list[dict[str, str]]:
+        return [{"name": "dev", "resourceClaimTemplateName": TEMPLATE}]
+
+    async def template_pod(self) -> None:
+        namespace = self.rng.choice(self.layout.gated)
+        await self._create_pod(self.layout.pod(namespace, self._name("p"), self._template_claims()))
+
+    async def quota_pod(self) -> None:
+        body = self.layout.pod(
+            self.layout.quota_namespace, self._name("q"), self._template_claims()
+        )
+        await self._create_pod(body)
+
+    async def scheduler_pod(self) -> None:
+        body = self.layout.pod(
+            self.layout.scheduler_namespace, self._name("s"), self._template_claims(), gated=False
+        )
+        await self._create_pod(body)
+
+    async def shared_claim(self) -> None:
+        namespace = self.rng.choice(self.layout.gated)
+        claim = self._name("shared")
+        await self.client.create(
+            RESOURCE_CLAIMS,
+            {"apiVersion": self.layout.mode.api_version, "kind": "ResourceClaim",
+             "metadata": {"name": claim, "namespace": namespace},
+             "spec": self.layout.claim_spec()},
+            namespace,
+        )  # fmt: skip
+        for _ in range(2):
+            entry = [{"name": "dev", "resourceClaimName": claim}]
+            await self._create_pod(self.layout.pod(namespace, self._name("u"), entry))
+
+    async def gang(self) -> None:
+        namespace = self.rng.choice(self.layout.gated)
+        size = self.rng.choice((2, 3))
+        gang = self._name("g")
+        annotations = {f"{DRALLOC_GROUP}/gang": gang, f"{DRALLOC_GROUP}/gang-size": str(size)}
+        for index in range(size):
+            body = self.layout.pod(
+                namespace, f"{gang}-{index}", self._template_claims(), annotations=annotations
+            )
+            await self._create_pod(body)
+
+    async def delete_pod(self) -> None:
+        if not self.live:
+            return
+        namespace, name = self.live.pop(self.rng.randrange(len(self.live)))
+        await self._delete(PODS, name, namespace)
+
+    async def delete_new_pod(self) -> None:
+        """A pod deleted right after it was made: while dralloc is allocating it."""
+        await self.template_pod()
+        await asyncio.sleep(self.rng.uniform(0, 0.5))
+        namespace, name = self.live.pop()
+        await self._delete(PODS, name, namespace)
+
+    async def delete_claim(self) -> None:
+        namespace = self.rng.choice(self.layout.gated)
+        claims, _ = await self.client.list(RESOURCE_CLAIMS, namespace)
+        if claims:
+            claim = self.rng.choice(sorted(claims, key=lambda c: c["metadata"]["name"]))
+            await self._delete(RESOURCE_CLAIMS, claim["metadata"]["name"], namespace)
+
+    async def add_node(self) -> None:
+        index = self.layout.nodes + self.serial
+        self.serial += 1
+        await self.client.create(NODES, self.layout.node(index))
+        await self.client.create(RESOURCE_SLICES, self.layout.slice(index))
+        self.extra_nodes.append(index)
+
+    async def remove_node(self) -> None:
+        """A node added by the traffic goes, slice first (as a driver's would)."""
+        if not self.extra_nodes:
+            return
+        index = self.extra_nodes.pop(self.rng.randrange(len(self.extra_nodes)))
+        await self._delete(RESOURCE_SLICES, f"{self.layout.node_name(index)}-devices", None)
+        await self._delete(NODES, self.layout.node_name(index), None)
+
+    async def _delete(self, resource: Any, name: str, namespace: str | None) -> None:
+        with contextlib.suppress(NotFound):
+            await self.client.delete(resource, name, namespace=namespace)

@@ -1,0 +1,45 @@
+"""The robustness suite's short seeded run, in each API mode: traffic with random faults
+(operator SIGKILL, API server restarts, etcd compaction with a relist), and the whole
+recorded history checked by ``robustness.checker`` (no device held by two claims at any
+revision, bound pods have their devices, gangs whole, quotas kept, every pod bound or
+explained at the end).
+
+Its summary (seed, faults fired, violations, figures) is printed as ``[robustness]`` lines
+(``-rP``). The long run is ``python -m robustness`` (README, "Robustness").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from robustness.cluster import MODES, Cluster
+from robustness.run import SAFE_FAULTS, Options, Run
+
+from .kube_helpers import Testbed
+
+pytestmark = [pytest.mark.api_modes, pytest.mark.timeout(900)]
+
+SEED = int(os.environ.get("DRALLOC_ROBUSTNESS_SEED", "1"))
+
+
+def test_a_short_seeded_run_with_faults_keeps_every_rule(testbed: Testbed, tmp_path: Path) -> None:
+    if testbed.state_dir is None:
+        pytest.skip("faults restart the control plane: needs a testbed started by this run")
+    cluster = Cluster(
+        testbed.kubeconfig, testbed.bin, testbed.state_dir, MODES[testbed.api_mode.name]
+    )
+    options = Options(
+        mode=cluster.mode, seed=SEED, duration_s=50, faults=SAFE_FAULTS, fault_count=4
+    )
+    result = asyncio.run(Run(cluster, options, tmp_path).execute())
+    print("[robustness] " + result.summary().replace("\n", "\n[robustness] "))
+    # The run did what it claims: traffic, the faults, pods bound, a relist seen by someone.
+    assert sum(result.traffic.values()) >= 50, result.traffic
+    assert len(result.fired) == 4, result.fired
+    assert result.pods_bound >= 20, result.summary()
+    assert result.settled_in_s is not None, result.summary()
+    assert result.ok, result.summary()

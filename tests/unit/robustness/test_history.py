@@ -1,0 +1,101 @@
+"""Objects as the API server sends them, in both modes, reduced to the checker's facts."""
+
+from __future__ import annotations
+
+import json
+
+from robustness.history import DeviceId, claim_facts, pod_facts, quota_facts
+
+
+def test_a_claims_results_say_how_each_device_is_held_and_through_which_class() -> None:
+    obj = {
+        "metadata": {
+            "namespace": "ns", "name": "c", "uid": "u1", "resourceVersion": "7",
+            "ownerReferences": [{"kind": "Pod", "uid": "pod-uid", "controller": True}],
+        },
+        "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpus"}},
+            {"name": "any", "firstAvailable": [{"name": "big", "deviceClassName": "big-gpus"}]},
+        ]}},
+        "status": {
+            "allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": "d", "pool": "p", "device": "dev-0"},
+                {"request": "any/big", "driver": "d", "pool": "p", "device": "dev-1", "shareID": "s"},
+                {"request": "gpu", "driver": "d", "pool": "p", "device": "dev-2", "adminAccess": True},
+            ]}},
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-uid"}],
+        },
+    }  # fmt: skip
+    facts = claim_facts(obj)
+    assert facts.allocated and facts.owner_pod == "pod-uid"
+    assert facts.reserved_for == {"pod-uid"}
+    assert [(h.device, h.access, h.device_class) for h in facts.devices] == [
+        (DeviceId("d", "p", "dev-0"), "exclusive", "gpus"),
+        (DeviceId("d", "p", "dev-1"), "share", "big-gpus"),
+        (DeviceId("d", "p", "dev-2"), "admin", "gpus"),
+    ]
+
+
+def test_an_unallocated_claim_holds_nothing() -> None:
+    facts = claim_facts({"metadata": {"namespace": "ns", "name": "c"}, "status": {}})
+    assert not facts.allocated and facts.devices == () and facts.reserved_for == frozenset()
+
+
+def test_an_in_tree_pods_claims_and_statuses_come_from_its_spec_and_status() -> None:
+    obj = {
+        "metadata": {"namespace": "ns", "name": "p", "uid": "u"},
+        "spec": {"nodeName": "n", "resourceClaims": [
+            {"name": "a", "resourceClaimName": "shared"},
+            {"name": "b", "resourceClaimTemplateName": "t"},
+        ]},
+        "status": {
+            "phase": "Running",
+            "resourceClaimStatuses": [{"name": "b", "resourceClaimName": "p-b-x"}],
+            "extendedResourceClaimStatus": {"resourceClaimName": "p-extended-resources-y"},
+        },
+    }  # fmt: skip
+    facts = pod_facts(obj)
+    assert facts.bound and facts.has_claims
+    assert facts.claim_names() == (("shared", "p-b-x", "p-extended-resources-y"), ())
+
+
+def test_a_crd_mode_pods_claims_and_statuses_come_from_its_annotations() -> None:
+    claims = [
+        {"name": "b", "resourceClaimTemplateName": "t"},
+        {"name": "c", "resourceClaimTemplateName": "t"},
+    ]
+    statuses = [{"name": "b", "resourceClaimName": "p-b"}]
+    obj = {
+        "metadata": {"namespace": "ns", "name": "p", "uid": "u", "annotations": {
+            "resource.dralloc.dev/claims": json.dumps(claims),
+            "resource.dralloc.dev/claim-statuses": json.dumps(statuses),
+            "resource.dralloc.dev/gang": "g",
+            "resource.dralloc.dev/gang-size": "3",
+        }},
+        "spec": {},
+        "status": {"conditions": [{
+            "type": "resource.dralloc.dev/DevicesAllocated", "status": "False", "message": "no fit",
+        }]},
+    }  # fmt: skip
+    facts = pod_facts(obj)
+    assert not facts.bound and facts.explained
+    assert (facts.gang, facts.gang_size) == ("g", 3)
+    assert facts.claim_names() == (("p-b",), ("c",))
+
+
+def test_a_forged_annotation_reads_as_no_claims_not_as_an_error() -> None:
+    obj = {"metadata": {"name": "p", "annotations": {
+        "resource.dralloc.dev/claims": "{not json", "resource.dralloc.dev/gang-size": "x",
+    }}}  # fmt: skip
+    facts = pod_facts(obj)
+    assert not facts.has_claims and facts.gang_size == 0
+
+
+def test_a_quota_names_its_class_and_limits() -> None:
+    facts = quota_facts(
+        {"metadata": {"namespace": "ns", "name": "q"},
+         "spec": {"deviceClassName": "gpus", "hard": {"devices": 2}}}
+    )  # fmt: skip
+    assert (facts.device_class, facts.hard_devices, facts.hard_claims, facts.selectors) == (
+        "gpus", 2, None, False,
+    )  # fmt: skip
