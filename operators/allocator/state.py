@@ -80,6 +80,15 @@ def claim_key(claim: ClaimLike) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+def _version(claim: ClaimLike) -> int:
+    """A claim's resourceVersion as a number (etcd's revision); -1 when it has none."""
+    version = claim.resource_version if isinstance(claim, CompiledClaim) else object_ref(claim)[2]
+    try:
+        return int(version)
+    except ValueError:
+        return -1
+
+
 def usage_from_status(claim: ClaimLike) -> tuple[UsedDevice, ...]:
     """Devices used by a claim according to its status.allocation."""
     data = as_dict(claim)
@@ -131,6 +140,10 @@ class AllocatorState:
         self._rule_taints: dict[DeviceId, tuple[Taint, ...]] | None = None
         self._confirmed: dict[str, tuple[UsedDevice, ...]] = {}
         self._assumed: dict[str, tuple[UsedDevice, ...]] = {}
+        # The version each assumption was decided on (its write's precondition): only a
+        # watched allocation newer than that is the write landing (or overtaken). An older
+        # one is the watch lagging behind our own writes, and must not end the assumption.
+        self._assumed_over: dict[str, int] = {}
         self.allocated = AllocatedDevices()
         self._default_inputs: SearchInputs | None = None
         # The compiled form of each claim's latest version seen (one per claim: an older
@@ -259,7 +272,10 @@ class AllocatorState:
         usage = usage_from_status(obj)
         if usage:
             self._set_usage(self._confirmed, key, usage)
-            self._set_usage(self._assumed, key, None)  # the write landed
+            over, seen = self._assumed_over.get(key, -1), _version(obj)
+            if key in self._assumed and (over < 0 or seen < 0 or seen > over):
+                self._assumed_over.pop(key, None)
+                self._set_usage(self._assumed, key, None)  # the write landed
         else:
             self._set_usage(self._confirmed, key, None)
         self.quotas.confirm(
@@ -270,6 +286,7 @@ class AllocatorState:
         key = claim_key(claim)
         self._claim_cache.pop(key, None)
         self._set_usage(self._confirmed, key, None)
+        self._assumed_over.pop(key, None)
         self._set_usage(self._assumed, key, None)
         self.quotas.confirm(key, None)
         self.quotas.assume(key, None)
@@ -286,6 +303,7 @@ class AllocatorState:
             status = {"status": {"allocation": allocation}}
             usage = usage_from_status(status)
             charges = self._charges(claim, lambda c: status_charges(c, status))
+        self._assumed_over[key] = -1 if isinstance(claim, str) else _version(claim)
         self._set_usage(self._assumed, key, usage)
         self.quotas.assume(key, charges if usage else None)
 
@@ -300,6 +318,7 @@ class AllocatorState:
 
     def release(self, claim: ClaimLike) -> None:
         """Forget an assumed allocation (the write failed or was abandoned)."""
+        self._assumed_over.pop(claim_key(claim), None)
         self._set_usage(self._assumed, claim_key(claim), None)
         self.quotas.assume(claim_key(claim), None)
 
@@ -321,14 +340,15 @@ class AllocatorState:
     ) -> None:
         if not usage and key not in table:
             return  # nothing to forget (remove_claim clears both tables of every claim)
-        # What counts is the confirmed usage, else the assumed one.
-        confirmed, assumed = self._confirmed, self._assumed
-        before = confirmed.get(key) or assumed.get(key) or ()
+        # Both count: the watched allocation and the one being written. A claim the watch
+        # still shows on devices A that we have since given back and allocated B holds A
+        # and B until the watch catches up: counting only one would hand the other out.
+        before = self._effective(key)
         if usage:
             table[key] = usage
         else:
             table.pop(key, None)
-        after = confirmed.get(key) or assumed.get(key) or ()
+        after = self._effective(key)
         if before == after:
             return
         for item in before:
@@ -338,6 +358,15 @@ class AllocatorState:
         self.allocations_version += 1
         for listener in self._listeners:
             listener(before, after)
+
+    def _effective(self, key: str) -> tuple[UsedDevice, ...]:
+        confirmed = self._confirmed.get(key) or ()
+        assumed = self._assumed.get(key) or ()
+        if not assumed or assumed == confirmed:
+            return confirmed
+        if not confirmed:
+            return assumed
+        return tuple(dict.fromkeys((*confirmed, *assumed)))
 
     def add_listener(self, listener: Any) -> None:
         """Called with (old usage, new usage) whenever a claim's usage changes."""

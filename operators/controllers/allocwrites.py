@@ -60,6 +60,9 @@ from operators.kube import (
 log = structlog.get_logger("operators.controllers.allocation")
 
 CONFIRM_PERIOD = 1.0  # seconds between live reads of claims whose write got no answer
+LANDING_BOUND = 65.0
+"""Seconds after which a write the server has not applied never will be: kube-apiserver ends
+a request after its --request-timeout (60 s by default), whether or not the client waits."""
 REASON_ALLOCATED = "Allocated"
 
 
@@ -70,6 +73,9 @@ class UnansweredWrite:
     claim: ResourceClaim
     resource_version: str
     """The precondition of the write: any later version of the claim settles the question."""
+    sent: float = dataclasses.field(default_factory=time.monotonic)
+    """When the write was sent (monotonic): a live read of the precondition's version says
+    only "not yet", until LANDING_BOUND has passed since."""
 
 
 class ClaimWrites:
@@ -183,18 +189,32 @@ class ClaimWrites:
         while True:
             await asyncio.sleep(CONFIRM_PERIOD)
             for key in sorted(self.unanswered):
-                if key in self.claims_in_flight:
-                    continue  # its write is being retried right now
+                write = self.unanswered.get(key)
+                if write is None or key in self.claims_in_flight:
+                    continue  # settled meanwhile, or its write is being retried right now
                 try:
                     raw = await self.client.get(RESOURCE_CLAIMS, key.name, key.namespace)
                 except NotFound:
-                    self._settle_unanswered(key, None)
-                    continue
+                    read: ResourceClaim | None = None
                 except Exception as error:
                     if failure_kind(error) is None:
                         raise
                     break  # still unavailable: try again next period
-                self._settle_unanswered(key, self.claims.assume(raw))
+                else:
+                    read = self.claims.assume(raw)
+                # The read answers for this write only: while it was under way the write may
+                # have been settled by the watch and a new one sent for the claim.
+                if self.unanswered.get(key) is not write or key in self.claims_in_flight:
+                    continue
+                if read is None or is_allocated(read):
+                    self._settle_unanswered(key, read)
+                elif version_number(read.metadata.resource_version or "") > version_number(
+                    write.resource_version
+                ):
+                    self._settle_unanswered(key, read)  # changed since: the write cannot land
+                elif time.monotonic() - write.sent > LANDING_BOUND:
+                    self._settle_unanswered(key, read)  # the server has given up on it
+                # else: not applied yet, but the server may still be working on it
 
     async def _write_allocation(
         self, pod: Pod, node: str, claim: ResourceClaim, result: ClaimAllocation

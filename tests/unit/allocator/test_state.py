@@ -98,6 +98,52 @@ def test_confirmed_status_replaces_the_assumption() -> None:
     assert not state.allocated.in_use((DRIVER, "node-0", "gpu-0"))
 
 
+def at_version(claim: dict[str, Any], version: int, allocation: Any = None) -> dict[str, Any]:
+    out = {**claim, "metadata": {**claim["metadata"], "resourceVersion": str(version)}}
+    if allocation is not None:
+        out["status"] = {"allocation": allocation.to_dict()}
+    return out
+
+
+def test_a_claim_watched_on_one_device_and_decided_again_onto_another_holds_both() -> None:
+    # The watch shows a on gpu-0 (version 11). dralloc gives it back (its answer, version 12,
+    # is not watched yet) and decides it again onto gpu-1: until the watch catches up, both
+    # are a's, or the next claim is handed one of them.
+    state = cluster(nodes=1, per_node=3)
+    (old,) = state.allocate([gpu_claim("a")], "node-0") or []
+    state.upsert_claim(at_version(gpu_claim("a"), 11, old))
+    given_back = at_version(gpu_claim("a"), 12)
+    (new,) = state.allocate([given_back], "node-0") or []
+    assert [d.device for d in new.devices] == ["gpu-1"]
+    state.assume(given_back, new)
+    assert state.allocated.in_use((DRIVER, "node-0", "gpu-0"))
+    assert state.allocated.in_use((DRIVER, "node-0", "gpu-1"))
+    (other,) = state.allocate([gpu_claim("b")], "node-0") or []
+    assert [d.device for d in other.devices] == ["gpu-2"]
+    assert state.clashes([other]) == []
+    # The watch shows the give-back, then the new allocation: gpu-0 is free again.
+    state.upsert_claim(at_version(gpu_claim("a"), 12))
+    assert not state.allocated.in_use((DRIVER, "node-0", "gpu-0"))
+    state.upsert_claim(at_version(gpu_claim("a"), 13, new))
+    assert not state.is_assumed(gpu_claim("a"))
+    assert [state.allocated.in_use((DRIVER, "node-0", f"gpu-{n}")) for n in range(3)] == [
+        False, True, False,
+    ]  # fmt: skip
+
+
+def test_a_watched_allocation_older_than_the_write_does_not_end_its_assumption() -> None:
+    state = cluster(nodes=1, per_node=3)
+    written = at_version(gpu_claim("a"), 12)
+    (new,) = state.allocate([written], "node-0") or []
+    state.assume(written, new)  # gpu-0, written over version 12
+    (old,) = state.allocate([gpu_claim("z")], "node-0") or []
+    assert [d.device for d in old.devices] == ["gpu-1"]
+    state.upsert_claim(at_version(gpu_claim("a"), 11, old))  # the watch, behind, shows gpu-1
+    assert state.is_assumed(gpu_claim("a"))
+    (other,) = state.allocate([gpu_claim("b")], "node-0") or []
+    assert [d.device for d in other.devices] == ["gpu-2"]
+
+
 def test_slice_update_and_removal_change_what_is_allocatable() -> None:
     state = cluster(nodes=1, per_node=1)
     assert state.allocate([gpu_claim("c", 2)], "node-0") is None

@@ -10,12 +10,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import aiohttp
 import pytest
 
 from operators.cache.informer import Key
+from operators.controllers import allocwrites
 from operators.controllers.allocation import (
     EXPLAIN_GRACE,
     REASON_FAILED,
@@ -233,6 +235,76 @@ async def test_an_unanswered_write_that_landed_is_found_by_a_live_read() -> None
     assert Key("ns", "c1") not in controller.unanswered, "the live read never settled it"
     assert controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
     assert controller.queue.due_in(key) == 0.0
+
+
+async def confirm_rounds(controller: AllocationController, rounds: int = 5) -> None:
+    """Let the live-read loop run a few periods (CONFIRM_PERIOD made short by the caller)."""
+    task = asyncio.create_task(controller._confirm_unanswered())
+    try:
+        await asyncio.sleep(rounds * 0.01 + 0.02)
+    finally:
+        task.cancel()
+
+
+async def test_a_live_read_of_the_written_over_version_waits_until_the_server_gives_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The server may still apply a write it has not answered (it works on a request for up
+    # to its --request-timeout): a read of the very version written over says "not yet".
+    monkeypatch.setattr(allocwrites, "CONFIRM_PERIOD", 0.01)
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1")
+    fail_status_writes(client, aiohttp.ServerDisconnectedError())
+    await sync(controller, key)
+    write = controller.unanswered[Key("ns", "c1")]
+    client.fail = lambda *_: None
+    await confirm_rounds(controller)
+    assert controller.unanswered.get(Key("ns", "c1")) is write, "settled on a read of 'not yet'"
+    assert controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
+    # Once the server cannot be working on it any more, the same read settles it.
+    controller.unanswered[Key("ns", "c1")] = dataclasses.replace(
+        write, sent=write.sent - allocwrites.LANDING_BOUND - 1
+    )
+    await confirm_rounds(controller)
+    assert Key("ns", "c1") not in controller.unanswered
+    assert not controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
+
+
+async def test_a_slow_live_read_does_not_settle_a_newer_write_of_the_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(allocwrites, "CONFIRM_PERIOD", 0.01)
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1")
+    fail_status_writes(client, aiohttp.ServerDisconnectedError())
+    await sync(controller, key)
+    client.fail = lambda *_: None
+    # What the server holds changed since the write (it cannot land), but the read is slow.
+    changed = claim("ns", "c1", rv="2000")
+    client.remember(RESOURCE_CLAIMS, changed)
+    answer = asyncio.Event()
+    plain_get = client.get
+
+    async def slow_get(*args: Any, **kwargs: Any) -> JsonDict:
+        found = await plain_get(*args, **kwargs)
+        await answer.wait()
+        return found
+
+    client.get = slow_get  # type: ignore[method-assign]
+    task = asyncio.create_task(controller._confirm_unanswered())
+    try:
+        await asyncio.sleep(0.05)
+        # Meanwhile the claim was settled and a new write for it was sent, still unanswered.
+        newer = dataclasses.replace(controller.unanswered[Key("ns", "c1")], resource_version="2000")
+        controller.unanswered[Key("ns", "c1")] = newer
+        answer.set()
+        await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+    assert controller.unanswered.get(Key("ns", "c1")) is newer, "an old read settled a new write"
+    assert controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
 
 
 async def test_a_refused_write_frees_the_device_and_tells_the_user() -> None:
