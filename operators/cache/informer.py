@@ -129,6 +129,11 @@ class Informer(Generic[T]):
         self.watch_timeout = watch_timeout
         self.backoff = backoff or Backoff(base=0.2, cap=30.0)
         self.synced = asyncio.Event()
+        self.whole = False
+        """The cache holds every change up to where its watch is: set by each list, cleared
+        when the watch expired (410) or failed long enough to need a relist. In between,
+        changes were missed; deciding on such a view could hand out a device someone took
+        meanwhile, so the allocation controller waits for it (``SharedCache.whole``)."""
         self.sync_seconds: float | None = None
         self._objects: dict[Key, T] = {}
         self._meta: dict[Key, Meta] = {}
@@ -290,6 +295,7 @@ class Informer(Generic[T]):
                     self.not_served = False
                     self.replace(raws)
                     self._reached(resource_version)
+                    self.whole = True
                     if not self.synced.is_set():
                         self.sync_seconds = time.monotonic() - started
                         self.synced.set()
@@ -301,8 +307,10 @@ class Informer(Generic[T]):
             except Gone:
                 self._log.info("watch expired, relisting")
                 resource_version = ""
+                self.whole = False
             except NotFound as error:
                 resource_version = ""
+                self.whole = False
                 if self.optional:
                     await self._not_served()
                 else:
@@ -310,9 +318,11 @@ class Informer(Generic[T]):
             except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as error:
                 if isinstance(error, ApiError) and error.status == 403 and self.forbidden_as_absent:
                     resource_version = ""
+                    self.whole = False
                     await self._not_served(forbidden=True)
                 elif await self._back_off(error):
                     resource_version = ""  # a long gap: relist rather than trust the old version
+                    self.whole = False
 
     async def _back_off(self, error: BaseException) -> bool:
         """Wait before the next attempt; True once failures have gone on for a while."""
@@ -350,6 +360,7 @@ class Informer(Generic[T]):
         self._version = 0
         self.not_served = True
         self.replace([])
+        self.whole = True
         self.synced.set()
         await asyncio.sleep(NOT_SERVED_RECHECK)
 

@@ -77,6 +77,11 @@ class SharedCache:
     def synced(self) -> bool:
         return all(informer.synced.is_set() for informer in self.informers.values())
 
+    @property
+    def whole(self) -> bool:
+        """Every informer holds every change up to where its watch is (no relist pending)."""
+        return all(informer.whole for informer in self.informers.values())
+
     async def run(self, on_synced: Callable[[], None] | None = None) -> None:
         """Run every informer until cancelled; log the time until all have listed."""
         started = time.monotonic()

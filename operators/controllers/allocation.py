@@ -107,6 +107,8 @@ log = structlog.get_logger(__name__)
 
 CONDITION_TYPE = podcondition.CONDITION_TYPE
 BUSY_DELAY = 0.05
+RELIST_DELAY = 0.2
+"""Seconds before a pod is looked at again while a cache relists (its watch expired)."""
 EXPLAIN_PERIOD = 10.0  # seconds between explanations of one waiting pod
 EXPLAIN_GRACE = 1.0  # seconds a pod waits for room before it is explained at all
 MAX_CONCURRENT_WRITES = 64  # pods whose writes are in flight at once
@@ -407,6 +409,11 @@ class AllocationController(ClaimWrites, Explanations):
         # Every change made so far first, above all the assumptions of the pods decided
         # before this one (deferred while a quota status read holds the thread).
         await self.decisions.settled()
+        if not self.runtime.cache.whole:
+            # A watch expired and its kind is being listed again: the changes in between
+            # are not known yet (another allocator's, a deletion). Decide on the whole view.
+            self.queue.add_after(key, RELIST_DELAY)
+            return
         pod = self.pods.get(key)
         if pod is None or not _wants_allocation(pod):
             self.queue.forget(key)

@@ -169,6 +169,32 @@ async def test_run_relists_on_gone_and_diffs() -> None:
     assert ("del", "c") in summary(changes) and ("del", "b") in summary(changes)
 
 
+async def test_a_cache_is_not_whole_from_its_watch_expiring_until_it_has_listed_again() -> None:
+    relist = asyncio.Event()
+
+    class SlowRelist(ScriptedClient):
+        async def list(self, resource: Any) -> tuple[list[JsonDict], str]:
+            if len(self.lists) == 1:  # the relist after the 410
+                await relist.wait()
+            return await super().list(resource)
+
+    client = SlowRelist(
+        lists=[([obj("a", "1")], "10"), ([obj("a", "1")], "20")],
+        watches=[[WatchEvent("ADDED", obj("c", "11")), Gone(410, "Expired", "too old")]],
+    )
+    informer: Informer[dict[str, Any]] = Informer(client, PODS, parse, backoff=Backoff(0.001, 0.01))  # type: ignore[arg-type]
+    assert not informer.whole
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.sleep(0.02)
+        assert informer.synced.is_set() and not informer.whole, "whole while the relist waits"
+        relist.set()
+        await asyncio.sleep(0.02)
+        assert informer.whole
+    finally:
+        task.cancel()
+
+
 async def test_run_backs_off_on_errors() -> None:
     client = ScriptedClient(
         lists=[([], "1")],

@@ -160,8 +160,12 @@ def put(runtime: Runtime, resource: Resource, raw: JsonDict) -> None:
 
 
 def runtime(client: FakeClient, **settings: Any) -> Runtime:
+    """A runtime whose caches count as listed (whole): the tests feed them events."""
     base = dataclasses.replace(Settings(), leader_election=False)
-    return Runtime(dataclasses.replace(base, **settings), client)  # type: ignore[arg-type]
+    made = Runtime(dataclasses.replace(base, **settings), client)  # type: ignore[arg-type]
+    for informer in made.cache.informers.values():
+        informer.whole = True
+    return made
 
 
 def one_device_cluster(

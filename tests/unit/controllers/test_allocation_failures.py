@@ -21,6 +21,7 @@ from operators.controllers import allocwrites
 from operators.controllers.allocation import (
     EXPLAIN_GRACE,
     REASON_FAILED,
+    RELIST_DELAY,
     AllocationController,
     StillWaiting,
     Unallocatable,
@@ -305,6 +306,21 @@ async def test_a_slow_live_read_does_not_settle_a_newer_write_of_the_claim(
         task.cancel()
     assert controller.unanswered.get(Key("ns", "c1")) is newer, "an old read settled a new write"
     assert controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
+
+
+async def test_nothing_is_decided_while_a_cache_relists_after_its_watch_expired() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1")
+    controller.runtime.cache[RESOURCE_CLAIMS].whole = False  # a 410: claims being listed again
+    await sync(controller, key)
+    assert claim_writes(client) == []
+    due = controller.queue.due_in(key)
+    assert due is not None and due <= RELIST_DELAY, "the pod was dropped, not put back"
+    controller.runtime.cache[RESOURCE_CLAIMS].whole = True
+    controller.queue.add(key)
+    await sync(controller, key)
+    assert STATUS_PATH in claim_writes(client)
 
 
 async def test_a_refused_write_frees_the_device_and_tells_the_user() -> None:
