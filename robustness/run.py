@@ -103,7 +103,12 @@ class Result:
             f"faults={','.join(o.faults) or 'none'} scheduler_pods={o.scheduler_pods}",
             f"traffic: {sum(self.traffic.values())} operations "
             f"({', '.join(f'{k} {v}' for k, v in sorted(self.traffic.items()))}); "
-            f"{sum(self.failed.values())} refused or failed",
+            f"{sum(self.failed.values())} refused or failed"
+            + (
+                f" ({', '.join(f'{k} {v}' for k, v in self.failed.most_common(4))})"
+                if self.failed
+                else ""
+            ),
             "faults: "
             + ("; ".join(f"{f.at:.1f}s {f.name} ({f.what})" for f in self.fired) or "none"),
             f"history: {self.report.events} events, {self.relists} recorder relists; "
@@ -252,12 +257,14 @@ class Run:
         return pods, claims
 
     async def _settle(self, client: KubeClient, since: float) -> float | None:
-        """Seconds until every pod with claims is bound with its devices or explained and no
-        allocated claim is held for a gone pod; None when that did not happen in time."""
+        """Seconds until the end state rule holds: every pod with claims is bound with its
+        devices or explained (a condition and a Warning Event), and no allocated claim is held
+        for a gone pod; None when that did not happen in time (the checker then says which)."""
         loop = asyncio.get_running_loop()
         while loop.time() - since < self.options.settle_s:
             try:
                 pods, claims = await self._pods_and_claims(client)
+                warned = await self._warned(client)
             except (ApiError, OSError):
                 await asyncio.sleep(1)
                 continue
@@ -265,7 +272,8 @@ class Run:
             by_key = {c.key: c for c in claims}
             waiting = [
                 p for p in pods
-                if p.has_claims and not p.explained and not _has_devices(p, by_key)
+                if p.has_claims and not _has_devices(p, by_key)
+                and not (p.explained and p.key in warned)
             ]  # fmt: skip
             stale = [
                 c for c in claims
