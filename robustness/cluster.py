@@ -207,12 +207,14 @@ class Operator:
     lease: str
     identity: str
     extra: tuple[str, ...] = ()
+    kubeconfig: Path | None = None
+    """How it reaches the API server (the run's proxy); default the cluster's own."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> Operator:
         args = [
             sys.executable, "-m", "operators",
-            f"--kubeconfig={self.cluster.kubeconfig}",
+            f"--kubeconfig={self.kubeconfig or self.cluster.kubeconfig}",
             "--metrics-port=0", "--probe-port=0",
             "--lease-duration=8", "--renew-deadline=6", "--retry-period=1",
             "--requeue-max-delay=2", "--log-format=json", "--log-level=INFO",

@@ -12,6 +12,9 @@ schedule (which fault, when) comes from the run's seed, so a seed reproduces it.
   restarted: a client whose watch was behind gets 410 and must relist.
 - ``etcd-compact``: compaction alone (kube-apiserver does it every 5 minutes).
 - ``scheduler-restart``: kube-scheduler stopped for 1-2 s and started again.
+- ``proxy-cut``: every connection of the operators to the API server cut at once (``proxy``).
+- ``lose-answers``: for 0.5-3 s the operators' requests reach the API server but their
+  answers are lost (their connections cut): writes that landed look failed.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from robustness.cluster import Cluster, Operator
+from robustness.proxy import Proxy
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,14 @@ class Fired:
 
 class Faults:
     def __init__(
-        self, cluster: Cluster, operators: Callable[[], list[Operator]], rng: random.Random
+        self,
+        cluster: Cluster,
+        operators: Callable[[], list[Operator]],
+        rng: random.Random,
+        proxy: Proxy | None = None,
     ):
         self.cluster = cluster
+        self.proxy = proxy
         self.operators = operators
         """The live operators (the run restarts those that exit)."""
         self.rng = rng
@@ -68,6 +77,18 @@ class Faults:
         self.cluster.restart("kube-scheduler", down)
         return f"down {down:.1f} s"
 
+    def proxy_cut(self) -> str:
+        if self.proxy is None:
+            return "no proxy"
+        return f"cut {self.proxy.cut()} connections"
+
+    def lose_answers(self) -> str:
+        if self.proxy is None:
+            return "no proxy"
+        seconds = self.rng.uniform(0.5, 3)
+        lost = self.proxy.lose_answers(seconds)
+        return f"{lost} requests lost their answers in {seconds:.1f} s"
+
 
 FAULTS: Final = {
     "operator-kill": Faults.operator_kill,
@@ -75,6 +96,8 @@ FAULTS: Final = {
     "compact-and-restart": Faults.compact_and_restart,
     "etcd-compact": Faults.etcd_compact,
     "scheduler-restart": Faults.scheduler_restart,
+    "proxy-cut": Faults.proxy_cut,
+    "lose-answers": Faults.lose_answers,
 }
 
 

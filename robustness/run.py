@@ -32,11 +32,19 @@ from robustness.checker import RULES, Report, check
 from robustness.cluster import REPO_ROOT, Cluster, Mode, Operator
 from robustness.faults import FAULTS, Faults, Fired, schedule
 from robustness.history import History, Kind, PodFacts, claim_facts, pod_facts
+from robustness.proxy import Proxy, api_server_address, proxied_kubeconfig
 from robustness.recorder import Recorder
 from robustness.traffic import GATED_LABEL, Layout, Traffic
 
 LEASE_NAMESPACE: Final = "dralloc-system"
-SAFE_FAULTS: Final = ("operator-kill", "apiserver-restart", "compact-and-restart", "etcd-compact")
+SAFE_FAULTS: Final = (
+    "operator-kill",
+    "apiserver-restart",
+    "compact-and-restart",
+    "etcd-compact",
+    "proxy-cut",
+    "lose-answers",
+)
 """The faults of the short run in CI."""
 
 
@@ -152,6 +160,8 @@ class Run:
         )
         self.operators: list[Operator] = []
         self.fired: list[Fired] = []
+        self.proxy = Proxy(*api_server_address(cluster.kubeconfig))
+        self.proxied: Path | None = None
 
     # -- operators -------------------------------------------------------------------------------
 
@@ -162,6 +172,7 @@ class Run:
             lease=f"{self.layout.prefix}-lease",
             identity=f"{self.layout.prefix}-op{len(self.operators)}",
             extra=("--no-webhook", f"--gate-namespace-label={'='.join(GATED_LABEL)}"),
+            kubeconfig=self.proxied,
         ).start()
         self.operators.append(operator)
         return operator
@@ -182,6 +193,10 @@ class Run:
     async def execute(self) -> Result:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         install(self.cluster)
+        port = self.proxy.start()
+        self.proxied = proxied_kubeconfig(
+            self.cluster.kubeconfig, port, self.work_dir / "operator-kubeconfig"
+        )
         client = await KubeClient.connect(
             str(self.cluster.kubeconfig), user_agent="dralloc-robustness",
             api_group=self.options.mode.group,
@@ -219,6 +234,7 @@ class Run:
                 await recording
             for operator in self.operators:
                 operator.stop()
+            self.proxy.stop()
             await client.close()
         history = recorder.history(warned=warned, settled=True)
         report = check(history)
@@ -240,7 +256,9 @@ class Run:
 
     async def _fire(self, plan: Sequence[tuple[float, str]], started: float) -> None:
         loop = asyncio.get_running_loop()
-        faults = Faults(self.cluster, self._live, random.Random(self.options.seed * 31 + 7))
+        faults = Faults(
+            self.cluster, self._live, random.Random(self.options.seed * 31 + 7), self.proxy
+        )
         for at, name in plan:
             await asyncio.sleep(max(0.0, started + at - loop.time()))
             when = loop.time() - started
