@@ -12,6 +12,8 @@ schedule (which fault, when) comes from the run's seed, so a seed reproduces it.
   restarted: a client whose watch was behind gets 410 and must relist.
 - ``etcd-compact``: compaction alone (kube-apiserver does it every 5 minutes).
 - ``scheduler-restart``: kube-scheduler stopped for 1-2 s and started again.
+- ``second-operator``: a second operator on another Lease (a laptop's ``kopf run`` beside the
+  in-cluster one) runs for 5-15 s, then is killed. Both believe they lead.
 - ``proxy-cut``: every connection of the operators to the API server cut at once (``proxy``).
 - ``lose-answers``: for 0.5-3 s the operators' requests reach the API server but their
   answers are lost (their connections cut): writes that landed look failed.
@@ -20,6 +22,7 @@ schedule (which fault, when) comes from the run's seed, so a seed reproduces it.
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -43,9 +46,12 @@ class Faults:
         operators: Callable[[], list[Operator]],
         rng: random.Random,
         proxy: Proxy | None = None,
+        start_rogue: Callable[[], Operator] | None = None,
     ):
         self.cluster = cluster
         self.proxy = proxy
+        self.start_rogue = start_rogue
+        """Starts an operator on a Lease of its own (the second-operator fault)."""
         self.operators = operators
         """The live operators (the run restarts those that exit)."""
         self.rng = rng
@@ -77,6 +83,15 @@ class Faults:
         self.cluster.restart("kube-scheduler", down)
         return f"down {down:.1f} s"
 
+    def second_operator(self) -> str:
+        if self.start_rogue is None:
+            return "no way to start one"
+        seconds = self.rng.uniform(5, 15)
+        rogue = self.start_rogue()
+        threading.Event().wait(seconds)
+        rogue.kill()
+        return f"{rogue.identity} on Lease {rogue.lease} for {seconds:.1f} s"
+
     def proxy_cut(self) -> str:
         if self.proxy is None:
             return "no proxy"
@@ -96,6 +111,7 @@ FAULTS: Final = {
     "compact-and-restart": Faults.compact_and_restart,
     "etcd-compact": Faults.etcd_compact,
     "scheduler-restart": Faults.scheduler_restart,
+    "second-operator": Faults.second_operator,
     "proxy-cut": Faults.proxy_cut,
     "lose-answers": Faults.lose_answers,
 }

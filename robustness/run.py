@@ -165,11 +165,11 @@ class Run:
 
     # -- operators -------------------------------------------------------------------------------
 
-    def _start_operator(self) -> Operator:
+    def _start_operator(self, lease: str = "lease") -> Operator:
         operator = Operator(
             self.cluster,
             self.work_dir / f"operator-{len(self.operators)}.log",
-            lease=f"{self.layout.prefix}-lease",
+            lease=f"{self.layout.prefix}-{lease}",
             identity=f"{self.layout.prefix}-op{len(self.operators)}",
             extra=("--no-webhook", f"--gate-namespace-label={'='.join(GATED_LABEL)}"),
             kubeconfig=self.proxied,
@@ -178,7 +178,11 @@ class Run:
         return operator
 
     def _live(self) -> list[Operator]:
-        return [o for o in self.operators if o.alive()]
+        return [o for o in self.operators if o.alive() and o.lease == f"{self.layout.prefix}-lease"]
+
+    def _start_rogue(self) -> Operator:
+        """An operator on another Lease: it will not wait for the run's to lose theirs."""
+        return self._start_operator(lease=f"rogue{len(self.operators)}")
 
     async def _supervise(self) -> None:
         """Start an operator again a second after the last one exits (a Deployment's
@@ -257,7 +261,11 @@ class Run:
     async def _fire(self, plan: Sequence[tuple[float, str]], started: float) -> None:
         loop = asyncio.get_running_loop()
         faults = Faults(
-            self.cluster, self._live, random.Random(self.options.seed * 31 + 7), self.proxy
+            self.cluster,
+            self._live,
+            random.Random(self.options.seed * 31 + 7),
+            self.proxy,
+            self._start_rogue,
         )
         for at, name in plan:
             await asyncio.sleep(max(0.0, started + at - loop.time()))

@@ -4,8 +4,10 @@ Every choice comes from one ``random.Random(seed)``, so a seed names a run's tra
 timing still depends on the machine). The operations are the ones that found bugs before:
 pods from templates and with a shared claim, gangs, pods in a namespace at its DeviceQuota,
 pods and claims deleted while dralloc works on them, nodes and their slices coming and
-going, and, in in-tree mode, pods kube-scheduler allocates itself beside dralloc's
-(``scheduler_pods``), on the same devices.
+going, devices tainted NoExecute (DeviceTaintRules: dralloc evicts their pods) and the
+taints lifted, and, in in-tree mode, pods kube-scheduler allocates itself beside dralloc's
+(``scheduler_pods``), on the same devices: with a claim from a template, and asking for the
+devices as an extended resource (a DeviceClass's ``extendedResourceName``).
 
 A request that fails (the API server down during a fault, a conflict) is counted, not
 retried: the traffic goes on as users' would.
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from operators.kube import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
     NODES,
     PODS,
     RESOURCE_CLAIMS,
@@ -77,6 +81,22 @@ class Layout:
     def namespaces(self) -> tuple[str, ...]:
         extra = (self.scheduler_namespace,) if self.mode.in_tree else ()
         return (*self.gated, self.quota_namespace, *extra, self.marker_namespace)
+
+    @property
+    def extended_resource(self) -> str:
+        """The extended resource the extended-resource class backs (in-tree mode)."""
+        return f"{self.prefix}.example.com/gpu"
+
+    def extended_class(self) -> dict[str, Any]:
+        return {
+            "apiVersion": self.mode.api_version,
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{self.device_class}-extended"},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{self.driver}"'}}],
+                "extendedResourceName": self.extended_resource,
+            },
+        }
 
     def node_name(self, index: int) -> str:
         return f"{self.prefix}-n{index}"
@@ -211,6 +231,8 @@ class Traffic:
     live: list[tuple[str, str]] = field(default_factory=list)
     """Pods created and not deleted by the traffic: (namespace, name)."""
     extra_nodes: list[int] = field(default_factory=list)
+    taints: list[str] = field(default_factory=list)
+    """DeviceTaintRules the traffic made and has not lifted."""
     serial: int = 0
 
     def _name(self, what: str) -> str:
@@ -221,10 +243,10 @@ class Traffic:
         ops = [
             ("template_pod", 30), ("shared_claim", 5), ("gang", 5), ("quota_pod", 6),
             ("delete_pod", 20), ("delete_new_pod", 4), ("delete_claim", 3),
-            ("add_node", 1), ("remove_node", 1),
+            ("add_node", 1), ("remove_node", 1), ("taint_device", 1), ("untaint_device", 2),
         ]  # fmt: skip
         if self.scheduler_pods and self.layout.mode.in_tree:
-            ops.append(("scheduler_pod", 12))
+            ops += [("scheduler_pod", 12), ("extended_pod", 6)]
         return ops
 
     async def run(self, until: float, rate: float) -> None:
@@ -232,6 +254,8 @@ class Traffic:
         clock reaches ``until``."""
         loop = asyncio.get_running_loop()
         names, weights = zip(*self.operations(), strict=True)
+        if "extended_pod" in names:
+            await self.ensure_extended_class()
         capacity = (self.layout.nodes + len(self.extra_nodes)) * self.layout.devices_per_node
         while loop.time() < until:
             name = self.rng.choices(names, weights)[0]
@@ -261,6 +285,49 @@ class Traffic:
             self.layout.quota_namespace, self._name("q"), self._template_claims()
         )
         await self._create_pod(body)
+
+    async def extended_pod(self) -> None:
+        """A pod asking for a device as an extended resource, which kube-scheduler turns into
+        a claim of its own."""
+        body = self.layout.pod(self.layout.scheduler_namespace, self._name("x"), [], gated=False)
+        body["spec"].pop("resourceClaims", None)
+        one = {self.layout.extended_resource: "1"}
+        resources = body["spec"]["containers"][0]["resources"]
+        resources["requests"] = {**resources["requests"], **one}
+        resources["limits"] = one
+        await self._create_pod(body)
+
+    async def ensure_extended_class(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.create(DEVICE_CLASSES, self.layout.extended_class())
+
+    async def taint_device(self) -> None:
+        """A device tainted NoExecute: dralloc evicts the pods using it."""
+        index = self.rng.randrange(self.layout.nodes)
+        device = f"dev-{self.rng.randrange(self.layout.devices_per_node)}"
+        name = self._name("taint")
+        await self.client.create(
+            DEVICE_TAINT_RULES,
+            {
+                "apiVersion": self.layout.mode.api_version,
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": name},
+                "spec": {
+                    "deviceSelector": {
+                        "driver": self.layout.driver,
+                        "pool": self.layout.node_name(index),
+                        "device": device,
+                    },
+                    "taint": {"key": "robustness", "value": "broken", "effect": "NoExecute"},
+                },
+            },
+        )
+        self.taints.append(name)
+
+    async def untaint_device(self) -> None:
+        if self.taints:
+            name = self.taints.pop(self.rng.randrange(len(self.taints)))
+            await self._delete(DEVICE_TAINT_RULES, name, None)
 
     async def scheduler_pod(self) -> None:
         body = self.layout.pod(
