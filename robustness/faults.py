@@ -15,6 +15,8 @@ schedule (which fault, when) comes from the run's seed, so a seed reproduces it.
 - ``second-operator``: a second operator on another Lease (a laptop's ``kopf run`` beside the
   in-cluster one) runs for 5-15 s, then is killed. Both believe they lead.
 - ``proxy-cut``: every connection of the operators to the API server cut at once (``proxy``).
+- ``lease-lost``: the API server unreachable from the operators only, for 8-14 s (longer than
+  their Lease's 8 s): they stand down, and lead again once it is back.
 - ``lose-answers``: for 0.5-3 s the operators' requests reach the API server but their
   answers are lost (their connections cut): writes that landed look failed.
 """
@@ -97,6 +99,13 @@ class Faults:
             return "no proxy"
         return f"cut {self.proxy.cut()} connections"
 
+    def lease_lost(self) -> str:
+        if self.proxy is None:
+            return "no proxy"
+        seconds = self.rng.uniform(8, 14)
+        cut = self.proxy.partition(seconds)
+        return f"operators cut off for {seconds:.1f} s ({cut} connections cut)"
+
     def lose_answers(self) -> str:
         if self.proxy is None:
             return "no proxy"
@@ -114,6 +123,7 @@ FAULTS: Final = {
     "second-operator": Faults.second_operator,
     "proxy-cut": Faults.proxy_cut,
     "lose-answers": Faults.lose_answers,
+    "lease-lost": Faults.lease_lost,
 }
 
 

@@ -8,6 +8,8 @@ server's certificate is for 127.0.0.1, so TLS is verified as before). The faults
   dropped and its connection cut half a second later: writes land and their answers are
   lost, the case an operator cannot tell from a write that never landed. Watches that send
   nothing go on, so the operator keeps deciding (and writing) meanwhile.
+- ``partition``: for a while, every connection is cut and new ones are refused: the API
+  server is unreachable from the operators only (their Lease runs out).
 
 It runs on its own event loop in a thread, so a run's own loop never waits on it.
 """
@@ -40,6 +42,8 @@ class Proxy:
         )
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
+        self._refusing = False
+        """New connections are refused (a partition)."""
         self._losing = False
         """Requests sent now lose their answers."""
         self._doomed: set[asyncio.StreamWriter] = set()
@@ -51,14 +55,18 @@ class Proxy:
         return self.port
 
     def stop(self) -> None:
-        def close() -> None:
+        async def close() -> None:
             if self._server is not None:
                 self._server.close()
             self._cut()
-            self._loop.stop()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(close)
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
 
     def cut(self) -> int:
@@ -74,6 +82,14 @@ class Proxy:
         self._loop.call_soon_threadsafe(setattr, self, "_losing", False)
         threading.Event().wait(LOST_ANSWER_CUT + 0.1)
         return self.doomed_total
+
+    def partition(self, seconds: float) -> int:
+        """Cut every connection and refuse new ones for ``seconds``; returns how many were cut."""
+        self._loop.call_soon_threadsafe(setattr, self, "_refusing", True)
+        cut = self.cut()
+        threading.Event().wait(seconds)
+        self._loop.call_soon_threadsafe(setattr, self, "_refusing", False)
+        return cut
 
     async def _cut_async(self) -> int:
         return self._cut()
@@ -93,6 +109,9 @@ class Proxy:
     async def _serve(
         self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
     ) -> None:
+        if self._refusing:
+            client_writer.transport.abort()
+            return
         try:
             server_reader, server_writer = await asyncio.open_connection(*self.target)
         except OSError:

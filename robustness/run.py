@@ -44,6 +44,7 @@ SAFE_FAULTS: Final = (
     "etcd-compact",
     "proxy-cut",
     "lose-answers",
+    "lease-lost",
 )
 """The faults of the short run in CI."""
 

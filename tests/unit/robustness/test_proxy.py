@@ -12,6 +12,14 @@ import pytest
 from robustness.proxy import Proxy
 
 
+def closed(sock: socket.socket) -> bool:
+    """The other side closed or reset the connection (no bytes come)."""
+    try:
+        return sock.recv(16) == b""
+    except ConnectionResetError:
+        return True
+
+
 @pytest.fixture
 def server() -> Iterator[tuple[int, list[bytes]]]:
     """A TCP server that records what it receives and answers each read with b"ok"."""
@@ -48,7 +56,7 @@ def test_bytes_pass_and_a_cut_closes_the_connection(server: tuple[int, list[byte
         assert client.recv(16) == b"ok"
         assert received == [b"hello"]
         assert proxy.cut() == 1
-        assert client.recv(16) == b"", "the connection was not closed"
+        assert closed(client), "the connection was not closed"
     finally:
         proxy.stop()
 
@@ -66,7 +74,7 @@ def test_lost_answers_reach_the_server_but_not_the_client(server: tuple[int, lis
         losing.start()
         threading.Event().wait(0.1)
         client.sendall(b"write")
-        assert client.recv(16) == b"", "an answer came back, or the connection stayed open"
+        assert closed(client), "an answer came back, or the connection stayed open"
         losing.join()
         assert received == [b"first", b"write"], "the request did not reach the server"
         quiet.sendall(b"quiet")  # a connection that sent nothing in the window is untouched
@@ -74,5 +82,26 @@ def test_lost_answers_reach_the_server_but_not_the_client(server: tuple[int, lis
         again = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
         again.sendall(b"after")
         assert again.recv(16) == b"ok", "answers still lost after the window"
+    finally:
+        proxy.stop()
+
+
+def test_a_partition_refuses_connections_until_it_ends(server: tuple[int, list[bytes]]) -> None:
+    port, _ = server
+    proxy = Proxy("127.0.0.1", port)
+    try:
+        proxy.start()
+        open_one = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        cutting = threading.Thread(target=proxy.partition, args=(0.5,))
+        cutting.start()
+        threading.Event().wait(0.1)
+        assert closed(open_one), "an open connection survived the partition"
+        refused = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        refused.sendall(b"x")
+        assert closed(refused), "a new connection got through the partition"
+        cutting.join()
+        after = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        after.sendall(b"after")
+        assert after.recv(16) == b"ok"
     finally:
         proxy.stop()
