@@ -382,7 +382,8 @@ class Checker:
             ]
             found.append(
                 Violation(
-                    POD_NOT_EXPLAINED, key, f"{why}, without {' and '.join(lacks)}",
+                    POD_NOT_EXPLAINED, key,
+                    f"{why}, without {' and '.join(lacks)}" + (f" ({pod.why})" if pod.why else ""),
                     self.rv, self.at,
                 )
             )  # fmt: skip

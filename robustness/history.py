@@ -105,6 +105,8 @@ class PodFacts:
     explained: bool
     """It carries a condition saying why it is not running: dralloc's DevicesAllocated=False
     or kube-scheduler's PodScheduled=False, with a message."""
+    why: str = ""
+    """Those conditions, as ``type reason: message`` (shortened), for the report."""
 
     @property
     def key(self) -> str:
@@ -302,6 +304,7 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
     except ValueError:
         gang_size = 0
     explained = False
+    why = []
     for condition in status.get("conditions") or ():
         kind = condition.get("type")
         if (
@@ -310,6 +313,8 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
             and condition.get("message")
         ):
             explained = True
+            message = str(condition.get("message"))[:160]
+            why.append(f"{str(kind).rsplit('/', 1)[-1]} {condition.get('reason')}: {message}")
     return PodFacts(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
@@ -331,6 +336,7 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
         gang=str(annotations.get(GANG_ANNOTATION) or ""),
         gang_size=gang_size,
         explained=explained,
+        why="; ".join(why),
     )
 
 

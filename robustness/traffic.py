@@ -241,7 +241,7 @@ class Traffic:
 
     def operations(self) -> list[tuple[str, int]]:
         ops = [
-            ("template_pod", 30), ("shared_claim", 5), ("gang", 5), ("quota_pod", 6),
+            ("template_pod", 30), ("shared_claim", 5), ("gang", 5), ("gang_torn", 2), ("quota_pod", 6),
             ("delete_pod", 20), ("delete_new_pod", 4), ("delete_claim", 3),
             ("add_node", 1), ("remove_node", 1), ("taint_device", 1), ("untaint_device", 2),
         ]  # fmt: skip
@@ -349,7 +349,8 @@ class Traffic:
             entry = [{"name": "dev", "resourceClaimName": claim}]
             await self._create_pod(self.layout.pod(namespace, self._name("u"), entry))
 
-    async def gang(self) -> None:
+    async def gang(self) -> str:
+        """A gang of 2 or 3 pods; returns its name."""
         namespace = self.rng.choice(self.layout.gated)
         size = self.rng.choice((2, 3))
         gang = self._name("g")
@@ -359,6 +360,15 @@ class Traffic:
                 namespace, f"{gang}-{index}", self._template_claims(), annotations=annotations
             )
             await self._create_pod(body)
+        return gang
+
+    async def gang_torn(self) -> None:
+        """A gang one of whose members is deleted while dralloc places the gang."""
+        gang = await self.gang()
+        gang_members = [i for i, (_, name) in enumerate(self.live) if name.startswith(f"{gang}-")]
+        await asyncio.sleep(self.rng.uniform(0, 0.3))
+        namespace, name = self.live.pop(self.rng.choice(gang_members))
+        await self._delete(PODS, name, namespace)
 
     async def delete_pod(self) -> None:
         if not self.live:
