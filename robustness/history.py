@@ -311,6 +311,8 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
             kind in (DEVICES_ALLOCATED_CONDITION, "PodScheduled")
             and condition.get("status") == "False"
             and condition.get("message")
+            # kube-scheduler's note that a gate holds the pod says nothing of why it waits
+            and condition.get("reason") != "SchedulingGated"
         ):
             explained = True
             message = str(condition.get("message"))[:160]

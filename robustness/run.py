@@ -78,6 +78,8 @@ class Result:
     latency_p99_s: float
     relists: int
     settled_in_s: float | None
+    slowest: list[tuple[float, str, str]]
+    """The three pods slowest to be bound: seconds, pod, its conditions before."""
     history: History = field(repr=False)
 
     @property
@@ -102,6 +104,7 @@ class Result:
             "latency_p50_s": self.latency_p50_s,
             "latency_p99_s": self.latency_p99_s,
             "settled_in_s": self.settled_in_s,
+            "slowest": self.slowest,
         }
 
     def summary(self) -> str:
@@ -126,6 +129,10 @@ class Result:
             else f"history: {self.report.events} events; NOT settled in {o.settle_s:.0f} s",
             f"pods bound: {self.pods_bound} ({self.bound_per_s:.2f}/s), allocation latency "
             f"p50 {self.latency_p50_s:.2f} s, p99 {self.latency_p99_s:.2f} s",
+            "slowest: "
+            + "; ".join(
+                f"{pod} {t:.1f} s ({why or 'no condition'})" for t, pod, why in self.slowest
+            ),
             "violations: " + ", ".join(f"{rule} {n}" for rule, n in self.report.by_rule().items()),
         ]
         for violation in self.report.violations:
@@ -242,8 +249,9 @@ class Run:
             self.proxy.stop()
             await client.close()
         history = recorder.history(warned=warned, settled=True)
+        save_history(history, self.work_dir / "history.jsonl")
         report = check(history)
-        bound, latencies = _bindings(history)
+        bound, latencies, slowest = _bindings(history)
         return Result(
             options=self.options,
             report=report,
@@ -256,6 +264,7 @@ class Run:
             latency_p99_s=_quantile(latencies, 0.99),
             relists=recorder.relists,
             settled_in_s=settled_in,
+            slowest=slowest,
             history=history,
         )
 
@@ -357,6 +366,17 @@ class Run:
         return frozenset(found)
 
 
+def save_history(history: History, path: Path) -> None:
+    """Every recorded event, one JSON object a line (for reading a run afterwards)."""
+    with path.open("w") as out:
+        for event in history.ordered():
+            row = asdict(event)
+            row["facts"] = {
+                k: sorted(v) if isinstance(v, frozenset) else v for k, v in row["facts"].items()
+            }
+            out.write(json.dumps(row, default=str) + "\n")
+
+
 def _has_devices(pod: PodFacts, claims: dict[str, Any]) -> bool:
     names, missing = pod.claim_names()
     if not pod.bound or missing:
@@ -368,19 +388,24 @@ def _has_devices(pod: PodFacts, claims: dict[str, Any]) -> bool:
     return True
 
 
-def _bindings(history: History) -> tuple[int, list[float]]:
-    """Pods bound, and each bound pod's time from its first event to its binding."""
+def _bindings(history: History) -> tuple[int, list[float], list[tuple[float, str, str]]]:
+    """Pods bound; each bound pod's time from its first event to its binding; and the three
+    slowest as (seconds, pod, what its conditions said last before it was bound)."""
     first: dict[str, float] = {}
-    latencies: dict[str, float] = {}
+    why: dict[str, str] = {}
+    latencies: dict[str, tuple[float, str, str]] = {}
     for event in history.ordered():
         facts = event.facts
         if not isinstance(facts, PodFacts) or not facts.has_claims or event.type == "DELETED":
             continue
         uid = facts.uid
         first.setdefault(uid, event.at)
+        if facts.why:
+            why[uid] = facts.why
         if facts.node and uid not in latencies:
-            latencies[uid] = event.at - first[uid]
-    return len(latencies), sorted(latencies.values())
+            latencies[uid] = (event.at - first[uid], facts.key, why.get(uid, ""))
+    slowest = sorted(latencies.values(), reverse=True)[:3]
+    return len(latencies), sorted(t for t, _, _ in latencies.values()), slowest
 
 
 def _quantile(values: Sequence[float], q: float) -> float:

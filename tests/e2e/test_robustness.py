@@ -32,9 +32,12 @@ def test_a_short_seeded_run_with_faults_keeps_every_rule(testbed: Testbed, tmp_p
     cluster = Cluster(
         testbed.kubeconfig, testbed.bin, testbed.state_dir, MODES[testbed.api_mode.name]
     )
+    # settle_s: a pod kube-scheduler put aside while its view was stale (after a relist) is
+    # retried at the latest when its unschedulable queue is flushed, every 5 minutes.
     options = Options(
-        mode=cluster.mode, seed=SEED, duration_s=50, faults=SAFE_FAULTS, fault_count=4
-    )
+        mode=cluster.mode, seed=SEED, duration_s=50, faults=SAFE_FAULTS, fault_count=4,
+        settle_s=330,
+    )  # fmt: skip
     result = asyncio.run(Run(cluster, options, tmp_path).execute())
     print("[robustness] " + result.summary().replace("\n", "\n[robustness] "))
     # The run did what it claims: traffic, the faults, pods bound, a relist seen by someone.

@@ -99,3 +99,17 @@ def test_a_quota_names_its_class_and_limits() -> None:
     assert (facts.device_class, facts.hard_devices, facts.hard_claims, facts.selectors) == (
         "gpus", 2, None, False,
     )  # fmt: skip
+
+
+def test_a_scheduling_gate_is_no_explanation_of_a_wait() -> None:
+    gated = {"metadata": {"name": "p"}, "status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+        "message": "Scheduling is blocked due to non-empty scheduling gates",
+    }]}}  # fmt: skip
+    assert not pod_facts(gated).explained
+    refused = {"metadata": {"name": "p"}, "status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available",
+    }]}}  # fmt: skip
+    facts = pod_facts(refused)
+    assert facts.explained and facts.why == "PodScheduled Unschedulable: 0/3 nodes are available"
