@@ -150,20 +150,8 @@ class Cluster:
         if not running:
             raise RuntimeError(f"no running {name} in the testbed's state.json")
         component = running[-1]
-        proc = Path(f"/proc/{component.pid}")
-        argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
-        env = dict(
-            item.decode().split("=", 1)
-            for item in (proc / "environ").read_bytes().split(b"\0")
-            if b"=" in item
-        )
-        os.killpg(component.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while control.process_start_time(component.pid) == component.start_time:
-            if time.monotonic() > deadline:
-                os.killpg(component.pid, signal.SIGKILL)
-                deadline = time.monotonic() + 10
-            time.sleep(0.1)
+        argv, env = control.command_of(component)
+        control.stop_components([component])
         time.sleep(down_for)
         control.start(state, name, argv, env)
         _wait(f"{name} back", wait or (lambda: True), 90)

@@ -50,6 +50,7 @@ from procs import (  # noqa: E402
     READY_TIMEOUT_S,
     Component,
     TestbedError,
+    command_of,  # noqa: F401  (for the fault helpers that restart a component)
     http_ok,
     insecure_tls_context,
     process_start_time,

@@ -127,6 +127,19 @@ def start(
     return component
 
 
+def command_of(component: Component) -> tuple[list[str], dict[str, str]]:
+    """How a running component was started (its command line and environment, as /proc has
+    them), to start it again after a fault stopped it."""
+    proc = Path(f"/proc/{component.pid}")
+    argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+    env = dict(
+        item.decode().split("=", 1)
+        for item in (proc / "environ").read_bytes().split(b"\0")
+        if b"=" in item
+    )
+    return argv, env
+
+
 def stop_components(components: list[Component]) -> list[str]:
     """Stop the recorded components in reverse start order; returns what was stopped."""
     stopped = []

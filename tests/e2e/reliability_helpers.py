@@ -14,7 +14,6 @@ import os
 import signal
 import time
 from collections.abc import Collection, Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -135,13 +134,7 @@ def stopped(testbed: Testbed, name: str) -> Iterator[None]:
     ]
     assert current, f"no running {name} recorded in state.json"
     component = current[-1]
-    proc = Path(f"/proc/{component.pid}")
-    argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
-    env = dict(
-        item.decode().split("=", 1)
-        for item in (proc / "environ").read_bytes().split(b"\0")
-        if b"=" in item
-    )
+    argv, env = control.command_of(component)
 
     def gone() -> bool:
         return bool(control.process_start_time(component.pid) != component.start_time)
