@@ -247,19 +247,29 @@ async def confirm_rounds(controller: AllocationController, rounds: int = 5) -> N
         task.cancel()
 
 
-async def test_a_live_read_of_the_written_over_version_waits_until_the_server_gives_up(
+async def unanswered_write(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The server may still apply a write it has not answered (it works on a request for up
-    # to its --request-timeout): a read of the very version written over says "not yet".
+) -> tuple[FakeClient, AllocationController]:
+    """Pod p's write of claim c1 got no answer; the server answers again now; the live-read
+    loop reads every 10 ms."""
     monkeypatch.setattr(allocwrites, "CONFIRM_PERIOD", 0.01)
     client = FakeClient()
     controller = cluster(client)
     key = add_pod(controller, "p", "c1")
     fail_status_writes(client, aiohttp.ServerDisconnectedError())
     await sync(controller, key)
-    write = controller.unanswered[Key("ns", "c1")]
+    assert Key("ns", "c1") in controller.unanswered
     client.fail = lambda *_: None
+    return client, controller
+
+
+async def test_a_live_read_of_the_written_over_version_waits_until_the_server_gives_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The server may still apply a write it has not answered (it works on a request for up
+    # to its --request-timeout): a read of the very version written over says "not yet".
+    _, controller = await unanswered_write(monkeypatch)
+    write = controller.unanswered[Key("ns", "c1")]
     await confirm_rounds(controller)
     assert controller.unanswered.get(Key("ns", "c1")) is write, "settled on a read of 'not yet'"
     assert controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
@@ -275,13 +285,7 @@ async def test_a_live_read_of_the_written_over_version_waits_until_the_server_gi
 async def test_a_slow_live_read_does_not_settle_a_newer_write_of_the_claim(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(allocwrites, "CONFIRM_PERIOD", 0.01)
-    client = FakeClient()
-    controller = cluster(client)
-    key = add_pod(controller, "p", "c1")
-    fail_status_writes(client, aiohttp.ServerDisconnectedError())
-    await sync(controller, key)
-    client.fail = lambda *_: None
+    client, controller = await unanswered_write(monkeypatch)
     # What the server holds changed since the write (it cannot land), but the read is slow.
     changed = claim("ns", "c1", rv="2000")
     client.remember(RESOURCE_CLAIMS, changed)
