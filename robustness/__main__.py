@@ -65,6 +65,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="in-tree: kube-scheduler's own pods on the same devices",
     )
+    p.add_argument(
+        "--webhook",
+        action="store_true",
+        help="pods get their gate from the operator's webhook (fail-open)",
+    )
     p.add_argument("--settle", type=float, default=180.0, help="seconds to wait for the end state")
     p.add_argument(
         "--state-dir", type=Path, help="a running testbed's state directory (testbed/up --dir)"
@@ -118,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     mode=mode, seed=seed, duration_s=args.duration, rate=args.rate,
                     faults=args.faults, fault_count=args.fault_count, nodes=args.nodes,
                     devices_per_node=args.devices_per_node, scheduler_pods=args.scheduler_pods,
+                    webhook=args.webhook,
                     settle_s=args.settle,
                 )  # fmt: skip
                 print(

@@ -62,6 +62,9 @@ class Options:
     devices_per_node: int = 4
     quota_devices: int = 2
     scheduler_pods: bool = False
+    webhook: bool = False
+    """Pods rely on the operator's webhook for their gate (fail-open: while no operator runs,
+    pods are created ungated), instead of carrying it themselves."""
     settle_s: float = 180.0
 
 
@@ -179,11 +182,20 @@ class Run:
             self.work_dir / f"operator-{len(self.operators)}.log",
             lease=f"{self.layout.prefix}-{lease}",
             identity=f"{self.layout.prefix}-op{len(self.operators)}",
-            extra=("--no-webhook", f"--gate-namespace-label={'='.join(GATED_LABEL)}"),
+            extra=(*self._webhook_args(), f"--gate-namespace-label={'='.join(GATED_LABEL)}"),
             kubeconfig=self.proxied,
         ).start()
         self.operators.append(operator)
         return operator
+
+    def _webhook_args(self) -> tuple[str, ...]:
+        if not self.options.webhook:
+            return ("--no-webhook",)
+        return (
+            "--webhook-addr=127.0.0.1",
+            "--webhook-port=0",
+            f"--webhook-managed={self.layout.prefix}.dralloc.test",
+        )
 
     def _live(self) -> list[Operator]:
         return [o for o in self.operators if o.alive() and o.lease == f"{self.layout.prefix}-lease"]
@@ -223,7 +235,10 @@ class Run:
             self._start_operator()
             await asyncio.to_thread(self.operators[0].wait_ready)
             supervisor = asyncio.create_task(self._supervise())
-            traffic = Traffic(client, self.layout, self.rng, self.options.scheduler_pods)
+            traffic = Traffic(
+                client, self.layout, self.rng, self.options.scheduler_pods,
+                self_gated=not self.options.webhook,
+            )  # fmt: skip
             loop = asyncio.get_running_loop()
             started = loop.time()
             plan = schedule(
@@ -247,6 +262,12 @@ class Run:
             for operator in self.operators:
                 operator.stop()
             self.proxy.stop()
+            if self.options.webhook:  # kopf leaves its configuration behind; nothing serves it
+                self.cluster.kubectl(
+                    "delete", "mutatingwebhookconfiguration", f"{self.layout.prefix}.dralloc.test",
+                    "validatingwebhookconfiguration", f"{self.layout.prefix}.dralloc.test",
+                    "--ignore-not-found", check=False,
+                )  # fmt: skip
             await client.close()
         history = recorder.history(warned=warned, settled=True)
         save_history(history, self.work_dir / "history.jsonl")

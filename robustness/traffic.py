@@ -226,6 +226,8 @@ class Traffic:
     rng: random.Random
     scheduler_pods: bool = False
     """In-tree mode: pods kube-scheduler allocates itself, on the same devices."""
+    self_gated: bool = True
+    """dralloc's pods carry the gate themselves; else the operator's webhook adds it."""
     applied: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
     live: list[tuple[str, str]] = field(default_factory=list)
@@ -270,6 +272,8 @@ class Traffic:
 
     async def _create_pod(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
+        if not self.self_gated:
+            body["spec"].pop("schedulingGates", None)
         await self.client.create(PODS, body, meta["namespace"])
         self.live.append((meta["namespace"], meta["name"]))
 
