@@ -16,10 +16,12 @@ Rules (``RULES``):
    allows it (admin access holds nothing; shares of a multi-allocatable device may sit beside
    each other, never beside an exclusive hold). One claim holding a device twice counts too.
 2. ``pod-bound-without-devices``: no bound, non-terminal pod names a claim that is missing,
-   not allocated, or not reserved for its UID (or a template entry whose claim is not known).
-3. ``gang-released-partly``: no gang has a bound member before it was once whole: every
-   member present (as many as its size) with its claims allocated and reserved. Members that
-   end after that do not tear it.
+   not allocated, not reserved for its UID, or allocated for another node (or a template
+   entry whose claim is not known).
+3. ``gang-released-partly``: no gang member is bound unless the gang was whole when its
+   first member was bound: every member present (as many as its size) with its claims
+   allocated and reserved. Members that end after that do not tear it; once no member is
+   bound, the next release is judged afresh.
 4. ``quota-exceeded``: no allocation makes a namespace's usage of a DeviceQuota go above its
    hard limit (devices, claims). A quota lowered below usage by its owner is not a
    violation; an allocation that raises usage while it is above is.
@@ -74,8 +76,9 @@ class Violation:
     end_rv: int | None = None
     """The first revision where the rule held again; None when it never did."""
     end_at: float | None = None
-    closed_by_relist: bool = False
-    """The event that ended it was synthesised from a relist, so it may have ended earlier."""
+    closed_by_relist: str = ""
+    """The kind whose relist synthesised the event that ended it (it may have ended
+    earlier), or "" when a watched event did."""
     uncertain: bool = False
     """It began inside a stretch the recorder did not see and a relist ended it: its end is
     known only as late as the relist, so it may have ended before it began (a claim deleted
@@ -137,8 +140,8 @@ class _State:
     """Claim key -> keys of the pods naming it."""
     gangs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     """``namespace/gang`` -> member pod keys."""
-    whole_once: set[str] = field(default_factory=set)
-    """Gangs that were whole at some revision since their first member came."""
+    released: set[str] = field(default_factory=set)
+    """Gangs that were whole when a member was bound, and have had a bound member since."""
     namespace_claims: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     owned: dict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
     """Pod UID -> claim entry -> the key of the claim made for it (its owner reference and
@@ -155,7 +158,7 @@ class Checker:
         self.closed: list[Violation] = []
         self.rv = 0
         self.at = 0.0
-        self.relisted = False
+        self.relisted = ""
 
     # -- episodes -------------------------------------------------------------------------------
 
@@ -177,7 +180,8 @@ class Checker:
     # -- applying events ------------------------------------------------------------------------
 
     def apply(self, event: Event) -> None:
-        self.rv, self.at, self.relisted = event.rv, event.at, event.relisted
+        self.rv, self.at = event.rv, event.at
+        self.relisted = event.kind if event.relisted else ""
         facts = event.facts
         if isinstance(facts, ClaimFacts):
             self._apply_claim(facts, deleted=event.type == "DELETED")
@@ -279,6 +283,8 @@ class Checker:
                 return f"claim {name} is not allocated"
             if pod.uid not in claim.reserved_for:
                 return f"claim {name} is not reserved for the pod"
+            if pod.node and claim.nodes and pod.node not in claim.nodes:
+                return f"claim {name} is allocated on {', '.join(sorted(claim.nodes))}"
         return None
 
     def _judge_pod(self, key: str) -> None:
@@ -296,17 +302,16 @@ class Checker:
 
     def _judge_gang(self, gang: str) -> None:
         members = [self.state.pods[k] for k in sorted(self.state.gangs.get(gang, ()))]
-        if not members:
-            self.state.whole_once.discard(gang)
-            self._judge(GANG_RELEASED_PARTLY, gang, None)
-            return
-        size = max(m.gang_size for m in members) or len(members)
+        size = max((m.gang_size for m in members), default=0) or len(members)
         waiting = [m.name for m in members if self._unsatisfied(m) is not None]
-        if len(members) >= size and not waiting:
-            self.state.whole_once.add(gang)
+        whole = bool(members) and len(members) >= size and not waiting
         bound = [m.name for m in members if m.bound]
+        if not bound:
+            self.state.released.discard(gang)  # nobody runs: the next release starts afresh
+        elif whole:
+            self.state.released.add(gang)  # released whole; members may end from now on
         broken = None
-        if bound and gang not in self.state.whole_once:
+        if bound and gang not in self.state.released:
             broken = f"{', '.join(bound)} bound with {len(members)} of {size} members present" + (
                 f", {', '.join(waiting)} without devices" if waiting else ""
             )
@@ -404,8 +409,9 @@ class Checker:
 
 
 def _unverifiable(violation: Violation, gaps: Iterable[Gap]) -> bool:
-    return violation.closed_by_relist and any(
-        gap.after_rv < violation.start_rv <= gap.until_rv for gap in gaps
+    return any(
+        gap.kind == violation.closed_by_relist and gap.after_rv < violation.start_rv <= gap.until_rv
+        for gap in gaps
     )
 
 

@@ -78,6 +78,9 @@ class ClaimFacts:
     """The UID of the pod that owns it (a claim made from a template), or ""."""
     pod_claim_name: str = ""
     """The owner's claim entry it was made for (the ``pod-claim-name`` annotation), or ""."""
+    nodes: frozenset[str] = frozenset()
+    """The nodes its allocation is for (its node selector's ``metadata.name`` field or
+    hostname label); empty when it names none (network-attached devices, no allocation)."""
 
     @property
     def key(self) -> str:
@@ -254,12 +257,27 @@ def claim_facts(obj: Mapping[str, Any]) -> ClaimFacts:
             str(ref.get("uid") or "") for ref in status.get("reservedFor") or ()
         ),
         owner_pod=owner,
+        nodes=_allocation_nodes(allocation or {}),
         pod_claim_name=str(
             annotations.get(f"{DRALLOC_GROUP}/pod-claim-name")
             or annotations.get("resource.kubernetes.io/pod-claim-name")
             or ""
         ),
     )
+
+
+def _allocation_nodes(allocation: Mapping[str, Any]) -> frozenset[str]:
+    names: set[str] = set()
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ():
+        for requirement in (
+            *(term.get("matchFields") or ()),
+            *(term.get("matchExpressions") or ()),
+        ):
+            if requirement.get("key") in ("metadata.name", "kubernetes.io/hostname") and (
+                requirement.get("operator") == "In"
+            ):
+                names.update(str(v) for v in requirement.get("values") or ())
+    return frozenset(names)
 
 
 def _request_classes(requests: Iterable[Mapping[str, Any]]) -> dict[str, str]:

@@ -41,7 +41,8 @@ class Proxy:
             target=self._loop.run_forever, name="robustness-proxy", daemon=True
         )
         self._server: asyncio.Server | None = None
-        self._open: set[asyncio.StreamWriter] = set()
+        self._open: dict[asyncio.StreamWriter, asyncio.StreamWriter | None] = {}
+        """Each open connection: its client side and its server side (None while connecting)."""
         self._refusing = False
         """New connections are refused (a partition)."""
         self._losing = False
@@ -95,9 +96,11 @@ class Proxy:
         return self._cut()
 
     def _cut(self) -> int:
-        count = len(self._open) // 2
-        for writer in list(self._open):
-            writer.transport.abort()
+        count = len(self._open)
+        for client, server in list(self._open.items()):
+            for writer in (client, server):
+                if writer is not None:
+                    writer.transport.abort()
         self._open.clear()
         self.cuts += 1
         return count
@@ -112,18 +115,24 @@ class Proxy:
         if self._refusing:
             client_writer.transport.abort()
             return
+        # Counted from the start: a cut while the server side is being connected ends it too.
+        self._open[client_writer] = None
         try:
             server_reader, server_writer = await asyncio.open_connection(*self.target)
         except OSError:
+            self._open.pop(client_writer, None)
             client_writer.transport.abort()
             return
-        self._open |= {client_writer, server_writer}
+        if client_writer not in self._open:  # cut meanwhile
+            server_writer.transport.abort()
+            return
+        self._open[client_writer] = server_writer
         await asyncio.gather(
             self._pump(client_reader, server_writer, client=client_writer),
             self._pump(server_reader, client_writer),
             return_exceptions=True,
         )
-        self._open -= {client_writer, server_writer}
+        self._open.pop(client_writer, None)
         self._doomed.discard(client_writer)
         for writer in (client_writer, server_writer):
             writer.transport.abort()

@@ -55,10 +55,6 @@ class Recorder:
     def history(self, *, warned: frozenset[str] = frozenset(), settled: bool = True) -> History:
         return History(list(self.events), list(self.gaps), warned, settled)
 
-    def caught_up(self, rv: int) -> bool:
-        """Whether every kind's watch has shown revision ``rv`` or a later one."""
-        return all(seen >= rv for seen in self.last_rv.values())
-
     async def run(self) -> None:
         """Until cancelled: one watch loop per kind."""
         async with asyncio.TaskGroup() as group:

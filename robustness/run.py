@@ -342,36 +342,40 @@ class Run:
         return None
 
     async def _wait_recorded(self, client: KubeClient, recorder: Recorder) -> None:
-        """Write one marker object of each kind and wait until the recorder has seen them."""
+        """Write a marker object of each kind, then touch each once more, and wait until the
+        recorder has seen every touch: each kind's watch is then past the last marker's
+        creation, so every event before that point, of every kind, is recorded."""
         namespace = self.layout.marker_namespace
         api_version = self.options.mode.api_version
-        written = {
-            "pod": await client.create(
-                PODS,
-                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "marker", "namespace": namespace},
-                 "spec": {"containers": [{"name": "c", "image": "registry.invalid/fake"}],
-                          "nodeSelector": {"robustness-pool": "none"}}},
-                namespace,
-            ),
-            "claim": await client.create(
-                RESOURCE_CLAIMS,
-                {"apiVersion": api_version, "kind": "ResourceClaim",
-                 "metadata": {"name": "marker", "namespace": namespace},
-                 "spec": self.layout.claim_spec()},
-                namespace,
-            ),
-            "quota": await client.create(
-                DEVICE_QUOTAS,
-                {"apiVersion": "resource.dralloc.dev/v1", "kind": "DeviceQuota",
-                 "metadata": {"name": "marker", "namespace": namespace},
-                 "spec": {"deviceClassName": "marker", "hard": {"devices": 0}}},
-                namespace,
-            ),
+        markers: dict[Kind, tuple[Any, dict[str, Any]]] = {
+            "pod": (PODS, {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "marker", "namespace": namespace},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/fake"}],
+                         "nodeSelector": {"robustness-pool": "none"}},
+            }),
+            "claim": (RESOURCE_CLAIMS, {
+                "apiVersion": api_version, "kind": "ResourceClaim",
+                "metadata": {"name": "marker", "namespace": namespace},
+                "spec": self.layout.claim_spec(),
+            }),
+            "quota": (DEVICE_QUOTAS, {
+                "apiVersion": "resource.dralloc.dev/v1", "kind": "DeviceQuota",
+                "metadata": {"name": "marker", "namespace": namespace},
+                "spec": {"deviceClassName": "marker", "hard": {"devices": 0}},
+            }),
         }  # fmt: skip
+        for resource, body in markers.values():
+            await client.create(resource, body, namespace)
+        wanted: dict[Kind, int] = {}
+        for kind, (resource, _) in markers.items():
+            touched = await client.merge_patch(
+                resource, "marker", {"metadata": {"labels": {"touched": "yes"}}},
+                namespace=namespace,
+            )  # fmt: skip
+            wanted[kind] = int(touched["metadata"]["resourceVersion"])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
-        wanted = {kind: int(obj["metadata"]["resourceVersion"]) for kind, obj in written.items()}
-        while any(recorder.last_rv[kind] < rv for kind, rv in wanted.items()):  # type: ignore[index]
+        while any(recorder.last_rv[kind] < rv for kind, rv in wanted.items()):
             if loop.time() > deadline:
                 raise RuntimeError(f"the recorder did not see the markers: {recorder.last_rv}")
             await asyncio.sleep(0.2)

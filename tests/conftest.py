@@ -20,6 +20,8 @@ MISSING_BUILD: Final = (
     "helm unavailable",
     "kubectl unavailable",
     "operator image unavailable",
+    "real-node binaries missing",  # testbed/build records a failed real-node build, exits 0
+    "Debian packages missing",
 )
 """Prefixes and phrases of the skip reasons that mean a build is missing."""
 

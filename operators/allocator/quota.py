@@ -237,6 +237,8 @@ class QuotaBook:
         self.quotas: dict[str, dict[str, CompiledQuota]] = {}  # namespace -> name -> quota
         self._confirmed: dict[str, LazyCharges] = {}  # claim key -> charges
         self._assumed: dict[str, LazyCharges] = {}
+        # Claim key -> (confirmed, assumed, the two counted together), while both exist.
+        self._both: dict[str, tuple[LazyCharges, LazyCharges, LazyCharges]] = {}
         self._by_namespace: dict[str, dict[str, LazyCharges]] = {}  # effective
         self._used: dict[str, Usage] = {}  # quota ref -> usage (absent: recompute)
         self.classes: Callable[[str], object | None] = lambda _name: None
@@ -276,13 +278,26 @@ class QuotaBook:
         claims: dict[str, LazyCharges] = {}
         for key in (*self._confirmed, *self._assumed):
             if key.partition("/")[0] == namespace:
-                charges = self._confirmed.get(key) or self._assumed.get(key)
+                charges = self._effective(key)
                 if charges is not None:
                     claims[key] = charges
         if claims:
             self._by_namespace[namespace] = claims
         else:
             self._by_namespace.pop(namespace, None)
+
+    def _effective(self, key: str) -> LazyCharges | None:
+        """What a claim is counted for: its watched allocation and the one being written,
+        both while both exist (the watch may still show the devices it held before)."""
+        confirmed, assumed = self._confirmed.get(key), self._assumed.get(key)
+        if confirmed is None or assumed is None or confirmed is assumed:
+            self._both.pop(key, None)
+            return confirmed or assumed
+        both = self._both.get(key)
+        if both is None or both[0] is not confirmed or both[1] is not assumed:
+            combined = LazyCharges(lambda: (*confirmed.get(), *assumed.get()))
+            both = self._both[key] = (confirmed, assumed, combined)
+        return both[2]
 
     def devices_changed(self) -> None:
         """Capacities and selector results may differ: recompute usage when next asked."""
@@ -292,10 +307,10 @@ class QuotaBook:
         self.version += 1
 
     def confirm(self, key: str, charges: LazyCharges | None) -> None:
-        """The claim's allocation as the watch shows it (None: not allocated, or gone)."""
+        """The claim's allocation as the watch shows it (None: not allocated, or gone). An
+        assumption of the claim stays until its owner ends it (``assume(key, None)``): the
+        watch may show an older allocation than the one being written."""
         self._set(self._confirmed, key, charges)
-        if charges:
-            self._set(self._assumed, key, None)  # the write landed
 
     def assume(self, key: str, charges: LazyCharges | None) -> None:
         """An allocation being written (None: released, the write failed)."""
@@ -313,12 +328,12 @@ class QuotaBook:
             else:
                 table.pop(key, None)
             return
-        before = self._confirmed.get(key) or self._assumed.get(key)
+        before = self._effective(key)
         if charges is not None:
             table[key] = charges
         else:
             table.pop(key, None)
-        after = self._confirmed.get(key) or self._assumed.get(key)
+        after = self._effective(key)
         if before is after:
             return
         claims = self._by_namespace.setdefault(namespace, {})

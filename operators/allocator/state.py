@@ -82,7 +82,12 @@ def claim_key(claim: ClaimLike) -> str:
 
 def _version(claim: ClaimLike) -> int:
     """A claim's resourceVersion as a number (etcd's revision); -1 when it has none."""
-    version = claim.resource_version if isinstance(claim, CompiledClaim) else object_ref(claim)[2]
+    return _number(
+        claim.resource_version if isinstance(claim, CompiledClaim) else object_ref(claim)[2]
+    )
+
+
+def _number(version: str) -> int:
     try:
         return int(version)
     except ValueError:
@@ -144,6 +149,8 @@ class AllocatorState:
         # watched allocation newer than that is the write landing (or overtaken). An older
         # one is the watch lagging behind our own writes, and must not end the assumption.
         self._assumed_over: dict[str, int] = {}
+        # The version our write of the claim was answered at (see ``landed``).
+        self._landed: dict[str, int] = {}
         self.allocated = AllocatedDevices()
         self._default_inputs: SearchInputs | None = None
         # The compiled form of each claim's latest version seen (one per claim: an older
@@ -270,26 +277,45 @@ class AllocatorState:
         if cached is not None and cached.resource_version != object_ref(obj)[2]:
             del self._claim_cache[key]
         usage = usage_from_status(obj)
-        if usage:
-            self._set_usage(self._confirmed, key, usage)
-            over, seen = self._assumed_over.get(key, -1), _version(obj)
-            if key in self._assumed and (over < 0 or seen < 0 or seen > over):
-                self._assumed_over.pop(key, None)
-                self._set_usage(self._assumed, key, None)  # the write landed
-        else:
-            self._set_usage(self._confirmed, key, None)
+        self._set_usage(self._confirmed, key, usage or None)
         self.quotas.confirm(
             key, self._charges(obj, lambda c: status_charges(c, obj)) if usage else None
         )
+        if key in self._assumed and self._assumption_ends(key, _version(obj), bool(usage)):
+            self._end_assumption(key)
+
+    def _assumption_ends(self, key: str, seen: int, allocated: bool) -> bool:
+        """Whether the watched version of a claim ends our assumption of it: the watch has
+        reached the version our write made (whatever it shows), or shows an allocation newer
+        than the version the write was made over (it landed, or another write overtook it).
+        An older allocation is the watch lagging behind our own writes."""
+        landed = self._landed.get(key)
+        if landed is not None and seen >= landed:
+            return True
+        over = self._assumed_over.get(key, -1)
+        return allocated and (over < 0 or seen < 0 or seen > over)
+
+    def _end_assumption(self, key: str) -> None:
+        self._assumed_over.pop(key, None)
+        self._landed.pop(key, None)
+        self._set_usage(self._assumed, key, None)
+        self.quotas.assume(key, None)
+
+    def landed(self, claim: ClaimLike, version: str) -> None:
+        """Our allocation write of the claim was answered at ``version``: once the watch
+        reaches it, the watch alone tells what the claim holds (also when a relist skipped
+        the allocated version and shows a later one)."""
+        key = claim_key(claim)
+        number = _number(version)
+        if key in self._assumed and number >= 0:
+            self._landed[key] = number
 
     def remove_claim(self, claim: ClaimLike) -> None:
         key = claim_key(claim)
         self._claim_cache.pop(key, None)
         self._set_usage(self._confirmed, key, None)
-        self._assumed_over.pop(key, None)
-        self._set_usage(self._assumed, key, None)
         self.quotas.confirm(key, None)
-        self.quotas.assume(key, None)
+        self._end_assumption(key)
 
     def assume(self, claim: ClaimLike, allocation: ClaimAllocation | Mapping[str, Any]) -> None:
         """Count an allocation before its write is confirmed by the watch."""
@@ -304,6 +330,7 @@ class AllocatorState:
             usage = usage_from_status(status)
             charges = self._charges(claim, lambda c: status_charges(c, status))
         self._assumed_over[key] = -1 if isinstance(claim, str) else _version(claim)
+        self._landed.pop(key, None)
         self._set_usage(self._assumed, key, usage)
         self.quotas.assume(key, charges if usage else None)
 
@@ -318,9 +345,7 @@ class AllocatorState:
 
     def release(self, claim: ClaimLike) -> None:
         """Forget an assumed allocation (the write failed or was abandoned)."""
-        self._assumed_over.pop(claim_key(claim), None)
-        self._set_usage(self._assumed, claim_key(claim), None)
-        self.quotas.assume(claim_key(claim), None)
+        self._end_assumption(claim_key(claim))
 
     def clashes(self, allocations: Iterable[ClaimAllocation]) -> list[DeviceId]:
         """Devices the allocations would hand out that are already in use (allocated or
@@ -366,7 +391,8 @@ class AllocatorState:
             return confirmed
         if not confirmed:
             return assumed
-        return tuple(dict.fromkeys((*confirmed, *assumed)))
+        # By equality, not hashing: a share's consumed capacity is a dict.
+        return confirmed + tuple(item for item in assumed if item not in confirmed)
 
     def add_listener(self, listener: Any) -> None:
         """Called with (old usage, new usage) whenever a claim's usage changes."""

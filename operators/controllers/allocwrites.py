@@ -178,6 +178,10 @@ class ClaimWrites:
         if not landed:
             self._mutate(self.state.release, unanswered.claim)
             self._wake()
+        elif current is not None:
+            self._mutate(
+                self.state.landed, unanswered.claim, current.metadata.resource_version or ""
+            )
         # If it landed, the devices stay assumed until the watch shows the allocation (a
         # late event of an older version must not make them look free in between).
         log.info("unanswered allocation write settled", claim=str(key), landed=landed)
@@ -266,6 +270,7 @@ class ClaimWrites:
             subresource="status",
         )
         self.unanswered.pop(key, None)  # answered: it landed, whatever the watch showed first
+        self._mutate(self.state.landed, claim, str(updated["metadata"]["resourceVersion"]))
         stored = self.claims.assume(updated)
         assert stored.status is not None and stored.status.allocation is not None
         return stored.status.allocation

@@ -379,3 +379,37 @@ def test_usage_follows_the_claims_whether_the_quota_came_before_or_after_them(se
                 if k.startswith(f"{NS}/")
             )
             assert used(state).devices == expected, f"step {step}: {op} {key}"
+
+
+def at_version(raw: dict[str, Any], version: int, allocation: Any = None) -> dict[str, Any]:
+    out = {**raw, "metadata": {**raw["metadata"], "resourceVersion": str(version)}}
+    if allocation is not None:
+        out["status"] = {"allocation": allocation.to_dict()}
+    return out
+
+
+def test_a_watch_behind_our_write_does_not_lift_its_quota_charge() -> None:
+    state = cluster(nodes=1)
+    state.upsert_quota(quota(devices=2))
+    written = at_version(claim("a", 2), 12)
+    state.assume(written, state.find_node([written], NODES).allocations[0])
+    lagging = state.find_node([claim("z", 2, namespace="other")], NODES).allocations[0]
+    state.upsert_claim(at_version(claim("a", 2), 11, lagging))  # the watch, behind our write
+    state.upsert_claim(at_version(claim("a", 2), 12))  # the version our write is made over
+    assert state.is_assumed(written)
+    assert used(state).devices == 2
+    assert state.find_node([claim("b", 2)], NODES).node is None, "the quota was exceeded"
+
+
+def test_a_share_decided_again_while_the_watch_shows_the_old_one_counts_both() -> None:
+    state = cluster(nodes=1, models=("a100", "a100"), shared=True, memory="160Gi")
+    share = {"capacity": {"requests": {"memory": "40Gi"}}}
+    old = state.find_node([claim("a", 1, **share)], NODES).allocations[0]
+    state.upsert_claim(at_version(claim("a", 1, **share), 11, old))
+    given_back = at_version(claim("a", 1, **share), 12)
+    new = state.find_node([given_back], NODES).allocations[0]
+    state.assume(given_back, new)  # consumed capacity is a dict: counted without hashing
+    state.upsert_claim(at_version(claim("a", 1, **share), 13, new))
+    assert not state.is_assumed(given_back)
+    state.remove_claim(given_back)
+    assert not state.is_assumed(given_back)

@@ -405,3 +405,18 @@ def test_a_claim_keeps_one_compiled_version_and_none_once_gone() -> None:
     assert state.compile_claims([pending])[0].resource_version == "1"
     state.remove_claim(allocated)
     assert state._claim_cache == {}
+
+
+def test_a_landed_write_is_ended_by_any_later_watched_version() -> None:
+    # Our write over version 5 was answered at 7; a relist skips 7 and shows 8, given back
+    # by someone: the watch has passed our write and alone says what the claim holds.
+    state = cluster(nodes=1, per_node=1)
+    written = at_version(gpu_claim("a"), 5)
+    (new,) = state.allocate([written], "node-0") or []
+    state.assume(written, new)
+    state.landed(written, "7")
+    state.upsert_claim(at_version(gpu_claim("a"), 6))  # older than the write: kept
+    assert state.is_assumed(written)
+    state.upsert_claim(at_version(gpu_claim("a"), 8))
+    assert not state.is_assumed(written)
+    assert state.allocate([gpu_claim("b")], "node-0") is not None, "the device leaked"

@@ -117,3 +117,18 @@ async def test_an_unanswered_write_is_settled_by_what_the_watch_showed_meanwhile
     # No live read needed: the watch already showed a newer claim without the allocation.
     assert controller.unanswered == {}
     assert devices_used(controller) == 0
+
+
+async def test_a_watch_that_skips_our_allocation_and_shows_a_later_release_frees_the_device() -> (
+    None
+):
+    # A relist after a 410 may show a later version of the claim than the one our write made
+    # (released meanwhile) and never the allocated one: the assumption must end there.
+    _, controller, key = setup()
+    await sync(controller, key)
+    written = int(controller.claims.get(C1).metadata.resource_version or 0)
+    assert devices_used(controller) == 1
+    released = claim("ns", "c1", rv=str(written + 10))
+    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", released)
+    assert not controller.state.is_assumed(controller.claims.get(C1))
+    assert devices_used(controller) == 0, "the device stays taken by a claim that holds none"

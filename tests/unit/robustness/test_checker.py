@@ -47,6 +47,7 @@ def claim(
     access: Access = "exclusive",
     owner: str = "",
     device_class: str = GPU,
+    nodes: Sequence[str] = (),
 ) -> ClaimFacts:
     return ClaimFacts(
         namespace=NS,
@@ -56,6 +57,7 @@ def claim(
         allocated=bool(devices),
         reserved_for=frozenset(reserved),
         owner_pod=owner,
+        nodes=frozenset(nodes),
     )
 
 
@@ -219,6 +221,13 @@ def test_a_terminal_pod_may_lose_its_reservation() -> None:
     assert report.ok, report.violations
 
 
+def test_a_pod_bound_away_from_its_devices_node_is_found() -> None:
+    report = check(history(claim("c", 0, reserved=["p"], nodes=["n1"]), pod("p", "c", node="n2")))
+    assert only(report, POD_BOUND_WITHOUT_DEVICES) == [(f"{NS}/p", 2, None)]
+    assert "allocated on n1" in report.violations[0].detail
+    assert check(history(claim("c", 0, reserved=["p"], nodes=["n1"]), pod("p", "c", node="n1"))).ok
+
+
 # -- rule 3: gangs -------------------------------------------------------------------------------
 
 
@@ -243,6 +252,38 @@ def test_a_member_bound_before_the_gang_is_whole_is_found() -> None:
     report = check(history(member("m1"), claim("m1-c", 0, reserved=["m1"]), member("m1", node="n")))
     assert only(report, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 3, None)]
     assert "1 of 2 members" in report.violations[0].detail
+
+
+def test_a_gang_whole_before_release_and_torn_before_its_first_bind_is_found() -> None:
+    # Both members' claims written, then m2 is deleted before the pods are released: m1
+    # bound alone is a torn gang, although the gang was whole a moment before.
+    report = check(
+        history(
+            member("m1"),
+            member("m2"),
+            claim("m1-c", 0, reserved=["m1"]),
+            claim("m2-c", 1, reserved=["m2"]),
+            ("DELETED", member("m2")),
+            member("m1", node="n"),
+        )
+    )
+    assert only(report, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 6, None)]
+
+
+def test_a_gang_given_back_and_released_again_partly_is_found() -> None:
+    report = check(
+        history(
+            member("m1"),
+            member("m2"),
+            claim("m1-c", 0, reserved=["m1"]),
+            claim("m2-c", 1, reserved=["m2"]),
+            claim("m1-c"),  # given back before any member ran
+            claim("m2-c"),
+            claim("m1-c", 0, reserved=["m1"]),
+            member("m1", node="n"),
+        )
+    )
+    assert only(report, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 8, None)]
 
 
 def test_a_whole_gang_may_lose_a_member_after_release() -> None:
@@ -348,6 +389,13 @@ def test_a_double_that_began_in_a_gap_and_that_a_relist_ended_is_unverifiable(
     report = check(made)
     assert [v.uncertain for v in report.violations] == [uncertain]
     assert report.ok is uncertain
+
+
+def test_another_kinds_gap_does_not_make_a_watched_double_unverifiable() -> None:
+    made = history(claim("a", 0), claim("b", 0), ("DELETED", claim("a", 0)))
+    made.events[-1] = replace(made.events[-1], relisted=True)
+    made.gaps = [Gap("quota", 0, 10), Gap("claim", 2, 3)]  # the claims' gap began after rv 2
+    assert not check(made).ok
 
 
 def test_the_report_counts_by_rule_and_gives_the_longest_episode() -> None:

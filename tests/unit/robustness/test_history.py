@@ -113,3 +113,11 @@ def test_a_scheduling_gate_is_no_explanation_of_a_wait() -> None:
     }]}}  # fmt: skip
     facts = pod_facts(refused)
     assert facts.explained and facts.why == "PodScheduled Unschedulable: 0/3 nodes are available"
+
+
+def test_a_claims_node_comes_from_its_allocations_node_selector() -> None:
+    selector = {"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": ["node-3"]},
+    ]}]}  # fmt: skip
+    obj = {"metadata": {"name": "c"}, "status": {"allocation": {"nodeSelector": selector}}}
+    assert claim_facts(obj).nodes == {"node-3"}

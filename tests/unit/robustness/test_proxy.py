@@ -70,7 +70,7 @@ def test_lost_answers_reach_the_server_but_not_the_client(server: tuple[int, lis
         client = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
         client.sendall(b"first")
         assert client.recv(16) == b"ok"
-        losing = threading.Thread(target=proxy.lose_answers, args=(0.3,))
+        losing = threading.Thread(target=proxy.lose_answers, args=(1.0,))
         losing.start()
         threading.Event().wait(0.1)
         client.sendall(b"write")
@@ -92,7 +92,7 @@ def test_a_partition_refuses_connections_until_it_ends(server: tuple[int, list[b
     try:
         proxy.start()
         open_one = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
-        cutting = threading.Thread(target=proxy.partition, args=(0.5,))
+        cutting = threading.Thread(target=proxy.partition, args=(1.0,))
         cutting.start()
         threading.Event().wait(0.1)
         assert closed(open_one), "an open connection survived the partition"
