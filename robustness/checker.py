@@ -18,10 +18,11 @@ Rules (``RULES``):
 2. ``pod-bound-without-devices``: no bound, non-terminal pod names a claim that is missing,
    not allocated, not reserved for its UID, or allocated for another node (or a template
    entry whose claim is not known).
-3. ``gang-released-partly``: no gang member is bound unless the gang was whole when its
-   first member was bound: every member present (as many as its size) with its claims
-   allocated and reserved. Members that end after that do not tear it; once no member is
-   bound, the next release is judged afresh.
+3. ``gang-released-partly``: no gang member is released (its gate gone, or bound) unless
+   the gang was whole when its first member was released: every member present (as many as
+   its size) with its claims allocated and reserved. Members that end after that do not tear
+   it (a member deleted between the release and its binding included); once no member is
+   released, the next release is judged afresh.
 4. ``quota-exceeded``: no allocation makes a namespace's usage of a DeviceQuota go above its
    hard limit (devices, claims). A quota lowered below usage by its owner is not a
    violation; an allocation that raises usage while it is above is.
@@ -305,15 +306,17 @@ class Checker:
         size = max((m.gang_size for m in members), default=0) or len(members)
         waiting = [m.name for m in members if self._unsatisfied(m) is not None]
         whole = bool(members) and len(members) >= size and not waiting
-        bound = [m.name for m in members if m.bound]
-        if not bound:
-            self.state.released.discard(gang)  # nobody runs: the next release starts afresh
+        # Released: nothing holds it back from kube-scheduler any more (no gate, or bound).
+        released = [m.name for m in members if not m.gated or m.bound]
+        if not released:
+            self.state.released.discard(gang)  # nobody let go: the next release starts afresh
         elif whole:
             self.state.released.add(gang)  # released whole; members may end from now on
         broken = None
-        if bound and gang not in self.state.released:
-            broken = f"{', '.join(bound)} bound with {len(members)} of {size} members present" + (
-                f", {', '.join(waiting)} without devices" if waiting else ""
+        if released and gang not in self.state.released:
+            broken = (
+                f"{', '.join(released)} released with {len(members)} of {size} members present"
+                + (f", {', '.join(waiting)} without devices" if waiting else "")
             )
         self._judge(GANG_RELEASED_PARTLY, gang, broken)
 

@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 DRALLOC_GROUP: Final = "resource.dralloc.dev"
 CLAIMS_ANNOTATION: Final = f"{DRALLOC_GROUP}/claims"
 CLAIM_STATUSES_ANNOTATION: Final = f"{DRALLOC_GROUP}/claim-statuses"
+GATE: Final = f"{DRALLOC_GROUP}/allocation"
 GANG_ANNOTATION: Final = f"{DRALLOC_GROUP}/gang"
 GANG_SIZE_ANNOTATION: Final = f"{DRALLOC_GROUP}/gang-size"
 DEVICES_ALLOCATED_CONDITION: Final = f"{DRALLOC_GROUP}/DevicesAllocated"
@@ -94,6 +95,8 @@ class PodFacts:
     uid: str
     node: str
     """``spec.nodeName``: bound when set."""
+    gated: bool
+    """It carries dralloc's scheduling gate: kube-scheduler cannot bind it yet."""
     phase: str
     direct_claims: tuple[str, ...]
     """Claims it names by ``resourceClaimName``."""
@@ -340,6 +343,7 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         node=str(spec.get("nodeName") or ""),
+        gated=any(g.get("name") == GATE for g in spec.get("schedulingGates") or ()),
         phase=str(status.get("phase") or ""),
         direct_claims=tuple(
             str(e["resourceClaimName"]) for e in entries if e.get("resourceClaimName")

@@ -69,12 +69,14 @@ def pod(
     gang_size: int = 0,
     explained: bool = False,
     phase: str = "Pending",
+    gated: bool = False,
 ) -> PodFacts:
     return PodFacts(
         namespace=NS,
         name=name,
         uid=name,
         node=node,
+        gated=gated,
         phase=phase,
         direct_claims=tuple(claims),
         template_entries=(),
@@ -231,8 +233,10 @@ def test_a_pod_bound_away_from_its_devices_node_is_found() -> None:
 # -- rule 3: gangs -------------------------------------------------------------------------------
 
 
-def member(name: str, node: str = "") -> PodFacts:
-    return pod(name, f"{name}-c", node=node, gang="g", gang_size=2)
+def member(name: str, node: str = "", gated: bool | None = None) -> PodFacts:
+    """A gang member; gated until it is bound unless said otherwise."""
+    held = not node if gated is None else gated
+    return pod(name, f"{name}-c", node=node, gang="g", gang_size=2, gated=held)
 
 
 def test_a_member_bound_while_another_has_no_devices_is_found() -> None:
@@ -284,6 +288,32 @@ def test_a_gang_given_back_and_released_again_partly_is_found() -> None:
         )
     )
     assert only(report, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 8, None)]
+
+
+def test_a_member_deleted_between_the_release_and_the_binding_does_not_tear_the_gang() -> None:
+    report = check(
+        history(
+            member("m1"),
+            member("m2"),
+            claim("m1-c", 0, reserved=["m1"]),
+            claim("m2-c", 1, reserved=["m2"]),
+            member("m1", gated=False),
+            member("m2", gated=False),  # both released whole
+            ("DELETED", member("m2", gated=False)),
+            member("m1", node="n"),
+        )
+    )
+    assert report.ok, report.violations
+
+
+def test_a_member_released_from_its_gate_alone_is_found_before_it_is_bound() -> None:
+    report = check(
+        history(
+            member("m1"), member("m2"), claim("m1-c", 0, reserved=["m1"]),
+            member("m1", gated=False),
+        )
+    )  # fmt: skip
+    assert only(report, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 4, None)]
 
 
 def test_a_whole_gang_may_lose_a_member_after_release() -> None:
@@ -408,7 +438,9 @@ def test_a_members_claim_is_found_by_its_owner_before_the_pod_names_it() -> None
     # crd mode: the pod's claim-statuses annotation comes with the pod's release patch, after
     # its claim was allocated; the claim's owner reference and pod-claim-name say whose it is.
     def templated(name: str, node: str = "") -> PodFacts:
-        return replace(pod(name, node=node, gang="g", gang_size=2), template_entries=("dev",))
+        return replace(
+            pod(name, node=node, gang="g", gang_size=2, gated=not node), template_entries=("dev",)
+        )
 
     def made(name: str, n: int, entry: str = "dev") -> ClaimFacts:
         return replace(claim(f"{name}-dev", n, reserved=[name], owner=name), pod_claim_name=entry)

@@ -55,7 +55,7 @@ def test_an_in_tree_pods_claims_and_statuses_come_from_its_spec_and_status() -> 
         },
     }  # fmt: skip
     facts = pod_facts(obj)
-    assert facts.bound and facts.has_claims
+    assert facts.bound and facts.has_claims and not facts.gated
     assert facts.claim_names() == (("shared", "p-b-x", "p-extended-resources-y"), ())
 
 
@@ -72,13 +72,13 @@ def test_a_crd_mode_pods_claims_and_statuses_come_from_its_annotations() -> None
             "resource.dralloc.dev/gang": "g",
             "resource.dralloc.dev/gang-size": "3",
         }},
-        "spec": {},
+        "spec": {"schedulingGates": [{"name": "resource.dralloc.dev/allocation"}]},
         "status": {"conditions": [{
             "type": "resource.dralloc.dev/DevicesAllocated", "status": "False", "message": "no fit",
         }]},
     }  # fmt: skip
     facts = pod_facts(obj)
-    assert not facts.bound and facts.explained
+    assert not facts.bound and facts.explained and facts.gated
     assert (facts.gang, facts.gang_size) == ("g", 3)
     assert facts.claim_names() == (("p-b",), ("c",))
 
