@@ -145,10 +145,11 @@ class AllocatorState:
         self._rule_taints: dict[DeviceId, tuple[Taint, ...]] | None = None
         self._confirmed: dict[str, tuple[UsedDevice, ...]] = {}
         self._assumed: dict[str, tuple[UsedDevice, ...]] = {}
-        # The version each assumption was decided on (its write's precondition): only a
-        # watched allocation newer than that is the write landing (or overtaken). An older
-        # one is the watch lagging behind our own writes, and must not end the assumption.
-        self._assumed_over: dict[str, int] = {}
+        # The claim each assumption was decided on (its version is the write's
+        # precondition): only a watched allocation newer than that is the write landing (or
+        # overtaken). An older one is the watch lagging behind our own writes, and must not
+        # end the assumption. Its version is read only when a watch event asks.
+        self._assumed_over: dict[str, ClaimLike] = {}
         # The version our write of the claim was answered at (see ``landed``).
         self._landed: dict[str, int] = {}
         self.allocated = AllocatedDevices()
@@ -277,12 +278,25 @@ class AllocatorState:
         if cached is not None and cached.resource_version != object_ref(obj)[2]:
             del self._claim_cache[key]
         usage = usage_from_status(obj)
-        self._set_usage(self._confirmed, key, usage or None)
+        ends = key in self._assumed and self._assumption_ends(key, _version(obj), bool(usage))
+        if usage or ends or key in self._confirmed:
+            # One step for both tables: the usual event (our write, now watched) swaps the
+            # assumed devices for the same confirmed ones, which changes nothing counted.
+            before = self._effective(key)
+            if usage:
+                self._confirmed[key] = usage
+            else:
+                self._confirmed.pop(key, None)
+            if ends:
+                self._assumed.pop(key, None)
+                self._assumed_over.pop(key, None)
+                self._landed.pop(key, None)
+            self._counted(before, self._effective(key))
         self.quotas.confirm(
             key, self._charges(obj, lambda c: status_charges(c, obj)) if usage else None
         )
-        if key in self._assumed and self._assumption_ends(key, _version(obj), bool(usage)):
-            self._end_assumption(key)
+        if ends:
+            self.quotas.assume(key, None)
 
     def _assumption_ends(self, key: str, seen: int, allocated: bool) -> bool:
         """Whether the watched version of a claim ends our assumption of it: the watch has
@@ -292,7 +306,8 @@ class AllocatorState:
         landed = self._landed.get(key)
         if landed is not None and seen >= landed:
             return True
-        over = self._assumed_over.get(key, -1)
+        decided_on = self._assumed_over.get(key)
+        over = -1 if decided_on is None or isinstance(decided_on, str) else _version(decided_on)
         return allocated and (over < 0 or seen < 0 or seen > over)
 
     def _end_assumption(self, key: str) -> None:
@@ -329,7 +344,7 @@ class AllocatorState:
             status = {"status": {"allocation": allocation}}
             usage = usage_from_status(status)
             charges = self._charges(claim, lambda c: status_charges(c, status))
-        self._assumed_over[key] = -1 if isinstance(claim, str) else _version(claim)
+        self._assumed_over[key] = claim
         self._landed.pop(key, None)
         self._set_usage(self._assumed, key, usage)
         self.quotas.assume(key, charges if usage else None)
@@ -365,6 +380,15 @@ class AllocatorState:
     ) -> None:
         if not usage and key not in table:
             return  # nothing to forget (remove_claim clears both tables of every claim)
+        other = self._assumed if table is self._confirmed else self._confirmed
+        if key not in other:  # the usual case: only this table holds the claim
+            before = table.get(key) or ()
+            if usage:
+                table[key] = usage
+            else:
+                del table[key]
+            self._counted(before, usage or ())
+            return
         # Both count: the watched allocation and the one being written. A claim the watch
         # still shows on devices A that we have since given back and allocated B holds A
         # and B until the watch catches up: counting only one would hand the other out.
@@ -373,7 +397,10 @@ class AllocatorState:
             table[key] = usage
         else:
             table.pop(key, None)
-        after = self._effective(key)
+        self._counted(before, self._effective(key))
+
+    def _counted(self, before: tuple[UsedDevice, ...], after: tuple[UsedDevice, ...]) -> None:
+        """A claim's counted devices went from ``before`` to ``after``."""
         if before == after:
             return
         for item in before:
@@ -385,11 +412,11 @@ class AllocatorState:
             listener(before, after)
 
     def _effective(self, key: str) -> tuple[UsedDevice, ...]:
-        confirmed = self._confirmed.get(key) or ()
-        assumed = self._assumed.get(key) or ()
-        if not assumed or assumed == confirmed:
-            return confirmed
-        if not confirmed:
+        assumed = self._assumed.get(key)
+        if not assumed:
+            return self._confirmed.get(key) or ()
+        confirmed = self._confirmed.get(key)
+        if not confirmed or assumed == confirmed:
             return assumed
         # By equality, not hashing: a share's consumed capacity is a dict.
         return confirmed + tuple(item for item in assumed if item not in confirmed)
