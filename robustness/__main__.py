@@ -20,11 +20,11 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from robustness.checker import Violation
+from robustness.checker import Violation, check
 from robustness.cluster import MODES, Cluster, Unavailable
 from robustness.faults import FAULTS
 from robustness.history import ClaimFacts, History, PodFacts
-from robustness.run import SAFE_FAULTS, Options, Result, Run, write_report
+from robustness.run import SAFE_FAULTS, Options, Result, Run, load_history, write_report
 
 
 def _seeds(text: str) -> list[int]:
@@ -75,6 +75,13 @@ def parser() -> argparse.ArgumentParser:
         "--state-dir", type=Path, help="a running testbed's state directory (testbed/up --dir)"
     )
     p.add_argument("--out", type=Path, default=Path("bench/results/robustness"))
+    p.add_argument(
+        "--check-history",
+        type=Path,
+        metavar="FILE",
+        help="check a run's saved history.jsonl again (no cluster; the end-state rules are "
+        "not judged: Warning Events are not saved)",
+    )
     return p
 
 
@@ -102,6 +109,14 @@ def explain(violation: Violation, history: History, around: int = 6) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.check_history:
+        history = load_history(args.check_history)
+        history.settled = False
+        report = check(history)
+        for violation in report.violations:
+            print(violation)
+        print(f"{report.events} events; violations: {report.by_rule()}")
+        return 0 if report.ok else 1
     modes = list(MODES.values()) if args.mode == "both" else [MODES[args.mode]]
     results: list[Result] = []
     work = Path(tempfile.mkdtemp(prefix="dralloc-robustness-"))

@@ -21,8 +21,8 @@ Rules (``RULES``):
 3. ``gang-released-partly``: no gang member is released (its gate gone, or bound) unless
    the gang was whole when its first member was released: every member present (as many as
    its size) with its claims allocated and reserved. Members that end after that do not tear
-   it (a member deleted between the release and its binding included); once no member is
-   released, the next release is judged afresh.
+   it (a member deleted between the release and its binding, or while dralloc releases the
+   others, included); once every member is gone, a gang of that name is judged afresh.
 4. ``quota-exceeded``: no allocation makes a namespace's usage of a DeviceQuota go above its
    hard limit (devices, claims). A quota lowered below usage by its owner is not a
    violation; an allocation that raises usage while it is above is.
@@ -308,9 +308,9 @@ class Checker:
         whole = bool(members) and len(members) >= size and not waiting
         # Released: nothing holds it back from kube-scheduler any more (no gate, or bound).
         released = [m.name for m in members if not m.gated or m.bound]
-        if not released:
-            self.state.released.discard(gang)  # nobody let go: the next release starts afresh
-        elif whole:
+        if not members:
+            self.state.released.discard(gang)  # all gone: a gang of that name starts afresh
+        elif released and whole:
             self.state.released.add(gang)  # released whole; members may end from now on
         broken = None
         if released and gang not in self.state.released:

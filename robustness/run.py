@@ -31,7 +31,18 @@ from operators.kube import (
 from robustness.checker import RULES, Report, check
 from robustness.cluster import REPO_ROOT, Cluster, Mode, Operator
 from robustness.faults import FAULTS, Faults, Fired, schedule
-from robustness.history import History, Kind, PodFacts, claim_facts, pod_facts
+from robustness.history import (
+    ClaimFacts,
+    DeviceId,
+    Event,
+    HeldDevice,
+    History,
+    Kind,
+    PodFacts,
+    QuotaFacts,
+    claim_facts,
+    pod_facts,
+)
 from robustness.proxy import Proxy, api_server_address, proxied_kubeconfig
 from robustness.recorder import Recorder
 from robustness.traffic import GATED_LABEL, Layout, Traffic
@@ -400,6 +411,29 @@ def save_history(history: History, path: Path) -> None:
                 k: sorted(v) if isinstance(v, frozenset) else v for k, v in row["facts"].items()
             }
             out.write(json.dumps(row, default=str) + "\n")
+
+
+def load_history(path: Path, *, warned: frozenset[str] = frozenset()) -> History:
+    """A history saved by ``save_history`` (its gaps are not saved: relisted events keep
+    their mark, so a violation they end is still seen, but not marked unverifiable)."""
+    makers = {"claim": ClaimFacts, "pod": PodFacts, "quota": QuotaFacts}
+    history = History(warned=warned)
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        facts = dict(row["facts"])
+        if row["kind"] == "claim":
+            facts["devices"] = tuple(
+                HeldDevice(DeviceId(**d["device"]), d["access"], d["device_class"])
+                for d in facts["devices"]
+            )
+            facts["reserved_for"] = frozenset(facts["reserved_for"])
+            facts["nodes"] = frozenset(facts.get("nodes") or ())
+        elif row["kind"] == "pod":
+            facts["direct_claims"] = tuple(facts["direct_claims"])
+            facts["template_entries"] = tuple(facts["template_entries"])
+        row["facts"] = makers[row["kind"]](**facts)
+        history.events.append(Event(**row))
+    return history
 
 
 def _has_devices(pod: PodFacts, claims: dict[str, Any]) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,7 @@ from robustness.history import (
     PodFacts,
     QuotaFacts,
 )
+from robustness.run import load_history, save_history
 
 NS = "ns"
 GPU = "gpu"
@@ -306,6 +308,23 @@ def test_a_member_deleted_between_the_release_and_the_binding_does_not_tear_the_
     assert report.ok, report.violations
 
 
+def test_a_released_member_deleted_while_the_others_are_released_does_not_tear_the_gang() -> None:
+    # dralloc ungates members one after another; the user deletes the first in between.
+    report = check(
+        history(
+            member("m1"),
+            member("m2"),
+            claim("m1-c", 0, reserved=["m1"]),
+            claim("m2-c", 1, reserved=["m2"]),
+            member("m1", gated=False),
+            ("DELETED", member("m1", gated=False)),
+            member("m2", gated=False),
+            member("m2", node="n"),
+        )
+    )
+    assert report.ok, report.violations
+
+
 def test_a_member_released_from_its_gate_alone_is_found_before_it_is_bound() -> None:
     report = check(
         history(
@@ -454,3 +473,13 @@ def test_a_members_claim_is_found_by_its_owner_before_the_pod_names_it() -> None
         templated("m1", node="n"),
     )  # fmt: skip
     assert only(check(other_entry), GANG_RELEASED_PARTLY) == [(f"{NS}/g", 5, None)]
+
+
+def test_a_saved_history_loads_back_and_checks_the_same(tmp_path: Path) -> None:
+    made = history(
+        claim("a", 0, reserved=["p"], nodes=["n"]), pod("p", "a", node="n"), claim("b", 0)
+    )
+    save_history(made, tmp_path / "history.jsonl")
+    loaded = load_history(tmp_path / "history.jsonl")
+    assert loaded.events == made.ordered()
+    assert check(loaded).violations == check(made).violations
