@@ -121,8 +121,27 @@ class Settings:
     gate_namespace_label: str = dataclasses.field(
         default="",
         metadata=_doc(
-            "KEY=VALUE: the webhook gates only pods in namespaces with this label (others are "
-            "left to kube-scheduler's own DRA allocation in-tree); empty = every namespace."
+            "KEY=VALUE: dralloc serves only namespaces with this label: the webhook gates "
+            "their pods, and in-tree dralloc allocates their ungated pods too (others are left "
+            "to kube-scheduler's own DRA allocation); empty = every namespace."
+        ),
+    )
+    unserved_namespaces: str = dataclasses.field(
+        default="kube-system,kube-node-lease,dralloc-system",
+        metadata=_doc(
+            "Comma-separated namespaces dralloc never serves (the webhook's and the "
+            "claim-allocation policy's bindings leave them out too): in-tree, kube-scheduler "
+            "allocates their pods' claims, so the control plane's pods never wait for dralloc."
+        ),
+    )
+    allocate_ungated: bool = dataclasses.field(
+        default=True,
+        metadata=_doc(
+            "In-tree: allocate the claims of pods that passed the gate by (webhook down or "
+            "failing open, pods older than the operator) in the namespaces dralloc serves; "
+            "kube-scheduler binds them where their claims are. Off: such pods are left to "
+            "kube-scheduler, which can then allocate beside dralloc (unless the "
+            "claim-allocation policy refuses it, and then they wait)."
         ),
     )
 
@@ -328,6 +347,16 @@ class Settings:
             return None
         key, _, value = self.gate_namespace_label.partition("=")
         return key.strip(), value.strip()
+
+    def serves_namespace(self, name: str, labels: Mapping[str, str] | None) -> bool:
+        """Whether dralloc serves a namespace (``labels``: its labels, None if unknown)."""
+        if name in {n.strip() for n in self.unserved_namespaces.split(",")}:
+            return False
+        selector = self.gate_namespace_selector
+        if selector is None:
+            return True
+        key, value = selector
+        return labels is not None and labels.get(key) == value
 
     def __post_init__(self) -> None:
         if self.api_group not in API_GROUPS:

@@ -69,15 +69,6 @@ def gate_patch(
     return [*gates, {"name": SCHEDULING_GATE}]
 
 
-def namespace_selected(labels: Mapping[str, str] | None, selector: tuple[str, str] | None) -> bool:
-    """Whether pods of a namespace with ``labels`` are gated (``selector``: see
-    :attr:`~operators.settings.Settings.gate_namespace_selector`)."""
-    if selector is None:
-        return True
-    key, value = selector
-    return labels is not None and labels.get(key) == value
-
-
 @kopf.on.mutate("v1", "pods", id=WEBHOOK_ID, operations=["CREATE"], ignore_failures=True)
 async def add_scheduling_gate(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any
@@ -86,16 +77,15 @@ async def add_scheduling_gate(
     gates = gate_patch(body, protocol_for(settings.api_group))
     if gates is None:
         return
-    selector = settings.gate_namespace_selector
-    if selector is not None:
+    if settings.gate_namespace_selector is not None:
         namespace = (body.get("metadata") or {}).get("namespace") or ""
         # Labels unknown (no answer): gate. An ungated pod would pass dralloc by; a gated
         # one of another namespace is still served, by dralloc. A cached "not selected" is
         # read again live: the label may have been set a moment ago.
         labels = await _namespace_labels(memo, namespace, live=False)
-        if labels is not None and not namespace_selected(labels, selector):
+        if labels is not None and not settings.serves_namespace(namespace, labels):
             labels = await _namespace_labels(memo, namespace, live=True)
-            if labels is not None and not namespace_selected(labels, selector):
+            if labels is not None and not settings.serves_namespace(namespace, labels):
                 return  # left to kube-scheduler (in-tree), or to whoever serves it
     patch.spec["schedulingGates"] = gates
 

@@ -5,6 +5,7 @@ Examples::
     python -m robustness                          # one short run per mode, seed 1
     python -m robustness --mode in-tree --seeds 1-8 --duration 240 --fault-count 12
     python -m robustness --mode in-tree --scheduler-pods --faults none   # kube-scheduler racing
+    python -m robustness --mode in-tree --scheduler-pods --policy        # ... refused by policy
 
 Each mode gets a fresh testbed (``testbed/up``), unless ``--state-dir`` names a running one
 of that mode's kind. The report goes to ``--out`` (``.md`` and ``.json``); a violation prints
@@ -69,6 +70,12 @@ def parser() -> argparse.ArgumentParser:
         "--webhook",
         action="store_true",
         help="pods get their gate from the operator's webhook (fail-open)",
+    )
+    p.add_argument(
+        "--policy",
+        action="store_true",
+        help="the claim-allocation admission policy guards the run's namespaces, and the "
+        "operator serves all of them (kube-scheduler's pods included)",
     )
     p.add_argument("--settle", type=float, default=180.0, help="seconds to wait for the end state")
     p.add_argument(
@@ -138,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     mode=mode, seed=seed, duration_s=args.duration, rate=args.rate,
                     faults=args.faults, fault_count=args.fault_count, nodes=args.nodes,
                     devices_per_node=args.devices_per_node, scheduler_pods=args.scheduler_pods,
-                    webhook=args.webhook,
+                    webhook=args.webhook, policy=args.policy,
                     settle_s=args.settle,
                 )  # fmt: skip
                 print(

@@ -17,11 +17,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
+
+import yaml
 
 from tests.testbed_scripts import load_testbed_script
 
@@ -55,6 +57,33 @@ IN_TREE: Final = Mode(
     "in-tree", KUBERNETES_GROUP, (f"--api-group={KUBERNETES_GROUP}",), ("--dra", "--no-kcm-dra")
 )
 MODES: Final = {m.name: m for m in (CRD, IN_TREE)}
+
+
+CLAIM_ALLOCATION_POLICY: Final = REPO_ROOT / "manifests" / "base" / "claim-allocation-policy.yaml"
+OPERATOR_IDENTITY: Final = REPO_ROOT / "manifests" / "base" / "pod-protocol-identity.yaml"
+
+
+def claim_allocation_policy(
+    name: str, namespaces: Sequence[str], usernames: Sequence[str], drivers: str = "*"
+) -> list[dict[str, Any]]:
+    """The shipped claim-allocation policy, with a binding and parameters of ``name``'s own
+    over ``namespaces`` only: a run (or a test) guards its own namespaces without touching the
+    shipped binding, nor what other tests on the same control plane leave to kube-scheduler.
+    ``usernames``: the operator's user names (the API server's view of its credentials)."""
+    documents = [d for d in yaml.safe_load_all(CLAIM_ALLOCATION_POLICY.read_text()) if d]
+    policy = next(d for d in documents if d["kind"] == "ValidatingAdmissionPolicy")
+    binding = next(d for d in documents if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    params = yaml.safe_load(OPERATOR_IDENTITY.read_text())
+    params["metadata"]["name"] = name
+    params["data"] = {"usernames": ",".join(usernames), "groups": "", "drivers": drivers}
+    binding["metadata"]["name"] = name
+    binding["spec"]["paramRef"]["name"] = name
+    binding["spec"]["matchResources"]["namespaceSelector"] = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}
+        ]
+    }
+    return [params, policy, binding]
 
 
 class Unavailable(RuntimeError):
@@ -101,6 +130,20 @@ class Cluster:
             subprocess.run(
                 [str(TESTBED_DIR / "down"), str(self.state_dir)], check=False, timeout=120
             )
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """The operator's own credentials (a user name of its own, which the admission
+        policies trust as the operator's); the admin's for a testbed without them."""
+        own = self.kubeconfig.with_name("operator.kubeconfig")
+        return own if own.is_file() else self.kubeconfig
+
+    def operator_user(self) -> str:
+        """The user name the API server sees for :attr:`operator_kubeconfig`."""
+        return self.kubectl(
+            f"--kubeconfig={self.operator_kubeconfig}", "auth", "whoami",
+            "-o", "jsonpath={.status.userInfo.username}",
+        ).strip()  # fmt: skip
 
     def env(self) -> dict[str, str]:
         return {
@@ -196,13 +239,14 @@ class Operator:
     identity: str
     extra: tuple[str, ...] = ()
     kubeconfig: Path | None = None
-    """How it reaches the API server (the run's proxy); default the cluster's own."""
+    """How it reaches the API server (the run's proxy); default the cluster's own, as the
+    operator's identity."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> Operator:
         args = [
             sys.executable, "-m", "operators",
-            f"--kubeconfig={self.kubeconfig or self.cluster.kubeconfig}",
+            f"--kubeconfig={self.kubeconfig or self.cluster.operator_kubeconfig}",
             "--metrics-port=0", "--probe-port=0",
             "--lease-duration=8", "--renew-deadline=6", "--retry-period=1",
             "--requeue-max-delay=2", "--log-format=json", "--log-level=INFO",

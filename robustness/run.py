@@ -29,7 +29,7 @@ from operators.kube import (
     KubeClient,
 )
 from robustness.checker import RULES, Report, check
-from robustness.cluster import REPO_ROOT, Cluster, Mode, Operator
+from robustness.cluster import REPO_ROOT, Cluster, Mode, Operator, claim_allocation_policy
 from robustness.faults import FAULTS, Faults, Fired, schedule
 from robustness.history import (
     ClaimFacts,
@@ -76,6 +76,9 @@ class Options:
     webhook: bool = False
     """Pods rely on the operator's webhook for their gate (fail-open: while no operator runs,
     pods are created ungated), instead of carrying it themselves."""
+    policy: bool = False
+    """The claim-allocation admission policy guards the run's namespaces (only the operator
+    may allocate), and the operator serves every one of them, kube-scheduler's pods too."""
     settle_s: float = 180.0
 
 
@@ -126,7 +129,8 @@ class Result:
         o = self.options
         lines = [
             f"mode={o.mode.name} seed={o.seed} duration={o.duration_s:.0f}s "
-            f"faults={','.join(o.faults) or 'none'} scheduler_pods={o.scheduler_pods}",
+            f"faults={','.join(o.faults) or 'none'} scheduler_pods={o.scheduler_pods} "
+            f"policy={o.policy}",
             f"traffic: {sum(self.traffic.values())} operations "
             f"({', '.join(f'{k} {v}' for k, v in sorted(self.traffic.items()))}); "
             f"{sum(self.failed.values())} refused or failed"
@@ -193,11 +197,37 @@ class Run:
             self.work_dir / f"operator-{len(self.operators)}.log",
             lease=f"{self.layout.prefix}-{lease}",
             identity=f"{self.layout.prefix}-op{len(self.operators)}",
-            extra=(*self._webhook_args(), f"--gate-namespace-label={'='.join(GATED_LABEL)}"),
+            extra=(*self._webhook_args(), *self._scope_args()),
             kubeconfig=self.proxied,
         ).start()
         self.operators.append(operator)
         return operator
+
+    def _scope_args(self) -> tuple[str, ...]:
+        if self.options.policy:
+            return ()  # every namespace: the policy leaves kube-scheduler none to allocate
+        return (f"--gate-namespace-label={'='.join(GATED_LABEL)}",)
+
+    @property
+    def _policy_name(self) -> str:
+        return f"{self.layout.prefix}-allocation"
+
+    def _install_policy(self) -> None:
+        self.cluster.apply(
+            *claim_allocation_policy(
+                self._policy_name, self.layout.namespaces(), [self.cluster.operator_user()]
+            )
+        )
+
+    def _remove_policy(self) -> None:
+        self.cluster.kubectl(
+            "delete", "validatingadmissionpolicybinding", self._policy_name,
+            "--ignore-not-found", check=False,
+        )  # fmt: skip
+        self.cluster.kubectl(
+            "delete", "configmap", self._policy_name, f"--namespace={LEASE_NAMESPACE}",
+            "--ignore-not-found", check=False,
+        )  # fmt: skip
 
     def _webhook_args(self) -> tuple[str, ...]:
         if not self.options.webhook:
@@ -230,7 +260,7 @@ class Run:
         install(self.cluster)
         port = self.proxy.start()
         self.proxied = proxied_kubeconfig(
-            self.cluster.kubeconfig, port, self.work_dir / "operator-kubeconfig"
+            self.cluster.operator_kubeconfig, port, self.work_dir / "operator-kubeconfig"
         )
         client = await KubeClient.connect(
             str(self.cluster.kubeconfig), user_agent="dralloc-robustness",
@@ -242,6 +272,8 @@ class Run:
         recording = asyncio.create_task(recorder.run())
         supervisor: asyncio.Task[None] | None = None
         try:
+            if self.options.policy:
+                self._install_policy()
             self.cluster.apply(*self.layout.setup())
             self._start_operator()
             await asyncio.to_thread(self.operators[0].wait_ready)
@@ -272,6 +304,8 @@ class Run:
                 await recording
             for operator in self.operators:
                 operator.stop()
+            if self.options.policy:
+                self._remove_policy()
             self.proxy.stop()
             if self.options.webhook:  # kopf leaves its configuration behind; nothing serves it
                 self.cluster.kubectl(

@@ -6,7 +6,8 @@ Why a script of its own: tests, demos and benchmarks all need the same real clus
 must come up without Docker or downloads. Only the Python standard library and the `openssl`
 command are used, so it runs before the project's virtualenv exists.
 
-Everything a run creates lives in one state directory: PKI, etcd data, logs, the kubeconfig and
+Everything a run creates lives in one state directory: PKI, etcd data, logs, the kubeconfigs
+(the admin's, and one per component and the operator: IDENTITIES) and
 `state.json` (ports, pids with their start times, kube-controller-manager's controller list).
 `down` stops exactly the processes recorded there, checking each pid's start time so a recycled
 pid is never signalled.
@@ -208,8 +209,23 @@ def run_openssl(args: Sequence[str], cwd: Path) -> None:
 EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
 
+IDENTITIES = {
+    # As kubeadm names them: the API server's bootstrap RBAC grants exactly these users what
+    # they need, and admission policies can tell their writes apart from anyone else's.
+    "kube-scheduler": "/CN=system:kube-scheduler",
+    "kube-controller-manager": "/CN=system:kube-controller-manager",
+    # The operator run by tests and scripts beside the testbed: all rights (the chart's RBAC
+    # is tried in-cluster), but a name of its own, so that policies trusting the operator
+    # (manifests/base) do not trust the admin who plays the user, or kube-scheduler.
+    "operator": "/O=system:masters/CN=dralloc-testbed-operator",
+}
+"""Client certificates (and a ``<name>.kubeconfig`` each) besides the admin's."""
+OPERATOR_USER = "dralloc-testbed-operator"
+
+
 def make_pki(pki: Path, address: str | None = None) -> None:
-    """A CA, the API server's serving cert, an admin client cert and the service-account keys.
+    """A CA, the API server's serving cert, client certs (the admin's, each component's, the
+    operator's) and the service-account keys.
 
     Full key-usage/SKI/AKI extensions: strict TLS clients (Python >= 3.13) reject certs without.
     """
@@ -233,6 +249,9 @@ def make_pki(pki: Path, address: str | None = None) -> None:
             + "\n",
         ),
         "admin": ("/O=system:masters/CN=dralloc-testbed-admin", "extendedKeyUsage=clientAuth\n"),
+        **{
+            name: (subject, "extendedKeyUsage=clientAuth\n") for name, subject in IDENTITIES.items()
+        },
     }
     for name, (subject, extra) in leaves.items():
         ext = pki / f"{name}.ext"
@@ -258,7 +277,7 @@ def make_pki(pki: Path, address: str | None = None) -> None:
     run_openssl(["pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub"], pki)
 
 
-def write_kubeconfig(path: Path, server: str, pki: Path) -> None:
+def write_kubeconfig(path: Path, server: str, pki: Path, user: str = "admin") -> None:
     """Credentials embedded as data, so the file can be copied and read by any client."""
 
     def b64(name: str) -> str:
@@ -275,19 +294,24 @@ def write_kubeconfig(path: Path, server: str, pki: Path) -> None:
         ],
         "users": [
             {
-                "name": "admin",
+                "name": user,
                 "user": {
-                    "client-certificate-data": b64("admin.crt"),
-                    "client-key-data": b64("admin.key"),
+                    "client-certificate-data": b64(f"{user}.crt"),
+                    "client-key-data": b64(f"{user}.key"),
                 },
             }
         ],
-        "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "admin"}}],
+        "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],
         "current-context": "testbed",
     }
     # JSON is valid YAML; every kubeconfig reader accepts it.
     path.write_text(json.dumps(config, indent=2))
     path.chmod(0o600)
+
+
+def identity_kubeconfig(admin_kubeconfig: Path, name: str) -> Path:
+    """The kubeconfig of one of IDENTITIES, beside the admin's (``operator.kubeconfig``)."""
+    return admin_kubeconfig.with_name(f"{name}.kubeconfig")
 
 
 def admin_tls_context(pki: Path) -> ssl.SSLContext:
@@ -467,6 +491,9 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
     deadline = time.monotonic() + READY_TIMEOUT_S
     make_pki(pki, state.address)
     write_kubeconfig(kubeconfig, state.server, pki)
+    own = {name: identity_kubeconfig(kubeconfig, name) for name in IDENTITIES}
+    for name, path in own.items():
+        write_kubeconfig(path, state.server, pki, name)
 
     peer = f"http://127.0.0.1:{ports.etcd_peer}"
     etcd_url = f"http://127.0.0.1:{ports.etcd_client}"
@@ -560,21 +587,23 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
         deadline,
     )
 
-    common = [
-        "--bind-address=127.0.0.1",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-    ]
+    def common(kubeconfig: Path) -> list[str]:
+        return [
+            "--bind-address=127.0.0.1",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+        ]
+
     scheduler = start(
         state,
         "kube-scheduler",
         [
             str(bin_dir / "kube-scheduler"),
-            f"--config={scheduler_config(state, kubeconfig)}",
+            f"--config={scheduler_config(state, own['kube-scheduler'])}",
             f"--secure-port={ports.scheduler}",
             *feature_gates(state),
-            *common,
+            *common(own["kube-scheduler"]),
         ],
     )
     controller_manager = start(
@@ -582,7 +611,10 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
         "kube-controller-manager",
         [
             str(bin_dir / "kube-controller-manager"),
-            f"--kubeconfig={kubeconfig}",
+            f"--kubeconfig={own['kube-controller-manager']}",
+            # Each controller under its own ServiceAccount (kube-system/<controller>), as in
+            # real clusters: what kcm writes shows who wrote it.
+            "--use-service-account-credentials=true",
             "--leader-elect=false",
             f"--secure-port={ports.controller_manager}",
             f"--controllers={','.join(state.kcm_controllers)}",
@@ -594,7 +626,7 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             # Published as kube-root-ca.crt in every namespace (the projected token volume).
             f"--root-ca-file={pki / 'ca.crt'}",
             *feature_gates(state),
-            *common,
+            *common(own["kube-controller-manager"]),
         ],
     )
     # kwok also merges ~/.kwok/kwok.yaml when it exists: give it an empty home of its own.

@@ -71,6 +71,15 @@ class PodProtocol:
     ``allocation.nodeSelector``; and if the pod then fits nowhere, the plugin deallocates the
     claim and allocates it afresh (its own fallback), which a pinned pod would defeat: it
     would wait on the pinned node forever, and a gate cannot be put back."""
+    allocates_ungated: bool = False
+    """Whether dralloc allocates the claims of a pod that is neither gated nor bound (it
+    passed the gate by).
+
+    In-tree, kube-scheduler binds a pod only where its allocated claims are (the
+    allocation's ``nodeSelector``), so dralloc can choose the node and devices for it as for
+    a gated pod, while the claim-allocation admission policy refuses kube-scheduler's own
+    allocation. Our CRDs are unknown to kube-scheduler: it binds such a pod wherever it
+    fits, and dralloc allocates on that node once it is bound."""
     status_summaries: bool = False
     """Whether claims have dralloc's ``status.allocatedDevices`` and
     ``status.reservedForNames``: the allocated devices' and the consumers' names in one string
@@ -182,6 +191,7 @@ KUBERNETES: Final = PodProtocol(
     claims_in_spec=True,
     claim_conditions=False,
     pins_node=False,
+    allocates_ungated=True,
 )
 """The in-tree kinds, as the kubelet, kube-scheduler and kube-controller-manager read them."""
 

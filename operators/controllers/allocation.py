@@ -177,6 +177,7 @@ class AllocationController(ClaimWrites, Explanations):
         self._statuses_by_others = (
             runtime.protocol.claims_in_spec and not self.settings.claims_controller
         )
+        self._serves_ungated = runtime.protocol.allocates_ungated and self.settings.allocate_ungated
         # Claims generated for a pod are found through their owner until the pod records
         # their names (we record them in our own pod write; see claims.py).
         self.pods.ensure_index(claimrules.PODS_BY_UID_INDEX, claimrules.pod_uid_keys)
@@ -238,7 +239,7 @@ class AllocationController(ClaimWrites, Explanations):
         bucket = (change.key.namespace, change.key.name)
         for key in self.pods.index_keys(POD_GANG_INDEX, bucket):
             pod = self.pods.get(key)
-            if pod is not None and pod.pod_group == change.key.name and _wants_allocation(pod):
+            if pod is not None and pod.pod_group == change.key.name and self._wants_allocation(pod):
                 self.queue.add(key)
 
     def _on_claim(self, change: Change[ResourceClaim]) -> None:
@@ -286,12 +287,33 @@ class AllocationController(ClaimWrites, Explanations):
         ):
             self._wake()
 
+    def _wants_allocation(self, pod: Pod) -> bool:
+        """Whether the pod's claims are this controller's to allocate (and its pod to write).
+
+        Gated pods, and bound ones (whose claims must be allocated on their node). In-tree,
+        also every other pod with claims in a namespace dralloc serves: a pod that passed the
+        gate by (the webhook down or failing open, a pod older than the operator, one created
+        with a gate of its own removed) is allocated here like any other, and kube-scheduler
+        binds it where its claims are. The claim-allocation admission policy
+        (manifests/base) keeps kube-scheduler from allocating those claims itself; the gate
+        only spares it the refused attempts."""
+        if not pod.claims or pod.done or pod.deleting:
+            return False
+        # A bound pod is looked at whatever its devices annotation says (anyone who may edit
+        # the pod could have written it): its claims tell whether it is allocated.
+        if pod.gated or pod.node_name:
+            return True
+        return self._serves_ungated and self.settings.serves_namespace(
+            pod.namespace, self._namespace_labels(pod.namespace)
+        )
+
     def _on_namespace(self, change: Change[Namespace]) -> None:
-        """The admin-access label may have been added (or removed) for the namespace's pods."""
+        """The admin-access label may have been added (or removed) for the namespace's pods,
+        or the label that puts its pods in dralloc's scope."""
         if change.old is None or change.new is None or change.old.labels == change.new.labels:
             return
         for key, pod in self.pods.items():
-            if key.namespace == change.key.name and _wants_allocation(pod):
+            if key.namespace == change.key.name and self._wants_allocation(pod):
                 self.queue.add(key)
 
     def _on_pod(self, change: Change[Pod]) -> None:
@@ -322,7 +344,7 @@ class AllocationController(ClaimWrites, Explanations):
         written = self.written.get(change.key)
         if written is not None and version_number(pod.resource_version) >= written:
             del self.written[change.key]
-        if _wants_allocation(pod):
+        if self._wants_allocation(pod):
             self.queue.add(change.key)
 
     def writing(self, claim: Key, pods: Iterable[Key]) -> bool:
@@ -388,7 +410,7 @@ class AllocationController(ClaimWrites, Explanations):
 
     async def run(self) -> None:
         for key, pod in self.pods.items():
-            if _wants_allocation(pod):
+            if self._wants_allocation(pod):
                 self.queue.add(key)
         async with asyncio.TaskGroup() as writers:
             self._writers = writers
@@ -415,7 +437,7 @@ class AllocationController(ClaimWrites, Explanations):
             self.queue.add_after(key, RELIST_DELAY)
             return
         pod = self.pods.get(key)
-        if pod is None or not _wants_allocation(pod):
+        if pod is None or not self._wants_allocation(pod):
             self.queue.forget(key)
             self.waiting.discard(key)
             return
@@ -837,14 +859,6 @@ _FAILURE_RESULT: dict[FailureKind | None, str] = {
     FailureKind.UNAVAILABLE: "unavailable",
     FailureKind.REJECTED: "refused",
 }
-
-
-def _wants_allocation(pod: Pod) -> bool:
-    if not pod.claims or pod.done or pod.deleting:
-        return False
-    # A bound pod is looked at whatever its devices annotation says (anyone who may edit the
-    # pod could have written it): its claims tell whether it is allocated (_resolve_claims).
-    return pod.gated or bool(pod.node_name)
 
 
 register_controller(

@@ -95,6 +95,24 @@ class Testbed:
     real_nodes: tuple[str, ...] = ()
     """Names of the real nodes (kubelet + containerd + DRA test driver), if any."""
 
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """The operator's own credentials (``testbed/up`` writes ``operator.kubeconfig``: all
+        rights, a user name of its own that admission policies trust as the operator's);
+        the admin's for a reused testbed without one."""
+        own = self.kubeconfig.with_name("operator.kubeconfig")
+        return own if own.is_file() else self.kubeconfig
+
+    @property
+    def operator_user(self) -> str:
+        """The user name the API server sees for the operator's requests."""
+        result = subprocess.run(
+            [str(self.bin / "kubectl"), f"--kubeconfig={self.operator_kubeconfig}", "auth",
+             "whoami", "-o", "jsonpath={.status.userInfo.username}"],
+            capture_output=True, text=True, check=True, timeout=KUBECTL_TIMEOUT_S,
+        )  # fmt: skip
+        return result.stdout.strip()
+
     def in_mode(self, mode: ApiMode) -> Testbed:
         """This control plane, seen by a test of ``mode``."""
         return self if mode == self.api_mode else replace(self, api_mode=mode)

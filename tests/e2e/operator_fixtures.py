@@ -116,7 +116,7 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         args = [
             sys.executable, "-m", "operators",
-            f"--kubeconfig={self.testbed.kubeconfig}",
+            f"--kubeconfig={self.testbed.operator_kubeconfig}",
             "--metrics-port=0", "--probe-port=0",
             "--lease-duration=8", "--renew-deadline=6", "--retry-period=1",
             "--requeue-max-delay=2",

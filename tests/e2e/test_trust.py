@@ -85,7 +85,9 @@ def policy(testbed: Testbed) -> Iterator[str]:
     objects = shipped(testbed)
     for obj in objects:
         if obj["kind"] == "ConfigMap":
-            obj["data"]["usernames"] += f",{admin}"  # as scripts/demo does for its operator
+            # As scripts/demo does for its operator; the admin plays the operator's identity
+            # in the tests of what gets past admission.
+            obj["data"]["usernames"] += f",{testbed.operator_user},{admin}"
     order = ["Namespace", "ConfigMap", "ValidatingAdmissionPolicy"]
     objects.sort(key=lambda o: order.index(o["kind"]) if o["kind"] in order else len(order))
     testbed.apply(*objects)

@@ -477,6 +477,11 @@ def test_another_namespace_moves_everything_and_the_lease() -> None:
     assert identity["data"]["usernames"] == "system:serviceaccount:dra:dralloc-operator"
     (hook,) = only(objects, "MutatingWebhookConfiguration", "dralloc")["webhooks"]
     assert "dra" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    # The namespaces the operator leaves to kube-scheduler are those the policy leaves out.
+    binding = only(objects, "ValidatingAdmissionPolicyBinding", "dralloc-claim-allocation")
+    (left_out,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert env["DRALLOC_UNSERVED_NAMESPACES"].split(",") == left_out["values"]
+    assert binding["spec"]["paramRef"]["namespace"] == "dra"
     assert "dralloc-system" not in yaml.safe_dump(objects)
 
 

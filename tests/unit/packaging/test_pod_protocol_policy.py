@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,11 +22,10 @@ from operators.api.annotations import (
     DEVICES_ANNOTATION,
     SCHEDULING_GATE,
 )
-from operators.cel.program import evaluate
 
-BASE = Path(__file__).resolve().parents[3] / "manifests" / "base"
+from .admission import BASE, USER, admit, docs
+
 OPERATOR_SA = "system:serviceaccount:dralloc-system:dralloc-operator"
-USER = "mallory"
 DEVICES = json.dumps(
     [
         {
@@ -42,62 +40,19 @@ DEVICES = json.dumps(
 STATUSES = json.dumps([{"name": "gpu", "resourceClaimName": "victim-gpu-abcde"}])
 
 
-def _docs(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((BASE / name).read_text()) if d]
-
-
 @pytest.fixture(scope="module")
 def policy() -> dict[str, Any]:
-    return next(d for d in _docs("pod-protocol-policy.yaml") if d["kind"].endswith("Policy"))
+    return next(d for d in docs("pod-protocol-policy.yaml") if d["kind"].endswith("Policy"))
 
 
 @pytest.fixture(scope="module")
 def binding() -> dict[str, Any]:
-    return next(d for d in _docs("pod-protocol-policy.yaml") if d["kind"].endswith("Binding"))
+    return next(d for d in docs("pod-protocol-policy.yaml") if d["kind"].endswith("Binding"))
 
 
 @pytest.fixture(scope="module")
 def params() -> dict[str, Any]:
-    return _docs("pod-protocol-identity.yaml")[0]
-
-
-def admit(
-    policy: dict[str, Any],
-    params: dict[str, Any],
-    *,
-    operation: str,
-    obj: dict[str, Any] | None,
-    old: dict[str, Any] | None = None,
-    user: str = USER,
-    groups: list[str] | None = None,
-    sub_resource: str = "",
-) -> str | None:
-    """None if the policy admits the request, else the message the requester sees."""
-    user_info: dict[str, Any] = {"username": user}
-    if groups is not None:
-        user_info["groups"] = groups
-    bindings: dict[str, Any] = {
-        "object": obj,
-        "oldObject": old,
-        "params": params,
-        "request": {"operation": operation, "subResource": sub_resource, "userInfo": user_info},
-    }
-    spec = policy["spec"]
-    for condition in spec.get("matchConditions", []):
-        if evaluate(condition["expression"], bindings) is not True:
-            return None
-    variables: dict[str, Any] = {}
-    for variable in spec.get("variables", []):
-        variables[variable["name"]] = evaluate(
-            variable["expression"], {**bindings, "variables": variables}
-        )
-    for validation in spec["validations"]:
-        context = {**bindings, "variables": variables}
-        if evaluate(validation["expression"], context) is not True:
-            message = evaluate(validation["messageExpression"], context)
-            assert isinstance(message, str)
-            return message
-    return None
+    return docs("pod-protocol-identity.yaml")[0]
 
 
 def pod(

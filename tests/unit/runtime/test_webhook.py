@@ -7,7 +7,8 @@ import tempfile
 from pathlib import Path
 
 from operators.api.podprotocol import KUBERNETES
-from operators.webhooks import build_self_signed_certificate, gate_patch, namespace_selected
+from operators.settings import Settings
+from operators.webhooks import build_self_signed_certificate, gate_patch
 
 CLAIMS = {"resource.dralloc.dev/claims": '[{"name":"a","resourceClaimName":"c"}]'}
 
@@ -63,10 +64,19 @@ def test_in_tree_pods_are_gated_by_their_spec_resource_claims() -> None:
 
 
 def test_namespace_selection() -> None:
-    assert namespace_selected({}, None)
-    assert namespace_selected({"dralloc": "on"}, ("dralloc", "on"))
-    assert not namespace_selected({"dralloc": "off"}, ("dralloc", "on"))
-    assert not namespace_selected({}, ("dralloc", "on"))
+    every = Settings()
+    assert every.serves_namespace("team-a", {})
+    assert every.serves_namespace("team-a", None)
+    labelled = Settings(gate_namespace_label="dralloc=on")
+    assert labelled.serves_namespace("team-a", {"dralloc": "on"})
+    assert not labelled.serves_namespace("team-a", {"dralloc": "off"})
+    assert not labelled.serves_namespace("team-a", {})
+    assert not labelled.serves_namespace("team-a", None)
+    # The control plane's and the operator's namespaces, whatever their labels.
+    for name in ("kube-system", "kube-node-lease", "dralloc-system"):
+        assert not every.serves_namespace(name, {})
+        assert not labelled.serves_namespace(name, {"dralloc": "on"})
+    assert Settings(unserved_namespaces="").serves_namespace("kube-system", {})
 
 
 def _class(expression: str) -> dict[str, object]:

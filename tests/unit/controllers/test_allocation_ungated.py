@@ -1,0 +1,107 @@
+"""In-tree, dralloc allocates the claims of pods that passed its gate by.
+
+A pod created while the webhook was down (or failing open), or before the operator ran, has
+no gate; kube-scheduler would allocate its claims beside dralloc. With the claim-allocation
+policy it may not, so dralloc allocates them as for a gated pod (without a gate to lift or a
+node to pin: kube-scheduler binds the pod where its claims are), in the namespaces it serves
+only. On dralloc's CRDs kube-scheduler knows nothing of the claims, so such a pod is
+allocated once bound, on its node, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from operators.cache.informer import Key
+from operators.controllers.allocation import AllocationController
+from operators.controllers.workqueue import work_once
+from operators.kube import NAMESPACES, PODS, RESOURCE_CLAIMS
+
+from .fakes import FakeClient, claim, namespace, one_device_cluster, pod, put
+
+POD = Key("ns", "p")
+ENTRY = [{"name": "dev", "resourceClaimName": "c"}]
+
+
+def ungated_pod(ns: str = "ns", *, in_tree: bool = True) -> dict[str, Any]:
+    raw = pod(ns, "p", [] if in_tree else ENTRY, gated=False)
+    if in_tree:
+        del raw["metadata"]["annotations"]
+        raw["spec"]["resourceClaims"] = ENTRY
+    return raw
+
+
+def controller(client: FakeClient, ns: str = "ns", **settings: Any) -> AllocationController:
+    settings.setdefault("api_group", "resource.k8s.io")
+    runtime = one_device_cluster(client, **settings)
+    if ns != "ns":
+        runtime.cache[NAMESPACES].apply("ADDED", namespace(ns))
+    put(runtime, RESOURCE_CLAIMS, claim(ns, "c"))
+    return AllocationController(runtime)
+
+
+async def allocate_once(allocation: AllocationController) -> Key | None:
+    async with asyncio.TaskGroup() as writers:
+        allocation._writers = writers
+        return await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
+
+
+def allocations(client: FakeClient, ns: str = "ns") -> list[dict[str, Any]]:
+    return [
+        call.body["status"]
+        for call in client.writes(RESOURCE_CLAIMS.path(ns, "c"))
+        if call.path.endswith("/status") and "allocation" in (call.body.get("status") or {})
+    ]
+
+
+async def test_an_ungated_pod_is_allocated_and_left_to_kube_scheduler_to_bind() -> None:
+    client = FakeClient()
+    allocation = controller(client)
+    put(allocation.runtime, PODS, ungated_pod())
+    assert allocation.queue.pending() == 1
+    assert await allocate_once(allocation) == POD
+    [status] = allocations(client)
+    [result] = status["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"]) == ("n1", "dev-0")
+    assert [r["uid"] for r in status["reservedFor"]] == ["uid-p-p"]
+    # kube-scheduler binds it by the allocation's node selector: no gate to lift, no
+    # affinity written (the spec of an ungated pod cannot take one anyway).
+    pod_writes = [c.body for c in client.writes(PODS.path("ns", "p"))]
+    assert pod_writes and all("spec" not in body for body in pod_writes)
+
+
+async def test_pods_of_namespaces_dralloc_does_not_serve_stay_kube_schedulers() -> None:
+    for ns, settings in (
+        ("ns", {"gate_namespace_label": "dralloc=on"}),  # "ns" is not labelled
+        ("kube-system", {}),
+        ("ns", {"allocate_ungated": False}),
+    ):
+        client = FakeClient()
+        allocation = controller(client, ns, **settings)
+        put(allocation.runtime, PODS, ungated_pod(ns))
+        assert allocation.queue.pending() == 0, (ns, settings)
+        await allocation.sync(Key(ns, "p"))
+        assert allocations(client, ns) == [], (ns, settings)
+
+
+async def test_labelling_the_namespace_brings_its_ungated_pods_in() -> None:
+    client = FakeClient()
+    allocation = controller(client, gate_namespace_label="dralloc=on")
+    put(allocation.runtime, PODS, ungated_pod())
+    assert allocation.queue.pending() == 0
+    labelled = namespace("ns")
+    labelled["metadata"]["labels"]["dralloc"] = "on"
+    labelled["metadata"]["resourceVersion"] = "2"
+    allocation.runtime.cache[NAMESPACES].apply("MODIFIED", labelled)
+    assert await allocate_once(allocation) == POD
+    assert len(allocations(client)) == 1
+
+
+async def test_on_the_crds_an_ungated_pod_waits_for_its_node() -> None:
+    client = FakeClient()
+    allocation = controller(client, api_group="resource.dralloc.dev")
+    put(allocation.runtime, PODS, ungated_pod(in_tree=False))
+    assert allocation.queue.pending() == 0
+    await allocation.sync(POD)
+    assert allocations(client) == []

@@ -1,0 +1,63 @@
+"""ValidatingAdmissionPolicies of manifests/base, evaluated offline as the API server does.
+
+The policies' CEL is plain Kubernetes CEL over ``object``, ``oldObject``, ``request`` and
+``params``; dralloc's own CEL implementation (operators/cel) evaluates it: matchConditions
+first (any false skips the policy), then the variables in order, then each validation, whose
+messageExpression is what the user is told.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from operators.cel.program import evaluate
+
+BASE = Path(__file__).resolve().parents[3] / "manifests" / "base"
+USER = "mallory"
+
+
+def docs(name: str) -> list[dict[str, Any]]:
+    """The documents of one file of manifests/base."""
+    return [d for d in yaml.safe_load_all((BASE / name).read_text()) if d]
+
+
+def admit(
+    policy: dict[str, Any],
+    params: dict[str, Any],
+    *,
+    operation: str,
+    obj: dict[str, Any] | None,
+    old: dict[str, Any] | None = None,
+    user: str = USER,
+    groups: list[str] | None = None,
+    sub_resource: str = "",
+) -> str | None:
+    """None if the policy admits the request, else the message the requester sees."""
+    user_info: dict[str, Any] = {"username": user}
+    if groups is not None:
+        user_info["groups"] = groups
+    bindings: dict[str, Any] = {
+        "object": obj,
+        "oldObject": old,
+        "params": params,
+        "request": {"operation": operation, "subResource": sub_resource, "userInfo": user_info},
+    }
+    spec = policy["spec"]
+    for condition in spec.get("matchConditions", []):
+        if evaluate(condition["expression"], bindings) is not True:
+            return None
+    variables: dict[str, Any] = {}
+    for variable in spec.get("variables", []):
+        variables[variable["name"]] = evaluate(
+            variable["expression"], {**bindings, "variables": variables}
+        )
+    for validation in spec["validations"]:
+        context = {**bindings, "variables": variables}
+        if evaluate(validation["expression"], context) is not True:
+            message = evaluate(validation["messageExpression"], context)
+            assert isinstance(message, str)
+            return message
+    return None
