@@ -72,6 +72,12 @@ def parser() -> argparse.ArgumentParser:
         help="pods get their gate from the operator's webhook (fail-open)",
     )
     p.add_argument(
+        "--no-extended-pods",
+        dest="extended_pods",
+        action="store_false",
+        help="with --scheduler-pods: no pods asking for DRA extended resources",
+    )
+    p.add_argument(
         "--policy",
         action="store_true",
         help="the claim-allocation admission policy guards the run's namespaces, and the "
@@ -145,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     mode=mode, seed=seed, duration_s=args.duration, rate=args.rate,
                     faults=args.faults, fault_count=args.fault_count, nodes=args.nodes,
                     devices_per_node=args.devices_per_node, scheduler_pods=args.scheduler_pods,
-                    webhook=args.webhook, policy=args.policy,
+                    webhook=args.webhook, policy=args.policy, extended_pods=args.extended_pods,
                     settle_s=args.settle,
                 )  # fmt: skip
                 print(

@@ -35,7 +35,7 @@ Rules (``RULES``):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -267,26 +267,7 @@ class Checker:
     # -- rule 2 ---------------------------------------------------------------------------------
 
     def _unsatisfied(self, pod: PodFacts) -> str | None:
-        """Why the pod's claims are not all allocated and reserved for it, or None."""
-        names, missing = pod.claim_names()
-        keys = [f"{pod.namespace}/{name}" for name in names]
-        made = self.state.owned.get(pod.uid, {})
-        unknown = [entry for entry in missing if entry not in made]
-        if unknown:
-            return f"no claim recorded for entries {', '.join(unknown)}"
-        keys += [made[entry] for entry in missing]
-        for key in keys:
-            name = key.split("/", 1)[1]
-            claim = self.state.claims.get(key)
-            if claim is None:
-                return f"claim {name} does not exist"
-            if not claim.allocated:
-                return f"claim {name} is not allocated"
-            if pod.uid not in claim.reserved_for:
-                return f"claim {name} is not reserved for the pod"
-            if pod.node and claim.nodes and pod.node not in claim.nodes:
-                return f"claim {name} is allocated on {', '.join(sorted(claim.nodes))}"
-        return None
+        return unsatisfied(pod, self.state.claims, self.state.owned)
 
     def _judge_pod(self, key: str) -> None:
         pod = self.state.pods.get(key)
@@ -435,3 +416,31 @@ def check(history: History) -> Report:
     marked.sort(key=lambda v: (v.start_rv, v.rule, v.subject))
     end_at = events[-1].at if events else 0.0
     return Report(marked, len(events), end_at)
+
+
+def unsatisfied(
+    pod: PodFacts, claims: Mapping[str, ClaimFacts], owned: Mapping[str, Mapping[str, str]]
+) -> str | None:
+    """Why the pod's claims are not all allocated and reserved for it (on its node), or None.
+
+    ``claims`` by "namespace/name"; ``owned``: by pod UID, the claims generated for it by pod
+    claim name (a template entry the pod does not record yet is found through its owner)."""
+    names, missing = pod.claim_names()
+    keys = [f"{pod.namespace}/{name}" for name in names]
+    made = owned.get(pod.uid, {})
+    unknown = [entry for entry in missing if entry not in made]
+    if unknown:
+        return f"no claim recorded for entries {', '.join(unknown)}"
+    keys += [made[entry] for entry in missing]
+    for key in keys:
+        name = key.split("/", 1)[1]
+        claim = claims.get(key)
+        if claim is None:
+            return f"claim {name} does not exist"
+        if not claim.allocated:
+            return f"claim {name} is not allocated"
+        if pod.uid not in claim.reserved_for:
+            return f"claim {name} is not reserved for the pod"
+        if pod.node and claim.nodes and pod.node not in claim.nodes:
+            return f"claim {name} is allocated on {', '.join(sorted(claim.nodes))}"
+    return None

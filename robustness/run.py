@@ -14,7 +14,7 @@ import json
 import random
 import statistics
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +28,7 @@ from operators.kube import (
     ApiError,
     KubeClient,
 )
-from robustness.checker import RULES, Report, check
+from robustness.checker import RULES, Report, check, unsatisfied
 from robustness.cluster import REPO_ROOT, Cluster, Mode, Operator, claim_allocation_policy
 from robustness.faults import FAULTS, Faults, Fired, schedule
 from robustness.history import (
@@ -79,6 +79,9 @@ class Options:
     policy: bool = False
     """The claim-allocation admission policy guards the run's namespaces (only the operator
     may allocate), and the operator serves every one of them, kube-scheduler's pods too."""
+    extended_pods: bool = True
+    """With ``scheduler_pods``: also pods asking for a DRA extended resource (kube-scheduler
+    allocates their claims, which the policy leaves to it)."""
     settle_s: float = 180.0
 
 
@@ -130,7 +133,7 @@ class Result:
         lines = [
             f"mode={o.mode.name} seed={o.seed} duration={o.duration_s:.0f}s "
             f"faults={','.join(o.faults) or 'none'} scheduler_pods={o.scheduler_pods} "
-            f"policy={o.policy}",
+            f"policy={o.policy} extended_pods={o.extended_pods and o.scheduler_pods}",
             f"traffic: {sum(self.traffic.values())} operations "
             f"({', '.join(f'{k} {v}' for k, v in sorted(self.traffic.items()))}); "
             f"{sum(self.failed.values())} refused or failed"
@@ -280,7 +283,7 @@ class Run:
             supervisor = asyncio.create_task(self._supervise())
             traffic = Traffic(
                 client, self.layout, self.rng, self.options.scheduler_pods,
-                self_gated=not self.options.webhook,
+                self_gated=not self.options.webhook, extended_pods=self.options.extended_pods,
             )  # fmt: skip
             loop = asyncio.get_running_loop()
             started = loop.time()
@@ -372,9 +375,13 @@ class Run:
                 continue
             live = {p.uid for p in pods}
             by_key = {c.key: c for c in claims}
+            owned: dict[str, dict[str, str]] = defaultdict(dict)
+            for claim in claims:
+                if claim.owner_pod:
+                    owned[claim.owner_pod][claim.pod_claim_name] = claim.key
             waiting = [
                 p for p in pods
-                if p.has_claims and not _has_devices(p, by_key)
+                if p.has_claims and (not p.bound or unsatisfied(p, by_key, owned) is not None)
                 and not (p.explained and p.key in warned)
             ]  # fmt: skip
             stale = [
@@ -468,17 +475,6 @@ def load_history(path: Path, *, warned: frozenset[str] = frozenset()) -> History
         row["facts"] = makers[row["kind"]](**facts)
         history.events.append(Event(**row))
     return history
-
-
-def _has_devices(pod: PodFacts, claims: dict[str, Any]) -> bool:
-    names, missing = pod.claim_names()
-    if not pod.bound or missing:
-        return False
-    for name in names:
-        claim = claims.get(f"{pod.namespace}/{name}")
-        if claim is None or not claim.allocated or pod.uid not in claim.reserved_for:
-            return False
-    return True
 
 
 def _bindings(history: History) -> tuple[int, list[float], list[tuple[float, str, str]]]:

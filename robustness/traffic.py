@@ -228,6 +228,9 @@ class Traffic:
     """In-tree mode: pods kube-scheduler allocates itself, on the same devices."""
     self_gated: bool = True
     """dralloc's pods carry the gate themselves; else the operator's webhook adds it."""
+    extended_pods: bool = True
+    """With ``scheduler_pods``: pods asking for a DRA extended resource of a class on the same
+    devices too (kube-scheduler allocates their claims, policy or not)."""
     applied: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
     live: list[tuple[str, str]] = field(default_factory=list)
@@ -248,7 +251,9 @@ class Traffic:
             ("add_node", 1), ("remove_node", 1), ("taint_device", 1), ("untaint_device", 2),
         ]  # fmt: skip
         if self.scheduler_pods and self.layout.mode.in_tree:
-            ops += [("scheduler_pod", 12), ("extended_pod", 6)]
+            ops += [("scheduler_pod", 12)]
+            if self.extended_pods:
+                ops += [("extended_pod", 6)]
         return ops
 
     async def run(self, until: float, rate: float) -> None:

@@ -113,22 +113,33 @@ class ClaimController:
 
     def _on_pod(self, change: Change[Pod]) -> None:
         pod = change.new or change.old
-        # A devices annotation on a pod that asks for no claims is a forgery to correct.
-        if pod is None or not (pod.uses_claims or DEVICES_ANNOTATION in pod.annotations):
+        if pod is None:
             return
-        if change.new is None:
-            self.statuses_deferred.pop(change.key, None)
-            self.deleted_pod_uids[pod.uid] = None
-            while len(self.deleted_pod_uids) > 500:
-                self.deleted_pod_uids.popitem(last=False)
+        if change.new is None or pod.done or pod.deleting:
+            # The claims made for it go with it, also those of a pod that names none:
+            # kube-scheduler's claims for its DRA extended resources.
+            owned = self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid)
+            if change.new is None and (owned or pod.uses_claims):
+                self._forget_deleted(change.key, pod)
+            for claim in owned:
+                self.queue.add(("claim", Key(pod.namespace, claim.metadata.name or "")))
+        # A devices annotation on a pod that asks for no claims is a forgery to correct.
+        if not (pod.uses_claims or DEVICES_ANNOTATION in pod.annotations):
+            return
         if change.new is None or pod.done or pod.deleting:
             for name in pod.claim_names():
                 self.queue.add(("claim", Key(pod.namespace, name)))
-            for claim in self.claims.by_index(claimrules.CLAIMS_BY_OWNER_INDEX, pod.uid):
-                self.queue.add(("claim", Key(pod.namespace, claim.metadata.name or "")))
             return
         if _needs_claims(pod) or pod.node_name or pod.claims_error:
             self.queue.add(("pod", change.key))
+
+    def _forget_deleted(self, key: Key, pod: Pod) -> None:
+        """A deleted pod: its deferred statuses go, and its UID is remembered as gone (the
+        claims it reserved or owned are released without a live read)."""
+        self.statuses_deferred.pop(key, None)
+        self.deleted_pod_uids[pod.uid] = None
+        while len(self.deleted_pod_uids) > 500:
+            self.deleted_pod_uids.popitem(last=False)
 
     def _on_claim(self, change: Change[ResourceClaim]) -> None:
         self.queue.add(("claim", change.key))

@@ -9,7 +9,8 @@ import pytest
 
 from operators.cache.informer import Key
 from operators.controllers.claims import ClaimController
-from operators.kube import RESOURCE_CLAIMS, ApiError, NotFound
+from operators.controllers.workqueue import work_once
+from operators.kube import PODS, RESOURCE_CLAIMS, ApiError, NotFound
 
 from .fakes import FakeClient, allocated, claim, put, runtime
 
@@ -59,3 +60,37 @@ async def test_a_finalizer_patch_refused_by_the_route_hides_nothing(answer: str)
     before = len(client.writes(RESOURCE_CLAIMS.path("ns", "c1")))
     await controller.sync_claim(key)
     assert len(client.writes(RESOURCE_CLAIMS.path("ns", "c1"))) == before + 1  # retried
+
+
+async def test_kube_schedulers_extended_resource_claim_goes_with_its_pod() -> None:
+    """A pod asking for a DRA extended resource names no claim: kube-scheduler made one for
+    it (owned by the pod). Seen still in use when the claim changed, the pod's deletion must
+    bring the claim back, else it stays allocated for nobody (kcm's claim controller, which
+    would release it, is off where dralloc's runs)."""
+    client = FakeClient()
+    controller = ClaimController(runtime(client, api_group="resource.k8s.io"))
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "x", "namespace": "ns", "uid": "uid-x", "resourceVersion": "3"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+    }
+    put(controller.runtime, PODS, pod)
+    raw = allocated(claim("ns", "x-extended-resources-abcde"), "x", "uid-x")
+    raw["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    raw["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+    raw["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": "uid-x", "controller": True}
+    ]
+    put(controller.runtime, RESOURCE_CLAIMS, raw)
+    key = Key("ns", "x-extended-resources-abcde")
+    await controller.sync_claim(key)  # its pod runs: nothing to do
+    assert client.writes(RESOURCE_CLAIMS.path("ns", key.name)) == []
+    while controller.queue.pending():
+        await work_once(controller.queue, controller.sync)
+    controller.runtime.cache[PODS].apply("DELETED", pod)
+    assert controller.queue.pending() == 1
+    await work_once(controller.queue, controller.sync)
+    # Deleted, as a claim generated for the pod (its finalizer then goes with the object).
+    writes = client.writes(RESOURCE_CLAIMS.path("ns", key.name))
+    assert [call.method for call in writes][:1] == ["DELETE"], writes

@@ -37,7 +37,12 @@ def params() -> dict[str, Any]:
     return docs("pod-protocol-identity.yaml")[0]
 
 
-def claim(*devices: tuple[str, str], reserved: tuple[str, ...] = ()) -> dict[str, Any]:
+EXTENDED = "resource.kubernetes.io/extended-resource-claim"
+
+
+def claim(
+    *devices: tuple[str, str], reserved: tuple[str, ...] = (), extended: bool = False
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -51,6 +56,8 @@ def claim(*devices: tuple[str, str], reserved: tuple[str, ...] = ()) -> dict[str
             for driver, device in devices
         ]
         body["status"]["allocation"] = {"devices": {"results": results}}
+    if extended:
+        body["metadata"]["annotations"] = {EXTENDED: "true"}
     if reserved:
         body["status"]["reservedFor"] = [
             {"resource": "pods", "name": n, "uid": f"uid-{n}"} for n in reserved
@@ -149,7 +156,10 @@ def test_binding_fails_closed_and_leaves_the_control_plane_out(
     assert policy["spec"]["failurePolicy"] == "Fail"
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     assert {g for r in rules for g in r["apiGroups"]} == {"resource.k8s.io", "resource.dralloc.dev"}
-    assert {r for rule in rules for r in rule["resources"]} == {"resourceclaims/status"}
+    assert {r for rule in rules for r in rule["resources"]} == {
+        "resourceclaims",
+        "resourceclaims/status",
+    }
     spec = binding["spec"]
     assert spec["policyName"] == policy["metadata"]["name"]
     assert spec["validationActions"] == ["Deny"]
@@ -172,3 +182,38 @@ def test_the_operators_unserved_namespaces_are_the_bindings() -> None:
     ]["matchResources"]["namespaceSelector"]["matchExpressions"]
     unserved = {n.strip() for n in Settings().unserved_namespaces.split(",")}
     assert unserved == set(expression["values"])
+
+
+def test_kube_scheduler_allocates_the_claims_it_made_for_extended_resources(
+    policy: dict[str, Any], params: dict[str, Any]
+) -> None:
+    """It accepts no allocation of them but its own (it deletes such a claim and starts
+    again), so the policy leaves them to it: to kube-scheduler only."""
+    old, new = claim(extended=True), claim(GPU, reserved=("p",), extended=True)
+    assert write(policy, params, old, new, SCHEDULER) is None
+    assert write(policy, params, old, new, "mallory") is not None
+    # Its user is a parameter.
+    renamed = copy.deepcopy(params)
+    renamed["data"]["schedulers"] = "my-scheduler"
+    assert write(policy, renamed, old, new, SCHEDULER) is not None
+    assert write(policy, renamed, old, new, "my-scheduler") is None
+
+
+def test_only_kube_scheduler_marks_a_claim_as_an_extended_resources_claim(
+    policy: dict[str, Any], params: dict[str, Any]
+) -> None:
+    marked = claim(extended=True)
+    message = admit(policy, params, operation="CREATE", obj=marked, user="mallory")
+    assert message is not None and EXTENDED in message and 'user "mallory"' in message
+    assert admit(policy, params, operation="CREATE", obj=marked, user=SCHEDULER) is None
+    # Marking one later is refused too (both through the claim and its status).
+    for sub_resource in ("", "status"):
+        assert admit(
+            policy, params, operation="UPDATE", obj=marked, old=claim(), user="mallory",
+            sub_resource=sub_resource,
+        )  # fmt: skip
+    # A claim kube-scheduler marked may still be written by others (kcm drops a gone pod's
+    # reservation, a user labels it); unmarked claims are anyone's to create.
+    reserved = claim(GPU, reserved=("p",), extended=True)
+    assert write(policy, params, reserved, claim(GPU, extended=True), KCM_CLAIMS) is None
+    assert admit(policy, params, operation="CREATE", obj=claim(), user="mallory") is None
