@@ -41,6 +41,7 @@ from operators.allocator.features import GATE_TO_FIELD, Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.state import AllocatorState
+from operators.api.annotations import SCHEDULING_GATE
 from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
 from operators.api.models import ResourceClaim
 from operators.api.podgroup import PodGroup
@@ -451,6 +452,15 @@ class AllocationController(ClaimWrites, Explanations):
             if gang is not None:
                 await allocgang.sync_gang(self, pod, gang)  # the whole gang, all or nothing
                 return
+            if pod.gang is not None and not pod.gated and not pod.node_name:
+                # A member that passed the gate by: allocated alone, kube-scheduler would
+                # bind it while the others wait (a gang released in part).
+                raise Unallocatable(
+                    f"gang {pod.gang.name}: this member has no {SCHEDULING_GATE} gate (created "
+                    "while the webhook was away, or the gate removed by hand); a gang is "
+                    "placed only while all its members are gated, so this pod is not "
+                    "allocated alone: delete it and create it again"
+                )
             entries = self._resolve_claims(pod)
             started = time.perf_counter()
             try:

@@ -1,4 +1,4 @@
-"""In-tree mode does not pin released pods, so kube-scheduler's own fallback can save them.
+"""In-tree mode does not pin released pods, so kube-scheduler's fallback can save them.
 
 dralloc allocates a node-local device and removes its gate; in-tree, the claim's
 ``allocation.nodeSelector`` is what keeps kube-scheduler on that node. If the node no longer
@@ -20,9 +20,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from robustness.cluster import claim_allocation_policy
+
 from .kube_helpers import Testbed, TestbedRegistry, unique_name, wait_for
 from .modes import IN_TREE, TESTBED_DRA_SCHEDULER
-from .operator_fixtures import OperatorProcess, ensure_lease_namespace, publish_devices, template
+from .operator_fixtures import (
+    LEASE_NAMESPACE,
+    OperatorProcess,
+    ensure_lease_namespace,
+    publish_devices,
+    template,
+)
 
 GROUP = "resource.k8s.io"
 HOLD = "example.com/hold"
@@ -45,9 +55,22 @@ def _allocated_node(claim: dict[str, Any]) -> str:
     return str(terms[0].get("matchFields", [{}])[0].get("values", [""])[0])
 
 
-def test_a_released_pod_whose_node_stopped_fitting_is_moved_by_kube_scheduler(
-    testbeds: TestbedRegistry, tmp_path: Path
+def _allocation_manager(claim: dict[str, Any]) -> str:
+    """Who last wrote the claim's status.allocation (its managedFields manager)."""
+    for entry in claim["metadata"].get("managedFields") or ():
+        fields = (entry.get("fieldsV1") or {}).get("f:status") or {}
+        if entry.get("subresource") == "status" and "f:allocation" in fields:
+            return str(entry.get("manager"))
+    return ""
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["kube-scheduler", "policy"])
+def test_a_released_pod_whose_node_stopped_fitting_is_moved(
+    testbeds: TestbedRegistry, tmp_path: Path, guarded: bool
 ) -> None:
+    """kube-scheduler's PostFilter deallocates the claim either way; then it allocates the
+    claim again itself, or, with the claim-allocation policy refusing it, dralloc does (the
+    pod has no gate any more: dralloc serves ungated pods too) and kube-scheduler binds."""
     # kube-controller-manager without its DRA controllers: dralloc's replace them.
     testbed = testbeds.get(TESTBED_DRA_SCHEDULER).in_mode(IN_TREE)
     ensure_lease_namespace(testbed)
@@ -60,6 +83,9 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved_by_kube_scheduler(
     )
     namespace = unique_name("fallback")
     testbed.kubectl("create", "namespace", namespace)
+    policy = f"{namespace}-allocation"
+    if guarded:
+        testbed.apply(*claim_allocation_policy(policy, [namespace], [testbed.operator_user]))
     pool = publish_devices(testbed, label, {first: 1, second: 1})
     testbed.apply(template(namespace, "one", pool))
     operator = OperatorProcess(
@@ -124,7 +150,14 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved_by_kube_scheduler(
         node = wait_for("worker bound", bound, timeout=90)
         claim = _claim_of(testbed, namespace, "worker")
         assert node == second
-        assert _allocated_node(claim) == second  # kube-scheduler re-allocated it there
+        assert _allocated_node(claim) == second  # re-allocated there
+        if guarded:  # by dralloc: kube-scheduler may only bind
+            fields = testbed.get(
+                f"resourceclaims.{GROUP}", claim["metadata"]["name"], f"--namespace={namespace}",
+                "--show-managed-fields",
+            )  # fmt: skip
+            assert fields is not None
+            assert _allocation_manager(fields) == "dralloc", fields["metadata"]["managedFields"]
         assert claim["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
         assert [r["uid"] for r in claim["status"]["reservedFor"]] == [live["metadata"]["uid"]]
 
@@ -138,3 +171,12 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved_by_kube_scheduler(
         )
     finally:
         operator.stop()
+        if guarded:
+            testbed.kubectl(
+                "delete", "validatingadmissionpolicybinding", policy, "--ignore-not-found",
+                check=False,
+            )  # fmt: skip
+            testbed.kubectl(
+                "delete", "configmap", policy, f"--namespace={LEASE_NAMESPACE}",
+                "--ignore-not-found", check=False,
+            )  # fmt: skip

@@ -11,8 +11,10 @@ allocated once bound, on its node, as before.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
 from operators.cache.informer import Key
 from operators.controllers.allocation import AllocationController
 from operators.controllers.workqueue import work_once
@@ -105,3 +107,22 @@ async def test_on_the_crds_an_ungated_pod_waits_for_its_node() -> None:
     assert allocation.queue.pending() == 0
     await allocation.sync(POD)
     assert allocations(client) == []
+
+
+async def test_a_gang_member_without_the_gate_is_not_allocated_alone() -> None:
+    """Allocated alone, it would be bound while the rest of its gang waits: it is explained
+    instead (it can never be held back again)."""
+    client = FakeClient()
+    allocation = controller(client)
+    member = ungated_pod()
+    member["metadata"]["annotations"] = {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+    put(allocation.runtime, PODS, member)
+    assert await allocate_once(allocation) == POD
+    assert allocations(client) == []
+    conditions = [
+        call.body["status"]["conditions"]
+        for call in client.writes(PODS.path("ns", "p"))
+        if call.path.endswith("/status") and "conditions" in (call.body.get("status") or {})
+    ]
+    assert conditions, client.calls
+    assert "gang train: this member has no" in json.dumps(conditions)
