@@ -22,7 +22,9 @@ Rules (``RULES``):
    the gang was whole when its first member was released: every member present (as many as
    its size) with its claims allocated and reserved. Members that end after that do not tear
    it (a member deleted between the release and its binding, or while dralloc releases the
-   others, included); once every member is gone, a gang of that name is judged afresh.
+   others, included); once every member is gone, a gang of that name is judged afresh. A
+   member that never had a gate (created while the webhook was away) counts as released only
+   once it is bound: nothing held it back, so only its binding can tear the gang.
 4. ``quota-exceeded``: no allocation makes a namespace's usage of a DeviceQuota go above its
    hard limit (devices, claims). A quota lowered below usage by its owner is not a
    violation; an allocation that raises usage while it is above is.
@@ -142,6 +144,8 @@ class _State:
     gangs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     """``namespace/gang`` -> member pod keys."""
     released: set[str] = field(default_factory=set)
+    ever_gated: set[str] = field(default_factory=set)
+    """UIDs of the pods seen with a gate."""
     """Gangs that were whole when a member was bound, and have had a bound member since."""
     namespace_claims: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     owned: dict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
@@ -234,9 +238,12 @@ class Checker:
             state.pod_by_uid.pop(old.uid, None)
         if deleted:
             state.pods.pop(pod.key, None)
+            state.ever_gated.discard(pod.uid)
         else:
             state.pods[pod.key] = pod
             state.pod_by_uid[pod.uid] = pod.key
+            if pod.gated:
+                state.ever_gated.add(pod.uid)
             for name in pod.claim_names()[0]:
                 state.users[f"{pod.namespace}/{name}"].add(pod.key)
             if pod.gang:
@@ -287,8 +294,13 @@ class Checker:
         size = max((m.gang_size for m in members), default=0) or len(members)
         waiting = [m.name for m in members if self._unsatisfied(m) is not None]
         whole = bool(members) and len(members) >= size and not waiting
-        # Released: nothing holds it back from kube-scheduler any more (no gate, or bound).
-        released = [m.name for m in members if not m.gated or m.bound]
+        # Released: nothing holds it back from kube-scheduler any more (its gate gone, or
+        # bound).
+        released = [
+            m.name
+            for m in members
+            if m.bound or (not m.gated and m.uid in self.state.ever_gated)
+        ]
         if not members:
             self.state.released.discard(gang)  # all gone: a gang of that name starts afresh
         elif released and whole:

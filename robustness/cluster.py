@@ -61,22 +61,35 @@ MODES: Final = {m.name: m for m in (CRD, IN_TREE)}
 
 CLAIM_ALLOCATION_POLICY: Final = REPO_ROOT / "manifests" / "base" / "claim-allocation-policy.yaml"
 OPERATOR_IDENTITY: Final = REPO_ROOT / "manifests" / "base" / "pod-protocol-identity.yaml"
+OPERATOR_NAMESPACE: Final = "dralloc-system"
 
 
 def claim_allocation_policy(
-    name: str, namespaces: Sequence[str], usernames: Sequence[str], drivers: str = "*"
+    name: str,
+    namespaces: Sequence[str],
+    usernames: Sequence[str],
+    group: str = KUBERNETES_GROUP,
+    extended_classes: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """The shipped claim-allocation policy, with a binding and parameters of ``name``'s own
-    over ``namespaces`` only: a run (or a test) guards its own namespaces without touching the
-    shipped binding, nor what other tests on the same control plane leave to kube-scheduler.
+    """The shipped claim-allocation policy (for the claims of ``group``: the in-tree
+    component's switch), named ``name`` with a binding and parameters of its own over
+    ``namespaces`` only: a run (or a test) guards its own namespaces without touching the
+    shipped objects, nor what other tests on the same control plane leave to kube-scheduler.
     ``usernames``: the operator's user names (the API server's view of its credentials)."""
     documents = [d for d in yaml.safe_load_all(CLAIM_ALLOCATION_POLICY.read_text()) if d]
     policy = next(d for d in documents if d["kind"] == "ValidatingAdmissionPolicy")
     binding = next(d for d in documents if d["kind"] == "ValidatingAdmissionPolicyBinding")
     params = yaml.safe_load(OPERATOR_IDENTITY.read_text())
     params["metadata"]["name"] = name
-    params["data"] = {"usernames": ",".join(usernames), "groups": "", "drivers": drivers}
+    params["data"] |= {
+        "usernames": ",".join(usernames),
+        "groups": "",
+        "extendedClasses": ",".join(extended_classes),
+    }
+    policy["metadata"]["name"] = name
+    policy["spec"]["matchConstraints"]["resourceRules"][0]["apiGroups"] = [group]
     binding["metadata"]["name"] = name
+    binding["spec"]["policyName"] = name
     binding["spec"]["paramRef"]["name"] = name
     binding["spec"]["matchResources"]["namespaceSelector"] = {
         "matchExpressions": [
@@ -84,6 +97,16 @@ def claim_allocation_policy(
         ]
     }
     return [params, policy, binding]
+
+
+def claim_allocation_policy_removal(name: str) -> list[tuple[str, ...]]:
+    """The kubectl arguments that delete what :func:`claim_allocation_policy` made (the
+    binding first: without its parameters it would refuse every claim status write)."""
+    return [
+        ("delete", "validatingadmissionpolicybinding", name, "--ignore-not-found"),
+        ("delete", "validatingadmissionpolicy", name, "--ignore-not-found"),
+        ("delete", "configmap", name, f"--namespace={OPERATOR_NAMESPACE}", "--ignore-not-found"),
+    ]
 
 
 class Unavailable(RuntimeError):

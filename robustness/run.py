@@ -29,7 +29,14 @@ from operators.kube import (
     KubeClient,
 )
 from robustness.checker import RULES, Report, check, unsatisfied
-from robustness.cluster import REPO_ROOT, Cluster, Mode, Operator, claim_allocation_policy
+from robustness.cluster import (
+    REPO_ROOT,
+    Cluster,
+    Mode,
+    Operator,
+    claim_allocation_policy,
+    claim_allocation_policy_removal,
+)
 from robustness.faults import FAULTS, Faults, Fired, schedule
 from robustness.history import (
     ClaimFacts,
@@ -81,7 +88,7 @@ class Options:
     may allocate), and the operator serves every one of them, kube-scheduler's pods too."""
     extended_pods: bool = True
     """With ``scheduler_pods``: also pods asking for a DRA extended resource (kube-scheduler
-    allocates their claims, which the policy leaves to it)."""
+    allocates their claims; with ``policy`` it may not, and they wait)."""
     settle_s: float = 180.0
 
 
@@ -218,19 +225,14 @@ class Run:
     def _install_policy(self) -> None:
         self.cluster.apply(
             *claim_allocation_policy(
-                self._policy_name, self.layout.namespaces(), [self.cluster.operator_user()]
+                self._policy_name, self.layout.namespaces(), [self.cluster.operator_user()],
+                group=self.options.mode.group,
             )
-        )
+        )  # fmt: skip
 
     def _remove_policy(self) -> None:
-        self.cluster.kubectl(
-            "delete", "validatingadmissionpolicybinding", self._policy_name,
-            "--ignore-not-found", check=False,
-        )  # fmt: skip
-        self.cluster.kubectl(
-            "delete", "configmap", self._policy_name, f"--namespace={LEASE_NAMESPACE}",
-            "--ignore-not-found", check=False,
-        )  # fmt: skip
+        for args in claim_allocation_policy_removal(self._policy_name):
+            self.cluster.kubectl(*args, check=False)
 
     def _webhook_args(self) -> tuple[str, ...]:
         if not self.options.webhook:

@@ -230,7 +230,7 @@ class Traffic:
     """dralloc's pods carry the gate themselves; else the operator's webhook adds it."""
     extended_pods: bool = True
     """With ``scheduler_pods``: pods asking for a DRA extended resource of a class on the same
-    devices too (kube-scheduler allocates their claims, policy or not)."""
+    devices too (kube-scheduler allocates their claims, unless the policy refuses it)."""
     applied: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
     live: list[tuple[str, str]] = field(default_factory=list)

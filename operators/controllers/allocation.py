@@ -310,7 +310,12 @@ class AllocationController(ClaimWrites, Explanations):
 
     def _on_namespace(self, change: Change[Namespace]) -> None:
         """The admin-access label may have been added (or removed) for the namespace's pods,
-        or the label that puts its pods in dralloc's scope."""
+        or the label that puts its pods in dralloc's scope.
+
+        A namespace the cache sees only after one of its pods is not looked at: walking every
+        pod for every namespace listed at startup would cost pods x namespaces. Such a pod
+        comes back with its next event (kube-scheduler marks it unschedulable when its own
+        allocation is refused)."""
         if change.old is None or change.new is None or change.old.labels == change.new.labels:
             return
         for key, pod in self.pods.items():
@@ -508,7 +513,7 @@ class AllocationController(ClaimWrites, Explanations):
         # before the API answers.
         for (_, claim), chosen in zip(pending(entries), results, strict=True):
             self._mutate(self.state.assume, claim, chosen)
-        if pod.gated:
+        if not pod.node_name:  # gated, or passed the gate by: it goes where we chose
             self.usage.assume(key, pod.needs, node)
         claim_keys = {Key(pod.namespace, claim.metadata.name or "") for _, claim in entries}
         self.claims_in_flight |= claim_keys

@@ -22,12 +22,11 @@ from typing import Any
 
 import pytest
 
-from robustness.cluster import claim_allocation_policy
+from robustness.cluster import claim_allocation_policy, claim_allocation_policy_removal
 
 from .kube_helpers import Testbed, TestbedRegistry, unique_name, wait_for
 from .modes import IN_TREE, TESTBED_DRA_SCHEDULER
 from .operator_fixtures import (
-    LEASE_NAMESPACE,
     OperatorProcess,
     ensure_lease_namespace,
     publish_devices,
@@ -172,11 +171,5 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved(
     finally:
         operator.stop()
         if guarded:
-            testbed.kubectl(
-                "delete", "validatingadmissionpolicybinding", policy, "--ignore-not-found",
-                check=False,
-            )  # fmt: skip
-            testbed.kubectl(
-                "delete", "configmap", policy, f"--namespace={LEASE_NAMESPACE}",
-                "--ignore-not-found", check=False,
-            )  # fmt: skip
+            for args in claim_allocation_policy_removal(policy):
+                testbed.kubectl(*args, check=False)

@@ -23,13 +23,17 @@ from typing import Any
 
 import pytest
 
-from robustness.cluster import MODES, Cluster, claim_allocation_policy
+from robustness.cluster import (
+    MODES,
+    Cluster,
+    claim_allocation_policy,
+    claim_allocation_policy_removal,
+)
 from robustness.run import Options, Run
 
 from .kube_helpers import Testbed, TestbedRegistry, unique_name, wait_for
 from .modes import IN_TREE, TESTBED_DRA_SCHEDULER
 from .operator_fixtures import (
-    LEASE_NAMESPACE,
     OperatorProcess,
     ensure_lease_namespace,
     publish_devices,
@@ -39,7 +43,7 @@ from .operator_fixtures import (
 pytestmark = pytest.mark.timeout(900)
 
 GROUP = "resource.k8s.io"
-POLICY = "dralloc-claim-allocation"
+REFUSED = "are allocated by the dralloc operator only"
 SCHEDULER_USER = "system:kube-scheduler"
 
 
@@ -61,13 +65,8 @@ def guarded(in_tree: Testbed) -> Iterator[str]:
     try:
         yield namespace
     finally:
-        in_tree.kubectl(
-            "delete", "validatingadmissionpolicybinding", name, "--ignore-not-found", check=False
-        )
-        in_tree.kubectl(
-            "delete", "configmap", name, f"--namespace={LEASE_NAMESPACE}", "--ignore-not-found",
-            check=False,
-        )  # fmt: skip
+        for args in claim_allocation_policy_removal(name):
+            in_tree.kubectl(*args, check=False)
         in_tree.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
@@ -114,7 +113,7 @@ def _refusals(testbed: Testbed, namespace: str, pod: str) -> list[str]:
     return [
         str(e.get("message"))
         for e in (found or {}).get("items") or []
-        if POLICY in str(e.get("message"))
+        if REFUSED in str(e.get("message"))
     ]
 
 
@@ -197,13 +196,11 @@ def test_kube_scheduler_racing_dralloc_with_the_webhook_failing_open_hands_out_n
     if in_tree.state_dir is None:
         pytest.skip("needs a testbed started by this run (the run reads its state directory)")
     cluster = Cluster(in_tree.kubeconfig, in_tree.bin, in_tree.state_dir, MODES["in-tree"])
-    # No DRA extended-resource pods: the policy leaves their claims to kube-scheduler (it
-    # accepts no one else's allocation of them), so on the same devices they can still meet
-    # dralloc's (README, "One allocator").
+    # DRA extended-resource pods too: kube-scheduler's allocations of their claims are
+    # refused as well (no class is listed under extendedClasses), so they wait, explained.
     options = Options(
         mode=cluster.mode, seed=6, duration_s=40, rate=8, nodes=2, scheduler_pods=True,
-        extended_pods=False, webhook=True, policy=True, faults=("operator-kill",),
-        fault_count=3, settle_s=330,
+        webhook=True, policy=True, faults=("operator-kill",), fault_count=3, settle_s=330,
     )  # fmt: skip
     result = asyncio.run(Run(cluster, options, tmp_path).execute())
     print("[one allocator] " + result.summary().replace("\n", "\n[one allocator] "))

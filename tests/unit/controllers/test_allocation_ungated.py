@@ -71,6 +71,8 @@ async def test_an_ungated_pod_is_allocated_and_left_to_kube_scheduler_to_bind() 
     # affinity written (the spec of an ungated pod cannot take one anyway).
     pod_writes = [c.body for c in client.writes(PODS.path("ns", "p"))]
     assert pod_writes and all("spec" not in body for body in pod_writes)
+    # Counted on that node from now on (its cpu, ports, spread), as a gated pod would be.
+    assert allocation.usage.node_of(POD) == "n1"
 
 
 async def test_pods_of_namespaces_dralloc_does_not_serve_stay_kube_schedulers() -> None:

@@ -12,14 +12,16 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 
 from operators.settings import Settings
 
-from .admission import admit, docs
+from .admission import BASE, admit, docs
 
 OPERATOR_SA = "system:serviceaccount:dralloc-system:dralloc-operator"
 SCHEDULER = "system:kube-scheduler"
 KCM_CLAIMS = "system:serviceaccount:kube-system:resource-claim-controller"
+POLICY_NAME = "dralloc-claim-allocation"
 
 
 @pytest.fixture(scope="module")
@@ -155,11 +157,7 @@ def test_binding_fails_closed_and_leaves_the_control_plane_out(
 ) -> None:
     assert policy["spec"]["failurePolicy"] == "Fail"
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert {g for r in rules for g in r["apiGroups"]} == {"resource.k8s.io", "resource.dralloc.dev"}
-    assert {r for rule in rules for r in rule["resources"]} == {
-        "resourceclaims",
-        "resourceclaims/status",
-    }
+    assert {r for rule in rules for r in rule["resources"]} == {"resourceclaims/status"}
     spec = binding["spec"]
     assert spec["policyName"] == policy["metadata"]["name"]
     assert spec["validationActions"] == ["Deny"]
@@ -184,36 +182,51 @@ def test_the_operators_unserved_namespaces_are_the_bindings() -> None:
     assert unserved == set(expression["values"])
 
 
-def test_kube_scheduler_allocates_the_claims_it_made_for_extended_resources(
+def test_kube_scheduler_allocates_its_extended_resource_claims_of_listed_classes_only(
     policy: dict[str, Any], params: dict[str, Any]
 ) -> None:
     """It accepts no allocation of them but its own (it deletes such a claim and starts
-    again), so the policy leaves them to it: to kube-scheduler only."""
+    again). Any class can be asked for as an extended resource
+    (deviceclass.resource.kubernetes.io/<class>), so only the listed classes are its own."""
     old, new = claim(extended=True), claim(GPU, reserved=("p",), extended=True)
-    assert write(policy, params, old, new, SCHEDULER) is None
-    assert write(policy, params, old, new, "mallory") is not None
-    # Its user is a parameter.
-    renamed = copy.deepcopy(params)
+    # As shipped: no class listed, refused like any other allocation.
+    assert params["data"]["extendedClasses"] == ""
+    assert write(policy, params, old, new, SCHEDULER) is not None
+    listed = copy.deepcopy(params)
+    listed["data"]["extendedClasses"] = "legacy-gpu, other"
+    old["spec"]["devices"]["requests"][0]["exactly"] = {"deviceClassName": "legacy-gpu"}
+    new["spec"] = copy.deepcopy(old["spec"])
+    assert write(policy, listed, old, new, SCHEDULER) is None
+    # Only kube-scheduler's, only its marked claims, only of listed classes.
+    assert write(policy, listed, old, new, "mallory") is not None
+    unmarked_old, unmarked_new = copy.deepcopy(old), copy.deepcopy(new)
+    del unmarked_old["metadata"]["annotations"], unmarked_new["metadata"]["annotations"]
+    assert write(policy, listed, unmarked_old, unmarked_new, SCHEDULER) is not None
+    other = copy.deepcopy(new)
+    other["spec"]["devices"]["requests"][0]["exactly"] = {"deviceClassName": "gpu"}
+    assert write(policy, listed, old, other, SCHEDULER) is not None
+    # Its user is a parameter too.
+    renamed = copy.deepcopy(listed)
     renamed["data"]["schedulers"] = "my-scheduler"
     assert write(policy, renamed, old, new, SCHEDULER) is not None
     assert write(policy, renamed, old, new, "my-scheduler") is None
 
 
-def test_only_kube_scheduler_marks_a_claim_as_an_extended_resources_claim(
-    policy: dict[str, Any], params: dict[str, Any]
+def test_base_guards_dralloc_claims_and_in_tree_the_kubernetes_ones(
+    policy: dict[str, Any],
 ) -> None:
-    marked = claim(extended=True)
-    message = admit(policy, params, operation="CREATE", obj=marked, user="mallory")
-    assert message is not None and EXTENDED in message and 'user "mallory"' in message
-    assert admit(policy, params, operation="CREATE", obj=marked, user=SCHEDULER) is None
-    # Marking one later is refused too (both through the claim and its status).
-    for sub_resource in ("", "status"):
-        assert admit(
-            policy, params, operation="UPDATE", obj=marked, old=claim(), user="mallory",
-            sub_resource=sub_resource,
-        )  # fmt: skip
-    # A claim kube-scheduler marked may still be written by others (kcm drops a gone pod's
-    # reservation, a user labels it); unmarked claims are anyone's to create.
-    reserved = claim(GPU, reserved=("p",), extended=True)
-    assert write(policy, params, reserved, claim(GPU, extended=True), KCM_CLAIMS) is None
-    assert admit(policy, params, operation="CREATE", obj=claim(), user="mallory") is None
+    """A CRD-mode install leaves in-tree DRA's claims to kube-scheduler; the in-tree
+    component switches the policy to them."""
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["apiGroups"] == ["resource.dralloc.dev"]
+    component = BASE.parent / "components" / "in-tree"
+    kustomization = yaml.safe_load((component / "kustomization.yaml").read_text())
+    [entry] = [
+        p for p in kustomization["patches"] if p.get("target", {}).get("name") == POLICY_NAME
+    ]
+    [operation] = yaml.safe_load((component / entry["path"]).read_text())
+    assert operation == {
+        "op": "replace",
+        "path": "/spec/matchConstraints/resourceRules/0/apiGroups",
+        "value": ["resource.k8s.io"],
+    }

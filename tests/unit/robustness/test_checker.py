@@ -335,6 +335,20 @@ def test_a_member_released_from_its_gate_alone_is_found_before_it_is_bound() -> 
     assert only(report, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 4, None)]
 
 
+def test_members_that_never_had_a_gate_tear_the_gang_only_when_bound() -> None:
+    """Created while the webhook was away: nothing held them back, so nobody released them;
+    only binding one while another lacks its devices tears the gang."""
+    never = check(history(member("m1", gated=False), member("m2", gated=False), claim("m1-c", 0)))
+    assert only(never, GANG_RELEASED_PARTLY) == []
+    bound = check(
+        history(
+            member("m1", gated=False), member("m2", gated=False),
+            claim("m1-c", 0, reserved=["m1"]), member("m1", node="n"),
+        )
+    )  # fmt: skip
+    assert only(bound, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 4, None)]
+
+
 def test_a_whole_gang_may_lose_a_member_after_release() -> None:
     report = check(
         history(
