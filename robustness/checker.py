@@ -297,9 +297,7 @@ class Checker:
         # Released: nothing holds it back from kube-scheduler any more (its gate gone, or
         # bound).
         released = [
-            m.name
-            for m in members
-            if m.bound or (not m.gated and m.uid in self.state.ever_gated)
+            m.name for m in members if m.bound or (not m.gated and m.uid in self.state.ever_gated)
         ]
         if not members:
             self.state.released.discard(gang)  # all gone: a gang of that name starts afresh
