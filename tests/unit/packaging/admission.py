@@ -24,6 +24,19 @@ def docs(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((BASE / name).read_text()) if d]
 
 
+def policy_and_binding(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ValidatingAdmissionPolicy of one file of manifests/base, and its binding."""
+    found = docs(name)
+    policy = next(d for d in found if d["kind"] == "ValidatingAdmissionPolicy")
+    binding = next(d for d in found if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    return policy, binding
+
+
+def operator_identity() -> dict[str, Any]:
+    """The policies' parameters: the ConfigMap of the operator's identity."""
+    return docs("pod-protocol-identity.yaml")[0]
+
+
 def admit(
     policy: dict[str, Any],
     params: dict[str, Any],

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
 import yaml
 
 from operators.settings import Settings
@@ -24,19 +23,7 @@ KCM_CLAIMS = "system:serviceaccount:kube-system:resource-claim-controller"
 POLICY_NAME = "dralloc-claim-allocation"
 
 
-@pytest.fixture(scope="module")
-def policy() -> dict[str, Any]:
-    return next(d for d in docs("claim-allocation-policy.yaml") if d["kind"].endswith("Policy"))
-
-
-@pytest.fixture(scope="module")
-def binding() -> dict[str, Any]:
-    return next(d for d in docs("claim-allocation-policy.yaml") if d["kind"].endswith("Binding"))
-
-
-@pytest.fixture(scope="module")
-def params() -> dict[str, Any]:
-    return docs("pod-protocol-identity.yaml")[0]
+POLICY_FILE = "claim-allocation-policy.yaml"
 
 
 EXTENDED = "resource.kubernetes.io/extended-resource-claim"

@@ -23,7 +23,7 @@ from operators.api.annotations import (
     SCHEDULING_GATE,
 )
 
-from .admission import BASE, USER, admit, docs
+from .admission import BASE, USER, admit
 
 OPERATOR_SA = "system:serviceaccount:dralloc-system:dralloc-operator"
 DEVICES = json.dumps(
@@ -40,19 +40,7 @@ DEVICES = json.dumps(
 STATUSES = json.dumps([{"name": "gpu", "resourceClaimName": "victim-gpu-abcde"}])
 
 
-@pytest.fixture(scope="module")
-def policy() -> dict[str, Any]:
-    return next(d for d in docs("pod-protocol-policy.yaml") if d["kind"].endswith("Policy"))
-
-
-@pytest.fixture(scope="module")
-def binding() -> dict[str, Any]:
-    return next(d for d in docs("pod-protocol-policy.yaml") if d["kind"].endswith("Binding"))
-
-
-@pytest.fixture(scope="module")
-def params() -> dict[str, Any]:
-    return docs("pod-protocol-identity.yaml")[0]
+POLICY_FILE = "pod-protocol-policy.yaml"
 
 
 def pod(
