@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import functools
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -348,9 +349,14 @@ class Settings:
         key, _, value = self.gate_namespace_label.partition("=")
         return key.strip(), value.strip()
 
+    @functools.cached_property
+    def unserved(self) -> frozenset[str]:
+        """:attr:`unserved_namespaces` as a set (read for every pod event)."""
+        return frozenset(n.strip() for n in self.unserved_namespaces.split(",") if n.strip())
+
     def serves_namespace(self, name: str, labels: Mapping[str, str] | None) -> bool:
         """Whether dralloc serves a namespace (``labels``: its labels, None if unknown)."""
-        if name in {n.strip() for n in self.unserved_namespaces.split(",")}:
+        if name in self.unserved:
             return False
         selector = self.gate_namespace_selector
         if selector is None:

@@ -304,9 +304,11 @@ class AllocationController(ClaimWrites, Explanations):
         # the pod could have written it): its claims tell whether it is allocated.
         if pod.gated or pod.node_name:
             return True
-        return self._serves_ungated and self.settings.serves_namespace(
-            pod.namespace, self._namespace_labels(pod.namespace)
-        )
+        if not self._serves_ungated:
+            return False
+        labeled = self.settings.gate_namespace_selector is not None
+        labels = self._namespace_labels(pod.namespace) if labeled else None
+        return self.settings.serves_namespace(pod.namespace, labels)
 
     def _on_namespace(self, change: Change[Namespace]) -> None:
         """The admin-access label may have been added (or removed) for the namespace's pods,
