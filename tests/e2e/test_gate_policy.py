@@ -81,10 +81,36 @@ def gated_by_policy(testbed: Testbed, namespace: str, tmp_path: Path) -> Iterato
     }
     testbed.apply(policy, binding)
     try:
+        _wait_in_force(testbed, namespace)
         yield name
     finally:
         for kind in ("mutatingadmissionpolicybinding", "mutatingadmissionpolicy"):
             testbed.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+
+
+def _wait_in_force(testbed: Testbed, namespace: str) -> None:
+    """A new policy takes a moment to be in force: probe pods are created (and deleted) until
+    one comes out gated."""
+    deadline = time.monotonic() + 30
+    attempt = 0
+    while True:
+        attempt += 1
+        probe: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"probe-{attempt}", "namespace": namespace, "annotations": {}},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/fake"}]},
+        }
+        testbed.api_mode.set_pod_claims(probe, [{"name": "dev", "resourceClaimTemplateName": "x"}])
+        testbed.kubectl("create", "-f", "-", input=json.dumps(probe))
+        gated = gates(testbed, namespace, f"probe-{attempt}") == [GATE]
+        testbed.kubectl(
+            "delete", "pod", f"probe-{attempt}", f"--namespace={namespace}", "--wait=false"
+        )
+        if gated:
+            return
+        assert time.monotonic() < deadline, "the policy never gated a pod"
+        time.sleep(0.5)
 
 
 def gates(testbed: Testbed, namespace: str, name: str) -> list[str]:
@@ -101,20 +127,9 @@ def test_the_api_server_gates_pods_that_ask_for_devices_with_no_operator_running
     pool = make_pool(testbed, nodes=1, devices=4)  # one for each pod that asks
     testbed.apply(template(namespace, "one", pool))
     entry = [{"name": "dev", "resourceClaimTemplateName": "one"}]
-    # The policy takes a moment to be in force after its creation: the first pod is made
-    # until it comes out gated (pods that came out ungated are deleted).
-    deadline = time.monotonic() + 30
-    attempt = 0
-    while True:
-        attempt += 1
-        name = f"asks-{attempt}"
-        testbed.kubectl("create", "-f", "-", input=json.dumps(pod(namespace, name, pool, entry)))
-        if gates(testbed, namespace, name) == [GATE]:
-            break
-        testbed.kubectl("delete", "pod", name, f"--namespace={namespace}", "--wait=false")
-        assert time.monotonic() < deadline, "the policy never gated a pod"
-        time.sleep(0.5)
-    asking = name
+    testbed.kubectl("create", "-f", "-", input=json.dumps(pod(namespace, "asks", pool, entry)))
+    assert gates(testbed, namespace, "asks") == [GATE]
+    asking = "asks"
     # A gate of the pod's own stays, and dralloc's is added once.
     own = pod(namespace, "own-gate", pool, entry, schedulingGates=[{"name": "example.com/hold"}])
     testbed.kubectl("create", "-f", "-", input=json.dumps(own))

@@ -470,8 +470,18 @@ def test_the_standby_replica_takes_over_when_the_leader_goes(in_cluster: Testbed
     assert leader in standby and len(standby) == 2
     standby.remove(leader)
     testbed.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, leader, "--wait=false")
-    wait_for(f"{standby[0]} holding the Lease", lambda: lease_holder(testbed) == standby[0],
-             timeout=60)  # fmt: skip
+    try:
+        wait_for(f"{standby[0]} holding the Lease", lambda: lease_holder(testbed) == standby[0],
+                 timeout=60)  # fmt: skip
+    except AssertionError as error:
+        pods = [p["metadata"]["name"] for p in operator_pods(testbed)]
+        logs = testbed.kubectl(
+            "logs", "-n", OPERATOR_NAMESPACE, standby[0], "--tail=30", check=False
+        ).stdout
+        raise AssertionError(
+            f"{error}; the Lease is held by {lease_holder(testbed)!r}, operator pods {pods}; "
+            f"the standby's log ends:\n{logs}"
+        ) from None
 
     namespace = new_namespace(testbed)
     class_name = unique_name("test-driver")
