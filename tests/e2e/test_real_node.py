@@ -462,17 +462,25 @@ def pod_containers(testbed: Testbed, pod_uid: str) -> list[str]:
 
 
 def test_the_standby_replica_takes_over_when_the_leader_goes(in_cluster: Testbed) -> None:
-    """Leader election across the two replicas: with the leader's pod deleted, the standby
-    takes the Lease and allocates the next pod (the pod's allocation record names it)."""
+    """Leader election across the replicas: with the leader's pod deleted, another live
+    replica takes the Lease and allocates the next pod (the pod's allocation record names
+    it). Usually the standby; the replacement the ReplicaSet starts at once may win instead
+    when both wait for the Lease to expire (seen after test_helm's run: the standby's log then
+    shows no error, the replacement holds the Lease)."""
     testbed = in_cluster
     leader = lease_holder(testbed)
     standby = [p["metadata"]["name"] for p in operator_pods(testbed)]
-    assert leader in standby and len(standby) == 2
+    assert leader is not None and leader in standby and len(standby) == 2
     standby.remove(leader)
     testbed.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, leader, "--wait=false")
+
+    def new_leader() -> str | None:
+        holder = lease_holder(testbed)
+        live = {p["metadata"]["name"] for p in operator_pods(testbed)}
+        return holder if holder and holder != leader and holder in live else None
+
     try:
-        wait_for(f"{standby[0]} holding the Lease", lambda: lease_holder(testbed) == standby[0],
-                 timeout=60)  # fmt: skip
+        taken = wait_for("another replica holding the Lease", new_leader, timeout=60)
     except AssertionError as error:
         pods = [p["metadata"]["name"] for p in operator_pods(testbed)]
         logs = testbed.kubectl(
@@ -482,6 +490,9 @@ def test_the_standby_replica_takes_over_when_the_leader_goes(in_cluster: Testbed
             f"{error}; the Lease is held by {lease_holder(testbed)!r}, operator pods {pods}; "
             f"the standby's log ends:\n{logs}"
         ) from None
+    print(
+        f"\n[real-node] the Lease went to {'the standby' if taken == standby[0] else 'the replacement'}"
+    )
 
     namespace = new_namespace(testbed)
     class_name = unique_name("test-driver")
@@ -489,4 +500,4 @@ def test_the_standby_replica_takes_over_when_the_leader_goes(in_cluster: Testbed
     testbed.apply(claim_template(namespace, class_name, "after"), workload(namespace, "p"))
     pod = running_on_real_node(testbed, namespace, "p")
     record = json.loads(pod["metadata"]["annotations"]["resource.dralloc.dev/allocated-by"])
-    assert record["holder"] == standby[0], record
+    assert record["holder"] == taken, record
