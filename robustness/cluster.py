@@ -99,6 +99,57 @@ def claim_allocation_policy(
     return [params, policy, binding]
 
 
+REFUSED: Final = "are allocated by the dralloc operator only"
+"""What the claim-allocation policy's refusal says."""
+
+
+def wait_policy_in_force(bin_dir: Path, kubeconfig: Path, namespace: str) -> None:
+    """Wait until the claim-allocation policy refuses an allocation in ``namespace`` (a new
+    policy or binding takes a moment to be in force): a probe claim of resource.k8s.io is
+    allocated by hand (the admin is no operator) until the API server refuses it."""
+    name = f"policy-probe-{os.getpid()}"
+
+    def kubectl(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", f"--namespace={namespace}",
+             *args],
+            input=input, capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+
+    probe = {
+        "apiVersion": f"{KUBERNETES_GROUP}/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "probe"}}]}},
+    }
+    result = {"request": "r", "driver": "probe.example.com", "pool": "probe", "device": "probe"}
+    allocate = {"status": {"allocation": {"devices": {"results": [result]}}}}
+    resource = f"resourceclaims.{KUBERNETES_GROUP}"
+    kubectl("create", "-f", "-", input=json.dumps(probe))
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            written = kubectl(
+                "patch", resource, name, "--subresource=status", "--type=merge",
+                "-p", json.dumps(allocate),
+            )  # fmt: skip
+            if written.returncode != 0 and REFUSED in written.stderr:
+                return
+            if written.returncode == 0:  # not in force yet: give the probe's device back
+                kubectl(
+                    "patch", resource, name, "--subresource=status", "--type=merge",
+                    "-p", '{"status": {"allocation": null}}',
+                )  # fmt: skip
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the claim-allocation policy is not in force in {namespace} after 60 s: "
+                    f"{written.stderr.strip() or 'the probe allocation was admitted'}"
+                )
+            time.sleep(0.5)
+    finally:
+        kubectl("delete", resource, name, "--ignore-not-found", "--wait=false")
+
+
 def claim_allocation_policy_removal(name: str) -> list[tuple[str, ...]]:
     """The kubectl arguments that delete what :func:`claim_allocation_policy` made (the
     binding first: without its parameters it would refuse every claim status write)."""

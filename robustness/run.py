@@ -36,6 +36,7 @@ from robustness.cluster import (
     Operator,
     claim_allocation_policy,
     claim_allocation_policy_removal,
+    wait_policy_in_force,
 )
 from robustness.faults import FAULTS, Faults, Fired, schedule
 from robustness.history import (
@@ -229,6 +230,10 @@ class Run:
                 group=self.options.mode.group,
             )
         )  # fmt: skip
+        if self.options.mode.in_tree:  # (a CRD claim's schema would refuse the probe first)
+            wait_policy_in_force(
+                self.cluster.bin, self.cluster.kubeconfig, self.layout.scheduler_namespace
+            )
 
     def _remove_policy(self) -> None:
         for args in claim_allocation_policy_removal(self._policy_name):
@@ -277,9 +282,9 @@ class Run:
         recording = asyncio.create_task(recorder.run())
         supervisor: asyncio.Task[None] | None = None
         try:
+            self.cluster.apply(*self.layout.setup())
             if self.options.policy:
                 self._install_policy()
-            self.cluster.apply(*self.layout.setup())
             self._start_operator()
             await asyncio.to_thread(self.operators[0].wait_ready)
             supervisor = asyncio.create_task(self._supervise())

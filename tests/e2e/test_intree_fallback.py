@@ -22,7 +22,11 @@ from typing import Any
 
 import pytest
 
-from robustness.cluster import claim_allocation_policy, claim_allocation_policy_removal
+from robustness.cluster import (
+    claim_allocation_policy,
+    claim_allocation_policy_removal,
+    wait_policy_in_force,
+)
 
 from .kube_helpers import Testbed, TestbedRegistry, unique_name, wait_for
 from .modes import IN_TREE, TESTBED_DRA_SCHEDULER
@@ -85,6 +89,7 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved(
     policy = f"{namespace}-allocation"
     if guarded:
         testbed.apply(*claim_allocation_policy(policy, [namespace], [testbed.operator_user]))
+        wait_policy_in_force(testbed.bin, testbed.kubeconfig, namespace)
     pool = publish_devices(testbed, label, {first: 1, second: 1})
     testbed.apply(template(namespace, "one", pool))
     operator = OperatorProcess(

@@ -25,9 +25,11 @@ import pytest
 
 from robustness.cluster import (
     MODES,
+    REFUSED,
     Cluster,
     claim_allocation_policy,
     claim_allocation_policy_removal,
+    wait_policy_in_force,
 )
 from robustness.run import Options, Run
 
@@ -43,7 +45,6 @@ from .operator_fixtures import (
 pytestmark = pytest.mark.timeout(900)
 
 GROUP = "resource.k8s.io"
-REFUSED = "are allocated by the dralloc operator only"
 SCHEDULER_USER = "system:kube-scheduler"
 
 
@@ -63,6 +64,7 @@ def guarded(in_tree: Testbed) -> Iterator[str]:
     in_tree.kubectl("create", "namespace", namespace)
     in_tree.apply(*claim_allocation_policy(name, [namespace], [in_tree.operator_user]))
     try:
+        wait_policy_in_force(in_tree.bin, in_tree.kubeconfig, namespace)
         yield namespace
     finally:
         for args in claim_allocation_policy_removal(name):
