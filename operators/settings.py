@@ -146,6 +146,26 @@ class Settings:
         ),
     )
 
+    extended_resources: bool = dataclasses.field(
+        default=True,
+        metadata=_doc(
+            "In-tree: serve DRA extended resources (a container's example.com/gpu that a "
+            "DeviceClass backs) as an ordinary claim of the pod in the namespaces dralloc "
+            "serves: the webhook turns them into one when the pod is created, the claim "
+            "controller creates it, dralloc allocates it. Off (or without the claim "
+            "controller): kube-scheduler meets them, which the claim-allocation policy "
+            "refuses unless their class is among its extendedClasses."
+        ),
+    )
+    scheduler_extended_classes: str = dataclasses.field(
+        default="",
+        metadata=_doc(
+            "Comma-separated DeviceClasses whose extended resources dralloc leaves to "
+            "kube-scheduler (the claim-allocation policy's extendedClasses; their devices "
+            "must be outside the drivers dralloc manages)."
+        ),
+    )
+
     # --- which parts run -------------------------------------------------------------------
     claims_controller: bool = dataclasses.field(
         default=True,
@@ -353,6 +373,19 @@ class Settings:
     def unserved(self) -> frozenset[str]:
         """:attr:`unserved_namespaces` as a set (read for every pod event)."""
         return frozenset(n.strip() for n in self.unserved_namespaces.split(",") if n.strip())
+
+    @functools.cached_property
+    def scheduler_classes(self) -> frozenset[str]:
+        """:attr:`scheduler_extended_classes` as a set."""
+        return frozenset(n.strip() for n in self.scheduler_extended_classes.split(",") if n.strip())
+
+    @property
+    def translates_extended_resources(self) -> bool:
+        """Whether pods' DRA extended resources become claims (in-tree, with the claim
+        controller, which creates those claims)."""
+        return (
+            self.api_group != API_GROUPS[0] and self.extended_resources and self.claims_controller
+        )
 
     def serves_namespace(self, name: str, labels: Mapping[str, str] | None) -> bool:
         """Whether dralloc serves a namespace (``labels``: its labels, None if unknown)."""

@@ -17,12 +17,23 @@ generates a self-signed certificate for its hostnames. kopf would do that throug
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping
+import copy
+import secrets
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from typing import Any
 
 import kopf
 
 from operators.api import InvalidObjectError, parse_object
+from operators.api.deviceclass import DeviceClass
+from operators.api.extendedresources import (
+    EXTENDED_RESOURCES_ANNOTATION,
+    BackingClass,
+    ExtendedResourceError,
+    Translation,
+    class_mapping,
+    translate,
+)
 from operators.api.models import GROUP
 from operators.api.podprotocol import DRALLOC, PodProtocol, protocol_for
 from operators.cache.core import SCHEDULING_GATE, Namespace
@@ -30,7 +41,7 @@ from operators.cache.informer import Key
 from operators.cel.admission import Checked, invalid_message, refused_selectors
 from operators.certificates import build_self_signed_certificate
 from operators.controllers.base import MEMO_KEY, current_settings
-from operators.kube import NAMESPACES
+from operators.kube import DEVICE_CLASSES, NAMESPACES
 from operators.settings import Settings
 
 WEBHOOK_ID = "scheduling-gate"
@@ -69,25 +80,78 @@ def gate_patch(
     return [*gates, {"name": SCHEDULING_GATE}]
 
 
+def extended_translation(
+    pod: Mapping[str, Any], classes: Iterable[DeviceClass], settings: Settings
+) -> Translation | None:
+    """The claim a new pod's DRA extended resources become, or None (none asked for, or
+    their classes are left to kube-scheduler). Raises ExtendedResourceError for a request no
+    claim can serve."""
+    mapping = class_mapping(
+        BackingClass(c.metadata.name or "", c.spec.extended_resource_name, _created(c))
+        for c in classes
+        if (c.metadata.name or "") not in settings.scheduler_classes
+    )  # fmt: skip
+    return translate(pod, mapping, secrets.token_hex(3)[:5])
+
+
 @kopf.on.mutate("v1", "pods", id=WEBHOOK_ID, operations=["CREATE"], ignore_failures=True)
 async def add_scheduling_gate(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any
 ) -> None:
     settings = current_settings()
-    gates = gate_patch(body, protocol_for(settings.api_group))
+    protocol = protocol_for(settings.api_group)
+    namespace = (body.get("metadata") or {}).get("namespace") or ""
+    pod: Mapping[str, Any] = body
+    translation = None
+    runtime = memo.get(MEMO_KEY)
+    if settings.translates_extended_resources and runtime is not None:
+        classes = runtime.cache[DEVICE_CLASSES].values()
+        try:
+            translation = extended_translation(body, classes, settings)
+        except ExtendedResourceError as error:
+            if await _serves(memo, settings, namespace):
+                raise kopf.AdmissionError(str(error), code=UNPROCESSABLE) from None
+        if translation is not None and await _serves(memo, settings, namespace):
+            changed = copy.deepcopy(dict(body))
+            translation.apply(changed)
+            pod = changed
+            patch.metadata["annotations"] = {
+                EXTENDED_RESOURCES_ANNOTATION: translation.claim.to_annotation()
+            }
+            if translation.init_containers is not None:
+                patch.spec["initContainers"] = translation.init_containers
+            patch.spec["containers"] = translation.containers
+            patch.spec["resourceClaims"] = translation.resource_claims
+        else:
+            translation = None
+    gates = gate_patch(pod, protocol)
     if gates is None:
         return
-    if settings.gate_namespace_selector is not None:
-        namespace = (body.get("metadata") or {}).get("namespace") or ""
-        # Labels unknown (no answer): gate. An ungated pod would pass dralloc by; a gated
-        # one of another namespace is still served, by dralloc. A cached "not selected" is
-        # read again live: the label may have been set a moment ago.
-        labels = await _namespace_labels(memo, namespace, live=False)
-        if labels is not None and not settings.serves_namespace(namespace, labels):
-            labels = await _namespace_labels(memo, namespace, live=True)
-            if labels is not None and not settings.serves_namespace(namespace, labels):
-                return  # left to kube-scheduler (in-tree), or to whoever serves it
+    if translation is None and not await _serves(memo, settings, namespace):
+        return  # left to kube-scheduler (in-tree), or to whoever serves it
     patch.spec["schedulingGates"] = gates
+
+
+def _created(device_class: DeviceClass) -> str:
+    created = device_class.metadata.creation_timestamp
+    return created.isoformat() if created is not None else ""
+
+
+async def _serves(memo: Any, settings: Settings, namespace: str) -> bool:
+    """Whether dralloc serves this namespace, as far as can be known now."""
+    if namespace in settings.unserved:
+        return False
+    if settings.gate_namespace_selector is None:
+        return True
+    # Labels unknown (no answer): served. An ungated pod would pass dralloc by; a gated one
+    # of another namespace is still served, by dralloc. A cached "not selected" is read
+    # again live: the label may have been set a moment ago.
+    labels = await _namespace_labels(memo, namespace, live=False)
+    if labels is not None and not settings.serves_namespace(namespace, labels):
+        labels = await _namespace_labels(memo, namespace, live=True)
+        if labels is not None and not settings.serves_namespace(namespace, labels):
+            return False
+    return True
 
 
 def selector_verdict(

@@ -75,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
         "--no-extended-pods",
         dest="extended_pods",
         action="store_false",
-        help="with --scheduler-pods: no pods asking for DRA extended resources",
+        help="in-tree: no pods asking for DRA extended resources",
     )
     p.add_argument(
         "--policy",

@@ -88,8 +88,10 @@ class Options:
     """The claim-allocation admission policy guards the run's namespaces (only the operator
     may allocate), and the operator serves every one of them, kube-scheduler's pods too."""
     extended_pods: bool = True
-    """With ``scheduler_pods``: also pods asking for a DRA extended resource (kube-scheduler
-    allocates their claims; with ``policy`` it may not, and they wait)."""
+    """In-tree: pods asking for a DRA extended resource. With ``webhook``, in the namespaces
+    dralloc serves (the webhook turns them into claims pods); with ``scheduler_pods``, also in
+    kube-scheduler's namespace (it allocates their claims; with ``policy`` it may not, and
+    they wait)."""
     settle_s: float = 180.0
 
 
@@ -141,7 +143,7 @@ class Result:
         lines = [
             f"mode={o.mode.name} seed={o.seed} duration={o.duration_s:.0f}s "
             f"faults={','.join(o.faults) or 'none'} scheduler_pods={o.scheduler_pods} "
-            f"policy={o.policy} extended_pods={o.extended_pods and o.scheduler_pods}",
+            f"policy={o.policy} extended_pods={o.extended_pods}",
             f"traffic: {sum(self.traffic.values())} operations "
             f"({', '.join(f'{k} {v}' for k, v in sorted(self.traffic.items()))}); "
             f"{sum(self.failed.values())} refused or failed"

@@ -5,9 +5,11 @@ timing still depends on the machine). The operations are the ones that found bug
 pods from templates and with a shared claim, gangs, pods in a namespace at its DeviceQuota,
 pods and claims deleted while dralloc works on them, nodes and their slices coming and
 going, devices tainted NoExecute (DeviceTaintRules: dralloc evicts their pods) and the
-taints lifted, and, in in-tree mode, pods kube-scheduler allocates itself beside dralloc's
-(``scheduler_pods``), on the same devices: with a claim from a template, and asking for the
-devices as an extended resource (a DeviceClass's ``extendedResourceName``).
+taints lifted; in in-tree mode with the webhook, pods asking for the devices as an extended
+resource (a DeviceClass's ``extendedResourceName``) in the namespaces dralloc serves, which
+the webhook turns into claims pods (some under a DeviceQuota of that class), and pods
+kube-scheduler allocates itself beside dralloc's (``scheduler_pods``), on the same devices:
+with a claim from a template, and asking for an extended resource.
 
 A request that fails (the API server down during a fault, a conflict) is counted, not
 retried: the traffic goes on as users' would.
@@ -172,6 +174,18 @@ class Layout:
                 },
             }
         )
+        if self.mode.in_tree:  # the extended-resource class's devices, asked for that way
+            objects.append(
+                {
+                    "apiVersion": f"{DRALLOC_GROUP}/v1",
+                    "kind": "DeviceQuota",
+                    "metadata": {"name": "gpus-extended", "namespace": self.quota_namespace},
+                    "spec": {
+                        "deviceClassName": self.extended_class()["metadata"]["name"],
+                        "hard": {"devices": self.quota_devices},
+                    },
+                }
+            )
         return objects
 
     def claim_spec(self) -> dict[str, Any]:
@@ -254,6 +268,9 @@ class Traffic:
             ops += [("scheduler_pod", 12)]
             if self.extended_pods:
                 ops += [("extended_pod", 6)]
+        if self.layout.mode.in_tree and not self.self_gated and self.extended_pods:
+            # The webhook turns their extended resources into a claim dralloc allocates.
+            ops += [("served_extended_pod", 6), ("quota_extended_pod", 2)]
         return ops
 
     async def run(self, until: float, rate: float) -> None:
@@ -261,7 +278,7 @@ class Traffic:
         clock reaches ``until``."""
         loop = asyncio.get_running_loop()
         names, weights = zip(*self.operations(), strict=True)
-        if "extended_pod" in names:
+        if any(name.endswith("extended_pod") for name in names):
             await self.ensure_extended_class()
         capacity = (self.layout.nodes + len(self.extra_nodes)) * self.layout.devices_per_node
         while loop.time() < until:
@@ -298,13 +315,25 @@ class Traffic:
     async def extended_pod(self) -> None:
         """A pod asking for a device as an extended resource, which kube-scheduler turns into
         a claim of its own."""
-        body = self.layout.pod(self.layout.scheduler_namespace, self._name("x"), [], gated=False)
+        await self._create_pod(self._extended_body(self.layout.scheduler_namespace, "x"))
+
+    async def served_extended_pod(self) -> None:
+        """The same in a namespace dralloc serves: the webhook makes it a claims pod."""
+        namespace = self.rng.choice(self.layout.gated)
+        await self._create_pod(self._extended_body(namespace, "xs", count=self.rng.choice("112")))
+
+    async def quota_extended_pod(self) -> None:
+        """One under the DeviceQuota: the claim the webhook named counts like any other."""
+        await self._create_pod(self._extended_body(self.layout.quota_namespace, "xq"))
+
+    def _extended_body(self, namespace: str, what: str, count: str = "1") -> dict[str, Any]:
+        body = self.layout.pod(namespace, self._name(what), [], gated=False)
         body["spec"].pop("resourceClaims", None)
-        one = {self.layout.extended_resource: "1"}
+        asked = {self.layout.extended_resource: count}
         resources = body["spec"]["containers"][0]["resources"]
-        resources["requests"] = {**resources["requests"], **one}
-        resources["limits"] = one
-        await self._create_pod(body)
+        resources["requests"] = {**resources["requests"], **asked}
+        resources["limits"] = asked
+        return body
 
     async def ensure_extended_class(self) -> None:
         with contextlib.suppress(Exception):

@@ -28,6 +28,13 @@ from operators.api.annotations import (
     format_claim_statuses,
     pod_gang,
 )
+from operators.api.extendedresources import (
+    ENTRY_NAME,
+    EXTENDED_RESOURCES_ANNOTATION,
+    ExtendedClaim,
+    ExtendedResourceError,
+    parse_annotation,
+)
 from operators.api.podgroup import pod_group_name
 from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.kube import JsonDict
@@ -99,6 +106,11 @@ class Pod:
     """The gang the pod belongs to (gang annotations), allocated all or nothing."""
     gang_error: str = ""
     """Why the gang annotations are malformed ('' = they are not)."""
+    extended: ExtendedClaim | None = None
+    """The claim its DRA extended resources became at admission (in-tree), checked against
+    its ``spec.resourceClaims``; the claim controller creates it."""
+    extended_error: str = ""
+    """Why the extended-resources annotation cannot be served ('' = it can, or is absent)."""
     pod_group: str = ""
     """``spec.schedulingGroup.podGroupName``: the upstream Workload API's PodGroup of the
     pod's namespace (immutable). A gang where that PodGroup's policy is one and the gang
@@ -183,6 +195,7 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
     except AnnotationError as problem:
         gang, gang_error = None, str(problem)
     needs = parse_pod_needs(raw)
+    extended, extended_error = _extended_claim(annotations, claims, protocol)
     return Pod(
         namespace=metadata.get("namespace") or "",
         name=metadata.get("name") or "",
@@ -215,7 +228,30 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
         gang=gang,
         gang_error=gang_error,
         pod_group=pod_group_name(spec),
+        extended=extended,
+        extended_error=extended_error,
     )
+
+
+def _extended_claim(
+    annotations: Mapping[str, str], claims: tuple[PodClaim, ...], protocol: PodProtocol
+) -> tuple[ExtendedClaim | None, str]:
+    """The annotation's claim if the pod's own entry names it (in-tree only)."""
+    text = annotations.get(EXTENDED_RESOURCES_ANNOTATION)
+    if text is None or not protocol.claims_in_spec:
+        return None, ""
+    try:
+        extended = parse_annotation(text)
+    except ExtendedResourceError as error:
+        return None, str(error)
+    entry = next((c for c in claims if c.name == ENTRY_NAME), None)
+    if entry is None or entry.resource_claim_name != extended.claim_name:
+        return None, (
+            f"annotation {EXTENDED_RESOURCES_ANNOTATION}: names claim "
+            f"{extended.claim_name!r}, but spec.resourceClaims has no entry {ENTRY_NAME!r} "
+            "naming it"
+        )
+    return extended, ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from operators.api.annotations import PodClaimDevices, format_pod_devices
+from operators.api.extendedresources import ExtendedClaim
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.cache.core import (
@@ -112,6 +113,45 @@ def claim_body(
         "metadata": metadata,
         "spec": template.spec.spec.to_kube(),
     }
+
+
+def extended_claim_body(pod: Pod, extended: ExtendedClaim, protocol: PodProtocol) -> dict[str, Any]:
+    """The ResourceClaim a pod's DRA extended resources became (see api.extendedresources):
+    named as the webhook chose, owned by the pod, finalizer from the start as above."""
+    return {
+        "apiVersion": f"{protocol.group}/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": extended.claim_name,
+            "namespace": pod.namespace,
+            "finalizers": [protocol.finalizer],
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod.name,
+                    "uid": pod.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": extended.claim_spec(),
+    }
+
+
+def unserved_extended_resources(pod: Pod, mapping: Mapping[str, str]) -> list[str]:
+    """``resource (DeviceClass class)`` for each DRA extended resource an unbound pod asks
+    for that a class backs: it passed the webhook's translation by (the webhook was away,
+    or the class came later), so no claim serves it, and kube-scheduler's own allocation
+    is refused (or would be a second allocator)."""
+    if pod.node_name or pod.done or pod.deleting:
+        return []
+    return [
+        f"{name} (DeviceClass {mapping[name]})"
+        for name in sorted(pod.needs.requests)
+        if "/" in name and name in mapping
+    ]
 
 
 def owner_pod_uid(claim: ResourceClaim) -> str | None:

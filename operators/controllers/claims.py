@@ -24,12 +24,15 @@ Event and the pod's DevicesAllocated=False condition with the reason.
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 from typing import Any
 
 import structlog
 
 from operators import metrics
+from operators.api.deviceclass import DeviceClass
+from operators.api.extendedresources import ENTRY_NAME, BackingClass, ExtendedClaim, class_mapping
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.cache.core import (
     DEVICES_ANNOTATION,
@@ -45,11 +48,13 @@ from operators.controllers.base import Runtime, register_controller
 from operators.controllers.claimrules import PodState
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
+    DEVICE_CLASSES,
     NAMESPACES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     ApiError,
+    Conflict,
     FailureKind,
     NotFound,
     failure_kind,
@@ -60,10 +65,12 @@ log = structlog.get_logger(__name__)
 WorkKey = tuple[str, Key]
 REASON_FAILED_CREATION = "FailedResourceClaimCreation"
 REASON_INVALID_CLAIMS = "InvalidClaims"  # the pod's DevicesAllocated=False condition
+REASON_EXTENDED_NOT_SERVED = "ExtendedResourcesNotServed"  # event, and condition of a bare pod
 REASON_DEVICES_CORRECTED = claimrules.REASON_DEVICES_CORRECTED
 REFUSED_RETRY_DELAY = (
     300.0  # a refused claim is retried this late (template/namespace events: at once)
 )
+RECREATE_MEMORY = 600.0  # s: one untranslated pod per controller is deleted to be made again
 STATUSES_DEFER = 5.0  # seconds a gated pod's claim statuses are left to the allocation write
 
 
@@ -84,6 +91,7 @@ class ClaimController:
         self.namespaces = cache[NAMESPACES]
         self.claims = cache.assumed(RESOURCE_CLAIMS)
         self.gates = runtime.settings.feature_gates
+        self.translates = runtime.settings.translates_extended_resources
         self.workers = workers
         self.queue: WorkQueue[WorkKey] = WorkQueue(
             base_delay=runtime.settings.requeue_base_delay,
@@ -91,6 +99,8 @@ class ClaimController:
             rejected_delay=REFUSED_RETRY_DELAY,
         )
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
+        # Controllers whose untranslated pod was deleted to be made again, and when.
+        self.recreated_for: dict[tuple[str, str], float] = {}
         # Gated pods whose claim statuses we left to the allocation controller, since when.
         self.statuses_deferred: dict[Key, float] = {}
         # The allocation controller records a gated pod's statuses just before it lifts the
@@ -107,6 +117,9 @@ class ClaimController:
         self.claims.informer.add_handler(self._on_claim)
         self.templates.add_handler(self._on_template)
         self.namespaces.add_handler(self._on_namespace)
+        self.classes = cache[DEVICE_CLASSES]
+        self.classes.add_handler(self._on_class)
+        self._mapping: dict[str, str] | None = None
         metrics.register_claims_gauge(self._gauge_labels)
 
     # --- event handlers: decide what to enqueue --------------------------------------------
@@ -125,13 +138,28 @@ class ClaimController:
                 self.queue.add(("claim", Key(pod.namespace, claim.metadata.name or "")))
         # A devices annotation on a pod that asks for no claims is a forgery to correct.
         if not (pod.uses_claims or DEVICES_ANNOTATION in pod.annotations):
+            if change.new is not None and self._unserved_extended(pod):
+                self.queue.add(("pod", change.key))
             return
         if change.new is None or pod.done or pod.deleting:
             for name in pod.claim_names():
                 self.queue.add(("claim", Key(pod.namespace, name)))
             return
-        if _needs_claims(pod) or pod.node_name or pod.claims_error:
+        if (
+            _needs_claims(pod)
+            or pod.node_name
+            or pod.claims_error
+            or pod.extended_error
+            or self._extended_claim_wanting(pod)
+        ):
             self.queue.add(("pod", change.key))
+
+    def _extended_claim_wanting(self, pod: Pod) -> bool:
+        """Whether the claim of the pod's extended resources is missing, or not its own."""
+        if pod.extended is None:
+            return False
+        claim = self.claims.get(Key(pod.namespace, pod.extended.claim_name))
+        return claim is None or claimrules.owner_pod_uid(claim) != pod.uid
 
     def _forget_deleted(self, key: Key, pod: Pod) -> None:
         """A deleted pod: its deferred statuses go, and its UID is remembered as gone (the
@@ -153,6 +181,45 @@ class ClaimController:
                 # Bound owners keep their devices annotation in step with their claims.
                 if change.new is None or (pod.node_name and not pod.done):
                     self.queue.add(("pod", Key(pod.namespace, pod.name)))
+
+    def _on_class(self, change: Change[DeviceClass]) -> None:
+        """Extended resource names may map elsewhere now: pods asking for one that a class
+        now backs are looked at again (they came before it, past the webhook's translation)."""
+        self._mapping = None
+        if not self.translates:
+            return
+        for key, pod in self.pods.items():
+            if not pod.uses_claims and self._unserved_extended(pod):
+                self.queue.add(("pod", key))
+
+    def _class_mapping(self) -> dict[str, str]:
+        """Extended resource name -> class, for the classes dralloc serves them for."""
+        if self._mapping is None:
+            scheduler_classes = self.runtime.settings.scheduler_classes
+            self._mapping = class_mapping(
+                BackingClass(
+                    c.metadata.name or "",
+                    c.spec.extended_resource_name,
+                    c.metadata.creation_timestamp.isoformat()
+                    if c.metadata.creation_timestamp
+                    else "",
+                )
+                for c in self.classes.values()
+                if (c.metadata.name or "") not in scheduler_classes
+            )
+        return self._mapping
+
+    def _unserved_extended(self, pod: Pod) -> list[str]:
+        """A pod in a served namespace that asks for DRA extended resources nobody turned
+        into a claim (see claimrules.unserved_extended_resources)."""
+        if not self.translates or not any("/" in name for name in pod.needs.requests):
+            return []
+        namespace: Namespace | None = self.namespaces.get(Key("", pod.namespace))
+        if not self.runtime.settings.serves_namespace(
+            pod.namespace, namespace.labels if namespace else None
+        ):
+            return []
+        return claimrules.unserved_extended_resources(pod, self._class_mapping())
 
     def _on_template(self, change: Change[ResourceClaimTemplate]) -> None:
         for pod in self.pods.by_index(
@@ -208,17 +275,23 @@ class ClaimController:
         pod = self.pods.get(key)
         if pod is None or pod.deleting or pod.done:
             return
-        if pod.claims_error:  # malformed, or over the limit of entries: no claims at all
+        if not pod.uses_claims:
+            unserved = self._unserved_extended(pod)
+            if unserved:
+                await self._report_unserved_extended(pod, unserved)
+                return
+        problem = pod.claims_error or pod.extended_error
+        if problem:  # malformed, or over the limit of entries: no claims at all
             await self.runtime.events.post(
-                pod.involved(), REASON_FAILED_CREATION, pod.claims_error, warning=True
+                pod.involved(), REASON_FAILED_CREATION, problem, warning=True
             )
             await podcondition.set_condition(
                 self.client,
                 pod,
                 "False",
                 REASON_INVALID_CLAIMS,
-                pod.claims_error,
-                still_needed=lambda fresh: bool(fresh.claims_error),
+                problem,
+                still_needed=lambda fresh: bool(fresh.claims_error or fresh.extended_error),
                 protocol=self.protocol,
             )
             if pod.node_name:
@@ -243,6 +316,18 @@ class ClaimController:
                 log.info("claim not created", pod=pod.ref, claim=pod_claim.name, error=str(error))
                 refused = True
                 break
+        if pod.extended is not None and not refused:
+            try:
+                await self._ensure_extended_claim(pod, pod.extended)
+            except ClaimError as error:
+                await self.runtime.events.post(
+                    pod.involved(),
+                    REASON_FAILED_CREATION,
+                    f"PodResourceClaim {ENTRY_NAME} ({pod.extended.describe()}): {error}",
+                    warning=True,
+                )
+                log.info("claim not created", pod=pod.ref, claim=ENTRY_NAME, error=str(error))
+                refused = True
         statuses = claimrules.statuses_update(pod, updates)
         version = pod.resource_version
         if statuses is not None:
@@ -327,6 +412,81 @@ class ClaimController:
         claim = self.claims.assume(created)
         log.info("claim created", pod=pod.ref, claim=claim.metadata.name, entry=pod_claim_name)
         return claim.metadata.name or ""
+
+    async def _ensure_extended_claim(self, pod: Pod, extended: ExtendedClaim) -> None:
+        """The claim the pod's extended resources became, created if it does not exist."""
+        claim = self.claims.get(Key(pod.namespace, extended.claim_name))
+        if claim is not None:
+            if claimrules.owner_pod_uid(claim) != pod.uid:
+                raise ClaimError(
+                    f"ResourceClaim {pod.namespace}/{extended.claim_name} was not created for "
+                    f"pod {pod.ref} (pod is not owner)"
+                )
+            return
+        body = claimrules.extended_claim_body(pod, extended, self.protocol)
+        try:
+            created = await self.client.create(RESOURCE_CLAIMS, body, pod.namespace)
+        except Exception as error:
+            metrics.CLAIM_CREATES.labels(status="failure", admin_access="false").inc()
+            if isinstance(error, ApiError) and failure_kind(error) is FailureKind.REJECTED:
+                raise ClaimError(
+                    f"create ResourceClaim {extended.claim_name}: {error.message}"
+                ) from error
+            raise  # not answered, or not yet: the work queue retries
+        metrics.CLAIM_CREATES.labels(status="success", admin_access="false").inc()
+        self.claims.assume(created)
+        log.info("claim created", pod=pod.ref, claim=extended.claim_name, entry=ENTRY_NAME)
+
+    async def _report_unserved_extended(self, pod: Pod, unserved: list[str]) -> None:
+        """Say why the pod waits where the user looks, and have it made again where a
+        controller owns it (its next pod passes the webhook, which turns the extended
+        resources into a claim)."""
+        owner = (pod.namespace, pod.controller)
+        now = time.monotonic()
+        again = now - self.recreated_for.get(owner, -RECREATE_MEMORY) < RECREATE_MEMORY
+        recreate = (
+            bool(pod.controller) and self.runtime.settings.recreate_refused_pods and not again
+        )
+        if recreate:
+            outcome = f"the pod is deleted so that {pod.controller} creates it again"
+        elif again:
+            # Its last pod was made again and came back untranslated too: no loop of deletes.
+            outcome = (
+                f"{pod.controller}'s pods keep arriving untranslated: is dralloc's mutating "
+                "webhook configured for them (components/gate-by-policy removes it)?"
+            )
+        else:
+            outcome = "delete the pod and create it again"
+        message = (
+            f"the pod asks for {', '.join(unserved)} as extended resources, but it was "
+            "created without dralloc's admission webhook (unavailable, or the class is "
+            "newer than the pod), so no claim serves them and kube-scheduler may not "
+            f"allocate devices dralloc manages; {outcome}"
+        )
+        await self.runtime.events.post(
+            pod.involved(), REASON_EXTENDED_NOT_SERVED, message, warning=True
+        )
+        if recreate:
+            with contextlib.suppress(NotFound, Conflict):  # gone or changed: seen again
+                await self.client.delete(
+                    PODS,
+                    pod.name,
+                    namespace=pod.namespace,
+                    uid=pod.uid,
+                    resource_version=pod.resource_version,
+                )
+            self.recreated_for[owner] = now
+            log.info("pod deleted for its controller to recreate", pod=pod.ref)
+            return
+        await podcondition.set_condition(
+            self.client,
+            pod,
+            "False",
+            REASON_EXTENDED_NOT_SERVED,
+            message,
+            still_needed=lambda fresh: bool(self._unserved_extended(fresh)),
+            protocol=self.protocol,
+        )
 
     def _own_claim(self, pod: Pod, entry: PodClaim) -> ResourceClaim | None:
         """The claim of one pod entry, if it is the pod's own (see claimrules.own_claim)."""

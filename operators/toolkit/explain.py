@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from operators.allocator.features import Features
+from operators.api.extendedresources import BackingClass, class_mapping
 from operators.toolkit.cluster import Cluster, DeviceLine, NodeVerdict
 from operators.toolkit.errors import ToolkitError
 from operators.toolkit.gangs import gang_key, place_gang
@@ -62,6 +63,9 @@ def explain(
         pod = snapshot.pods.get(key)
         if pod is None:
             raise ToolkitError(f"Pod {key} is not in the snapshot")
+        extended = _extended_resources(snapshot, pod)
+        if not pod.claims and extended:
+            raise ToolkitError(_extended_reason(key, snapshot, extended))
         if not pod.claims and pod.protocol == "dralloc":
             raise ToolkitError(
                 f"Pod {key} asks for no claims (resource.dralloc.dev/claims is an empty list): "
@@ -103,6 +107,37 @@ def explain(
         claim_statuses={},
     )
     return _explain_pod(cluster, stand_in, f"resourceclaim/{key}")
+
+
+def _extended_resources(snapshot: Snapshot, pod: PodInfo) -> list[str]:
+    """``resource (DeviceClass class)`` for each DRA extended resource the pod asks for."""
+    if pod.needs is None:
+        return []
+    mapping = class_mapping(
+        BackingClass(name, c.spec.extended_resource_name)
+        for name, c in snapshot.device_classes.items()
+    )
+    return [
+        f"{name} (DeviceClass {mapping[name]})"
+        for name in sorted(pod.needs.requests)
+        if name in mapping
+    ]
+
+
+def _extended_reason(key: str, snapshot: Snapshot, extended: list[str]) -> str:
+    asked = ", ".join(extended)
+    if "resource.k8s.io" not in snapshot.api_groups:
+        return (
+            f"Pod {key} asks for {asked} as extended resources: dralloc serves DRA extended "
+            "resources in in-tree mode only (its webhook turns them into a claim of the pod); "
+            "here ask with resource.dralloc.dev/claims instead"
+        )
+    return (
+        f"Pod {key} asks for {asked} as extended resources and has no claim for them: it was "
+        "created past dralloc's webhook, which turns them into a claim of the pod, so the "
+        "operator reports it (ExtendedResourcesNotServed) and kube-scheduler may not allocate "
+        "them; delete the pod and create it again (its controller does, if it has one)"
+    )
 
 
 def _uses(cluster: Cluster, pod: PodInfo, claim_key: str) -> bool:

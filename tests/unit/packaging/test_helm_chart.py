@@ -492,3 +492,11 @@ def test_crds_can_be_left_out_and_unknown_values_are_refused() -> None:
     for bad in ("apiGroup=example.com", "webhook.certificate.mode=vault"):
         result = run(helm(), "template", "dralloc", CHART, "--set", bad)
         assert result.returncode != 0, bad
+
+
+def test_classes_left_to_kube_scheduler_reach_the_policy_and_the_webhook_alike() -> None:
+    assert "DRALLOC_SCHEDULER_EXTENDED_CLASSES" not in env_by_name(template())
+    objects = template("--set", "allocationPolicy.extendedClasses=legacy-gpu")
+    identity = only(objects, "ConfigMap", "dralloc-operator-identity")
+    assert identity["data"]["extendedClasses"] == "legacy-gpu"
+    assert env_by_name(objects)["DRALLOC_SCHEDULER_EXTENDED_CLASSES"] == "legacy-gpu"

@@ -122,3 +122,36 @@ def test_a_quota_in_the_snapshot_is_named_where_it_refuses(
     assert verdicts["node-b"].reasons[0] == (
         "DeviceQuota team-a/gpus: devices 3 of 3 used, claim needs 1"
     )
+
+
+@pytest.mark.parametrize(
+    ("group", "reason"),
+    [
+        ("resource.k8s.io", "created past dralloc's webhook"),
+        ("resource.dralloc.dev", "in in-tree mode only"),
+    ],
+)
+def test_a_pod_asking_for_a_dra_extended_resource_without_a_claim_is_explained(
+    group: str, reason: str
+) -> None:
+    from operators.toolkit.errors import ObjectRef
+    from operators.toolkit.sources import RawObject
+
+    device_class = {
+        "apiVersion": f"{group}/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"},
+        "spec": {"extendedResourceName": "example.com/gpu"},
+    }  # fmt: skip
+    limits = {"example.com/gpu": "1"}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team"},
+        "spec": {"containers": [{"name": "c", "image": "i",
+                                 "resources": {"requests": limits, "limits": limits}}]},
+    }  # fmt: skip
+    snapshot = build_snapshot(
+        [RawObject(ObjectRef("test", 1), device_class), RawObject(ObjectRef("test", 2), body)]
+    )
+    with pytest.raises(ToolkitError, match=r"example.com/gpu \(DeviceClass gpu\)") as raised:
+        explain(snapshot, "pod/p", "team")
+    assert reason in str(raised.value)
