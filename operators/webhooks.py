@@ -17,6 +17,7 @@ generates a self-signed certificate for its hostnames. kopf would do that throug
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import secrets
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
@@ -27,10 +28,12 @@ import kopf
 from operators.api import InvalidObjectError, parse_object
 from operators.api.deviceclass import DeviceClass
 from operators.api.extendedresources import (
+    ENTRY_NAME,
     EXTENDED_RESOURCES_ANNOTATION,
-    BackingClass,
+    RANDOM_LENGTH,
     ExtendedResourceError,
     Translation,
+    backing_classes,
     class_mapping,
     translate,
 )
@@ -53,6 +56,9 @@ SELECTOR_WEBHOOK_IDS = {
 }
 #: The API server's status code for an invalid object.
 UNPROCESSABLE = 422
+#: Seconds a starting replica's webhook waits for its cache (the DeviceClasses) before it
+#: admits a pod untranslated (the claim controller then reports it).
+CLASSES_WAIT_S = 4.0
 
 
 def gate_patch(
@@ -86,12 +92,10 @@ def extended_translation(
     """The claim a new pod's DRA extended resources become, or None (none asked for, or
     their classes are left to kube-scheduler). Raises ExtendedResourceError for a request no
     claim can serve."""
-    mapping = class_mapping(
-        BackingClass(c.metadata.name or "", c.spec.extended_resource_name, _created(c))
-        for c in classes
-        if (c.metadata.name or "") not in settings.scheduler_classes
-    )  # fmt: skip
-    return translate(pod, mapping, secrets.token_hex(3)[:5])
+    mapping = class_mapping(backing_classes(classes))
+    # A name whose class is kube-scheduler's stays kube-scheduler's (not another class's).
+    served = {name: c for name, c in mapping.items() if c not in settings.scheduler_classes}
+    return translate(pod, served, secrets.token_hex(RANDOM_LENGTH // 2))
 
 
 @kopf.on.mutate("v1", "pods", id=WEBHOOK_ID, operations=["CREATE"], ignore_failures=True)
@@ -105,6 +109,12 @@ async def add_scheduling_gate(
     translation = None
     runtime = memo.get(MEMO_KEY)
     if settings.translates_extended_resources and runtime is not None:
+        forged = _dralloc_s_own(body)
+        if forged and await _serves(memo, settings, namespace):
+            raise kopf.AdmissionError(forged, code=UNPROCESSABLE)
+        if not runtime.cache.synced:  # a replica starting: its classes are not known yet
+            with contextlib.suppress(TimeoutError):
+                await runtime.cache.wait_synced(timeout=CLASSES_WAIT_S)
         classes = runtime.cache[DEVICE_CLASSES].values()
         try:
             translation = extended_translation(body, classes, settings)
@@ -132,9 +142,22 @@ async def add_scheduling_gate(
     patch.spec["schedulingGates"] = gates
 
 
-def _created(device_class: DeviceClass) -> str:
-    created = device_class.metadata.creation_timestamp
-    return created.isoformat() if created is not None else ""
+def _dralloc_s_own(pod: Mapping[str, Any]) -> str:
+    """Why a new pod may not carry what the webhook writes for its extended resources
+    ('' = it does not): the claim controller would create the claim it names."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if EXTENDED_RESOURCES_ANNOTATION in annotations:
+        return (
+            f"annotation {EXTENDED_RESOURCES_ANNOTATION}: set by dralloc's webhook only (it "
+            "records the claim a pod's extended resources become)"
+        )
+    entries = (pod.get("spec") or {}).get("resourceClaims") or ()
+    if any(isinstance(e, Mapping) and e.get("name") == ENTRY_NAME for e in entries):
+        return (
+            f"spec.resourceClaims: the entry name {ENTRY_NAME!r} is dralloc's, for the claim "
+            "of the pod's extended resources"
+        )
+    return ""
 
 
 async def _serves(memo: Any, settings: Settings, namespace: str) -> bool:

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Annotated, Any, Final
 
 from pydantic import Field, ValidationError, model_validator
 
 from operators.api import limits
 from operators.api.base import SHARED_PARTS, DNSLabel, DNSSubdomain, KubeModel, LabelKey
+from operators.api.deviceclass import DeviceClass
 from operators.api.errors import describe
 from operators.api.models import GROUP
 from operators.api.quantity import Quantity, QuantityParseError
@@ -49,7 +50,10 @@ ENTRY_NAME: Final = "dralloc-extended-resources"
 IMPLICIT_PREFIX: Final = "deviceclass.resource.kubernetes.io/"
 """Every class is reachable as ``<prefix><class name>``, besides its explicit name."""
 CLAIM_SUFFIX: Final = "-extended-resources-"
-_NAME_BASE_MAX: Final = limits.DNS_LABEL_MAX_LENGTH - len(CLAIM_SUFFIX) - 5
+RANDOM_LENGTH: Final = 10
+"""Random characters ending a claim name: 40 bits, so the pods of one ReplicaSet (one
+generateName) do not meet one another's names (about 1 in 2 million for 1,000 pods)."""
+_NAME_BASE_MAX: Final = limits.DNS_LABEL_MAX_LENGTH - len(CLAIM_SUFFIX) - RANDOM_LENGTH
 
 
 class ExtendedResourceError(ValueError):
@@ -157,7 +161,8 @@ def class_mapping(classes: Iterable[BackingClass]) -> dict[str, str]:
     """Extended resource name -> the DeviceClass that backs it.
 
     Every class backs its implicit name; an explicit name shared by several classes goes to
-    the most recently created (then the last by name), so every replica and run agrees."""
+    the most recently created, and among classes created in the same second to the first by
+    name (the API's documented rule), so every replica and run agrees."""
     mapping: dict[str, str] = {}
     explicit: dict[str, BackingClass] = {}
     for cls in classes:
@@ -165,10 +170,27 @@ def class_mapping(classes: Iterable[BackingClass]) -> dict[str, str]:
         name = cls.extended_resource_name
         if name:
             held = explicit.get(name)
-            if held is None or (cls.created, cls.name) > (held.created, held.name):
+            if held is None or _newer(cls, held):
                 explicit[name] = cls
     mapping.update({name: cls.name for name, cls in explicit.items()})
     return mapping
+
+
+def backing_classes(classes: Iterable[DeviceClass]) -> Iterator[BackingClass]:
+    """What :func:`class_mapping` needs of DeviceClass models."""
+    for c in classes:
+        created = c.metadata.creation_timestamp
+        yield BackingClass(
+            c.metadata.name or "",
+            c.spec.extended_resource_name,
+            created.isoformat() if created is not None else "",
+        )
+
+
+def _newer(cls: BackingClass, held: BackingClass) -> bool:
+    if cls.created != held.created:
+        return cls.created > held.created
+    return cls.name < held.name
 
 
 def backed_requests(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime
 import time
 from typing import Any
 
@@ -32,7 +33,13 @@ import structlog
 
 from operators import metrics
 from operators.api.deviceclass import DeviceClass
-from operators.api.extendedresources import ENTRY_NAME, BackingClass, ExtendedClaim, class_mapping
+from operators.api.extendedresources import (
+    ENTRY_NAME,
+    IMPLICIT_PREFIX,
+    ExtendedClaim,
+    backing_classes,
+    class_mapping,
+)
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.cache.core import (
     DEVICES_ANNOTATION,
@@ -54,7 +61,6 @@ from operators.kube import (
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     ApiError,
-    Conflict,
     FailureKind,
     NotFound,
     failure_kind,
@@ -71,6 +77,8 @@ REFUSED_RETRY_DELAY = (
     300.0  # a refused claim is retried this late (template/namespace events: at once)
 )
 RECREATE_MEMORY = 600.0  # s: one untranslated pod per controller is deleted to be made again
+RECREATED_OWNERS = ("ReplicaSet", "StatefulSet")  # make a deleted pod again, no harm done
+EXTENDED_RESOURCES_INDEX = "extended-resource-names"
 STATUSES_DEFER = 5.0  # seconds a gated pod's claim statuses are left to the allocation write
 
 
@@ -99,8 +107,9 @@ class ClaimController:
             rejected_delay=REFUSED_RETRY_DELAY,
         )
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
-        # Controllers whose untranslated pod was deleted to be made again, and when.
-        self.recreated_for: dict[tuple[str, str], float] = {}
+        # Controllers whose untranslated pod was deleted to be made again: when (the API
+        # server's timestamp format, to compare with creationTimestamp; and monotonic).
+        self.recreated_for: dict[tuple[str, str], tuple[str, float]] = {}
         # Gated pods whose claim statuses we left to the allocation controller, since when.
         self.statuses_deferred: dict[Key, float] = {}
         # The allocation controller records a gated pod's statuses just before it lifts the
@@ -112,6 +121,7 @@ class ClaimController:
         self.pods.ensure_index(claimrules.PODS_BY_UID_INDEX, claimrules.pod_uid_keys)
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
         self.pods.add_index("claims-by-template", _pod_template_keys)
+        self.pods.add_index(EXTENDED_RESOURCES_INDEX, _extended_resource_names)
         self.claims.ensure_index(claimrules.CLAIMS_BY_OWNER_INDEX, claimrules.owner_uid_keys)
         self.pods.add_handler(self._on_pod)
         self.claims.informer.add_handler(self._on_claim)
@@ -136,10 +146,11 @@ class ClaimController:
                 self._forget_deleted(change.key, pod)
             for claim in owned:
                 self.queue.add(("claim", Key(pod.namespace, claim.metadata.name or "")))
+        if change.new is not None and self._unserved_extended(pod):
+            self.queue.add(("pod", change.key))
+            return
         # A devices annotation on a pod that asks for no claims is a forgery to correct.
         if not (pod.uses_claims or DEVICES_ANNOTATION in pod.annotations):
-            if change.new is not None and self._unserved_extended(pod):
-                self.queue.add(("pod", change.key))
             return
         if change.new is None or pod.done or pod.deleting:
             for name in pod.claim_names():
@@ -188,25 +199,23 @@ class ClaimController:
         self._mapping = None
         if not self.translates:
             return
-        for key, pod in self.pods.items():
-            if not pod.uses_claims and self._unserved_extended(pod):
-                self.queue.add(("pod", key))
+        names: set[str] = set()
+        for device_class in (change.old, change.new):
+            if device_class is not None:
+                names.add(IMPLICIT_PREFIX + (device_class.metadata.name or ""))
+                if device_class.spec.extended_resource_name:
+                    names.add(device_class.spec.extended_resource_name)
+        for name in names:
+            for pod in self.pods.by_index(EXTENDED_RESOURCES_INDEX, name):
+                if self._unserved_extended(pod):
+                    self.queue.add(("pod", Key(pod.namespace, pod.name)))
 
     def _class_mapping(self) -> dict[str, str]:
         """Extended resource name -> class, for the classes dralloc serves them for."""
         if self._mapping is None:
             scheduler_classes = self.runtime.settings.scheduler_classes
-            self._mapping = class_mapping(
-                BackingClass(
-                    c.metadata.name or "",
-                    c.spec.extended_resource_name,
-                    c.metadata.creation_timestamp.isoformat()
-                    if c.metadata.creation_timestamp
-                    else "",
-                )
-                for c in self.classes.values()
-                if (c.metadata.name or "") not in scheduler_classes
-            )
+            mapping = class_mapping(backing_classes(self.classes.values()))
+            self._mapping = {n: c for n, c in mapping.items() if c not in scheduler_classes}
         return self._mapping
 
     def _unserved_extended(self, pod: Pod) -> list[str]:
@@ -275,11 +284,10 @@ class ClaimController:
         pod = self.pods.get(key)
         if pod is None or pod.deleting or pod.done:
             return
-        if not pod.uses_claims:
-            unserved = self._unserved_extended(pod)
-            if unserved:
-                await self._report_unserved_extended(pod, unserved)
-                return
+        unserved = self._unserved_extended(pod)
+        if unserved:
+            await self._report_unserved_extended(pod, unserved)
+            return
         problem = pod.claims_error or pod.extended_error
         if problem:  # malformed, or over the limit of entries: no claims at all
             await self.runtime.events.post(
@@ -415,6 +423,16 @@ class ClaimController:
 
     async def _ensure_extended_claim(self, pod: Pod, extended: ExtendedClaim) -> None:
         """The claim the pod's extended resources became, created if it does not exist."""
+        theirs = [
+            r.device_class_name
+            for r in extended.requests
+            if r.device_class_name in self.runtime.settings.scheduler_classes
+        ]
+        if theirs:
+            raise ClaimError(
+                f"DeviceClass {', '.join(theirs)}: its extended resources are kube-scheduler's "
+                "(scheduler_extended_classes), not a claim dralloc allocates"
+            )
         claim = self.claims.get(Key(pod.namespace, extended.claim_name))
         if claim is not None:
             if claimrules.owner_pod_uid(claim) != pod.uid:
@@ -439,18 +457,27 @@ class ClaimController:
 
     async def _report_unserved_extended(self, pod: Pod, unserved: list[str]) -> None:
         """Say why the pod waits where the user looks, and have it made again where a
-        controller owns it (its next pod passes the webhook, which turns the extended
-        resources into a claim)."""
+        ReplicaSet or StatefulSet owns it (its next pod passes the webhook, which turns the
+        extended resources into a claim). Other owners are not asked: a Job counts a deleted
+        pod as failed, and others may not make it again at all."""
         owner = (pod.namespace, pod.controller)
         now = time.monotonic()
-        again = now - self.recreated_for.get(owner, -RECREATE_MEMORY) < RECREATE_MEMORY
+        deleted_at = self.recreated_for.get(owner)
+        # A pod the owner made after we deleted one of its pods came back untranslated too
+        # (no webhook configured for it?): no loop of deletes; looked at again later.
+        came_back = (
+            deleted_at is not None
+            and now - deleted_at[1] < RECREATE_MEMORY
+            and pod.created >= deleted_at[0]
+        )
         recreate = (
-            bool(pod.controller) and self.runtime.settings.recreate_refused_pods and not again
+            pod.controller.partition("/")[0] in RECREATED_OWNERS
+            and self.runtime.settings.recreate_refused_pods
+            and not came_back
         )
         if recreate:
             outcome = f"the pod is deleted so that {pod.controller} creates it again"
-        elif again:
-            # Its last pod was made again and came back untranslated too: no loop of deletes.
+        elif came_back:
             outcome = (
                 f"{pod.controller}'s pods keep arriving untranslated: is dralloc's mutating "
                 "webhook configured for them (components/gate-by-policy removes it)?"
@@ -463,11 +490,9 @@ class ClaimController:
             "newer than the pod), so no claim serves them and kube-scheduler may not "
             f"allocate devices dralloc manages; {outcome}"
         )
-        await self.runtime.events.post(
-            pod.involved(), REASON_EXTENDED_NOT_SERVED, message, warning=True
-        )
         if recreate:
-            with contextlib.suppress(NotFound, Conflict):  # gone or changed: seen again
+            # A conflict (the pod changed) raises: the work queue reads it again.
+            with contextlib.suppress(NotFound):
                 await self.client.delete(
                     PODS,
                     pod.name,
@@ -475,9 +500,15 @@ class ClaimController:
                     uid=pod.uid,
                     resource_version=pod.resource_version,
                 )
-            self.recreated_for[owner] = now
+            self._remember_recreated(owner, now)
+            await self.runtime.events.post(
+                pod.involved(), REASON_EXTENDED_NOT_SERVED, message, warning=True
+            )
             log.info("pod deleted for its controller to recreate", pod=pod.ref)
             return
+        await self.runtime.events.post(
+            pod.involved(), REASON_EXTENDED_NOT_SERVED, message, warning=True
+        )
         await podcondition.set_condition(
             self.client,
             pod,
@@ -487,6 +518,16 @@ class ClaimController:
             still_needed=lambda fresh: bool(self._unserved_extended(fresh)),
             protocol=self.protocol,
         )
+        if came_back and deleted_at is not None:
+            wait = RECREATE_MEMORY - (now - deleted_at[1])
+            self.queue.add_after(("pod", Key(pod.namespace, pod.name)), wait)
+
+    def _remember_recreated(self, owner: tuple[str, str], now: float) -> None:
+        for key, (_, at) in list(self.recreated_for.items()):
+            if now - at >= RECREATE_MEMORY:
+                del self.recreated_for[key]
+        wall = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.recreated_for[owner] = (wall, now)
 
     def _own_claim(self, pod: Pod, entry: PodClaim) -> ResourceClaim | None:
         """The claim of one pod entry, if it is the pod's own (see claimrules.own_claim)."""
@@ -683,6 +724,11 @@ def _needs_claims(pod: Pod) -> bool:
     return any(
         c.resource_claim_template_name is not None and c.name not in recorded for c in pod.claims
     )
+
+
+def _extended_resource_names(pod: Pod) -> list[str]:
+    """The pod's requests that a DeviceClass may back (a name with a domain)."""
+    return [name for name in pod.needs.requests if "/" in name]
 
 
 def _pod_template_keys(pod: Pod) -> list[tuple[str, str]]:

@@ -132,6 +132,18 @@ class Cluster:
                 else:
                     uses.append(ClaimUse(entry.name, key, body, generated=not entry.claim_name))
                     continue
+            if entry.spec is not None:  # a copy's own claim, as the claim controller makes it
+                claim_name = f"{pod.name}-{entry.name}"
+                key = f"{pod.namespace}/{claim_name}"
+                self.claims.setdefault(key, {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": claim_name, "namespace": pod.namespace,
+                                 "uid": f"simulated-{pod.namespace}-{claim_name}"},
+                    "spec": dict(entry.spec),
+                })  # fmt: skip
+                uses.append(ClaimUse(entry.name, key, self.claims[key], generated=True))
+                continue
             template_key = f"{pod.namespace}/{entry.template_name}"
             template = self.snapshot.templates.get(template_key)
             if template is None:

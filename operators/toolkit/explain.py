@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from operators.allocator.features import Features
-from operators.api.extendedresources import BackingClass, class_mapping
+from operators.api.extendedresources import backing_classes, class_mapping
 from operators.toolkit.cluster import Cluster, DeviceLine, NodeVerdict
 from operators.toolkit.errors import ToolkitError
 from operators.toolkit.gangs import gang_key, place_gang
@@ -113,10 +113,7 @@ def _extended_resources(snapshot: Snapshot, pod: PodInfo) -> list[str]:
     """``resource (DeviceClass class)`` for each DRA extended resource the pod asks for."""
     if pod.needs is None:
         return []
-    mapping = class_mapping(
-        BackingClass(name, c.spec.extended_resource_name)
-        for name, c in snapshot.device_classes.items()
-    )
+    mapping = class_mapping(backing_classes(snapshot.device_classes.values()))
     return [
         f"{name} (DeviceClass {mapping[name]})"
         for name in sorted(pod.needs.requests)

@@ -27,10 +27,17 @@ from operators.api.annotations import (
     SCHEDULING_GATE,
     AnnotationError,
     GangRef,
+    PodResourceClaim,
     parse_claim_statuses,
     parse_pod_claims,
     pod_gang,
 )
+from operators.api.extendedresources import (
+    ENTRY_NAME,
+    EXTENDED_RESOURCES_ANNOTATION,
+    ExtendedResourceError,
+)
+from operators.api.extendedresources import parse_annotation as parse_extended
 from operators.api.podgroup import pod_group_name
 from operators.scheduling.model import PodNeeds, parse_pod_needs
 from operators.toolkit.errors import ObjectRef, SnapshotError
@@ -45,6 +52,14 @@ class PodClaim:
     name: str
     claim_name: str | None = None
     template_name: str | None = None
+    spec: Mapping[str, Any] | None = None
+    """The spec of a claim made for this pod alone (the claim its DRA extended resources
+    became, see operators.api.extendedresources): a simulated copy of the pod gets a claim
+    of its own with this spec, not the original's claim."""
+
+    def for_copy(self) -> PodClaim:
+        """The entry of a simulated copy of the pod."""
+        return dataclasses.replace(self, claim_name=None) if self.spec is not None else self
 
 
 @dataclass(frozen=True)
@@ -186,6 +201,7 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
     gates = [g.get("name") for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
+    extended = _extended_claim(annotations) if protocol == "in-tree" else {}
     return PodInfo(
         ref=ref,
         namespace=str(meta.get("namespace") or "default"),
@@ -194,9 +210,7 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         node_name=spec.get("nodeName") or None,
         phase=str(status.get("phase") or "Pending"),
         deleting=bool(meta.get("deletionTimestamp")),
-        claims=tuple(
-            PodClaim(e.name, e.resource_claim_name, e.resource_claim_template_name) for e in entries
-        ),
+        claims=tuple(_pod_claim(e, extended) for e in entries),
         claim_statuses={s.name: s.resource_claim_name for s in statuses},
         node_selector=dict(spec.get("nodeSelector") or {}),
         required_affinity=affinity,
@@ -208,6 +222,30 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         gang=gang,
         pod_group=pod_group_name(spec),
     )
+
+
+def _pod_claim(
+    entry: PodResourceClaim, extended: Mapping[str, tuple[str, Mapping[str, Any]]]
+) -> PodClaim:
+    made_for_it = extended.get(entry.name)
+    spec = made_for_it[1] if made_for_it and made_for_it[0] == entry.resource_claim_name else None
+    return PodClaim(
+        entry.name, entry.resource_claim_name, entry.resource_claim_template_name, spec=spec
+    )
+
+
+def _extended_claim(
+    annotations: Mapping[str, str],
+) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """Entry name -> (claim name, spec) of the claim the pod's extended resources became."""
+    text = annotations.get(EXTENDED_RESOURCES_ANNOTATION)
+    if text is None:
+        return {}
+    try:
+        claim = parse_extended(text)
+    except ExtendedResourceError:
+        return {}  # the operator reports it; the entry is a named claim like any other
+    return {ENTRY_NAME: (claim.claim_name, claim.claim_spec())}
 
 
 def claims_annotation(entries: Sequence[PodClaim]) -> str:

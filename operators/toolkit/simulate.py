@@ -295,6 +295,7 @@ def _new_pods(cluster: Cluster, scenario: AddPods) -> list[PodInfo]:
                 node_name=None,
                 phase="Pending",
                 claim_statuses={},
+                claims=tuple(entry.for_copy() for entry in base.claims),
                 ref=ObjectRef("scenario", kind="Pod", namespace=scenario.namespace, name=name),
             )
         )

@@ -358,3 +358,39 @@ def test_pods_that_passed_the_translation_by_are_explained_or_made_again(
         "--field-selector=involvedObject.name=bare,reason=ExtendedResourcesNotServed",
     ) or {}  # fmt: skip
     assert events.get("items"), events
+
+
+def test_init_containers_sidecars_and_several_containers(in_tree: Testbed, namespace: str) -> None:
+    """The API server takes the webhook's patch of a pod with an init container, a sidecar
+    and two containers (one without the resource): one request each, each container pointed
+    at its own, and the pod runs with one device per request."""
+    testbed = in_tree
+    pool = make_pool(testbed, 1, 4, prefix="extm")
+    resource = f"{pool.label}.example.com/gpu"
+    extended_class(testbed, pool, f"{pool.label}-ext", resource)
+    body = asking(namespace, "multi", pool, resource)
+    main = body["spec"]["containers"][0]
+    init = {**main, "name": "setup"}
+    sidecar = {**main, "name": "proxy", "restartPolicy": "Always"}
+    plain = {"name": "plain", "image": "registry.invalid/fake"}
+    body["spec"]["initContainers"] = [init, sidecar]
+    body["spec"]["containers"] = [main, plain]
+    create(testbed, body)
+
+    def bound() -> dict[str, Any] | None:
+        pod = testbed.get("pod", "multi", f"--namespace={namespace}") or {}
+        return pod if pod.get("spec", {}).get("nodeName") else None
+
+    pod = wait_for("the pod bound", bound, timeout=60)
+    claim = claims(testbed, namespace)[extended_claim_name(pod)]
+    requests = [r["name"] for r in claim["spec"]["devices"]["requests"]]
+    assert requests == ["container-0-request-1", "container-1-request-1", "container-2-request-1"]
+    spec = pod["spec"]
+    pointed = [c["resources"].get("claims") for c in [*spec["initContainers"], *spec["containers"]]]
+    assert pointed == [
+        [{"name": ENTRY, "request": "container-0-request-1"}],
+        [{"name": ENTRY, "request": "container-1-request-1"}],
+        [{"name": ENTRY, "request": "container-2-request-1"}],
+        None,
+    ]
+    assert len(set(held(claim))) == 3

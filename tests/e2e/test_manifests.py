@@ -233,9 +233,13 @@ def container_env(objects: list[dict[str, Any]]) -> dict[str, str | None]:
     return {e["name"]: e.get("value") for e in container["env"]}
 
 
-def the_webhook(objects: list[dict[str, Any]]) -> dict[str, Any]:
+GATE_WEBHOOK = "scheduling-gate.resource.dralloc.dev"
+EXTENDED_WEBHOOK = "extended-resources.resource.dralloc.dev"
+
+
+def the_webhook(objects: list[dict[str, Any]], name: str = GATE_WEBHOOK) -> dict[str, Any]:
     configuration = next(o for o in objects if o["kind"] == "MutatingWebhookConfiguration")
-    (webhook,) = configuration["webhooks"]
+    (webhook,) = [w for w in configuration["webhooks"] if w["name"] == name]
     return dict(webhook)
 
 
@@ -557,11 +561,19 @@ def pod_with_spec_claims(name: str, namespace: str) -> JsonObject:
     return pod
 
 
+def pod_with_extended_resource(name: str, namespace: str) -> JsonObject:
+    pod = plain_pod(name, namespace)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"example.com/gpu": "1"}}
+    return pod
+
+
 # Per mode: the pod that asks for devices the mode's way, and one that asks the other way.
 ASKING: dict[str, tuple[Callable[[str, str], JsonObject], Callable[[str, str], JsonObject]]] = {
     "crd": (pod_with_claims_annotation, pod_with_spec_claims),
     "in-tree": (pod_with_spec_claims, pod_with_claims_annotation),
     "in-tree-labelled": (pod_with_spec_claims, pod_with_claims_annotation),
+    # The in-tree mode's second webhook: pods without claims with a limit with a domain.
+    "in-tree-extended": (pod_with_extended_resource, pod_with_spec_claims),
 }
 
 
@@ -572,10 +584,12 @@ def test_webhook_is_called_only_for_pods_that_ask_for_devices(
     """The mode's webhook, renamed and pointed at a Service that does not exist, on the real
     API server: with failurePolicy Fail, a pod it is called for is refused, any other pod is
     admitted (server-side dry runs; the copy only applies to this test's namespaces)."""
-    mode = LABELLED if name == "in-tree-labelled" else MODES[name]
+    mode = LABELLED if name == "in-tree-labelled" else MODES[name.removesuffix("-extended")]
     tb: Testbed = request.getfixturevalue(mode.testbed)
     asking, other_way = ASKING[name]
-    webhook = the_webhook(render_mode(tb, mode, tmp_path))
+    which = EXTENDED_WEBHOOK if name.endswith("-extended") else GATE_WEBHOOK
+    webhook = the_webhook(render_mode(tb, mode, tmp_path), which)
+    webhook["failurePolicy"] = "Fail"  # the extended one fails open: a call shows as a refusal
     gated = unique_name("e2e-gate")
     outside = f"{gated}-unlabelled"
     namespaces = [gated, outside] if mode.components else [gated]

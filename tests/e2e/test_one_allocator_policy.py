@@ -198,8 +198,9 @@ def test_kube_scheduler_racing_dralloc_with_the_webhook_failing_open_hands_out_n
     if in_tree.state_dir is None:
         pytest.skip("needs a testbed started by this run (the run reads its state directory)")
     cluster = Cluster(in_tree.kubeconfig, in_tree.bin, in_tree.state_dir, MODES["in-tree"])
-    # DRA extended-resource pods too: kube-scheduler's allocations of their claims are
-    # refused as well (no class is listed under extendedClasses), so they wait, explained.
+    # DRA extended-resource pods too, in every namespace (the operator serves them all here):
+    # the webhook turns them into claims pods, and one that passed it by is reported (made
+    # again where a ReplicaSet owns it); kube-scheduler may allocate none of their claims.
     options = Options(
         mode=cluster.mode, seed=6, duration_s=40, rate=8, nodes=2, scheduler_pods=True,
         webhook=True, policy=True, faults=("operator-kill",), fault_count=3, settle_s=330,
@@ -207,6 +208,8 @@ def test_kube_scheduler_racing_dralloc_with_the_webhook_failing_open_hands_out_n
     result = asyncio.run(Run(cluster, options, tmp_path).execute())
     print("[one allocator] " + result.summary().replace("\n", "\n[one allocator] "))
     assert result.traffic["scheduler_pod"] >= 5, result.traffic
+    assert result.traffic["served_extended_pod"] >= 5, result.traffic
+    assert result.traffic["quota_extended_pod"] >= 1, result.traffic
     assert len(result.fired) == 3, result.fired
     assert result.pods_bound >= 15, result.summary()
     assert result.ok, result.summary()

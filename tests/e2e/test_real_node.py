@@ -170,14 +170,22 @@ def unprepared(testbed: Testbed, claim_uid: str) -> bool:
 
 
 def assert_device_reached_container(
-    testbed: Testbed, namespace: str, pod: str, claim: dict[str, Any], greeting: str
+    testbed: Testbed,
+    namespace: str,
+    pod: str,
+    claim: dict[str, Any],
+    greeting: str,
+    source: str = "user",
 ) -> None:
+    """``source``: the driver's prefix of the configuration's variables, ``user`` for a
+    claim's configuration, ``admin`` for its class's."""
     with_device = container_env(testbed, namespace, pod, "with-device")
     without = container_env(testbed, namespace, pod, "without")
-    assert with_device.get("user_greeting") == greeting, with_device
+    assert with_device.get(f"{source}_greeting") == greeting, with_device
     claim_vars = [k for k, v in with_device.items() if k.startswith("claim_") and v == "true"]
     assert claim_vars, f"no claim_* variable from the driver's CDI spec: {with_device}"
-    assert "user_greeting" not in without and not any(k.startswith("claim_") for k in without)
+    assert f"{source}_greeting" not in without
+    assert not any(k.startswith("claim_") for k in without)
     assert cdi_specs(testbed, claim["metadata"]["uid"]), "the driver wrote no CDI spec"
 
 
@@ -396,6 +404,42 @@ def test_dralloc_allocates_and_the_kubelet_prepares(in_cluster: Testbed) -> None
     assert_device_reached_container(testbed, namespace, "p", claim, greeting)
 
     assert_released_when_the_pod_ends(testbed, namespace, "p", claim)
+
+
+def test_an_extended_resource_pod_runs_with_the_device_the_driver_prepared(
+    in_cluster: Testbed,
+) -> None:
+    """A container asking for ``<name>.example.com/gpu: 1`` (a DeviceClass's
+    extendedResourceName) instead of a claim: the webhook turns it into a claim of the pod,
+    dralloc allocates it, and the kubelet prepares it through the driver for that container
+    only (the class's configuration reaches it); the claim goes with the pod."""
+    testbed = in_cluster
+    namespace = new_namespace(testbed)
+    greeting = unique_name("hello")
+    class_name = unique_name("test-driver-ext")
+    resource = f"{class_name}.example.com/gpu"
+    extended = device_class(class_name)
+    extended["spec"]["extendedResourceName"] = resource
+    extended["spec"]["config"] = [
+        {"opaque": {"driver": DRIVER, "parameters": {"greeting": greeting}}}
+    ]
+    testbed.apply(extended)
+    pod = workload(namespace, "x")
+    del pod["spec"]["resourceClaims"]
+    pod["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+    testbed.apply(pod)
+    running = running_on_real_node(testbed, namespace, "x")
+    assert "resource.dralloc.dev/allocated-by" in running["metadata"].get("annotations", {}), (
+        "the pod was not allocated by dralloc"
+    )
+    assert not running.get("status", {}).get("extendedResourceClaimStatus")  # not kube-scheduler's
+    (entry,) = running["spec"]["resourceClaims"]
+    claim = generated_claim(testbed, namespace)
+    assert claim["metadata"]["name"] == entry["resourceClaimName"]
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == running["metadata"]["uid"]
+    # The class's configuration: the driver names it admin_<key> (a claim's is user_<key>).
+    assert_device_reached_container(testbed, namespace, "x", claim, greeting, source="admin")
+    assert_released_when_the_pod_ends(testbed, namespace, "x", claim)
 
 
 def test_no_execute_taint_evicts_from_the_real_node(in_cluster: Testbed) -> None:

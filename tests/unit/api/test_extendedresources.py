@@ -53,6 +53,13 @@ def test_every_class_backs_its_implicit_name_and_the_newest_wins_an_explicit_one
     }
 
 
+def test_classes_made_in_the_same_second_go_to_the_first_by_name() -> None:
+    second = "2026-01-01T00:00:00+00:00"
+    classes = [BackingClass("zeta", GPU, second), BackingClass("alpha", GPU, second)]
+    assert class_mapping(classes)[GPU] == "alpha"
+    assert class_mapping(reversed(classes))[GPU] == "alpha"
+
+
 def test_requests_become_one_claim_with_a_request_per_container_and_resource() -> None:
     nic = "deviceclass.resource.kubernetes.io/nic"
     original = pod(
@@ -150,6 +157,7 @@ def test_claim_names_from_long_or_generated_pod_names_stay_dns_labels() -> None:
     assert translation is not None
     name = translation.claim.claim_name
     assert len(name) <= 63 and name.endswith("-extended-resources-q1w2e")
+    assert translate(long, {GPU: "gpu"}, "0123456789") is not None  # the webhook's 10
 
 
 @pytest.mark.parametrize(

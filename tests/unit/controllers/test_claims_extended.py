@@ -136,16 +136,72 @@ async def test_a_pod_that_passed_the_webhook_by_is_explained_or_recreated() -> N
     assert f"{GPU} (DeviceClass gpu)" in reasons["bare"]["message"]
     assert "delete the pod and create it again" in reasons["bare"]["message"]
     assert "ReplicaSet/rs creates it again" in reasons["owned"]["message"]
-    deleted = [c.path for c in client.calls if c.method == "DELETE"]
-    assert deleted == [PODS.path("ns", "owned")]
+    assert [c.path for c in client.calls if c.method == "DELETE"] == [PODS.path("ns", "owned")]
     assert [c for c in client.calls if c.method == "PATCH" and "pods/bare/status" in c.path]
-    # The controller's next pod comes back untranslated as well (no webhook configured for
-    # it): explained, not deleted again, so no loop of deletes and creates.
-    put(controller.runtime, PODS, asking_pod("owned-2", controller=True))
+    # A sibling made before that delete is deleted as well; the controller's next pod, made
+    # after it, comes back untranslated too (no webhook configured for it): explained, not
+    # deleted again, so no loop of deletes and creates; looked at again later.
+    sibling = asking_pod("owned-0", controller=True)
+    sibling["metadata"]["creationTimestamp"] = "2000-01-01T00:00:00Z"
+    again = asking_pod("owned-2", controller=True)
+    again["metadata"]["creationTimestamp"] = "2099-01-01T00:00:00Z"
+    put(controller.runtime, PODS, sibling)
+    put(controller.runtime, PODS, again)
     await drain(controller)
-    assert [c.path for c in client.calls if c.method == "DELETE"] == deleted
+    deleted = [c.path for c in client.calls if c.method == "DELETE"]
+    assert deleted == [PODS.path("ns", "owned"), PODS.path("ns", "owned-0")]
     last = [e for e in client.events if e["involved"]["metadata"]["name"] == "owned-2"]
     assert "keep arriving untranslated" in last[-1]["message"]
+    assert controller.queue.due_in(("pod", Key("ns", "owned-2"))) is not None
+
+
+async def test_only_owners_that_make_a_deleted_pod_again_get_it_deleted() -> None:
+    """A Job counts a deleted pod as failed: its untranslated pod is only explained."""
+    controller = controller_with_class()
+    client: FakeClient = controller.client  # type: ignore[assignment]
+    job_pod = asking_pod("job-x", controller=True)
+    job_pod["metadata"]["ownerReferences"][0]["kind"] = "Job"
+    put(controller.runtime, PODS, job_pod)
+    await drain(controller)
+    assert not [c for c in client.calls if c.method == "DELETE"]
+    assert "delete the pod and create it again" in client.events[-1]["message"]
+
+
+async def test_a_claims_pod_with_an_untranslated_extended_resource_is_reported() -> None:
+    controller = controller_with_class()
+    client: FakeClient = controller.client  # type: ignore[assignment]
+    raw = asking_pod("mixed")
+    raw["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimName": "nic"}]
+    put(controller.runtime, PODS, raw)
+    await drain(controller)
+    assert [e["reason"] for e in client.events] == [REASON_EXTENDED_NOT_SERVED]
+
+
+async def test_a_class_made_after_the_pod_brings_the_pod_back() -> None:
+    controller = controller_with_class()
+    client: FakeClient = controller.client  # type: ignore[assignment]
+    raw = asking_pod("early")
+    resource = "deviceclass.resource.kubernetes.io/late"
+    raw["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"},
+                                                 "requests": {resource: "1"}}  # fmt: skip
+    put(controller.runtime, PODS, raw)
+    await drain(controller)
+    assert client.events == []  # no class backs it yet
+    late = device_class()
+    late["metadata"]["name"] = "late"
+    controller.runtime.cache[DEVICE_CLASSES].apply("ADDED", late)
+    assert controller.queue.pending() == 1
+    await drain(controller)
+    assert [e["reason"] for e in client.events] == [REASON_EXTENDED_NOT_SERVED]
+
+
+async def test_an_annotation_naming_kube_scheduler_s_class_is_refused() -> None:
+    controller = controller_with_class(scheduler_extended_classes="gpu")
+    client: FakeClient = controller.client  # type: ignore[assignment]
+    put(controller.runtime, PODS, translated(asking_pod()))
+    await drain(controller)
+    assert not [c for c in client.writes(RESOURCE_CLAIMS.path("ns")) if c.method == "POST"]
+    assert any("kube-scheduler's" in e["message"] for e in client.events), client.events
 
 
 async def test_pods_dralloc_does_not_serve_them_for_are_left_alone() -> None:

@@ -155,10 +155,12 @@ def assert_same(chart: list[Object], manifests: list[Object]) -> None:
         only(chart, "ClusterRole", "dralloc-operator")["rules"]
         == (only(manifests, "ClusterRole", "dralloc-operator")["rules"])
     )
-    (ours_hook,) = only(chart, "MutatingWebhookConfiguration", "dralloc")["webhooks"]
-    (their_hook,) = only(manifests, "MutatingWebhookConfiguration", "dralloc")["webhooks"]
-    assert ours_hook["matchConditions"] == their_hook["matchConditions"]
-    assert ours_hook["namespaceSelector"] == their_hook["namespaceSelector"]
+    ours_hooks = only(chart, "MutatingWebhookConfiguration", "dralloc")["webhooks"]
+    their_hooks = only(manifests, "MutatingWebhookConfiguration", "dralloc")["webhooks"]
+    assert [h["name"] for h in ours_hooks] == [h["name"] for h in their_hooks]
+    for ours_hook, their_hook in zip(ours_hooks, their_hooks, strict=True):
+        assert ours_hook["matchConditions"] == their_hook["matchConditions"]
+        assert ours_hook["namespaceSelector"] == their_hook["namespaceSelector"]
     for k in sorted(theirs):
         assert ours[k] == theirs[k], f"{k} differs"
 

@@ -236,3 +236,18 @@ def test_identity_by_user_list_or_group(policy: dict[str, Any], params: dict[str
     )
     bare = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
     assert admit(policy, bare, operation="CREATE", obj=forged, user=OPERATOR_SA) is not None
+
+
+def test_the_extended_resources_record_is_set_at_creation_and_never_changed(
+    policy: dict[str, Any], params: dict[str, Any]
+) -> None:
+    """The webhook sets it on the creator's behalf (the request is the creator's, so the
+    create must pass); changing or removing it later is refused to everyone but the
+    operator: the claim controller reads it."""
+    key = "resource.dralloc.dev/extended-resources"
+    record = {key: '{"claimName":"p-extended-resources-0123456789","requests":[]}'}
+    assert admit(policy, params, operation="CREATE", obj=pod(record)) is None
+    for after in ({key: record[key].replace("0123", "9999")}, {}):
+        message = admit(policy, params, operation="UPDATE", obj=pod(after), old=pod(record))
+        assert message is not None and key in message, after
+    assert admit(policy, params, operation="UPDATE", obj=pod(record), old=pod(record)) is None

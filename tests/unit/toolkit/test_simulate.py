@@ -188,3 +188,39 @@ def test_taint_reports_the_evictions_a_budget_would_refuse(
     report = simulate(snapshot, [TaintDevice("gpu.example.com/node-a/gpu-1")])
     assert [(e.pod, e.budget) for e in report.evictions] == [("team-a/trainer", refused)]
     assert any("refused by a PodDisruptionBudget" in n for n in report.notes) == bool(refused)
+
+
+def test_copies_of_an_extended_resource_pod_get_claims_of_their_own(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    """A pod whose extended resources became a claim of its own (the webhook's annotation):
+    its simulated copies each get such a claim, not a share of the original's."""
+    from operators.api.extendedresources import translate
+
+    items = load_items()
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "x", "namespace": "team-a", "uid": "uid-x"},
+        "spec": {"containers": [{"name": "main", "image": "pause", "resources": {
+            "limits": {"example.com/gpu": "1"}}}]},
+        "status": {"phase": "Pending"},
+    }  # fmt: skip
+    translation = translate(pod, {"example.com/gpu": "gpu"}, "abcde")
+    assert translation is not None
+    translation.apply(pod)
+    claim = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": translation.claim.claim_name, "namespace": "team-a",
+                     "uid": "uid-claim-x"},
+        "spec": translation.claim.claim_spec(),
+    }  # fmt: skip
+    snapshot = build_snapshot(read_objects([write_snapshot([*items, pod, claim])]))
+    # Free: 1 GPU on node-a, 4 on node-b of which west-pair takes 2; x takes one more.
+    report = simulate(snapshot, [AddPods(2, "team-a", like_pod="x")])
+    added = [p for p in report.placed if p.origin == "added"]
+    assert len(added) == 2, report
+    claims = {line.claim for p in added for line in p.devices}
+    assert len(claims) == 2 and f"team-a/{translation.claim.claim_name}" not in claims, claims
+    devices = [line.device for p in report.placed for line in p.devices]
+    assert len(devices) == len(set(devices)), devices
+    assert report.fits
