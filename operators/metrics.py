@@ -212,6 +212,11 @@ FENCED = Counter(
     "Times this replica stopped allocating because another allocator's records appeared.",
 )
 
+DEVICES_HELD_TWICE = Gauge(
+    "dralloc_devices_held_twice",
+    "Devices allocated to two claims at once now, as the leader's double-allocation "
+    "checker sees them (0 on a replica that does not lead).",
+)
 DOUBLE_ALLOCATIONS = Counter(
     "dralloc_double_allocations",
     "Devices found allocated to two claims at once (another allocator, or a forged write), "

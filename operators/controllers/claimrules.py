@@ -73,6 +73,18 @@ def admin_access_refusal(spec: Any, namespace: Namespace | None, gate_enabled: b
     return ""
 
 
+def owned_by(pod: Pod) -> dict[str, Any]:
+    """The owner reference of a claim made for one pod: it goes with the pod."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": pod.name,
+        "uid": pod.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
 def claim_body(
     pod: Pod,
     pod_claim_name: str,
@@ -94,16 +106,7 @@ def claim_body(
         "namespace": pod.namespace,
         "annotations": annotations,
         "finalizers": [protocol.finalizer],
-        "ownerReferences": [
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": pod.name,
-                "uid": pod.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": [owned_by(pod)],
     }
     if template_meta.labels:
         metadata["labels"] = dict(template_meta.labels)
@@ -125,16 +128,7 @@ def extended_claim_body(pod: Pod, extended: ExtendedClaim, protocol: PodProtocol
             "name": extended.claim_name,
             "namespace": pod.namespace,
             "finalizers": [protocol.finalizer],
-            "ownerReferences": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": pod.name,
-                    "uid": pod.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owned_by(pod)],
         },
         "spec": extended.claim_spec(),
     }

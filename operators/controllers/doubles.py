@@ -44,7 +44,7 @@ from operators import metrics
 from operators.api.models import ResourceClaim
 from operators.cache.core import Pod
 from operators.cache.informer import Change, Key, version_number
-from operators.controllers import claimrules, claimstatus, conditions
+from operators.controllers import claimrules, claimstatus, conditions, podcondition
 from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_kind
 
@@ -121,6 +121,10 @@ class DoubleAllocationController:
         self.repaired = 0
         self.reported = 0
         self._reported: set[tuple[DeviceId, frozenset[Key]]] = set()
+        # Devices two claims hold now (the gauge an alert fires on while a double lasts,
+        # also one that cannot be undone); counted while this replica leads.
+        self.doubled: set[DeviceId] = set()
+        self.running = False
         self.claims.add_handler(self._on_claim)
 
     def _on_claim(self, change: Change[ResourceClaim]) -> None:
@@ -140,6 +144,7 @@ class DoubleAllocationController:
                 keys.discard(key)
                 if len(keys) < 2:
                     self.since.pop(device, None)
+                    self.doubled.discard(device)
                 if not keys:
                     del self.holders[device]
         for device in now - before:
@@ -147,9 +152,18 @@ class DoubleAllocationController:
             keys.add(key)
             if len(keys) > 1:
                 self.since.setdefault(device, time.monotonic())
+                self.doubled.add(device)
+        if self.running:
+            metrics.DEVICES_HELD_TWICE.set(len(self.doubled))
 
     async def run(self) -> None:
-        await retry_forever(self.name, self._loop)
+        self.running = True
+        metrics.DEVICES_HELD_TWICE.set(len(self.doubled))
+        try:
+            await retry_forever(self.name, self._loop)
+        finally:  # no longer leading: another replica counts them
+            self.running = False
+            metrics.DEVICES_HELD_TWICE.set(0)
 
     def health(self) -> dict[str, Any]:
         return {"doubles": len(self.since), "repaired": self.repaired, "reported": self.reported}
@@ -258,6 +272,18 @@ class DoubleAllocationController:
             )  # fmt: skip
             for involved in [claimstatus.involved(claim), *(pod.involved() for pod in pods)]:
                 await self.runtime.events.post(involved, REASON_DOUBLE, message, warning=True)
+            if outcome == "reported":
+                # It lasts: said on the pods too, where `kubectl describe` shows it.
+                for pod in pods:
+                    await podcondition.set_condition(
+                        self.client,
+                        pod,
+                        "True" if pod.node_name else "False",
+                        REASON_DOUBLE,
+                        message,
+                        still_needed=lambda fresh: not fresh.done,
+                        protocol=self.runtime.protocol,
+                    )
         # Looked at again while two still hold it: an eviction still under way, a write of
         # dralloc's own still in flight, or a new holder that came while this ran
         # (kube-scheduler may count a device free once one side of a double let it go).

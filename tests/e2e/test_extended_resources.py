@@ -31,8 +31,8 @@ from .operator_fixtures import (
     OperatorProcess,
     Pool,
     ensure_lease_namespace,
-    install_crds,
     make_pool,
+    running_operator,
     template,
 )
 
@@ -46,7 +46,6 @@ ENTRY = "dralloc-extended-resources"
 def in_tree(testbeds: TestbedRegistry) -> Testbed:
     testbed = testbeds.get(TESTBED_DRA_SCHEDULER).in_mode(IN_TREE)
     ensure_lease_namespace(testbed)
-    install_crds(testbed)
     return testbed
 
 
@@ -54,17 +53,7 @@ def in_tree(testbeds: TestbedRegistry) -> Testbed:
 def operator(
     in_tree: Testbed, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(
-        in_tree,
-        tmp_path_factory.mktemp("operator") / "operator.log",
-        unique_name("dralloc-extended"),
-    )
-    proc.start()
-    try:
-        proc.wait_ready()
-        yield proc
-    finally:
-        proc.stop()
+    yield from running_operator(in_tree, tmp_path_factory)
 
 
 @pytest.fixture

@@ -90,7 +90,18 @@ def _double(
 
 
 def _undone(client: FakeClient) -> list[str]:
-    return [f"{c.method} {c.path.rsplit('/', 2)[-2]}/{c.path.rsplit('/', 1)[-1]}" for c in client.calls if c.method in ("PATCH", "DELETE")]  # fmt: skip
+    """Writes that undo something (a condition that reports the double undoes nothing)."""
+    return [f"{c.method} {c.path.rsplit('/', 2)[-2]}/{c.path.rsplit('/', 1)[-1]}" for c in client.calls if c.method in ("PATCH", "DELETE") and not _reports(c)]  # fmt: skip
+
+
+def _reports(call: Any) -> bool:
+    body = call.body or {}
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return (
+        call.path.endswith("/status")
+        and "/pods/" in call.path
+        and [c.get("reason") for c in conditions] == [doubles.REASON_DOUBLE]
+    )
 
 
 async def test_a_gated_double_is_deallocated_and_reported() -> None:
@@ -153,6 +164,12 @@ async def test_a_bound_double_evicts_only_generated_claims_of_owned_pods() -> No
     assert not _undone(bare)
     assert controller.reported == 1  # once, not every period
     assert "cannot be undone safely" in bare.events[0]["message"]
+    # It lasts: said on the pod too, and counted by the gauge an alert fires on.
+    (condition,) = [c for c in bare.calls if _reports(c)]
+    assert condition.path.endswith("/pods/second/status")
+    assert condition.body["status"]["conditions"][0]["status"] == "True"
+    assert "cannot be undone safely" in condition.body["status"]["conditions"][0]["message"]
+    assert controller.doubled == {DEVICE}
 
     shared = FakeClient()  # a named claim: its next consumers would get the same allocation
     controller = _double(shared, bound=True, owned=True, generated=False)
@@ -179,3 +196,24 @@ def test_the_index_forgets_released_devices() -> None:
     controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", released)
     assert not controller.since
     assert controller.holders[DEVICE] == {Key("ns", "c1")}
+
+
+def test_the_gauge_counts_devices_held_twice_while_leading() -> None:
+    from operators import metrics
+
+    client = FakeClient()
+    controller = _double(client, gated=True)
+    assert controller.doubled == {DEVICE}
+    controller.running = True  # as run() sets it while this replica leads
+    path = "/apis/resource.dralloc.dev/v1/namespaces/ns/resourceclaims/c2"
+    held = copy.deepcopy(client.objects[path])
+    released = copy.deepcopy(held)
+    released["status"] = {}
+    released["metadata"]["resourceVersion"] = "31"
+    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", released)
+    assert metrics.DEVICES_HELD_TWICE._value.get() == 0
+    held["metadata"]["resourceVersion"] = "32"
+    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", held)
+    assert metrics.DEVICES_HELD_TWICE._value.get() == 1
+    controller.running = False
+    metrics.DEVICES_HELD_TWICE.set(0)

@@ -167,6 +167,7 @@ def test_the_registry_holds_the_operators_metrics(exported: dict[str, set[str]])
         "dralloc_pod_allocations_total",
         "dralloc_leader",
         "dralloc_double_allocations_total",
+        "dralloc_devices_held_twice",
         "dralloc_gated_pod_oldest_seconds",
         "dralloc_workqueue_depth",
         "dynamic_resource_allocation_resource_claims",
@@ -307,6 +308,7 @@ def test_the_alerts_the_operator_needs(rules: list[dict[str, Any]]) -> None:
     assert "dralloc_gated_pod_oldest_seconds" in by_metric  # pods gated too long
     assert "dralloc_pod_allocations_total" in by_metric  # allocation errors
     assert "dralloc_double_allocations_total" in by_metric  # the checker's findings
+    assert "dralloc_devices_held_twice" in by_metric  # a double that lasts
     assert "dralloc_fenced_total" in by_metric  # another allocator's records
     leader = {r["alert"]: r["expr"] for r in rules if "dralloc_leader" in metric_names(r["expr"])}
     assert any("absent(" in expr for expr in leader.values()), "operator down: absent()"
