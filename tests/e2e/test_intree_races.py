@@ -4,10 +4,12 @@ dralloc gates (and allocates) only the pods of namespaces with a label here; the
 other namespace bypass the gate, and kube-scheduler's DRA plugin allocates them itself, from
 the same devices, at the same time. Neither allocator sees the other's newest writes
 (interop.md §1 "Race"), so a device can be handed out twice; dralloc's double-allocation
-controller must then undo one side with a reason. The test measures how many doubles
-happened (printed; seen with ``-s``) and checks the end state: every allocated device in one
-claim only, every bound pod's claims allocated and reserved for it, and the pods dralloc was
-meant to serve served by it.
+controller must then undo one side with a reason. The robustness suite's recorder watches the
+claims and pods from before the first pod: every moment a device was in two claims is an
+episode of the history, and each must have ended (no device held twice at the last revision)
+with a DoubleAllocation Event naming the device. The end state is checked too: every
+allocated device in one claim only, every bound pod's claims allocated and reserved for it,
+and the pods dralloc was meant to serve served by it. The number of doubles is printed.
 
 Runs on the DRA testbed (kube-controller-manager's resourceclaim controller on), with dralloc
 as allocator only (``--no-claims-controller --no-taints-controller``): coexistence case (b).
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 import collections
 import json
-import time
 from pathlib import Path
 from typing import Any
 
+from robustness.checker import DEVICE_HELD_TWICE, Violation
+
+from .history_helpers import Recording, judged
 from .kube_helpers import Testbed, unique_name, wait_for
 from .modes import IN_TREE
 from .operator_fixtures import OperatorProcess, ensure_lease_namespace, publish_devices, template
@@ -124,6 +128,8 @@ def test_kube_scheduler_and_dralloc_allocating_the_same_devices_never_share_one(
         ],
     )
     operator.start()
+    recorder = Recording(in_tree, [served, bypassing])
+    recorder.start()
     try:
         operator.wait_ready()
         pods = _pods(served, "one", label, _owner(testbed, served))
@@ -167,9 +173,27 @@ def test_kube_scheduler_and_dralloc_allocating_the_same_devices_never_share_one(
                 f"not settled: pods {json.dumps(summary, indent=1)}\nholders {dict(_holders(claims))}"
                 f"\noperator log tail:\n{operator.log()[-3000:]}"
             ) from None
-        time.sleep(3)  # a double found late would show now
+        claims, live = _state(testbed, [served, bypassing])
+        marks = (
+            (claims[0]["metadata"]["namespace"], claims[0]["metadata"]["name"]),
+            next(
+                (p["metadata"]["namespace"], p["metadata"]["name"])
+                for p in live
+                if not p["metadata"].get("deletionTimestamp")
+            ),
+        )
+
+        def every_double_ended() -> list[Violation] | None:
+            report = judged(recorder.history(*marks))
+            doubles = [v for v in report.violations if v.rule == DEVICE_HELD_TWICE]
+            return doubles if all(v.end_rv is not None for v in doubles) else None
+
+        # Polled on the history, not slept on: a double kube-scheduler made late is seen.
+        episodes = wait_for("no device in two claims at the last revision",
+                            every_double_ended, timeout=60, interval=2.0)  # fmt: skip
         claims, live = _state(testbed, [served, bypassing])
     finally:
+        recorder.stop()
         operator.stop()
 
     doubles = [
@@ -185,7 +209,16 @@ def test_kube_scheduler_and_dralloc_allocating_the_same_devices_never_share_one(
         for e in doubles
         if e["involvedObject"]["kind"] == "ResourceClaim"
     )
-    print(f"\nin-tree race over {2 * PODS_PER_NAMESPACE} pods: doubles repaired {dict(outcomes)}")
+    print(
+        f"\nin-tree race over {2 * PODS_PER_NAMESPACE} pods: {len(episodes)} double(s) in the "
+        f"history (longest {max((v.duration(0) for v in episodes), default=0):.1f} s), "
+        f"repaired {dict(outcomes)}"
+    )
+    # Every double of the history was undone with a reason naming its device.
+    said = " ".join(e["message"] for e in doubles)
+    unexplained = [v.subject for v in episodes if f"device {v.subject} " not in said]
+    assert not unexplained, f"doubles ended without a DoubleAllocation event: {unexplained}"
+    assert outcomes["other"] == 0, outcomes  # owned pods: cleared or evicted, never only told
     holders = _holders(claims)
     shared = {device: h for device, h in holders.items() if len(h) > 1}
     assert not shared, f"devices in two claims at the end: {shared}"
