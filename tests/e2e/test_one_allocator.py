@@ -9,7 +9,7 @@ which namespace and which permissions it needs.
 
 from __future__ import annotations
 
-import time
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,18 @@ from .operator_fixtures import GATE, LEASE_NAMESPACE, OperatorProcess, install_c
 pytestmark = pytest.mark.api_modes
 
 LEADING = "controllers starting"
+LEASE_DURATION_S = 8.0  # OperatorProcess's --lease-duration
+
+
+def _lease(testbed: Testbed) -> dict[str, Any]:
+    lease = testbed.get("lease", "dralloc-operator", f"--namespace={LEASE_NAMESPACE}")
+    assert lease is not None
+    spec: dict[str, Any] = lease["spec"]
+    return spec
+
+
+def _seconds(micro_time: str) -> float:
+    return datetime.datetime.fromisoformat(micro_time.replace("Z", "+00:00")).timestamp()
 
 
 @pytest.fixture
@@ -50,15 +62,27 @@ def test_two_operators_with_default_lease_settings_elect_one_leader(
         for proc in operators:
             proc.start()
         wait_for("a leader", lambda: any(LEADING in p.log() for p in operators), timeout=60)
-        time.sleep(10)  # longer than the lease duration (8 s): a second Lease would be won
-        leaders = [p.identity for p in operators if LEADING in p.log()]
-        assert len(leaders) == 1, f"{len(leaders)} leaders: {leaders}"
-        lease = testbed.get("lease", "dralloc-operator", f"--namespace={LEASE_NAMESPACE}")
-        assert lease is not None and lease["spec"]["holderIdentity"] == leaders[0]
+        (leader,) = [p for p in operators if LEADING in p.log()]
+        (standby,) = [p for p in operators if p is not leader]
+        standby.wait_until("waiting for leadership")  # it tried the same Lease
+        first = _lease(testbed)
+        assert first["holderIdentity"] == leader.identity
+
+        def renewed_past_a_lease_duration() -> dict[str, Any] | None:
+            now = _lease(testbed)
+            if _seconds(now["renewTime"]) - _seconds(first["renewTime"]) > LEASE_DURATION_S:
+                return now
+            return None
+
+        # Polled on the Lease: for longer than a lease duration the standby could have taken
+        # it (or made one of its own) had it not been waiting on this one.
+        later = wait_for("the leader renewing past a lease duration",
+                         renewed_past_a_lease_duration, timeout=60)  # fmt: skip
+        assert later["holderIdentity"] == leader.identity
+        assert later.get("leaseTransitions", 0) == first.get("leaseTransitions", 0)
+        assert LEADING not in standby.log()
         for home in two_namespaces:
             assert testbed.get("lease", "dralloc-operator", f"--namespace={home}") is None
-        (standby,) = [p for p in operators if p.identity != leaders[0]]
-        assert "waiting for leadership" in standby.log()
     finally:
         for proc in operators:
             proc.stop()
