@@ -96,7 +96,10 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved(
         testbed,
         tmp_path / "operator.log",
         unique_name("dralloc-fallback"),
-        extra=["--node-policy=first-fit"],  # the mode adds --api-group
+        # The release grace far beyond the wait below: only kube-scheduler's fallback (or,
+        # guarded, dralloc serving the pod it left ungated) can move the pod in time, never
+        # dralloc undoing a release kube-scheduler refused.
+        extra=["--node-policy=first-fit", "--release-grace=600"],  # the mode adds --api-group
     )
     operator.start()
     try:
@@ -155,13 +158,15 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved(
         claim = _claim_of(testbed, namespace, "worker")
         assert node == second
         assert _allocated_node(claim) == second  # re-allocated there
-        if guarded:  # by dralloc: kube-scheduler may only bind
-            fields = testbed.get(
-                f"resourceclaims.{GROUP}", claim["metadata"]["name"], f"--namespace={namespace}",
-                "--show-managed-fields",
-            )  # fmt: skip
-            assert fields is not None
-            assert _allocation_manager(fields) == "dralloc", fields["metadata"]["managedFields"]
+        fields = testbed.get(
+            f"resourceclaims.{GROUP}", claim["metadata"]["name"], f"--namespace={namespace}",
+            "--show-managed-fields",
+        )  # fmt: skip
+        assert fields is not None
+        # Guarded, dralloc allocated it again (kube-scheduler may only bind); else
+        # kube-scheduler's own fallback did.
+        expected = "dralloc" if guarded else "kube-scheduler"
+        assert _allocation_manager(fields) == expected, fields["metadata"]["managedFields"]
         assert claim["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
         assert [r["uid"] for r in claim["status"]["reservedFor"]] == [live["metadata"]["uid"]]
 
