@@ -10,6 +10,7 @@ created right after it binds as quickly as ever.
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 
@@ -108,6 +109,18 @@ def _create_seconds(testbed: Testbed, body: dict[str, object]) -> float:
     return time.monotonic() - started
 
 
+def _seconds(timestamp: str) -> float:
+    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def _scheduled_at(testbed: Testbed, namespace: str, name: str) -> float:
+    found = testbed.get("pod", name, f"--namespace={namespace}") or {}
+    for condition in (found.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            return _seconds(str(condition["lastTransitionTime"]))
+    raise AssertionError(f"pod {namespace}/{name} has no PodScheduled=True condition")
+
+
 def _renew_time(testbed: Testbed, lease: str) -> str:
     found = testbed.get("lease", lease, f"--namespace={LEASE_NAMESPACE}") or {}
     return str((found.get("spec") or {}).get("renewTime") or "")
@@ -143,8 +156,14 @@ def test_a_costly_selector_stalls_neither_admission_nor_leadership_nor_other_pod
         f"\n[responsive] pod creation {during:.2f} s during the costly decision ({baseline:.2f} s before)"
     )
     assert during - baseline < 1.0, f"admission took {during:.1f} s (baseline {baseline:.1f} s)"
-    time.sleep(3.0)
-    assert _renew_time(testbed, operator.lease) != renewed_before, "the Lease was not renewed"
+    # Renewed within 6 s (it renews every second), while the decision has seconds to go: an
+    # operator blocked by it would renew only after it.
+    wait_for(
+        "the Lease renewed during the costly decision",
+        lambda: _renew_time(testbed, operator.lease) != renewed_before,
+        timeout=6,
+        interval=0.2,
+    )
     wait_bound(testbed, namespace, "during", timeout=60)
 
     # The costly pod's decision really ran over its budget (so the checks above overlapped
@@ -159,6 +178,13 @@ def test_a_costly_selector_stalls_neither_admission_nor_leadership_nor_other_pod
         timeout=60,
     )[:1]
     assert event["type"] == "Warning"
+    # The other pod was allocated and bound while the costly decision still ran, not after
+    # it gave up: the budget Event comes later than the pod's binding.
+    scheduled = _scheduled_at(testbed, namespace, "during")
+    gave_up = _seconds(str(event.get("eventTime") or event.get("firstTimestamp")))
+    assert scheduled < gave_up, (
+        f"'during' bound at {scheduled}, the costly decision ended {gave_up}"
+    )
     assert "leadership lost" not in operator.log()[log_mark:].lower()
     assert operator.process is not None and operator.process.poll() is None, "operator died"
 
