@@ -184,13 +184,16 @@ def test_cluster_role_is_the_manifests(
     assert live is not None
     assert live["rules"] == expected["rules"]
     webhook = helm.testbed.get("mutatingwebhookconfiguration", "dralloc")
-    (expected_hook,) = next(o for o in manifests if o["kind"] == "MutatingWebhookConfiguration")[
+    expected_hooks = next(o for o in manifests if o["kind"] == "MutatingWebhookConfiguration")[
         "webhooks"
     ]
     assert webhook is not None
-    (live_hook,) = webhook["webhooks"]
-    assert live_hook["matchConditions"] == expected_hook["matchConditions"]
-    assert live_hook["namespaceSelector"] == expected_hook["namespaceSelector"]
+    live_hooks = webhook["webhooks"]
+    assert [h["name"] for h in live_hooks] == [h["name"] for h in expected_hooks]
+    for live_hook, expected_hook in zip(live_hooks, expected_hooks, strict=True):
+        assert live_hook["matchConditions"] == expected_hook["matchConditions"]
+        assert live_hook["namespaceSelector"] == expected_hook["namespaceSelector"]
+        assert live_hook["failurePolicy"] == expected_hook["failurePolicy"]
 
 
 @IN_EVERY_MODE
@@ -226,8 +229,16 @@ def test_upgrade_gates_only_labelled_namespaces(
     )
     webhook = helm.testbed.get("mutatingwebhookconfiguration", "dralloc")
     assert webhook is not None
-    (hook,) = webhook["webhooks"]
+    hooks = {h["name"]: h for h in webhook["webhooks"]}
+    hook = hooks["scheduling-gate.resource.dralloc.dev"]
     assert hook["namespaceSelector"]["matchLabels"] == {"resource.dralloc.dev/allocator": "dralloc"}
+    # In-tree, the extended-resources webhook is called in every served namespace; the
+    # operator leaves unlabelled ones be (it fails open and gates nothing there).
+    assert set(hooks) == (
+        {hook["name"], "extended-resources.resource.dralloc.dev"}
+        if mode == "in-tree"
+        else {hook["name"]}
+    )
     deployment = helm.testbed.get("deployment", "dralloc-operator", f"--namespace={NAMESPACE}")
     assert deployment is not None
     env = {
