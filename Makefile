@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 ## (lint failures do not hide test results: both run, either one fails the target)
 test: deps testbed
 	@lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
-	$(BIN)/pytest; tests=$$?; \
+	$(BIN)/pytest --durations=15; tests=$$?; \
 	if [ $$lint -ne 0 ]; then echo "lint failed (see above)"; fi; \
 	if [ $$tests -ne 0 ] || [ $$lint -ne 0 ]; then exit 1; fi
 
