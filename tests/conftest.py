@@ -95,11 +95,20 @@ def _whole_run(config: pytest.Config) -> bool:
     return config.args_source is pytest.Config.ArgsSource.TESTPATHS and not selected
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+def _record_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
     if report.skipped:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         _skipped.append((report.nodeid, reason))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _record_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A module skipped as it is collected counts too (its tests never appear)."""
+    _record_skip(report)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -111,6 +120,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     lines = ["CI=true: skips beyond tests/known-skips.txt (tests that stopped running):", *problems]
     if reporter is not None:
-        reporter.ensure_newline()
+        reporter.write("\n")  # after the progress line
         reporter.write_line("\n".join(lines), red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
