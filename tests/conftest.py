@@ -9,7 +9,8 @@ Under ``CI=true`` a whole run (no ``-k``, ``-m`` or paths) also fails when it sk
 tests than ``tests/known-skips.txt`` allows: each line is a count and a pattern of skip
 reasons (a regular expression), the skips this suite has by design (a feature the other API
 mode lacks, say). A skip no line allows, or more of one kind than its count, fails the run
-with the list: skips that creep in unnoticed are tests that stopped running.
+with the list in the terminal summary: skips that creep in unnoticed are tests that stopped
+running. Expected failures (xfail) are not skips here.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if os.environ.get("CI") != "true" or not report.skipped:
+    if os.environ.get("CI") != "true" or not report.skipped or hasattr(report, "wasxfail"):
         return report
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
@@ -54,18 +55,27 @@ def pytest_runtest_makereport(
 
 
 KNOWN_SKIPS: Final = Path(__file__).with_name("known-skips.txt")
+_LINE: Final = re.compile(r"(\d+)\s+(\S.*)")
 _skipped: list[tuple[str, str]] = []
+_problems: list[str] = []
+
+
+class KnownSkipsError(ValueError):
+    """known-skips.txt has a line that is not ``COUNT PATTERN``."""
 
 
 def known_skips(text: str) -> list[tuple[int, re.Pattern[str]]]:
-    """``(count, pattern)`` per line of known-skips.txt (``#`` comments and blanks left out)."""
+    """``(count, pattern)`` per line of known-skips.txt: a count of at least 1, blanks, then
+    a non-empty regular expression. Lines starting with ``#`` and blank lines are left out."""
     allowed = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
             continue
-        count, _, pattern = line.partition(" ")
-        allowed.append((int(count), re.compile(pattern.strip())))
+        match = _LINE.fullmatch(line)
+        if match is None or int(match.group(1)) < 1:
+            raise KnownSkipsError(f"{KNOWN_SKIPS.name}:{number}: expected COUNT PATTERN: {raw!r}")
+        allowed.append((int(match.group(1)), re.compile(match.group(2).strip())))
     return allowed
 
 
@@ -89,14 +99,21 @@ def unexpected_skips(
     return problems
 
 
-def _whole_run(config: pytest.Config) -> bool:
-    """The suite as ``make test`` runs it: its test paths, no selection."""
+def _judged(config: pytest.Config) -> bool:
+    """A CI run of the suite as ``make test`` runs it: its test paths, no selection."""
     selected = config.getoption("keyword") or config.getoption("markexpr")
-    return config.args_source is pytest.Config.ArgsSource.TESTPATHS and not selected
+    whole = config.args_source is pytest.Config.ArgsSource.TESTPATHS and not selected
+    return os.environ.get("CI") == "true" and whole
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("CI") == "true":
+        known_skips(KNOWN_SKIPS.read_text())  # a broken allowance fails at once, not at the end
 
 
 def _record_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
-    if report.skipped:
+    # An expected failure reports as skipped too; it is not a test that stopped running.
+    if report.skipped and not hasattr(report, "wasxfail"):
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         _skipped.append((report.nodeid, reason))
@@ -112,14 +129,25 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.environ.get("CI") != "true" or not _whole_run(session.config):
+    if not _judged(session.config):
         return
-    problems = unexpected_skips(_skipped, known_skips(KNOWN_SKIPS.read_text()))
-    if not problems:
+    _problems.extend(unexpected_skips(_skipped, known_skips(KNOWN_SKIPS.read_text())))
+    if _problems and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    if os.environ.get("CI") != "true":
         return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    lines = ["CI=true: skips beyond tests/known-skips.txt (tests that stopped running):", *problems]
-    if reporter is not None:
-        reporter.write("\n")  # after the progress line
-        reporter.write_line("\n".join(lines), red=True)
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not _judged(config):
+        terminalreporter.write_line(
+            "CI=true: a selection of the suite; skips are not judged against tests/known-skips.txt"
+        )
+        return
+    if _problems:
+        terminalreporter.section("skips beyond tests/known-skips.txt", red=True)
+        terminalreporter.write_line("tests that stopped running (CI fails on them):", red=True)
+        for problem in _problems:
+            terminalreporter.write_line(problem, red=True)

@@ -120,7 +120,7 @@ class DoubleAllocationController:
         self.since: dict[DeviceId, float] = {}
         self.repaired = 0
         self.reported = 0
-        self._reported: set[tuple[DeviceId, frozenset[Key]]] = set()
+        self._reported: set[tuple[DeviceId, Key, frozenset[Key]]] = set()
         # Devices two claims hold now (the gauge an alert fires on while a double lasts,
         # also one that cannot be undone); counted while this replica leads.
         self.doubled: set[DeviceId] = set()
@@ -145,6 +145,7 @@ class DoubleAllocationController:
                 if len(keys) < 2:
                     self.since.pop(device, None)
                     self.doubled.discard(device)
+                    self._reported = {r for r in self._reported if r[0] != device}
                 if not keys:
                     del self.holders[device]
         for device in now - before:
@@ -252,10 +253,9 @@ class DoubleAllocationController:
                 message += f"; its pod was evicted for {pod.controller} to recreate"
                 outcome = "evicted"
             else:
-                marker = (device, frozenset(h.key for h, _, _ in found))
+                marker = (device, holder.key, frozenset(h.key for h, _, _ in found))
                 if marker in self._reported:
                     continue
-                self._reported.add(marker)
                 message += (
                     f"; {holder.key} cannot be undone safely (a bare pod, a claim shared by "
                     "name, or a consumer dralloc does not know): free it to give the device back"
@@ -273,7 +273,9 @@ class DoubleAllocationController:
             for involved in [claimstatus.involved(claim), *(pod.involved() for pod in pods)]:
                 await self.runtime.events.post(involved, REASON_DOUBLE, message, warning=True)
             if outcome == "reported":
-                # It lasts: said on the pods too, where `kubectl describe` shows it.
+                # It lasts: said on the pods too, where `kubectl describe` shows it; told
+                # once (the marker only once both writes are done, so a failed one is
+                # tried again), until the double ends.
                 for pod in pods:
                     await podcondition.set_condition(
                         self.client,
@@ -284,6 +286,7 @@ class DoubleAllocationController:
                         still_needed=lambda fresh: not fresh.done,
                         protocol=self.runtime.protocol,
                     )
+                self._reported.add((device, holder.key, frozenset(h.key for h, _, _ in found)))
         # Looked at again while two still hold it: an eviction still under way, a write of
         # dralloc's own still in flight, or a new holder that came while this ran
         # (kube-scheduler may count a device free once one side of a double let it go).

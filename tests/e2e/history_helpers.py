@@ -3,20 +3,21 @@ and pods of the test's namespaces, and whether a rule was broken at any moment.
 
 An e2e test states what it saw at the end; "no device in two claims" must hold at every
 revision in between too. ``recording(testbed, namespaces)`` watches from before the test
-acts until it asks for the history; ``history()`` first touches an object of each kind and
-waits until the watches have seen the touch, so everything before it is in the history (no
-fixed sleep).
+acts until it asks for the history; ``history()`` first touches a marker object of each kind
+(in a namespace of its own) and waits until the watches have seen the touch, so everything
+before it is in the history (no fixed sleep).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from operators.kube import PODS, RESOURCE_CLAIMS, KubeClient
+from operators.kube import NAMESPACES, PODS, RESOURCE_CLAIMS, KubeClient
 from robustness.checker import Report, check
 from robustness.history import History, Kind
 from robustness.recorder import Recorder
@@ -27,20 +28,29 @@ SEEN_TIMEOUT_S = 60.0
 
 
 class Recording:
-    """A recorder on its own event loop in a thread, over some namespaces."""
+    """A recorder on its own event loop in a thread, over some namespaces.
 
-    def __init__(self, testbed: Testbed, namespaces: Sequence[str]) -> None:
+    ``marks``: the namespace where :meth:`history` keeps a pod and a claim of its own to
+    touch (recorded, and nothing the test counts or dralloc acts on: the pod asks for no
+    claims and fits no node, the claim is no pod's)."""
+
+    def __init__(self, testbed: Testbed, namespaces: Sequence[str], marks: str) -> None:
         self.testbed = testbed
-        self.namespaces = frozenset(namespaces)
+        self.marks = marks
+        self.namespaces = frozenset([*namespaces, marks])
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.recorder: Recorder | None = None
         self.client: KubeClient | None = None
-        self.task: asyncio.Future[Any] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.touches = 0
 
     def start(self) -> None:
         self.thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=30)
+        self._run(self._start(), timeout=30)
+
+    def _run(self, coroutine: Any, timeout: float) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=timeout)
 
     async def _start(self) -> None:
         self.client = await KubeClient.connect(
@@ -50,31 +60,45 @@ class Recording:
         kinds: dict[Kind, Any] = {"claim": RESOURCE_CLAIMS, "pod": PODS}
         self.recorder = Recorder(self.client, kinds, keep=lambda ns: ns in self.namespaces)
         self.task = asyncio.ensure_future(self.recorder.run())
+        await self.client.create(NAMESPACES, {"metadata": {"name": self.marks}})
+        await self.client.create(PODS, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mark", "namespace": self.marks},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}],
+                     "nodeSelector": {"e2e-history": "no-such-node"}},
+        }, self.marks)  # fmt: skip
+        await self.client.create(RESOURCE_CLAIMS, {
+            "apiVersion": f"{self.testbed.api_mode.group}/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "mark", "namespace": self.marks},
+            "spec": {"devices": {"requests": []}},
+        }, self.marks)  # fmt: skip
 
-    def history(self, claim: tuple[str, str], pod: tuple[str, str]) -> History:
-        """Everything up to now: a claim and a pod of the namespaces (``(namespace, name)``)
-        are touched, and the history is taken once both touches are recorded."""
-        return asyncio.run_coroutine_threadsafe(self._history(claim, pod), self.loop).result(
-            timeout=SEEN_TIMEOUT_S + 10
-        )
+    def history(self) -> History:
+        """Everything up to now: the marks are touched (a new value each time), and the
+        history is taken once both touches are recorded."""
+        result: History = self._run(self._history(), timeout=SEEN_TIMEOUT_S + 10)
+        return result
 
-    async def _history(self, claim: tuple[str, str], pod: tuple[str, str]) -> History:
-        assert self.client is not None and self.recorder is not None
+    async def _history(self) -> History:
+        assert self.client is not None and self.recorder is not None and self.task is not None
+        if self.task.done():
+            self.task.result()  # the recorder failed: say why
+        self.touches += 1
         wanted: dict[Kind, int] = {}
-        marks: list[tuple[Kind, Any, tuple[str, str]]] = [
-            ("claim", RESOURCE_CLAIMS, claim), ("pod", PODS, pod),
-        ]  # fmt: skip
-        for kind, resource, (namespace, name) in marks:
+        marks: list[tuple[Kind, Any]] = [("claim", RESOURCE_CLAIMS), ("pod", PODS)]
+        for kind, resource in marks:
             touched = await self.client.merge_patch(
-                resource, name, {"metadata": {"labels": {"e2e-history-mark": "seen"}}},
-                namespace=namespace,
+                resource, "mark", {"metadata": {"labels": {"e2e-touch": str(self.touches)}}},
+                namespace=self.marks,
             )  # fmt: skip
             wanted[kind] = int(touched["metadata"]["resourceVersion"])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SEEN_TIMEOUT_S
         while any(self.recorder.last_rv[kind] < rv for kind, rv in wanted.items()):
             if loop.time() > deadline:
-                raise AssertionError(f"the recorder did not see the marks: {self.recorder.last_rv}")
+                raise AssertionError(
+                    f"the recorder did not see the marks: {self.recorder.last_rv} "
+                    f"(watch errors: {self.recorder.watch_errors})"
+                )
             await asyncio.sleep(0.2)
         return self.recorder.history(settled=False)
 
@@ -82,20 +106,28 @@ class Recording:
         async def _stop() -> None:
             if self.task is not None:
                 self.task.cancel()
+                await asyncio.gather(self.task, return_exceptions=True)
             if self.client is not None:
+                with contextlib.suppress(Exception):
+                    await self.client.delete(NAMESPACES, self.marks)
                 await self.client.close()
 
-        asyncio.run_coroutine_threadsafe(_stop(), self.loop).result(timeout=30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=30)
+        if self.thread.is_alive():
+            try:
+                self._run(_stop(), timeout=30)
+            finally:
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                self.thread.join(timeout=30)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 @contextmanager
-def recording(testbed: Testbed, namespaces: Sequence[str]) -> Iterator[Recording]:
+def recording(testbed: Testbed, namespaces: Sequence[str], marks: str) -> Iterator[Recording]:
     """Record the namespaces' claims and pods from now until the block ends."""
-    recorder = Recording(testbed, namespaces)
-    recorder.start()
+    recorder = Recording(testbed, namespaces, marks)
     try:
+        recorder.start()
         yield recorder
     finally:
         recorder.stop()

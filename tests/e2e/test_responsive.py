@@ -168,7 +168,7 @@ def test_a_costly_selector_stalls_neither_admission_nor_leadership_nor_other_pod
 
     # The costly pod's decision really ran over its budget (so the checks above overlapped
     # it), and the pod was told so.
-    [event] = wait_for(
+    found = wait_for(
         "the budget Event on the costly pod",
         lambda: [
             e
@@ -176,13 +176,14 @@ def test_a_costly_selector_stalls_neither_admission_nor_leadership_nor_other_pod
             if "allocation search exceeded" in str(e.get("message"))
         ],
         timeout=60,
-    )[:1]
-    assert event["type"] == "Warning"
+    )
+    assert all(e["type"] == "Warning" for e in found)
     # The other pod was allocated and bound while the costly decision still ran, not after
-    # it gave up: the budget Event comes later than the pod's binding.
+    # it gave up: no later than the first budget Event (both in whole seconds; the decision
+    # runs for 10 s, the other pod binds within about one).
     scheduled = _scheduled_at(testbed, namespace, "during")
-    gave_up = _seconds(str(event.get("eventTime") or event.get("firstTimestamp")))
-    assert scheduled < gave_up, (
+    gave_up = min(_seconds(str(e.get("eventTime") or e.get("firstTimestamp"))) for e in found)
+    assert scheduled <= gave_up, (
         f"'during' bound at {scheduled}, the costly decision ended {gave_up}"
     )
     assert "leadership lost" not in operator.log()[log_mark:].lower()
