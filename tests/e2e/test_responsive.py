@@ -121,6 +121,41 @@ def _scheduled_at(testbed: Testbed, namespace: str, name: str) -> float:
     raise AssertionError(f"pod {namespace}/{name} has no PodScheduled=True condition")
 
 
+def _unbound_report(testbed: Testbed, namespace: str, name: str) -> str:
+    """The pod's gates, pin and conditions, every Event about it, the pinned node's taints
+    and conditions, and kube-scheduler's last log lines."""
+    found = testbed.get("pod", name, f"--namespace={namespace}") or {}
+    spec, status = found.get("spec") or {}, found.get("status") or {}
+    listed = testbed.get(
+        "events", f"--namespace={namespace}", f"--field-selector=involvedObject.name={name}"
+    ) or {}  # fmt: skip
+    said = [f"{e.get('reason')}: {e.get('message')}" for e in listed.get("items") or ()]
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms", [])
+    )
+    nodes = [v for t in terms for f in t.get("matchFields", ()) for v in f.get("values", ())]
+    node = testbed.get("node", nodes[0]) if nodes else None
+    lines = [
+        f"pod {namespace}/{name}: gates={spec.get('schedulingGates')} pinned={nodes} "
+        f"conditions={status.get('conditions')}",
+        f"events: {said}",
+    ]
+    if node is not None:
+        lines.append(
+            f"node {nodes[0]}: taints={node['spec'].get('taints')} "
+            f"conditions={[(c['type'], c['status']) for c in node['status'].get('conditions', [])]}"
+        )
+    if testbed.state_dir is not None:
+        scheduler_log = testbed.state_dir / "logs" / "kube-scheduler.log"
+        if scheduler_log.exists():
+            lines.append("kube-scheduler log tail:\n" + "\n".join(
+                scheduler_log.read_text(errors="replace").splitlines()[-25:]
+            ))  # fmt: skip
+    return "\n".join(lines)
+
+
 def _renew_time(testbed: Testbed, lease: str) -> str:
     found = testbed.get("lease", lease, f"--namespace={LEASE_NAMESPACE}") or {}
     return str((found.get("spec") or {}).get("renewTime") or "")
@@ -208,7 +243,19 @@ def test_the_operator_outlives_an_api_server_outage_and_finishes_every_pod(
     assert operator.process is not None and operator.process.poll() is None, "operator exited"
     testbed.apply(*[pod(namespace, f"after-{i}", pool, entry) for i in range(3)])
     for name in [*(f"before-{i}" for i in range(3)), *(f"after-{i}" for i in range(3))]:
-        wait_bound(testbed, namespace, name, timeout=90)
+        try:
+            wait_bound(testbed, namespace, name, timeout=90)
+        except AssertionError as error:
+            # Seen twice in full runs (once per mode), cause not known yet: dralloc had
+            # allocated the pod and lifted its gate 4 s after the outage, and kube-scheduler
+            # never bound it. Say everything that could tell why.
+            try:
+                report = _unbound_report(testbed, namespace, name)
+            except Exception as failed:  # the report must not hide the failure
+                report = f"(no report: {failed!r})"
+            raise AssertionError(
+                f"{error}\n{report}\noperator log tail:\n{operator.log()[mark:][-3000:]}"
+            ) from None
     log = operator.log()[mark:]
     assert "standing by until this replica holds the Lease again" in log, "the Lease was kept?"
     assert log.count("became leader") >= 1
