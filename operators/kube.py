@@ -26,7 +26,7 @@ import enum
 import json
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import aiohttp
 
@@ -173,6 +173,18 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, Timeou
 """What a request raises when no answer came back (connection refused or reset, timeout)."""
 REQUEST_ERRORS: tuple[type[BaseException], ...] = (ApiError, *TRANSPORT_ERRORS)
 """Everything a request raises that is no bug of ours."""
+
+
+UNREACHABLE_RETRY_CAP_S: Final = 3.0
+"""Longest wait between retries while the API server refuses connections. Backoff caps (30 s,
+as client-go's) spare a server that answers with errors; one that is down is not helped by
+waiting, and after a 40 s restart doubled delays had reached 25.6 s, so the operator idled
+for 20 s after the server was back."""
+
+
+def unreachable(error: BaseException) -> bool:
+    """True if no connection could be made (refused, no route): the server is down, not busy."""
+    return isinstance(error, aiohttp.ClientConnectorError)
 
 
 def failure_kind(error: BaseException) -> FailureKind | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -98,6 +99,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def rerun_command(argv: Sequence[str]) -> str:
+    """The command line that makes these runs again, without the options that name places
+    on this machine (``--out``, ``--state-dir``)."""
+    kept: list[str] = []
+    skip_value = False
+    for arg in argv:
+        if skip_value:
+            skip_value = False
+        elif arg in ("--out", "--state-dir"):
+            skip_value = True
+        elif not arg.startswith(("--out=", "--state-dir=")):
+            kept.append(arg)
+    return " ".join(["python -m robustness", *map(shlex.quote, kept)])
+
+
 def explain(violation: Violation, history: History, around: int = 6) -> str:
     """The events of the violation's subject's objects around where it began."""
     words = violation.subject.split("/")
@@ -167,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
         finally:
             cluster.down()
-    write_report(results, args.out)
+    write_report(results, args.out, rerun_command(sys.argv[1:] if argv is None else argv))
     print(f"robustness: report in {args.out.with_suffix('.md')} (operator logs under {work})")
     return 0 if all(r.ok for r in results) else 1
 

@@ -516,10 +516,24 @@ def _quantile(values: Sequence[float], q: float) -> float:
     ]
 
 
-def write_report(results: Sequence[Result], out: Path) -> None:
-    """``<out>.json`` (every run) and ``<out>.md`` (a table in bench/results' style)."""
+def write_report(results: Sequence[Result], out: Path, command: str) -> None:
+    """Add the runs to ``<out>.json`` (a list of every run so far) and a section to
+    ``<out>.md`` (the command, then a table in bench/results' style): earlier runs stay, so
+    one file keeps the figures of every kind of run that was made."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps([r.to_json() for r in results], indent=2))
+    json_path = out.with_suffix(".json")
+    earlier = json.loads(json_path.read_text()) if json_path.exists() else []
+    if not isinstance(earlier, list):  # a report of another shape: keep it, as one entry
+        earlier = [earlier]
+    json_path.write_text(json.dumps(earlier + [r.to_json() for r in results], indent=2))
+    md_path = out.with_suffix(".md")
+    title = "" if md_path.exists() else "# Robustness runs (`python -m robustness`)\n"
+    with md_path.open("a") as md:
+        md.write(title + "\n" + report_section(results, command) + "\n")
+
+
+def report_section(results: Sequence[Result], command: str) -> str:
+    """One section: when, the command that re-runs it, the table, and each run's summary."""
     header = (
         "| mode | seed | s | operations | faults | events | relists | bound/s | p50 s | p99 s | "
         + " | ".join(RULES)
@@ -536,6 +550,8 @@ def write_report(results: Sequence[Result], out: Path) -> None:
             + " | ".join(str(counts[rule]) for rule in RULES)
             + f" | {longest:.1f} |"
         )
-    out.with_suffix(".md").write_text(
-        "\n".join(lines) + "\n\n" + "\n\n".join(r.summary() for r in results) + "\n"
-    )
+    day = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return (
+        f"## Run of {day}\n\n`{command}`\n\n"
+        + "\n".join(lines) + "\n\n" + "\n\n".join(r.summary() for r in results) + "\n"
+    )  # fmt: skip

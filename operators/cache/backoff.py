@@ -13,8 +13,10 @@ class Backoff:
     cap: float = 30.0
     failures: int = 0
 
-    def next(self) -> float:
-        delay = min(self.cap, self.base * (2 ** min(self.failures, 62)))
+    def next(self, cap: float | None = None) -> float:
+        """The next delay; ``cap`` lowers the ceiling for this one (the count still grows)."""
+        ceiling = self.cap if cap is None else min(cap, self.cap)
+        delay = min(ceiling, self.base * (2 ** min(self.failures, 62)))
         self.failures += 1
         return delay
 

@@ -7,7 +7,9 @@ quadratic in the number of objects and never drop objects that vanished during a
 * lists (paginated), then watches from the list's resourceVersion with bookmarks;
 * on ``410 Gone`` relists and *diffs* the new list against its store, so objects deleted while
   the watch was down produce DELETED changes like any other deletion;
-* retries errors with exponential backoff, keeping what it has;
+* retries errors with exponential backoff, keeping what it has; while the API server refuses
+  connections (it is down, not overloaded: a refused connection costs it nothing) the retries
+  stay a few seconds apart, so the operator is back at work soon after it is;
 * validates each object once, when its event arrives, into whatever ``parse`` returns (the
   frozen models of :mod:`operators.api`); an object that does not validate is logged and
   treated as absent, so one bad object never stops the others;
@@ -26,7 +28,16 @@ import aiohttp
 import structlog
 
 from operators.cache.backoff import Backoff
-from operators.kube import ApiError, Gone, JsonDict, KubeClient, NotFound, Resource
+from operators.kube import (
+    UNREACHABLE_RETRY_CAP_S,
+    ApiError,
+    Gone,
+    JsonDict,
+    KubeClient,
+    NotFound,
+    Resource,
+    unreachable,
+)
 
 T = TypeVar("T")
 
@@ -326,7 +337,7 @@ class Informer(Generic[T]):
 
     async def _back_off(self, error: BaseException) -> bool:
         """Wait before the next attempt; True once failures have gone on for a while."""
-        delay = self.backoff.next()
+        delay = self.backoff.next(cap=UNREACHABLE_RETRY_CAP_S if unreachable(error) else None)
         self._log.warning("list/watch failed", error=str(error)[:300], retry_in=delay)
         await asyncio.sleep(delay)
         return self.backoff.failures > 3

@@ -12,7 +12,7 @@ Semantics:
 
 :func:`run_workers` owns what happens when a sync raises, by :func:`operators.kube.failure_kind`:
 a stale read (conflict) is retried at once and then with backoff, an unavailable API server
-with backoff, a refused request only after ``rejected_delay`` (someone must fix something
+with backoff (a few seconds at most while it refuses connections), a refused request only after ``rejected_delay`` (someone must fix something
 first; the controller that knows who tells them), and anything else is logged as a bug and
 retried with backoff. A sync that handles its own failures simply does not raise.
 """
@@ -30,7 +30,7 @@ import structlog
 
 from operators import metrics
 from operators.cache.backoff import Backoff
-from operators.kube import FailureKind, failure_kind
+from operators.kube import UNREACHABLE_RETRY_CAP_S, FailureKind, failure_kind, unreachable
 
 K = TypeVar("K", bound=Hashable)
 
@@ -86,18 +86,19 @@ class WorkQueue(Generic[K]):
         if self._delayed[0][2] == key:  # now the first due: a waiting worker times its wait anew
             self._wake_one()
 
-    def retry(self, key: K, *, first_at_once: bool = False) -> float:
+    def retry(self, key: K, *, first_at_once: bool = False, cap: float | None = None) -> float:
         """Requeue after this key's next backoff delay; returns the delay.
 
         With ``first_at_once`` the first failure in a row is retried without delay (a stale
-        read is usually fresh by then) and only repeated ones back off.
+        read is usually fresh by then) and only repeated ones back off; ``cap`` lowers the
+        ceiling of this delay.
         """
         backoff = self._backoffs.setdefault(key, Backoff(self.base_delay, self.max_delay))
         if first_at_once and backoff.failures == 0:
             backoff.failures += 1
             self.add(key)
             return 0.0
-        delay = backoff.next()
+        delay = backoff.next(cap)
         self.add_after(key, delay)
         return delay
 
@@ -109,7 +110,7 @@ class WorkQueue(Generic[K]):
             delay = self.retry(key, first_at_once=True)
             log.info("stale write; requeued", retry_in=delay, **context)
         elif kind is FailureKind.UNAVAILABLE:
-            delay = self.retry(key)
+            delay = self.retry(key, cap=UNREACHABLE_RETRY_CAP_S if unreachable(error) else None)
             log.warning("API unavailable; retrying", retry_in=delay, **context)
         elif kind is FailureKind.REJECTED:
             delay = self.rejected_delay

@@ -10,7 +10,7 @@ import pytest
 
 from operators.cache.backoff import Backoff
 from operators.cache.informer import Change, Informer, Key
-from operators.kube import PODS, Gone, JsonDict, WatchEvent
+from operators.kube import PODS, UNREACHABLE_RETRY_CAP_S, Gone, JsonDict, WatchEvent
 
 
 def obj(name: str, rv: str, uid: str = "", node: str = "", ns: str = "default") -> JsonDict:
@@ -230,3 +230,31 @@ def test_seen_version_is_the_newest_event_applied() -> None:
     informer.apply("DELETED", obj("a", "9"))
     informer.apply("ADDED", obj("b", "8"))  # a list's items come in any order
     assert informer.seen_version == 9
+
+
+async def test_refused_connections_are_retried_a_few_seconds_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An API server that is down (connections refused) is tried again within the short cap,
+    however long it has been down; other errors back off to the full cap."""
+    import types
+
+    import aiohttp
+
+    from operators.cache import informer as informer_module
+
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    monkeypatch.setattr(informer_module.asyncio, "sleep", sleep)
+    informer: Informer[dict[str, Any]] = Informer(None, PODS, parse, backoff=Backoff(0.2, 30.0))  # type: ignore[arg-type]
+    key = types.SimpleNamespace(host="apiserver", port=6443, ssl=True)
+    refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused"))  # type: ignore[arg-type]
+    for _ in range(12):
+        await informer._back_off(refused)
+    assert slept[:4] == [0.2, 0.4, 0.8, 1.6]
+    assert max(slept) == UNREACHABLE_RETRY_CAP_S < 30.0
+    await informer._back_off(aiohttp.ClientPayloadError("cut"))
+    assert slept[-1] == 30.0, "an answering server still gets the full backoff"

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from operators.controllers.workqueue import WorkQueue, work_once
-from operators.kube import ApiError, Conflict, NotFound
+from operators.kube import UNREACHABLE_RETRY_CAP_S, ApiError, Conflict, NotFound
 
 
 async def test_dedup_and_fifo() -> None:
@@ -95,6 +95,21 @@ async def test_a_key_that_keeps_failing_keeps_coming_back() -> None:
     for _ in range(5):
         await asyncio.wait_for(work_once(queue, sync), 1)
     assert queue.failures("a") == 5
+
+
+async def test_a_key_waits_a_few_seconds_at_most_while_the_api_server_refuses_connections() -> None:
+    """Down, not busy: retried within the short cap however long it lasts (the key is tried
+    soon after the server is back); a server answering 503 still gets the full backoff."""
+    import types
+
+    key = types.SimpleNamespace(host="apiserver", port=6443, ssl=True)
+    refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused"))  # type: ignore[arg-type]
+    queue: WorkQueue[str] = WorkQueue(base_delay=0.5, max_delay=30.0)
+    delays = [queue.retry_after_failure("a", refused) for _ in range(10)]
+    assert delays[:3] == [0.5, 1.0, 2.0]
+    assert max(delays) == UNREACHABLE_RETRY_CAP_S < 30.0
+    busy = ApiError(503, "ServiceUnavailable", "too busy")
+    assert queue.retry_after_failure("a", busy) == 30.0
 
 
 async def test_a_key_wakes_one_waiting_worker_not_all() -> None:
