@@ -6,6 +6,7 @@ Examples::
     python -m robustness --mode in-tree --seeds 1-8 --duration 240 --fault-count 12
     python -m robustness --mode in-tree --scheduler-pods --faults none   # kube-scheduler racing
     python -m robustness --mode in-tree --scheduler-pods --policy        # ... refused by policy
+    python -m robustness --gate webhook-closed    # the shipped webhook: claims pods fail closed
 
 Each mode gets a fresh testbed (``testbed/up``), unless ``--state-dir`` names a running one
 of that mode's kind. The report goes to ``--out`` (``.md`` and ``.json``); a violation prints
@@ -25,6 +26,7 @@ from pathlib import Path
 from robustness.checker import Violation, check
 from robustness.cluster import MODES, Cluster, Unavailable
 from robustness.faults import FAULTS
+from robustness.gates import GATES
 from robustness.history import ClaimFacts, History, PodFacts
 from robustness.run import SAFE_FAULTS, Options, Result, Run, load_history, write_report
 
@@ -68,9 +70,19 @@ def parser() -> argparse.ArgumentParser:
         help="in-tree: kube-scheduler's own pods on the same devices",
     )
     p.add_argument(
+        "--gate",
+        choices=GATES,
+        default="self",
+        help="how pods get dralloc's gate: they carry it; the operator's webhook fail-open "
+        "(webhook) or as shipped, claims pods failing closed (webhook-closed); or the shipped "
+        "MutatingAdmissionPolicy (policy)",
+    )
+    p.add_argument(
         "--webhook",
-        action="store_true",
-        help="pods get their gate from the operator's webhook (fail-open)",
+        dest="gate",
+        action="store_const",
+        const="webhook",
+        help="the same as --gate=webhook",
     )
     p.add_argument(
         "--no-extended-pods",
@@ -167,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     mode=mode, seed=seed, duration_s=args.duration, rate=args.rate,
                     faults=args.faults, fault_count=args.fault_count, nodes=args.nodes,
                     devices_per_node=args.devices_per_node, scheduler_pods=args.scheduler_pods,
-                    webhook=args.webhook, policy=args.policy, extended_pods=args.extended_pods,
+                    gate=args.gate, policy=args.policy, extended_pods=args.extended_pods,
                     settle_s=args.settle,
                 )  # fmt: skip
                 print(

@@ -39,6 +39,7 @@ from robustness.cluster import (
     wait_policy_in_force,
 )
 from robustness.faults import FAULTS, Faults, Fired, schedule
+from robustness.gates import ClosedWebhook, PolicyGate, wait_gating
 from robustness.history import (
     ClaimFacts,
     DeviceId,
@@ -81,18 +82,24 @@ class Options:
     devices_per_node: int = 4
     quota_devices: int = 2
     scheduler_pods: bool = False
-    webhook: bool = False
-    """Pods rely on the operator's webhook for their gate (fail-open: while no operator runs,
-    pods are created ungated), instead of carrying it themselves."""
+    gate: str = "self"
+    """How pods get dralloc's gate (:mod:`robustness.gates`): they carry it, the operator's
+    webhook fail-open (``webhook``) or as shipped (``webhook-closed``), or the shipped
+    MutatingAdmissionPolicy (``policy``)."""
     policy: bool = False
     """The claim-allocation admission policy guards the run's namespaces (only the operator
     may allocate), and the operator serves every one of them, kube-scheduler's pods too."""
     extended_pods: bool = True
-    """In-tree: pods asking for a DRA extended resource. With ``webhook``, in the namespaces
+    """In-tree: pods asking for a DRA extended resource. With a webhook gate, in the namespaces
     dralloc serves (the webhook turns them into claims pods); with ``scheduler_pods``, also in
     kube-scheduler's namespace (it allocates their claims; with ``policy`` it may not, and
     they wait)."""
     settle_s: float = 180.0
+
+    @property
+    def webhook(self) -> bool:
+        """The operators' webhook gives the gate (and translates extended resources)."""
+        return self.gate in ("webhook", "webhook-closed")
 
 
 @dataclass
@@ -110,6 +117,9 @@ class Result:
     settled_in_s: float | None
     slowest: list[tuple[float, str, str]]
     """The three pods slowest to be bound: seconds, pod, its conditions before."""
+    created_ungated: list[str]
+    """Claims pods of the gated namespaces whose first recorded state had no gate: admission
+    let them through while no operator served (only the fail-open webhook may)."""
     history: History = field(repr=False)
 
     @property
@@ -135,6 +145,7 @@ class Result:
             "latency_p99_s": self.latency_p99_s,
             "settled_in_s": self.settled_in_s,
             "slowest": self.slowest,
+            "created_ungated": self.created_ungated,
         }
 
     def summary(self) -> str:
@@ -142,8 +153,8 @@ class Result:
         o = self.options
         lines = [
             f"mode={o.mode.name} seed={o.seed} duration={o.duration_s:.0f}s "
-            f"faults={','.join(o.faults) or 'none'} scheduler_pods={o.scheduler_pods} "
-            f"policy={o.policy} extended_pods={o.extended_pods}",
+            f"faults={','.join(o.faults) or 'none'} gate={o.gate} "
+            f"scheduler_pods={o.scheduler_pods} policy={o.policy} extended_pods={o.extended_pods}",
             f"traffic: {sum(self.traffic.values())} operations "
             f"({', '.join(f'{k} {v}' for k, v in sorted(self.traffic.items()))}); "
             f"{sum(self.failed.values())} refused or failed"
@@ -159,7 +170,9 @@ class Result:
             if self.settled_in_s is not None
             else f"history: {self.report.events} events; NOT settled in {o.settle_s:.0f} s",
             f"pods bound: {self.pods_bound} ({self.bound_per_s:.2f}/s), allocation latency "
-            f"p50 {self.latency_p50_s:.2f} s, p99 {self.latency_p99_s:.2f} s",
+            f"p50 {self.latency_p50_s:.2f} s, p99 {self.latency_p99_s:.2f} s; "
+            f"{len(self.created_ungated)} claims pods created without the gate"
+            + (f" ({', '.join(self.created_ungated[:3])})" if self.created_ungated else ""),
             "slowest: "
             + "; ".join(
                 f"{pod} {t:.1f} s ({why or 'no condition'})" for t, pod, why in self.slowest
@@ -201,6 +214,16 @@ class Run:
         self.fired: list[Fired] = []
         self.proxy = Proxy(*api_server_address(cluster.kubeconfig))
         self.proxied: Path | None = None
+        selector = dict([GATED_LABEL])
+        self.admission: ClosedWebhook | PolicyGate | None = None
+        """What gives the gate besides the operators' own webhook, as shipped."""
+        if options.gate == "webhook-closed":
+            work_dir.mkdir(parents=True, exist_ok=True)
+            self.admission = ClosedWebhook(
+                cluster, f"{self.layout.prefix}-gate", selector, work_dir
+            )
+        elif options.gate == "policy":
+            self.admission = PolicyGate(cluster, f"{self.layout.prefix}-gate", selector)
 
     # -- operators -------------------------------------------------------------------------------
 
@@ -210,7 +233,7 @@ class Run:
             self.work_dir / f"operator-{len(self.operators)}.log",
             lease=f"{self.layout.prefix}-{lease}",
             identity=f"{self.layout.prefix}-op{len(self.operators)}",
-            extra=(*self._webhook_args(), *self._scope_args()),
+            extra=(*self._webhook_args(lease), *self._scope_args()),
             kubeconfig=self.proxied,
         ).start()
         self.operators.append(operator)
@@ -241,8 +264,11 @@ class Run:
         for args in claim_allocation_policy_removal(self._policy_name):
             self.cluster.kubectl(*args, check=False)
 
-    def _webhook_args(self) -> tuple[str, ...]:
-        if not self.options.webhook:
+    def _webhook_args(self, lease: str) -> tuple[str, ...]:
+        if isinstance(self.admission, ClosedWebhook):
+            # One port, served by the run's Lease's operator; a second operator serves none.
+            return self.admission.operator_args() if lease == "lease" else ("--no-webhook",)
+        if self.options.gate != "webhook":
             return ("--no-webhook",)
         return (
             "--webhook-addr=127.0.0.1",
@@ -289,10 +315,16 @@ class Run:
                 self._install_policy()
             self._start_operator()
             await asyncio.to_thread(self.operators[0].wait_ready)
+            if self.admission is not None:
+                self.admission.install()
+                await asyncio.to_thread(
+                    wait_gating, self.cluster, self.options.mode, self.layout.probe_namespace
+                )
             supervisor = asyncio.create_task(self._supervise())
             traffic = Traffic(
                 client, self.layout, self.rng, self.options.scheduler_pods,
-                self_gated=not self.options.webhook, extended_pods=self.options.extended_pods,
+                self_gated=self.options.gate == "self", extended_pods=self.options.extended_pods,
+                webhook_translates=self.options.webhook,
             )  # fmt: skip
             loop = asyncio.get_running_loop()
             started = loop.time()
@@ -318,8 +350,12 @@ class Run:
                 operator.stop()
             if self.options.policy:
                 self._remove_policy()
+            if self.admission is not None:
+                self.admission.remove()
             self.proxy.stop()
-            if self.options.webhook:  # kopf leaves its configuration behind; nothing serves it
+            if (
+                self.options.gate == "webhook"
+            ):  # kopf leaves its configuration behind; nothing serves it
                 self.cluster.kubectl(
                     "delete", "mutatingwebhookconfiguration", f"{self.layout.prefix}.dralloc.test",
                     "validatingwebhookconfiguration", f"{self.layout.prefix}.dralloc.test",
@@ -343,6 +379,9 @@ class Run:
             relists=recorder.relists,
             settled_in_s=settled_in,
             slowest=slowest,
+            created_ungated=created_ungated(
+                history, (*self.layout.gated, self.layout.quota_namespace)
+            ),
             history=history,
         )
 
@@ -504,6 +543,15 @@ def _bindings(history: History) -> tuple[int, list[float], list[tuple[float, str
             latencies[uid] = (event.at - first[uid], facts.key, why.get(uid, ""))
     slowest = sorted(latencies.values(), reverse=True)[:3]
     return len(latencies), sorted(t for t, _, _ in latencies.values()), slowest
+
+
+def created_ungated(history: History, namespaces: Sequence[str]) -> list[str]:
+    """Claims pods of ``namespaces`` whose first recorded state had no scheduling gate."""
+    first: dict[str, PodFacts] = {}
+    for event in history.ordered():
+        if isinstance(event.facts, PodFacts) and event.facts.namespace in namespaces:
+            first.setdefault(event.facts.uid, event.facts)
+    return sorted(f.key for f in first.values() if f.has_claims and not f.gated)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:

@@ -77,6 +77,11 @@ class Layout:
         return f"{self.prefix}-sched"
 
     @property
+    def probe_namespace(self) -> str:
+        """Gated, but not recorded: where the run tries whether admission gates pods yet."""
+        return f"probe-{self.prefix}"
+
+    @property
     def marker_namespace(self) -> str:
         return f"{self.prefix}-marker"
 
@@ -136,7 +141,7 @@ class Layout:
     def setup(self) -> list[dict[str, Any]]:
         """Namespaces, the DeviceClass, nodes and slices, templates and the quota."""
         objects: list[dict[str, Any]] = []
-        for namespace in self.namespaces():
+        for namespace in (*self.namespaces(), self.probe_namespace):
             labels = dict([GATED_LABEL]) if namespace != self.scheduler_namespace else {}
             objects.append(
                 {"apiVersion": "v1", "kind": "Namespace",
@@ -241,7 +246,9 @@ class Traffic:
     scheduler_pods: bool = False
     """In-tree mode: pods kube-scheduler allocates itself, on the same devices."""
     self_gated: bool = True
-    """dralloc's pods carry the gate themselves; else the operator's webhook adds it."""
+    """dralloc's pods carry the gate themselves; else admission adds it (:mod:`gates`)."""
+    webhook_translates: bool = False
+    """The operator's webhook admits pods (it turns extended resources into claims)."""
     extended_pods: bool = True
     """With ``scheduler_pods``: pods asking for a DRA extended resource of a class on the same
     devices too (kube-scheduler allocates their claims, unless the policy refuses it)."""
@@ -268,7 +275,7 @@ class Traffic:
             ops += [("scheduler_pod", 12)]
             if self.extended_pods:
                 ops += [("extended_pod", 6)]
-        if self.layout.mode.in_tree and not self.self_gated and self.extended_pods:
+        if self.layout.mode.in_tree and self.webhook_translates and self.extended_pods:
             # The webhook turns their extended resources into a claim dralloc allocates.
             ops += [("served_extended_pod", 6), ("quota_extended_pod", 2)]
         return ops

@@ -459,6 +459,8 @@ class AllocationController(ClaimWrites, Explanations):
             if gang is not None:
                 await allocgang.sync_gang(self, pod, gang)  # the whole gang, all or nothing
                 return
+            # (A member placed with its gang and released is done here: AlreadyAllocated.)
+            entries = self._resolve_claims(pod)
             if pod.gang is not None and not pod.gated and not pod.node_name:
                 # A member that passed the gate by: allocated alone, kube-scheduler would
                 # bind it while the others wait (a gang released in part).
@@ -468,7 +470,6 @@ class AllocationController(ClaimWrites, Explanations):
                     "placed only while all its members are gated, so this pod is not "
                     "allocated alone: delete it and create it again"
                 )
-            entries = self._resolve_claims(pod)
             started = time.perf_counter()
             try:
                 # Quick decisions are made right here; only one that needs more than a few

@@ -20,7 +20,7 @@ from operators.controllers.allocation import AllocationController
 from operators.controllers.workqueue import work_once
 from operators.kube import NAMESPACES, PODS, RESOURCE_CLAIMS
 
-from .fakes import FakeClient, claim, namespace, one_device_cluster, pod, put
+from .fakes import FakeClient, allocated, claim, namespace, one_device_cluster, pod, put
 
 POD = Key("ns", "p")
 ENTRY = [{"name": "dev", "resourceClaimName": "c"}]
@@ -128,3 +128,18 @@ async def test_a_gang_member_without_the_gate_is_not_allocated_alone() -> None:
     ]
     assert conditions, client.calls
     assert "gang train: this member has no" in json.dumps(conditions)
+
+
+async def test_a_gang_member_placed_with_its_gang_and_released_is_left_alone() -> None:
+    """dralloc lifted its gate after allocating the whole gang: while it waits for
+    kube-scheduler it is neither allocated again nor told it passed the gate by (seen in a
+    robustness run: both members of a placed gang were told so for 33 s until bound)."""
+    client = FakeClient()
+    allocation = controller(client)
+    put(allocation.runtime, RESOURCE_CLAIMS, allocated(claim("ns", "c", rv="11"), "p", "uid-p-p"))
+    member = ungated_pod()
+    member["metadata"]["annotations"] = {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+    put(allocation.runtime, PODS, member)
+    assert await allocate_once(allocation) == POD
+    assert allocations(client) == []
+    assert client.writes(PODS.path("ns", "p")) == [], "the placed member was written to"

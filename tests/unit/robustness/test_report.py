@@ -1,4 +1,5 @@
-"""The report keeps earlier runs: a section per invocation, the JSON a growing list."""
+"""The report keeps earlier runs (a section per invocation, the JSON a growing list) and
+names claims pods that admission let through without the gate."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from robustness.__main__ import rerun_command
 from robustness.checker import check
 from robustness.cluster import MODES
 from robustness.history import History
-from robustness.run import Options, Result, write_report
+from robustness.run import Options, Result, created_ungated, write_report
 
 
 def _result(seed: int) -> Result:
@@ -29,6 +30,7 @@ def _result(seed: int) -> Result:
         relists=0,
         settled_in_s=1.0,
         slowest=[],
+        created_ungated=[],
         history=history,
     )
 
@@ -54,3 +56,21 @@ def test_a_second_report_adds_a_section_and_keeps_the_first(tmp_path: Path) -> N
 def test_the_rerun_command_leaves_out_this_machines_places() -> None:
     argv = ["--mode", "crd", "--out", "/somewhere/r", "--state-dir=/x", "--faults", "a b"]
     assert rerun_command(argv) == "python -m robustness --mode crd --faults 'a b'"
+
+
+def test_claims_pods_that_were_created_without_the_gate_are_named() -> None:
+    """Only a pod's first recorded state counts (dralloc lifts the gate later), only claims
+    pods, only the namespaces asked about."""
+    from dataclasses import replace
+
+    from tests.unit.robustness.test_checker import NS, history, pod
+
+    gated_then_lifted = pod("a", "c", gated=True)
+    report = history(
+        gated_then_lifted,
+        replace(gated_then_lifted, gated=False, node="n1"),
+        pod("b", "c", gated=False),
+        pod("no-claims", gated=False),
+        replace(pod("elsewhere", "c", gated=False), namespace="other"),
+    )
+    assert created_ungated(report, [NS]) == [f"{NS}/b"]
