@@ -85,6 +85,11 @@ def parser() -> argparse.ArgumentParser:
         help="the same as --gate=webhook",
     )
     p.add_argument(
+        "--pod-groups",
+        action="store_true",
+        help="gangs named by Workload API PodGroups too (the testbed serves PodGroups)",
+    )
+    p.add_argument(
         "--no-extended-pods",
         dest="extended_pods",
         action="store_false",
@@ -169,7 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 cluster = Cluster(kubeconfig, find_binaries(), args.state_dir, mode)
             else:
-                cluster = Cluster.up(mode, work / f"testbed-{mode.name}")
+                cluster = Cluster.up(
+                    mode, work / f"testbed-{mode.name}", workload_api=args.pod_groups
+                )
         except Unavailable as exc:
             print(f"robustness: {mode.name}: cannot run: {exc}", file=sys.stderr)
             return 2
@@ -179,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     mode=mode, seed=seed, duration_s=args.duration, rate=args.rate,
                     faults=args.faults, fault_count=args.fault_count, nodes=args.nodes,
                     devices_per_node=args.devices_per_node, scheduler_pods=args.scheduler_pods,
-                    gate=args.gate, policy=args.policy, extended_pods=args.extended_pods,
+                    gate=args.gate, policy=args.policy, pod_groups=args.pod_groups,
+                    extended_pods=args.extended_pods,
                     settle_s=args.settle,
                 )  # fmt: skip
                 print(

@@ -24,7 +24,9 @@ Rules (``RULES``):
    it (a member deleted between the release and its binding, or while dralloc releases the
    others, included); once every member is gone, a gang of that name is judged afresh. A
    member that never had a gate (created while the webhook was away) counts as released only
-   once it is bound: nothing held it back, so only its binding can tear the gang.
+   once it is bound: nothing held it back, so only its binding can tear the gang. A gang
+   named by a Workload API PodGroup has its ``minCount`` as size (a PodGroup not seen yet:
+   no member may be released; one without a gang policy is no gang).
 4. ``quota-exceeded``: no allocation makes a namespace's usage of a DeviceQuota go above its
    hard limit (devices, claims). A quota lowered below usage by its owner is not a
    violation; an allocation that raises usage while it is above is.
@@ -42,12 +44,14 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from robustness.history import (
+    POD_GROUP_GANG,
     ClaimFacts,
     DeviceId,
     Event,
     Gap,
     History,
     PodFacts,
+    PodGroupFacts,
     QuotaFacts,
 )
 
@@ -137,6 +141,7 @@ class _State:
     claims: dict[str, ClaimFacts] = field(default_factory=dict)
     pods: dict[str, PodFacts] = field(default_factory=dict)
     quotas: dict[str, QuotaFacts] = field(default_factory=dict)
+    pod_groups: dict[str, PodGroupFacts] = field(default_factory=dict)
     holders: dict[DeviceId, dict[str, list[str]]] = field(default_factory=lambda: defaultdict(dict))
     """Device -> claim key -> how that claim holds it (one entry per result)."""
     users: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -192,6 +197,8 @@ class Checker:
             self._apply_claim(facts, deleted=event.type == "DELETED")
         elif isinstance(facts, PodFacts):
             self._apply_pod(facts, deleted=event.type == "DELETED")
+        elif isinstance(facts, PodGroupFacts):
+            self._apply_pod_group(facts, deleted=event.type == "DELETED")
         else:
             self._apply_quota(facts, deleted=event.type == "DELETED")
 
@@ -252,6 +259,13 @@ class Checker:
         for gang in {f"{p.namespace}/{p.gang}" for p in (old, pod) if p is not None and p.gang}:
             self._judge_gang(gang)
 
+    def _apply_pod_group(self, group: PodGroupFacts, *, deleted: bool) -> None:
+        if deleted:
+            self.state.pod_groups.pop(group.key, None)
+        else:
+            self.state.pod_groups[group.key] = group
+        self._judge_gang(f"{group.namespace}/{POD_GROUP_GANG}{group.name}")
+
     def _apply_quota(self, quota: QuotaFacts, *, deleted: bool) -> None:
         before = self._quota_usage(quota.namespace)
         if deleted:
@@ -289,9 +303,22 @@ class Checker:
 
     # -- rule 3 ---------------------------------------------------------------------------------
 
+    def _gang_size(self, gang: str, members: list[PodFacts]) -> int | None:
+        """Members the gang needs (None: it is no gang, a PodGroup of another policy)."""
+        namespace, _, name = gang.partition("/")
+        if not name.startswith(POD_GROUP_GANG):
+            return max((m.gang_size for m in members), default=0) or len(members)
+        group = self.state.pod_groups.get(f"{namespace}/{name.removeprefix(POD_GROUP_GANG)}")
+        if group is None:
+            return len(members) + 1  # not known yet: nothing may be released
+        return group.min_count
+
     def _judge_gang(self, gang: str) -> None:
         members = [self.state.pods[k] for k in sorted(self.state.gangs.get(gang, ()))]
-        size = max((m.gang_size for m in members), default=0) or len(members)
+        size = self._gang_size(gang, members)
+        if size is None:
+            self._judge(GANG_RELEASED_PARTLY, gang, None)
+            return
         waiting = [m.name for m in members if self._unsatisfied(m) is not None]
         whole = bool(members) and len(members) >= size and not waiting
         # Released: nothing holds it back from kube-scheduler any more (its gate gone, or

@@ -187,11 +187,13 @@ class Cluster:
     owned: bool = False
 
     @classmethod
-    def up(cls, mode: Mode, state_dir: Path) -> Cluster:
+    def up(cls, mode: Mode, state_dir: Path, *, workload_api: bool = False) -> Cluster:
+        """A fresh testbed of the mode's kind; ``workload_api`` serves PodGroups too."""
         bin_dir = find_binaries()
         args = [
             str(TESTBED_DIR / "up"), f"--dir={state_dir}", f"--bin={bin_dir}",
             f"--owner-pid={os.getpid()}", *mode.up_args,
+            *(["--workload-api"] if workload_api else []),
         ]  # fmt: skip
         result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
         if result.returncode != 0:

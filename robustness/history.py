@@ -33,7 +33,10 @@ GANG_SIZE_ANNOTATION: Final = f"{DRALLOC_GROUP}/gang-size"
 DEVICES_ALLOCATED_CONDITION: Final = f"{DRALLOC_GROUP}/DevicesAllocated"
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
-Kind = Literal["claim", "pod", "quota"]
+POD_GROUP_GANG: Final = "podgroup:"
+"""How a PodGroup gang is named among a namespace's gangs (annotation gangs have no colon)."""
+
+Kind = Literal["claim", "pod", "quota", "podgroup"]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -107,7 +110,9 @@ class PodFacts:
     extended_claim: str
     """The claim kube-scheduler made for the pod's extended resources, or ""."""
     gang: str
+    """Its gang annotation, or ``podgroup:<name>`` for a pod of a Workload API PodGroup."""
     gang_size: int
+    """The gang-size annotation (0 for a PodGroup's pod: its PodGroup says)."""
     explained: bool
     """It carries a condition saying why it is not running: dralloc's DevicesAllocated=False
     or kube-scheduler's PodScheduled=False, with a message."""
@@ -155,7 +160,21 @@ class QuotaFacts:
         return f"{self.namespace}/{self.name}"
 
 
-Facts = ClaimFacts | PodFacts | QuotaFacts
+@dataclass(frozen=True)
+class PodGroupFacts:
+    """A Workload API PodGroup (scheduling.k8s.io): a gang of ``min_count`` when its policy
+    is ``gang``; ``min_count`` None for any other policy (no gang)."""
+
+    namespace: str
+    name: str
+    min_count: int | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+Facts = ClaimFacts | PodFacts | QuotaFacts | PodGroupFacts
 
 
 @dataclass(frozen=True)
@@ -357,10 +376,26 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
         extended_claim=str(
             (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName") or ""
         ),
-        gang=str(annotations.get(GANG_ANNOTATION) or ""),
+        gang=str(annotations.get(GANG_ANNOTATION) or "")
+        or (f"{POD_GROUP_GANG}{group}" if (group := _pod_group_name(spec)) else ""),
         gang_size=gang_size,
         explained=explained,
         why="; ".join(why),
+    )
+
+
+def _pod_group_name(spec: Mapping[str, Any]) -> str:
+    return str((spec.get("schedulingGroup") or {}).get("podGroupName") or "")
+
+
+def pod_group_facts(obj: Mapping[str, Any]) -> PodGroupFacts:
+    meta = _meta(obj)
+    gang = ((obj.get("spec") or {}).get("schedulingPolicy") or {}).get("gang")
+    min_count = gang.get("minCount") if isinstance(gang, Mapping) else None
+    return PodGroupFacts(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        min_count=min_count if isinstance(min_count, int) else None,
     )
 
 
@@ -383,4 +418,6 @@ def facts_of(kind: Kind, obj: Mapping[str, Any]) -> Facts:
         return claim_facts(obj)
     if kind == "pod":
         return pod_facts(obj)
+    if kind == "podgroup":
+        return pod_group_facts(obj)
     return quota_facts(obj)

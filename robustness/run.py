@@ -23,6 +23,7 @@ from typing import Any, Final
 from operators.kube import (
     DEVICE_QUOTAS,
     EVENTS,
+    POD_GROUPS,
     PODS,
     RESOURCE_CLAIMS,
     ApiError,
@@ -48,6 +49,7 @@ from robustness.history import (
     History,
     Kind,
     PodFacts,
+    PodGroupFacts,
     QuotaFacts,
     claim_facts,
     pod_facts,
@@ -89,6 +91,9 @@ class Options:
     policy: bool = False
     """The claim-allocation admission policy guards the run's namespaces (only the operator
     may allocate), and the operator serves every one of them, kube-scheduler's pods too."""
+    pod_groups: bool = False
+    """Gangs named by Workload API PodGroups too (the testbed must serve them:
+    ``testbed/up --workload-api``); the recorder watches PodGroups."""
     extended_pods: bool = True
     """In-tree: pods asking for a DRA extended resource. With a webhook gate, in the namespaces
     dralloc serves (the webhook turns them into claims pods); with ``scheduler_pods``, also in
@@ -154,7 +159,8 @@ class Result:
         lines = [
             f"mode={o.mode.name} seed={o.seed} duration={o.duration_s:.0f}s "
             f"faults={','.join(o.faults) or 'none'} gate={o.gate} "
-            f"scheduler_pods={o.scheduler_pods} policy={o.policy} extended_pods={o.extended_pods}",
+            f"scheduler_pods={o.scheduler_pods} policy={o.policy} extended_pods={o.extended_pods} "
+            f"pod_groups={o.pod_groups}",
             f"traffic: {sum(self.traffic.values())} operations "
             f"({', '.join(f'{k} {v}' for k, v in sorted(self.traffic.items()))}); "
             f"{sum(self.failed.values())} refused or failed"
@@ -306,6 +312,8 @@ class Run:
         )  # fmt: skip
         prefix = self.layout.prefix
         kinds: dict[Kind, Any] = {"claim": RESOURCE_CLAIMS, "pod": PODS, "quota": DEVICE_QUOTAS}
+        if self.options.pod_groups:
+            kinds["podgroup"] = POD_GROUPS
         recorder = Recorder(client, kinds, keep=lambda ns: ns.startswith(f"{prefix}-"))
         recording = asyncio.create_task(recorder.run())
         supervisor: asyncio.Task[None] | None = None
@@ -324,7 +332,7 @@ class Run:
             traffic = Traffic(
                 client, self.layout, self.rng, self.options.scheduler_pods,
                 self_gated=self.options.gate == "self", extended_pods=self.options.extended_pods,
-                webhook_translates=self.options.webhook,
+                webhook_translates=self.options.webhook, pod_groups=self.options.pod_groups,
             )  # fmt: skip
             loop = asyncio.get_running_loop()
             started = loop.time()
@@ -464,6 +472,12 @@ class Run:
                 "spec": {"deviceClassName": "marker", "hard": {"devices": 0}},
             }),
         }  # fmt: skip
+        if self.options.pod_groups:
+            markers["podgroup"] = (POD_GROUPS, {
+                "apiVersion": f"{POD_GROUPS.group}/{POD_GROUPS.version}", "kind": "PodGroup",
+                "metadata": {"name": "marker", "namespace": namespace},
+                "spec": {"schedulingPolicy": {"basic": {}}},
+            })  # fmt: skip
         for resource, body in markers.values():
             await client.create(resource, body, namespace)
         wanted: dict[Kind, int] = {}
@@ -505,7 +519,7 @@ def save_history(history: History, path: Path) -> None:
 def load_history(path: Path, *, warned: frozenset[str] = frozenset()) -> History:
     """A history saved by ``save_history`` (its gaps are not saved: relisted events keep
     their mark, so a violation they end is still seen, but not marked unverifiable)."""
-    makers = {"claim": ClaimFacts, "pod": PodFacts, "quota": QuotaFacts}
+    makers = {"claim": ClaimFacts, "pod": PodFacts, "quota": QuotaFacts, "podgroup": PodGroupFacts}
     history = History(warned=warned)
     for line in path.read_text().splitlines():
         row = json.loads(line)

@@ -29,6 +29,7 @@ from operators.kube import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
     NODES,
+    POD_GROUPS,
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -249,6 +250,8 @@ class Traffic:
     """dralloc's pods carry the gate themselves; else admission adds it (:mod:`gates`)."""
     webhook_translates: bool = False
     """The operator's webhook admits pods (it turns extended resources into claims)."""
+    pod_groups: bool = False
+    """Gangs named by Workload API PodGroups too."""
     extended_pods: bool = True
     """With ``scheduler_pods``: pods asking for a DRA extended resource of a class on the same
     devices too (kube-scheduler allocates their claims, unless the policy refuses it)."""
@@ -275,6 +278,8 @@ class Traffic:
             ops += [("scheduler_pod", 12)]
             if self.extended_pods:
                 ops += [("extended_pod", 6)]
+        if self.pod_groups:
+            ops += [("pod_group_gang", 4), ("pod_group_gang_torn", 1)]
         if self.layout.mode.in_tree and self.webhook_translates and self.extended_pods:
             # The webhook turns their extended resources into a claim dralloc allocates.
             ops += [("served_extended_pod", 6), ("quota_extended_pod", 2)]
@@ -407,9 +412,35 @@ class Traffic:
             await self._create_pod(body)
         return gang
 
-    async def gang_torn(self) -> None:
+    async def pod_group_gang(self) -> str:
+        """A PodGroup with a gang policy of 2 or 3 and as many pods (``schedulingGroup``);
+        the group is made first or, half the time, after its pods."""
+        namespace = self.rng.choice(self.layout.gated)
+        size = self.rng.choice((2, 3))
+        gang = self._name("pg")
+        group = {
+            "apiVersion": f"{POD_GROUPS.group}/{POD_GROUPS.version}",
+            "kind": "PodGroup",
+            "metadata": {"name": gang, "namespace": namespace},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
+        }
+        group_first = self.rng.random() < 0.5
+        if group_first:
+            await self.client.create(POD_GROUPS, group, namespace)
+        for index in range(size):
+            body = self.layout.pod(namespace, f"{gang}-{index}", self._template_claims())
+            body["spec"]["schedulingGroup"] = {"podGroupName": gang}
+            await self._create_pod(body)
+        if not group_first:
+            await self.client.create(POD_GROUPS, group, namespace)
+        return gang
+
+    async def pod_group_gang_torn(self) -> None:
+        await self.gang_torn(await self.pod_group_gang())
+
+    async def gang_torn(self, gang: str | None = None) -> None:
         """A gang one of whose members is deleted while dralloc places the gang."""
-        gang = await self.gang()
+        gang = gang or await self.gang()
         gang_members = [i for i, (_, name) in enumerate(self.live) if name.startswith(f"{gang}-")]
         await asyncio.sleep(self.rng.uniform(0, 0.3))
         namespace, name = self.live.pop(self.rng.choice(gang_members))

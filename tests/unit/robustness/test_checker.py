@@ -30,6 +30,7 @@ from robustness.history import (
     HeldDevice,
     History,
     PodFacts,
+    PodGroupFacts,
     QuotaFacts,
 )
 from robustness.run import load_history, save_history
@@ -100,7 +101,9 @@ def history(*changes: Facts | tuple[EventType, Facts], settled: bool = False) ->
     seen: set[str] = set()
     for rv, change in enumerate(changes, start=1):
         type_, facts = change if isinstance(change, tuple) else (None, change)
-        kind = {ClaimFacts: "claim", PodFacts: "pod", QuotaFacts: "quota"}[type(facts)]
+        kind = {
+            ClaimFacts: "claim", PodFacts: "pod", QuotaFacts: "quota", PodGroupFacts: "podgroup"
+        }[type(facts)]  # fmt: skip
         key = f"{kind}/{facts.key}"
         if type_ is None:
             type_ = "MODIFIED" if key in seen else "ADDED"
@@ -252,6 +255,52 @@ def test_a_member_bound_while_another_has_no_devices_is_found() -> None:
         )
     )
     assert only(report, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 4, 5)]
+
+
+def group_member(name: str, node: str = "") -> PodFacts:
+    """A pod of PodGroup "train" (its size is the PodGroup's), gated until bound."""
+    return pod(name, f"{name}-c", node=node, gang="podgroup:train", gated=not node)
+
+
+def test_a_pod_group_gang_is_judged_by_the_groups_min_count() -> None:
+    group = PodGroupFacts(NS, "train", min_count=3)
+    two_released = check(
+        history(
+            group, group_member("m1"), group_member("m2"),
+            claim("m1-c", 0, reserved=["m1"]), claim("m2-c", 1, reserved=["m2"]),
+            group_member("m1", node="n"),
+        )
+    )  # fmt: skip
+    assert only(two_released, GANG_RELEASED_PARTLY) == [(f"{NS}/podgroup:train", 6, None)]
+    assert "2 of 3 members" in two_released.violations[0].detail
+    whole = check(
+        history(
+            group, *(group_member(f"m{i}") for i in range(3)),
+            *(claim(f"m{i}-c", i, reserved=[f"m{i}"]) for i in range(3)),
+            group_member("m0", node="n"),
+        )
+    )  # fmt: skip
+    assert whole.ok, whole.violations
+
+
+def test_a_pod_group_member_released_before_its_group_is_seen_is_found() -> None:
+    """Until the PodGroup exists its size is unknown: no member may go."""
+    report = check(
+        history(group_member("m1"), claim("m1-c", 0, reserved=["m1"]), group_member("m1", "n"))
+    )
+    assert only(report, GANG_RELEASED_PARTLY) == [(f"{NS}/podgroup:train", 3, None)]
+
+
+def test_the_pods_of_a_pod_group_without_a_gang_policy_are_no_gang() -> None:
+    report = check(
+        history(
+            PodGroupFacts(NS, "train", min_count=None),
+            group_member("m1"),
+            claim("m1-c", 0, reserved=["m1"]),
+            group_member("m1", node="n"),
+        )
+    )
+    assert report.ok, report.violations
 
 
 def test_a_member_bound_before_the_gang_is_whole_is_found() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from robustness.history import DeviceId, claim_facts, pod_facts, quota_facts
+from robustness.history import DeviceId, claim_facts, pod_facts, pod_group_facts, quota_facts
 
 
 def test_a_claims_results_say_how_each_device_is_held_and_through_which_class() -> None:
@@ -121,3 +121,18 @@ def test_a_claims_node_comes_from_its_allocations_node_selector() -> None:
     ]}]}  # fmt: skip
     obj = {"metadata": {"name": "c"}, "status": {"allocation": {"nodeSelector": selector}}}
     assert claim_facts(obj).nodes == {"node-3"}
+
+
+def test_a_pod_of_a_pod_group_is_in_its_gang_and_the_group_gives_the_size() -> None:
+    member = pod_facts(
+        {
+            "metadata": {"namespace": "ns", "name": "p", "uid": "u"},
+            "spec": {"schedulingGroup": {"podGroupName": "train"}, "resourceClaims": []},
+        }
+    )
+    assert (member.gang, member.gang_size) == ("podgroup:train", 0)
+    group = {"metadata": {"namespace": "ns", "name": "train"}}
+    gang = pod_group_facts({**group, "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}})
+    assert (gang.key, gang.min_count) == ("ns/train", 3)
+    basic = pod_group_facts({**group, "spec": {"schedulingPolicy": {"basic": {}}}})
+    assert basic.min_count is None
