@@ -19,7 +19,11 @@ When any member comes up in the queue, the whole gang is decided at once:
    it waiting while any of its pods is gated, so a partial release would strand devices);
 3. the writes: first every placed member's claims (allocation and ``reservedFor``, each
    conditional), and only when all of them landed, each member's pod (devices, pin, gate
-   removed). No pod is released while another member's claims are not written.
+   removed). No pod is released while another member's claims are not written, nor while
+   a member is gone: right before the first gate is lifted every member is read live, and
+   one deleted (or finishing) in the meantime keeps the whole gang gated, to be decided
+   again (a member deleted while the others are being released cannot be told apart from
+   one deleted after they run).
 
 A crash or a conflict between the claim writes leaves some members' claims allocated and
 reserved for their (still gated) pods. Truth lives in claims: the next decision reads those
@@ -51,7 +55,7 @@ from operators.api.models import AllocationResult, ResourceClaim
 from operators.api.podgroup import GROUP as WORKLOAD_GROUP
 from operators.api.podgroup import VERSION as WORKLOAD_VERSION
 from operators.api.podgroup import PodGroup, resolve_gang
-from operators.cache.core import POD_GANG_INDEX, Pod, PodClaim
+from operators.cache.core import POD_GANG_INDEX, Pod, PodClaim, parse_pod
 from operators.cache.informer import Key
 from operators.controllers import claimrules, claimstatus
 from operators.controllers.allocwrites import claim_key, is_allocated, pending
@@ -62,7 +66,7 @@ from operators.controllers.decisions import (
     StillWaiting,
     Unallocatable,
 )
-from operators.kube import POD_GROUPS, Conflict, NotFound
+from operators.kube import POD_GROUPS, PODS, Conflict, NotFound
 
 if TYPE_CHECKING:
     from operators.controllers.allocation import AllocationController
@@ -319,6 +323,7 @@ async def _commit(
     written: list[tuple[_Ready, str, dict[str, AllocationResult]]] = []
     written_claims: set[Key] = set()
     keys = [member.key for member, _, _ in placed]
+    departed: list[Key] = []
     try:
         try:
             for member, node, results in placed:
@@ -334,6 +339,13 @@ async def _commit(
                     if claim_key(claim) not in written_claims:  # shared with a written one
                         controller._mutate(controller.state.release, claim)
             raise
+        departed = await _departed(controller, [member for member, _, _ in written])
+        if departed:
+            log.info(
+                "gang member left before the gang was released; deciding again",
+                members=[str(k) for k in keys], departed=[str(k) for k in departed],
+            )  # fmt: skip
+            written = []  # nothing released: the next decision sees the gang short
         for member, node, allocations in written:
             # The freshest view of the pod: our own condition writes (and the claim
             # controller's) change it while the gang waits, and a stale version conflicts.
@@ -352,6 +364,11 @@ async def _commit(
         for key in keys:  # the next decision reads back what was written (see above)
             controller.queue.retry_after_failure(key, error, controller=controller.name)
     else:
+        if departed:
+            metrics.ALLOCATIONS.labels(result="gang-member-left").inc()
+            for key in keys:
+                controller.usage.forget(key)
+            return  # (finally requeues the members)
         metrics.ALLOCATIONS.labels(result="allocated").inc(len(placed))
         controller.allocated_pods += len(placed)
         for member, _, _ in placed:
@@ -367,6 +384,24 @@ async def _commit(
         controller.slots.release()
         for key in keys:
             controller.resync.discard(key)  # the watch of our own writes requeues them
+        for key in keys if departed else ():
+            controller.queue.add(key)  # its deletion came while in flight: decide again now
+
+
+async def _departed(controller: AllocationController, members: list[_Ready]) -> list[Key]:
+    """Members that are gone, read live (the cache may not have seen a deletion that landed
+    between the claim writes): deleted, replaced, being deleted or finished."""
+
+    async def gone(member: _Ready) -> bool:
+        try:
+            raw = await controller.client.get(PODS, member.pod.name, member.pod.namespace)
+        except NotFound:
+            return True
+        live = parse_pod(raw, controller.runtime.protocol)
+        return live.uid != member.pod.uid or live.deleting or live.done
+
+    found = await asyncio.gather(*(gone(member) for member in members))
+    return [member.key for member, is_gone in zip(members, found, strict=True) if is_gone]
 
 
 def _after_earlier_writes(

@@ -349,3 +349,31 @@ async def test_an_annotated_gang_without_pod_groups_places_its_size_and_leaves_t
         keys.append(Key("ns", name))
     await decide(controller, keys[0])
     assert released(client) == ["w0", "w1"]
+
+
+# --- a member that leaves between the claim writes and the release ---------------------------
+
+
+async def test_a_member_deleted_before_the_release_keeps_the_whole_gang_gated() -> None:
+    """The user deletes one member after dralloc decided the gang, before it lifted any gate;
+    the cache has not seen the deletion yet. The live read before the release finds it gone:
+    no member is released (a gang of two running one pod is what gangs exist to prevent),
+    and the members are decided again."""
+    client = FakeClient()
+    controller = group_cluster(client, devices=2)
+    for name in ("w0", "w1"):
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+        put(controller.runtime, PODS, raw)
+    del client.objects[PODS.path("ns", "w1")]  # deleted on the server, not yet in the cache
+    await decide(controller, Key("ns", "w0"))
+    assert len(allocation_writes(client)) == 2, "the gang was decided and its claims written"
+    assert released(client) == [], "a member was released with the gang short"
+    assert controller.queue.due_in(Key("ns", "w0")) == 0.0, "the gang is not decided again"
+    # Once the cache sees the deletion, the member left holds nothing while it waits.
+    controller.runtime.cache[PODS].apply("DELETED", pod("ns", "w1", []))
+    await decide(controller, Key("ns", "w0"))
+    left = client.objects[RESOURCE_CLAIMS.path("ns", "c-w0")]
+    assert not (left.get("status") or {}).get("allocation"), "the waiting member holds a device"
+    assert released(client) == []
