@@ -33,8 +33,7 @@ from operators.api.extendedresources import (
     RANDOM_LENGTH,
     ExtendedResourceError,
     Translation,
-    backing_classes,
-    class_mapping,
+    served_mapping,
     translate,
 )
 from operators.api.models import GROUP
@@ -92,9 +91,7 @@ def extended_translation(
     """The claim a new pod's DRA extended resources become, or None (none asked for, or
     their classes are left to kube-scheduler). Raises ExtendedResourceError for a request no
     claim can serve."""
-    mapping = class_mapping(backing_classes(classes))
-    # A name whose class is kube-scheduler's stays kube-scheduler's (not another class's).
-    served = {name: c for name, c in mapping.items() if c not in settings.scheduler_classes}
+    served = served_mapping(classes, settings.scheduler_classes)
     return translate(pod, served, secrets.token_hex(RANDOM_LENGTH // 2))
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Annotated, Any, Final
 
 from pydantic import Field, ValidationError, model_validator
@@ -174,6 +174,15 @@ def class_mapping(classes: Iterable[BackingClass]) -> dict[str, str]:
                 explicit[name] = cls
     mapping.update({name: cls.name for name, cls in explicit.items()})
     return mapping
+
+
+def served_mapping(
+    classes: Iterable[DeviceClass], scheduler_classes: Collection[str]
+) -> dict[str, str]:
+    """Extended resource name -> class, for the names dralloc serves: a name whose class is
+    kube-scheduler's (``scheduler_classes``) stays kube-scheduler's, not another class's."""
+    mapping = class_mapping(backing_classes(classes))
+    return {name: cls for name, cls in mapping.items() if cls not in scheduler_classes}
 
 
 def backing_classes(classes: Iterable[DeviceClass]) -> Iterator[BackingClass]:

@@ -37,8 +37,7 @@ from operators.api.extendedresources import (
     ENTRY_NAME,
     IMPLICIT_PREFIX,
     ExtendedClaim,
-    backing_classes,
-    class_mapping,
+    served_mapping,
 )
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.cache.core import (
@@ -214,8 +213,7 @@ class ClaimController:
         """Extended resource name -> class, for the classes dralloc serves them for."""
         if self._mapping is None:
             scheduler_classes = self.runtime.settings.scheduler_classes
-            mapping = class_mapping(backing_classes(self.classes.values()))
-            self._mapping = {n: c for n, c in mapping.items() if c not in scheduler_classes}
+            self._mapping = served_mapping(self.classes.values(), scheduler_classes)
         return self._mapping
 
     def _unserved_extended(self, pod: Pod) -> list[str]:
