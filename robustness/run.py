@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import statistics
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+import aiohttp
 
 from operators.kube import (
     DEVICE_QUOTAS,
@@ -271,9 +274,12 @@ class Run:
             self.cluster.kubectl(*args, check=False)
 
     def _webhook_args(self, lease: str) -> tuple[str, ...]:
+        if lease != "lease":
+            # A second operator serves no webhook: kopf would point the managed configuration
+            # at it, and at nothing once it is killed (in a cluster a Service is in between).
+            return ("--no-webhook",)
         if isinstance(self.admission, ClosedWebhook):
-            # One port, served by the run's Lease's operator; a second operator serves none.
-            return self.admission.operator_args() if lease == "lease" else ("--no-webhook",)
+            return self.admission.operator_args()  # one port, served by the live operator
         if self.options.gate != "webhook":
             return ("--no-webhook",)
         return (
@@ -479,13 +485,13 @@ class Run:
                 "spec": {"schedulingPolicy": {"basic": {}}},
             })  # fmt: skip
         for resource, body in markers.values():
-            await client.create(resource, body, namespace)
+            await self._retrying(functools.partial(client.create, resource, body, namespace))
         wanted: dict[Kind, int] = {}
         for kind, (resource, _) in markers.items():
-            touched = await client.merge_patch(
-                resource, "marker", {"metadata": {"labels": {"touched": "yes"}}},
-                namespace=namespace,
-            )  # fmt: skip
+            touched = await self._retrying(functools.partial(
+                client.merge_patch, resource, "marker",
+                {"metadata": {"labels": {"touched": "yes"}}}, namespace=namespace,
+            ))  # fmt: skip
             wanted[kind] = int(touched["metadata"]["resourceVersion"])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
@@ -493,6 +499,21 @@ class Run:
             if loop.time() > deadline:
                 raise RuntimeError(f"the recorder did not see the markers: {recorder.last_rv}")
             await asyncio.sleep(0.2)
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[Any]]) -> Any:
+        """``attempt()``, retried for up to 60 s: an operator killed by the last fault may
+        still be starting, and its webhooks refuse claims until it serves them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while True:
+            try:
+                return await attempt()
+            except (ApiError, aiohttp.ClientError) as error:
+                if isinstance(error, ApiError) and error.status == 409:
+                    return None  # made by an attempt whose answer was lost
+                if loop.time() > deadline:
+                    raise
+            await asyncio.sleep(1.0)
 
     async def _warned(self, client: KubeClient) -> frozenset[str]:
         found = set()

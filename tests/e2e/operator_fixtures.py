@@ -111,12 +111,14 @@ class OperatorProcess:
     extra: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # on top of the testbed's environment
     identity: str = ""
+    kubeconfig: Path | None = None
+    """Its credentials; default the testbed's operator user."""
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
         args = [
             sys.executable, "-m", "operators",
-            f"--kubeconfig={self.testbed.operator_kubeconfig}",
+            f"--kubeconfig={self.kubeconfig or self.testbed.operator_kubeconfig}",
             "--metrics-port=0", "--probe-port=0",
             "--lease-duration=8", "--renew-deadline=6", "--retry-period=1",
             "--requeue-max-delay=2",

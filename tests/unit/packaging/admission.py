@@ -46,12 +46,15 @@ def admit(
     old: dict[str, Any] | None = None,
     user: str = USER,
     groups: list[str] | None = None,
+    extra: dict[str, list[str]] | None = None,
     sub_resource: str = "",
 ) -> str | None:
     """None if the policy admits the request, else the message the requester sees."""
     user_info: dict[str, Any] = {"username": user}
     if groups is not None:
         user_info["groups"] = groups
+    if extra is not None:
+        user_info["extra"] = extra
     bindings: dict[str, Any] = {
         "object": obj,
         "oldObject": old,
