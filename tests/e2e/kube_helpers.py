@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 
 from tests.testbed_scripts import load_testbed_script
 
@@ -418,6 +419,17 @@ class TestbedRegistry:
         for testbed in self.running.values():
             stop_testbed(testbed)
         self.running.clear()
+
+
+def token_kubeconfig(testbed: Testbed, token: str, path: Path) -> Path:
+    """The testbed's kubeconfig with a bearer token (e.g. a pod-bound ServiceAccount token)
+    as its one user."""
+    config = yaml.safe_load(testbed.kubeconfig.read_text())
+    config["users"] = [{"name": "token", "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = "token"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def unique_name(prefix: str) -> str:

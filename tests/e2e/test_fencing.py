@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from .history_helpers import judged, recording
-from .kube_helpers import REPO_ROOT, Testbed, unique_name, wait_for
+from .kube_helpers import REPO_ROOT, Testbed, token_kubeconfig, unique_name, wait_for
 from .operator_fixtures import (
     GATE,
     LEASE_NAMESPACE,
@@ -62,16 +62,6 @@ def rendered(testbed: Testbed, scratch: Path) -> tuple[dict[str, Any], dict[str,
     policy = next(o for o in named if o["kind"] == "ValidatingAdmissionPolicy")
     binding = next(o for o in named if o["kind"] == "ValidatingAdmissionPolicyBinding")
     return policy, binding
-
-
-def token_kubeconfig(testbed: Testbed, token: str, path: Path) -> Path:
-    """The testbed's kubeconfig with a bearer token as its one user."""
-    config = yaml.safe_load(testbed.kubeconfig.read_text())
-    config["users"] = [{"name": "token", "user": {"token": token}}]
-    for context in config["contexts"]:
-        context["context"]["user"] = "token"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 class Replicas:

@@ -28,6 +28,7 @@ from .kube_helpers import (
     TESTBED_DIR,
     Testbed,
     TestbedRegistry,
+    token_kubeconfig,
     unique_name,
     wait_for,
     wait_for_real_nodes,
@@ -335,6 +336,42 @@ def test_operator_runs_in_cluster_from_its_image(in_cluster: Testbed) -> None:
         records = [json.loads(line) for line in out.splitlines() if line.strip()]
         assert records, f"no log lines from {p['metadata']['name']}"
         assert all("event" in r and "level" in r for r in records), records[:3]
+
+
+def test_only_the_replica_holding_the_lease_may_make_claims(
+    in_cluster: Testbed, tmp_path: Path
+) -> None:
+    """The fencing policy as deployed, with the replicas' own identities: a token bound to
+    the leader's pod may make a claim, one bound to the standby's is refused, naming the
+    Lease and its holder (server-side dry runs: admission runs, nothing is stored)."""
+    testbed = in_cluster
+    leader = lease_holder(testbed)
+    pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in operator_pods(testbed)}
+    assert leader in pods and len(pods) == 2, (leader, pods)
+    namespace = new_namespace(testbed)
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "fenced", "namespace": namespace},
+        "spec": {"devices": {"requests": []}},
+    }
+    answers = {}
+    for name, uid in pods.items():
+        token = testbed.kubectl(
+            "create", "token", "dralloc-operator", "-n", OPERATOR_NAMESPACE, "--duration=10m",
+            "--bound-object-kind=Pod", f"--bound-object-name={name}", f"--bound-object-uid={uid}",
+        ).stdout.strip()  # fmt: skip
+        kubeconfig = token_kubeconfig(testbed, token, tmp_path / f"{name}.kubeconfig")
+        answers[name] = testbed.kubectl(
+            f"--kubeconfig={kubeconfig}", "create", "--dry-run=server", "-f", "-",
+            input=json.dumps(claim), check=False,
+        )  # fmt: skip
+    (standby,) = set(pods) - {leader}
+    assert answers[leader].returncode == 0, answers[leader].stderr
+    refused = answers[standby].stderr
+    assert answers[standby].returncode != 0
+    assert "dralloc-claim-allocation-fencing" in refused, refused
+    assert f'held by "{leader}"; this writer is pod "{standby}"' in refused, refused
 
 
 def test_an_upgrade_reapplies_the_certificate_job(in_cluster: Testbed, tmp_path: Path) -> None:
