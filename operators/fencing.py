@@ -12,6 +12,10 @@ records. Seeing another allocator's record, the replica decides with :func:`stan
 - another Lease: two allocators are configured; exactly one goes on, the one whose Lease
   sorts first, so the outcome does not depend on timing; the other stops, says so, and stays
   standing by while the other's records keep coming.
+
+Where the fencing policy is installed, the API server is the first line: it refuses a replica
+that does not hold the configured Lease every claim and allocation (:data:`NOT_THE_HOLDER`),
+and the replica stops on that refusal too, before it writes anything else.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ import dataclasses
 import json
 
 ALLOCATED_BY_ANNOTATION = "resource.dralloc.dev/allocated-by"
+NOT_THE_HOLDER = "only the dralloc operator that holds the Lease"
+"""What the API server's fencing policy (manifests/base/claim-allocation-fencing.yaml) says
+when it refuses a replica that does not hold the Lease its claim or allocation: the first line
+of fencing, before any record is seen. A replica told so stops allocating as it does for
+another allocator's record."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -209,7 +209,8 @@ LEADERSHIP_LOSSES = Counter(
 
 FENCED = Counter(
     "dralloc_fenced",
-    "Times this replica stopped allocating because another allocator's records appeared.",
+    "Times this replica stopped allocating because another allocator's records appeared, or "
+    "the API server's fencing policy refused it (another replica holds the Lease).",
 )
 
 DEVICES_HELD_TWICE = Gauge(

@@ -85,6 +85,12 @@ def parser() -> argparse.ArgumentParser:
         help="the same as --gate=webhook",
     )
     p.add_argument(
+        "--fencing",
+        action="store_true",
+        help="operators use tokens bound to pods of their own, as replicas do, and the shipped "
+        "fencing policy lets only the run Lease's holder make claims and allocate",
+    )
+    p.add_argument(
         "--pod-groups",
         action="store_true",
         help="gangs named by Workload API PodGroups too (the testbed serves PodGroups)",
@@ -187,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     faults=args.faults, fault_count=args.fault_count, nodes=args.nodes,
                     devices_per_node=args.devices_per_node, scheduler_pods=args.scheduler_pods,
                     gate=args.gate, policy=args.policy, pod_groups=args.pod_groups,
-                    extended_pods=args.extended_pods,
+                    fencing=args.fencing, extended_pods=args.extended_pods,
                     settle_s=args.settle,
                 )  # fmt: skip
                 print(

@@ -43,6 +43,7 @@ from robustness.cluster import (
     wait_policy_in_force,
 )
 from robustness.faults import FAULTS, Faults, Fired, schedule
+from robustness.fencing import Replicas
 from robustness.gates import ClosedWebhook, PolicyGate, wait_gating
 from robustness.history import (
     ClaimFacts,
@@ -94,6 +95,10 @@ class Options:
     policy: bool = False
     """The claim-allocation admission policy guards the run's namespaces (only the operator
     may allocate), and the operator serves every one of them, kube-scheduler's pods too."""
+    fencing: bool = False
+    """Operators use tokens bound to pods of their own (as replicas do), and the shipped
+    fencing policy, bound to the run's Lease, lets only its holder make claims and allocate
+    (:mod:`robustness.fencing`)."""
     pod_groups: bool = False
     """Gangs named by Workload API PodGroups too (the testbed must serve them:
     ``testbed/up --workload-api``); the recorder watches PodGroups."""
@@ -163,7 +168,7 @@ class Result:
             f"mode={o.mode.name} seed={o.seed} duration={o.duration_s:.0f}s "
             f"faults={','.join(o.faults) or 'none'} gate={o.gate} "
             f"scheduler_pods={o.scheduler_pods} policy={o.policy} extended_pods={o.extended_pods} "
-            f"pod_groups={o.pod_groups}",
+            f"pod_groups={o.pod_groups} fencing={o.fencing}",
             f"traffic: {sum(self.traffic.values())} operations "
             f"({', '.join(f'{k} {v}' for k, v in sorted(self.traffic.items()))}); "
             f"{sum(self.failed.values())} refused or failed"
@@ -233,17 +238,31 @@ class Run:
             )
         elif options.gate == "policy":
             self.admission = PolicyGate(cluster, f"{self.layout.prefix}-gate", selector)
+        self.replicas: Replicas | None = None
+        if options.fencing:
+            work_dir.mkdir(parents=True, exist_ok=True)
+            self.replicas = Replicas(
+                cluster, self.layout.prefix, (LEASE_NAMESPACE, f"{self.layout.prefix}-lease"),
+                (*self.layout.namespaces(), self.layout.probe_namespace), work_dir,
+            )  # fmt: skip
 
     # -- operators -------------------------------------------------------------------------------
 
     def _start_operator(self, lease: str = "lease") -> Operator:
+        identity = f"{self.layout.prefix}-op{len(self.operators)}"
+        kubeconfig = self.proxied
+        if self.replicas is not None:  # a replica's pod of that name, and its token
+            kubeconfig = proxied_kubeconfig(
+                self.replicas.credentials(identity), self.proxy.port,
+                self.work_dir / f"{identity}-proxied.kubeconfig",
+            )  # fmt: skip
         operator = Operator(
             self.cluster,
             self.work_dir / f"operator-{len(self.operators)}.log",
             lease=f"{self.layout.prefix}-{lease}",
-            identity=f"{self.layout.prefix}-op{len(self.operators)}",
+            identity=identity,
             extra=(*self._webhook_args(lease), *self._scope_args()),
-            kubeconfig=self.proxied,
+            kubeconfig=kubeconfig,
         ).start()
         self.operators.append(operator)
         return operator
@@ -292,8 +311,11 @@ class Run:
         return [o for o in self.operators if o.alive() and o.lease == f"{self.layout.prefix}-lease"]
 
     def _start_rogue(self) -> Operator:
-        """An operator on another Lease: it will not wait for the run's to lose theirs."""
-        return self._start_operator(lease=f"rogue{len(self.operators)}")
+        """An operator on another Lease: it will not wait for the run's to lose theirs. Its
+        Lease sorts before the run's, so dralloc's allocation records would have the run's
+        operators stand down for it: only fencing by the API server keeps it from
+        allocating."""
+        return self._start_operator(lease=f"a-rogue{len(self.operators)}")
 
     async def _supervise(self) -> None:
         """Start an operator again a second after the last one exits (a Deployment's
@@ -327,6 +349,12 @@ class Run:
             self.cluster.apply(*self.layout.setup())
             if self.options.policy:
                 self._install_policy()
+            if self.replicas is not None:
+                self.replicas.install()
+                probe = self.replicas.credentials(f"{self.layout.prefix}-probe")
+                await asyncio.to_thread(
+                    self.replicas.wait_in_force, probe, self.layout.probe_namespace
+                )
             self._start_operator()
             await asyncio.to_thread(self.operators[0].wait_ready)
             if self.admission is not None:
@@ -366,6 +394,8 @@ class Run:
                 self._remove_policy()
             if self.admission is not None:
                 self.admission.remove()
+            if self.replicas is not None:
+                self.replicas.remove()
             self.proxy.stop()
             if (
                 self.options.gate == "webhook"

@@ -559,7 +559,9 @@ class AllocationController(ClaimWrites, Explanations):
         except Exception as error:
             kind = failure_kind(error)
             metrics.ALLOCATIONS.labels(result=_FAILURE_RESULT.get(kind, "error")).inc()
-            if kind is FailureKind.REJECTED:
+            if self.runtime.refused_by_fencing(error, pod.ref):
+                pass  # not this replica's to allocate: it stops; the holder tells the pod
+            elif kind is FailureKind.REJECTED:
                 await self.runtime.events.post(
                     pod.involved(),
                     REASON_FAILED,

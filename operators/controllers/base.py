@@ -24,7 +24,7 @@ from operators.cache.kinds import FORBIDDEN_AS_ABSENT, OPTIONAL, OTHER_VERSIONS,
 from operators.cache.shared import SharedCache
 from operators.controllers import placement
 from operators.credentials import CredentialSource
-from operators.fencing import AllocationRecord, AllocatorMark, stands_down
+from operators.fencing import NOT_THE_HOLDER, AllocationRecord, AllocatorMark, stands_down
 from operators.kube import (
     LEASES,
     REQUEST_ERRORS,
@@ -219,6 +219,30 @@ class Runtime:
                 seen_on=where,
             )
         return first
+
+    def refused_by_fencing(self, error: BaseException, where: str) -> bool:
+        """Whether ``error`` is the fencing policy refusing this replica (it does not hold the
+        configured Lease): it then stops allocating, as for another allocator's record, for a
+        Lease duration at a time (its next write finds out again)."""
+        if not (
+            isinstance(error, ApiError) and error.status == 403 and NOT_THE_HOLDER in error.message
+        ):
+            return False
+        if self.elector is None:
+            return True  # nothing to stand down from: the refusal is the answer
+        first = not self._fence.is_set()
+        self.fenced_until = max(self.fenced_until, time.monotonic() + self.settings.lease_duration)
+        self._fence.set()
+        if first:
+            metrics.FENCED.inc()
+            log.error(
+                "the API server refuses this replica's claims and allocations: another "
+                "replica holds the Lease; this one stops allocating",
+                ours=self.mark.describe() if self.mark else "",
+                seen_on=where,
+                refusal=error.message[:300],
+            )
+        return True
 
     async def allocator_is_live(self, mark: AllocatorMark) -> bool:
         """Whether another allocator's Lease exists and ``mark.holder`` holds it now, so a

@@ -7,7 +7,8 @@ The policy, as shipped, is bound to the first one's Lease. The second one's Leas
 first, so dralloc's own second line (allocation records: the allocator whose Lease sorts
 first goes on) would keep *it* going and stop the first: only the API server stands between
 them. It refuses the second one every claim and every allocation; every claim is made and
-allocated by the first, one per pod, and no device is held twice at any recorded revision.
+allocated by the first, one per pod, and no device is held twice at any recorded revision;
+told so by the API server, the second stops allocating.
 """
 
 from __future__ import annotations
@@ -213,7 +214,10 @@ def test_of_two_leading_operators_only_the_lease_holder_makes_and_allocates_clai
         assert len(owners) == PODS == len(set(owners)), "a pod got a second claim"
         other_log = operators["other"].log()
         assert REFUSED in other_log, other_log[-3000:]
-        assert "another allocator is acting" not in other_log
+        # Told by the API server, it stopped (it never saw a record of the holder's winning).
+        assert "the API server refuses this replica's claims and allocations" in other_log
+        assert "pod allocated" not in other_log
+        assert "another allocator is acting" not in operators["holder"].log()
     finally:
         for proc in operators.values():
             proc.stop()

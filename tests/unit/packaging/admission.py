@@ -37,6 +37,11 @@ def operator_identity() -> dict[str, Any]:
     return docs("pod-protocol-identity.yaml")[0]
 
 
+def _plural(obj: dict[str, Any] | None, old: dict[str, Any] | None) -> str:
+    kind = str((obj or old or {}).get("kind") or "")
+    return kind.lower() + "s" if kind else ""
+
+
 def admit(
     policy: dict[str, Any],
     params: dict[str, Any],
@@ -48,6 +53,7 @@ def admit(
     groups: list[str] | None = None,
     extra: dict[str, list[str]] | None = None,
     sub_resource: str = "",
+    resource: str = "",
 ) -> str | None:
     """None if the policy admits the request, else the message the requester sees."""
     user_info: dict[str, Any] = {"username": user}
@@ -59,7 +65,12 @@ def admit(
         "object": obj,
         "oldObject": old,
         "params": params,
-        "request": {"operation": operation, "subResource": sub_resource, "userInfo": user_info},
+        "request": {
+            "operation": operation,
+            "subResource": sub_resource,
+            "userInfo": user_info,
+            "resource": {"group": "", "version": "v1", "resource": resource or _plural(obj, old)},
+        },
     }
     spec = policy["spec"]
     for condition in spec.get("matchConditions", []):

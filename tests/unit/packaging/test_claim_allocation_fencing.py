@@ -106,3 +106,25 @@ def test_only_the_holder_makes_claims(policy: dict[str, Any]) -> None:
     message = create(lease("op-a"), extra={POD_NAME: ["op-b"]})
     assert message is not None and message.startswith("creating ResourceClaim team-a/c:")
     assert admit(policy, lease("op-a"), operation="CREATE", obj=made, user="alice") is None
+
+
+def pod_object(name: str = "p") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a"}}
+
+
+def test_only_the_holder_writes_and_deletes_pods(policy: dict[str, Any]) -> None:
+    """A second operator could lift the gate of a pod the holder allocated (and its record
+    on the pod would make the holder stand down): the operator's pod writes are fenced too."""
+    before, after = pod_object(), {**pod_object(), "spec": {"schedulingGates": []}}
+    for operation, obj, old in (("UPDATE", after, before), ("DELETE", None, before)):
+        holder = admit(
+            policy, lease("op-a"), operation=operation, obj=obj, old=old, user=OPERATOR_SA,
+            extra={POD_NAME: ["op-a"]},
+        )  # fmt: skip
+        assert holder is None, operation
+        other = admit(
+            policy, lease("op-a"), operation=operation, obj=obj, old=old, user=OPERATOR_SA,
+            extra={POD_NAME: ["op-b"]},
+        )  # fmt: skip
+        assert other is not None and f"{operation.lower()} of Pod team-a/p:" in other, other
+        assert admit(policy, lease("op-a"), operation=operation, obj=obj, old=old, user="x") is None

@@ -6,7 +6,8 @@ import dataclasses
 import time
 
 from operators.controllers.base import Runtime
-from operators.fencing import AllocationRecord, AllocatorMark, stands_down
+from operators.fencing import NOT_THE_HOLDER, AllocationRecord, AllocatorMark, stands_down
+from operators.kube import ApiError
 from operators.settings import Settings
 
 from ..controllers.fakes import FakeClient
@@ -52,3 +53,27 @@ def test_a_recent_winning_record_fences_once_and_old_ones_are_history() -> None:
     assert runtime.saw_allocation(recent, "ns/p2") is True
     assert runtime.fenced_until > time.monotonic()
     assert runtime.saw_allocation(AllocationRecord(LAPTOP, time.time()), "ns/p3") is False
+
+
+def test_the_api_servers_fencing_refusal_stops_the_replica_and_nothing_else_does() -> None:
+    """The fencing policy's refusal (another replica holds the Lease) fences this one, once
+    per stretch; a 403 of anything else (RBAC, the claim-allocation policy) does not."""
+    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), FakeClient())  # type: ignore[arg-type]
+    runtime.elector = Elector()  # type: ignore[assignment]
+    rbac = ApiError(403, "Forbidden", "resourceclaims is forbidden: User cannot create")
+    assert not runtime.refused_by_fencing(rbac, "ns/p0")
+    assert not runtime.refused_by_fencing(ConnectionResetError(), "ns/p0")
+    assert runtime.fenced_until == 0.0
+    message = f'denied request: creating ResourceClaim ns/c: {NOT_THE_HOLDER} x (held by "b")'
+    assert runtime.refused_by_fencing(ApiError(403, "Forbidden", message), "ns/p1")
+    assert runtime.fenced_until > time.monotonic()
+    assert runtime._fence.is_set()
+
+
+def test_the_shipped_policy_says_what_the_replica_listens_for() -> None:
+    from pathlib import Path
+
+    policy = (Path(__file__).resolve().parents[3] / "manifests" / "base").joinpath(
+        "claim-allocation-fencing.yaml"
+    )
+    assert NOT_THE_HOLDER in policy.read_text()

@@ -1,0 +1,143 @@
+"""Operators that run as a Deployment's replicas do, and the fencing policy as shipped.
+
+With ``--fencing`` every operator of a run (the first, the supervisor's restarts, the
+second-operator fault's) uses a token bound to a pod of its own of one ServiceAccount, as the
+replicas of the Deployment do: the API server names the pod in each of its requests, and the
+shipped fencing policy (manifests/base/claim-allocation-fencing.yaml), bound to the run's
+Lease, refuses claims and allocations from every operator but the Lease's holder. The pods
+never run (no node matches them); the ServiceAccount may do anything (the run does not test
+RBAC).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from robustness.cluster import Cluster
+from robustness.gates import rendered
+
+POLICY: Final = "dralloc-claim-allocation-fencing"
+SHIPPED_WRITER: Final = "system:serviceaccount:dralloc-system:dralloc-operator"
+ACCOUNT: Final = "dralloc-operator"
+
+
+class Replicas:
+    def __init__(
+        self,
+        cluster: Cluster,
+        prefix: str,
+        lease: tuple[str, str],
+        namespaces: Sequence[str],
+        work_dir: Path,
+    ) -> None:
+        self.cluster = cluster
+        self.namespace = f"ops-{prefix}"
+        self.name = f"{prefix}-fencing"
+        self.lease = lease
+        """The Lease whose holder may allocate: (namespace, name)."""
+        self.namespaces = tuple(namespaces)
+        """The namespaces whose claims the policy guards."""
+        self.work_dir = work_dir
+
+    @property
+    def username(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{ACCOUNT}"
+
+    def policy(self) -> list[dict[str, Any]]:
+        """The shipped policy and binding for this run's ServiceAccount, Lease and namespaces."""
+        components = ["in-tree"] if self.cluster.mode.in_tree else []
+        kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        found = [
+            o for o in rendered(self.cluster, components, kinds) if o["metadata"]["name"] == POLICY
+        ]
+        policy = next(o for o in found if o["kind"] == kinds[0])
+        binding = next(o for o in found if o["kind"] == kinds[1])
+        for condition in policy["spec"]["matchConditions"]:
+            condition["expression"] = condition["expression"].replace(SHIPPED_WRITER, self.username)
+        policy["metadata"] = {"name": self.name}
+        binding["metadata"] = {"name": self.name}
+        binding["spec"]["policyName"] = self.name
+        namespace, name = self.lease
+        binding["spec"]["paramRef"].update({"name": name, "namespace": namespace})
+        binding["spec"]["matchResources"] = {
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In",
+                     "values": list(self.namespaces)}
+                ]
+            }
+        }  # fmt: skip
+        return [policy, binding]
+
+    def install(self) -> None:
+        self.cluster.kubectl("create", "namespace", self.namespace)
+        self.cluster.kubectl("create", "serviceaccount", ACCOUNT, "-n", self.namespace)
+        self.cluster.kubectl(
+            "create", "clusterrolebinding", self.name, "--clusterrole=cluster-admin",
+            f"--serviceaccount={self.namespace}:{ACCOUNT}",
+        )  # fmt: skip
+        self.cluster.apply(*self.policy())
+
+    def credentials(self, pod: str) -> Path:
+        """A kubeconfig with a token bound to a new pod ``pod`` of the ServiceAccount."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod, "namespace": self.namespace},
+            "spec": {
+                "serviceAccountName": ACCOUNT,
+                "containers": [{"name": "operator", "image": "registry.invalid/dralloc"}],
+                "nodeSelector": {"robustness-pool": "none"},
+            },
+        }
+        made = json.loads(
+            self.cluster.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body))
+        )
+        token = self.cluster.kubectl(
+            "create", "token", ACCOUNT, "-n", self.namespace, "--duration=6h",
+            "--bound-object-kind=Pod", f"--bound-object-name={pod}",
+            f"--bound-object-uid={made['metadata']['uid']}",
+        ).strip()  # fmt: skip
+        config = yaml.safe_load(self.cluster.kubeconfig.read_text())
+        config["users"] = [{"name": pod, "user": {"token": token}}]
+        for context in config["contexts"]:
+            context["context"]["user"] = pod
+        path = self.work_dir / f"{pod}.kubeconfig"
+        path.write_text(json.dumps(config))
+        path.chmod(0o600)
+        return path
+
+    def wait_in_force(self, kubeconfig: Path, namespace: str, timeout: float = 60) -> None:
+        """Until a claim made with ``kubeconfig`` (a pod that holds no Lease) is refused."""
+        claim = {
+            "apiVersion": f"{self.cluster.mode.group}/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"generateName": "fencing-probe-", "namespace": namespace},
+            "spec": {"devices": {"requests": []}},
+        }
+        deadline = time.monotonic() + timeout
+        while True:
+            made = self.cluster.kubectl(
+                f"--kubeconfig={kubeconfig}", "create", "-o", "name", "-f", "-",
+                input=json.dumps(claim), check=False,
+            ).strip()  # fmt: skip
+            if not made:
+                return  # refused
+            self.cluster.kubectl("delete", "-n", namespace, made, check=False)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the fencing policy is not in force after {timeout:.0f} s")
+            time.sleep(0.5)
+
+    def remove(self) -> None:
+        for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
+            self.cluster.kubectl("delete", kind, self.name, "--ignore-not-found", check=False)
+        self.cluster.kubectl(
+            "delete", "clusterrolebinding", self.name, "--ignore-not-found", check=False
+        )
+        self.cluster.kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)
