@@ -109,6 +109,7 @@ class Runtime:
         self.leadership_losses = 0
         self.fenced_until = 0.0  # monotonic: standing by for another allocator until then
         self._fence = asyncio.Event()
+        self._told_unfenceable = False
         self._live_allocators: dict[AllocatorMark, tuple[bool, float]] = {}
         self.refusals = placement.RecentRefusals()
         self._checks: set[asyncio.Task[None]] = set()
@@ -229,7 +230,16 @@ class Runtime:
         ):
             return False
         if self.elector is None:
-            return True  # nothing to stand down from: the refusal is the answer
+            if not self._told_unfenceable:
+                self._told_unfenceable = True
+                log.error(
+                    "the API server's fencing policy refuses this operator, which runs without "
+                    "leader election: no Lease names it. Turn leader election on, or delete "
+                    "the ValidatingAdmissionPolicyBinding dralloc-claim-allocation-fencing",
+                    seen_on=where,
+                    refusal=error.message[:300],
+                )
+            return True
         first = not self._fence.is_set()
         self.fenced_until = max(self.fenced_until, time.monotonic() + self.settings.lease_duration)
         self._fence.set()
