@@ -23,12 +23,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from operators.kube import FENCING_REFUSAL
+
 ALLOCATED_BY_ANNOTATION = "resource.dralloc.dev/allocated-by"
-NOT_THE_HOLDER = "only the dralloc operator that holds the Lease"
+NOT_THE_HOLDER = FENCING_REFUSAL
 """What the API server's fencing policy (manifests/base/claim-allocation-fencing.yaml) says
 when it refuses a replica that does not hold the Lease its claim or allocation: the first line
-of fencing, before any record is seen. A replica told so stops allocating as it does for
-another allocator's record."""
+of fencing, before any record is seen."""
 
 
 @dataclasses.dataclass(frozen=True)

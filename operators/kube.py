@@ -187,12 +187,36 @@ def unreachable(error: BaseException) -> bool:
     return isinstance(error, aiohttp.ClientConnectorError)
 
 
+FENCING_REFUSAL: Final = "only the dralloc operator that holds the Lease"
+"""What the fencing policy (manifests/base/claim-allocation-fencing.yaml) says when it refuses
+a write of an operator that does not hold the Lease (or so the API server's cache says)."""
+ADMISSION_NOT_READY: Final = ("no params found for policy binding", "not yet synced")
+"""What an admission policy says while its parameter is missing or its cache is not synced
+(a Lease about to be created, an API server starting): passing states, not a judgement."""
+
+
+def passing_refusal(error: BaseException) -> bool:
+    """A refusal (nothing landed) whose cause passes by itself: the fencing policy judging by
+    a Lease its cache has not caught up with (a replica that is really fenced stops anyway),
+    or an admission policy whose parameter or cache is not there yet. Retried with backoff,
+    not after the long wait of a refusal someone must fix."""
+    return (
+        isinstance(error, ApiError)
+        and error.status == 403
+        and (
+            FENCING_REFUSAL in error.message
+            or any(text in error.message for text in ADMISSION_NOT_READY)
+        )
+    )
+
+
 def failure_kind(error: BaseException) -> FailureKind | None:
     """How to react to an exception from a request; None if it is no request failure (a bug).
 
     An unanswered write may still have been applied: callers that must know re-read first.
     401 counts as unavailable because credentials rotate (a restarted API server, a renewed
-    token); 403 does not, because RBAC or an admission policy said no.
+    token); 403 does not, because RBAC or an admission policy said no (and the write did not
+    land; see :func:`passing_refusal` for refusals worth retrying soon).
     """
     if isinstance(error, (Conflict, NotFound, Gone)):
         return FailureKind.STALE

@@ -12,6 +12,7 @@ RBAC).
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, Final
 
 import yaml
 
+from operators.fencing import NOT_THE_HOLDER
 from robustness.cluster import Cluster
 from robustness.gates import rendered
 
@@ -122,21 +124,27 @@ class Replicas:
             "spec": {"devices": {"requests": []}},
         }
         deadline = time.monotonic() + timeout
-        while True:
-            made = self.cluster.kubectl(
-                f"--kubeconfig={kubeconfig}", "create", "-o", "name", "-f", "-",
-                input=json.dumps(claim), check=False,
-            ).strip()  # fmt: skip
-            if not made:
-                return  # refused
-            self.cluster.kubectl("delete", "-n", namespace, made, check=False)
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the fencing policy is not in force after {timeout:.0f} s")
+        answer = ""
+        while time.monotonic() < deadline:
+            made = subprocess.run(
+                [str(self.cluster.bin / "kubectl"), f"--kubeconfig={kubeconfig}", "create",
+                 "-o", "name", "-f", "-"],
+                input=json.dumps(claim), capture_output=True, text=True, check=False, timeout=60,
+            )  # fmt: skip
+            answer = made.stderr.strip() or made.stdout.strip()
+            if made.returncode == 0:  # not in force yet
+                self.cluster.kubectl("delete", "-n", namespace, made.stdout.strip(), check=False)
+            elif NOT_THE_HOLDER in answer or "no params found" in answer:
+                return  # the policy's own refusal, or its Lease not there yet
             time.sleep(0.5)
+        raise RuntimeError(f"the fencing policy is not in force after {timeout:.0f} s: {answer}")
 
     def remove(self) -> None:
-        for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
-            self.cluster.kubectl("delete", kind, self.name, "--ignore-not-found", check=False)
+        """The ServiceAccount's rights and pods go; the policy and binding stay (scoped to
+        the run's namespaces): deleting the last binding whose parameter is a Lease stops
+        kube-apiserver's Lease informer for policies until it restarts
+        (kubernetes/kubernetes#130887), and the next run would be judged against a frozen
+        Lease."""
         self.cluster.kubectl(
             "delete", "clusterrolebinding", self.name, "--ignore-not-found", check=False
         )

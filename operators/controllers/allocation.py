@@ -559,8 +559,8 @@ class AllocationController(ClaimWrites, Explanations):
         except Exception as error:
             kind = failure_kind(error)
             metrics.ALLOCATIONS.labels(result=_FAILURE_RESULT.get(kind, "error")).inc()
-            if self.runtime.refused_by_fencing(error, pod.ref):
-                pass  # not this replica's to allocate: it stops; the holder tells the pod
+            if await self.runtime.refused_by_fencing(error, pod.ref):
+                pass  # not this replica's to allocate (it stops), or retried soon
             elif kind is FailureKind.REJECTED:
                 await self.runtime.events.post(
                     pod.involved(),

@@ -357,7 +357,7 @@ async def _commit(
             controller.usage.forget(key)
         raise
     except Exception as error:
-        controller.runtime.refused_by_fencing(error, str(keys[0]))
+        await controller.runtime.refused_by_fencing(error, str(keys[0]))
         log.warning("gang write failed", members=[str(k) for k in keys], error=str(error))
         metrics.ALLOCATIONS.labels(result="error").inc()
         for key in keys:

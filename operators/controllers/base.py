@@ -11,6 +11,7 @@ take part.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
@@ -42,6 +43,13 @@ log = structlog.get_logger(__name__)
 MEMO_KEY = "dralloc_runtime"
 CREDENTIALS_KEY = "dralloc_credentials"
 MAX_CLOCK_SKEW = 60.0  # seconds an allocation record may be ahead of this replica's clock
+FENCING_LEASE = re.compile(
+    r'holds the Lease (?P<namespace>[^/\s]+)/(?P<name>\S+) allocates \(held by "(?P<holder>[^"]*)"'
+)
+"""The Lease a fencing refusal judged by, and its holder then."""
+STALE_LEASE_PARAM_S = 30.0
+"""Seconds of fencing refusals while this replica holds the Lease before it says that
+kube-apiserver judges by a stale Lease (its parameter cache catches up within moments)."""
 
 
 class Controller(Protocol):
@@ -110,6 +118,9 @@ class Runtime:
         self.fenced_until = 0.0  # monotonic: standing by for another allocator until then
         self._fence = asyncio.Event()
         self._told_unfenceable = False
+        self._told_misnamed = False
+        self._stale_refusal_since = 0.0
+        self._stale_refusal_last = -1e9
         self._live_allocators: dict[AllocatorMark, tuple[bool, float]] = {}
         self.refusals = placement.RecentRefusals()
         self._checks: set[asyncio.Task[None]] = set()
@@ -221,10 +232,15 @@ class Runtime:
             )
         return first
 
-    def refused_by_fencing(self, error: BaseException, where: str) -> bool:
-        """Whether ``error`` is the fencing policy refusing this replica (it does not hold the
-        configured Lease): it then stops allocating, as for another allocator's record, for a
-        Lease duration at a time (its next write finds out again)."""
+    async def refused_by_fencing(self, error: BaseException, where: str) -> bool:
+        """Whether ``error`` is the fencing policy refusing this replica; if the Lease, read
+        live, is not this replica's, it stops allocating, as for another allocator's record,
+        for a Lease duration at a time (its next write finds out again).
+
+        A refusal while the Lease is this replica's is the API server's parameter cache
+        lagging behind a takeover (it catches up within moments; the write is retried as
+        any unavailable one), or the replica's identity not being the name the API server
+        knows it by (said once, with the fix)."""
         if not (
             isinstance(error, ApiError) and error.status == 403 and NOT_THE_HOLDER in error.message
         ):
@@ -240,6 +256,43 @@ class Runtime:
                     refusal=error.message[:300],
                 )
             return True
+        identity = self.elector.identity
+        named = FENCING_LEASE.search(error.message)
+        ours = (self.elector.namespace, self.elector.name)
+        holder = ""  # the fencing Lease is another than ours, or cannot be read: stop
+        if named is None or (named["namespace"], named["name"]) == ours:
+            try:
+                lease = await self.client.get(LEASES, self.elector.name, self.elector.namespace)
+                holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+            except REQUEST_ERRORS:
+                pass
+        if holder == identity:
+            now = time.monotonic()
+            if now - self._stale_refusal_last > 2 * self.settings.lease_duration:
+                self._stale_refusal_since = now  # a new stretch of refusals
+            self._stale_refusal_last = now
+            if f'held by "{identity}"' in error.message:
+                if not self._told_misnamed:
+                    self._told_misnamed = True
+                    log.error(
+                        "the API server's fencing policy does not know this replica by its "
+                        "identity: set the identity (DRALLOC_IDENTITY) to the pod's name, or "
+                        "for a user outside the cluster to <user>/<anything>",
+                        identity=identity,
+                        refusal=error.message[:300],
+                    )
+            elif now - self._stale_refusal_since > STALE_LEASE_PARAM_S:
+                self._stale_refusal_since = now  # said again after as long
+                log.error(
+                    "the API server's fencing policy keeps judging this replica by a stale "
+                    "Lease although it holds it: kube-apiserver stops watching Leases for "
+                    "policies once no binding names that kind, and does not start again "
+                    "(kubernetes/kubernetes#130887; e.g. after the fencing binding was deleted "
+                    "and made again). Restart kube-apiserver",
+                    identity=identity,
+                    refusal=error.message[:300],
+                )
+            return True
         first = not self._fence.is_set()
         self.fenced_until = max(self.fenced_until, time.monotonic() + self.settings.lease_duration)
         self._fence.set()
@@ -249,6 +302,7 @@ class Runtime:
                 "the API server refuses this replica's claims and allocations: another "
                 "replica holds the Lease; this one stops allocating",
                 ours=self.mark.describe() if self.mark else "",
+                holder=holder,
                 seen_on=where,
                 refusal=error.message[:300],
             )

@@ -409,8 +409,8 @@ class ClaimController:
             created = await self.client.create(RESOURCE_CLAIMS, body, pod.namespace)
         except Exception as error:
             metrics.CLAIM_CREATES.labels(status="failure", admin_access=admin).inc()
-            if self.runtime.refused_by_fencing(error, pod.ref):
-                raise  # not this replica's to make: it stops (the holder makes it)
+            if await self.runtime.refused_by_fencing(error, pod.ref):
+                raise  # not this replica's to make (it stops), or retried soon
             if isinstance(error, ApiError) and failure_kind(error) is FailureKind.REJECTED:
                 raise ClaimError(
                     f"create ResourceClaim {body['metadata']['generateName']}: {error.message}"
@@ -446,8 +446,8 @@ class ClaimController:
             created = await self.client.create(RESOURCE_CLAIMS, body, pod.namespace)
         except Exception as error:
             metrics.CLAIM_CREATES.labels(status="failure", admin_access="false").inc()
-            if self.runtime.refused_by_fencing(error, pod.ref):
-                raise  # not this replica's to make: it stops (the holder makes it)
+            if await self.runtime.refused_by_fencing(error, pod.ref):
+                raise  # not this replica's to make (it stops), or retried soon
             if isinstance(error, ApiError) and failure_kind(error) is FailureKind.REJECTED:
                 raise ClaimError(
                     f"create ResourceClaim {extended.claim_name}: {error.message}"

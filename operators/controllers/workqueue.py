@@ -30,7 +30,13 @@ import structlog
 
 from operators import metrics
 from operators.cache.backoff import Backoff
-from operators.kube import UNREACHABLE_RETRY_CAP_S, FailureKind, failure_kind, unreachable
+from operators.kube import (
+    UNREACHABLE_RETRY_CAP_S,
+    FailureKind,
+    failure_kind,
+    passing_refusal,
+    unreachable,
+)
 
 K = TypeVar("K", bound=Hashable)
 
@@ -112,6 +118,9 @@ class WorkQueue(Generic[K]):
         elif kind is FailureKind.UNAVAILABLE:
             delay = self.retry(key, cap=UNREACHABLE_RETRY_CAP_S if unreachable(error) else None)
             log.warning("API unavailable; retrying", retry_in=delay, **context)
+        elif kind is FailureKind.REJECTED and passing_refusal(error):
+            delay = self.retry(key)
+            log.warning("request refused for now; retrying", retry_in=delay, **context)
         elif kind is FailureKind.REJECTED:
             delay = self.rejected_delay
             self.add_after(key, delay)

@@ -74,6 +74,10 @@ def failing(error: BaseException) -> Callable[[str], Awaitable[None]]:
         (TimeoutError(), 0.5, 1.0),
         (ApiError(422, "Invalid", "spec.devices: Invalid value"), 50.0, 60.0),
         (ApiError(403, "Forbidden", "quota exceeded"), 50.0, 60.0),
+        # refusals that pass by themselves: a Lease the API server's cache has not caught
+        # up with, a policy whose parameter is not there yet
+        (ApiError(403, "Forbidden", "only the dralloc operator that holds the Lease"), 0.5, 1.0),
+        (ApiError(403, "Forbidden", "no params found for policy binding with `Deny`"), 0.5, 1.0),
         (RuntimeError("a bug"), 0.5, 1.0),
     ],
 )

@@ -108,23 +108,47 @@ def test_only_the_holder_makes_claims(policy: dict[str, Any]) -> None:
     assert admit(policy, lease("op-a"), operation="CREATE", obj=made, user="alice") is None
 
 
-def pod_object(name: str = "p") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a"}}
+def pod_object(name: str = "p", *, claims: str = "spec") -> dict[str, Any]:
+    """A pod asking for devices (``spec``: in-tree; ``annotation``: dralloc's CRDs; ``""``:
+    none)."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {},
+    }  # fmt: skip
+    if claims == "spec":
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    elif claims == "annotation":
+        body["metadata"]["annotations"] = {"resource.dralloc.dev/claims": "[]"}
+    return body
 
 
-def test_only_the_holder_writes_and_deletes_pods(policy: dict[str, Any]) -> None:
+def test_only_the_holder_writes_and_deletes_pods_that_ask_for_devices(
+    policy: dict[str, Any],
+) -> None:
     """A second operator could lift the gate of a pod the holder allocated (and its record
-    on the pod would make the holder stand down): the operator's pod writes are fenced too."""
-    before, after = pod_object(), {**pod_object(), "spec": {"schedulingGates": []}}
-    for operation, obj, old in (("UPDATE", after, before), ("DELETE", None, before)):
-        holder = admit(
-            policy, lease("op-a"), operation=operation, obj=obj, old=old, user=OPERATOR_SA,
-            extra={POD_NAME: ["op-a"]},
-        )  # fmt: skip
-        assert holder is None, operation
-        other = admit(
+    on the pod would make the holder stand down): the operator's writes of claims pods are
+    fenced too. Other pods stay the fenced users' own (a laptop user listed in fencedUsers
+    still manages coredns)."""
+    for claims in ("spec", "annotation"):
+        before = pod_object(claims=claims)
+        after = {**before, "spec": {**before["spec"], "schedulingGates": []}}
+        for operation, obj, old in (("UPDATE", after, before), ("DELETE", None, before)):
+            holder = admit(
+                policy, lease("op-a"), operation=operation, obj=obj, old=old, user=OPERATOR_SA,
+                extra={POD_NAME: ["op-a"]},
+            )  # fmt: skip
+            assert holder is None, operation
+            other = admit(
+                policy, lease("op-a"), operation=operation, obj=obj, old=old, user=OPERATOR_SA,
+                extra={POD_NAME: ["op-b"]},
+            )  # fmt: skip
+            assert other is not None and f"{operation.lower()} of Pod team-a/p:" in other, other
+            anyone = admit(policy, lease("op-a"), operation=operation, obj=obj, old=old, user="x")
+            assert anyone is None
+    plain = pod_object(claims="")
+    for operation, obj, old in (("UPDATE", plain, plain), ("DELETE", None, plain)):
+        stale = admit(
             policy, lease("op-a"), operation=operation, obj=obj, old=old, user=OPERATOR_SA,
             extra={POD_NAME: ["op-b"]},
         )  # fmt: skip
-        assert other is not None and f"{operation.lower()} of Pod team-a/p:" in other, other
-        assert admit(policy, lease("op-a"), operation=operation, obj=obj, old=old, user="x") is None
+        assert stale is None, f"{operation} of a pod without claims was fenced"

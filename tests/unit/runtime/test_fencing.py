@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import pytest
+
 from operators.controllers.base import Runtime
 from operators.fencing import NOT_THE_HOLDER, AllocationRecord, AllocatorMark, stands_down
-from operators.kube import ApiError
+from operators.kube import LEASES, ApiError, FailureKind, failure_kind, passing_refusal
 from operators.settings import Settings
 
 from ..controllers.fakes import FakeClient
@@ -55,19 +57,62 @@ def test_a_recent_winning_record_fences_once_and_old_ones_are_history() -> None:
     assert runtime.saw_allocation(AllocationRecord(LAPTOP, time.time()), "ns/p3") is False
 
 
-def test_the_api_servers_fencing_refusal_stops_the_replica_and_nothing_else_does() -> None:
-    """The fencing policy's refusal (another replica holds the Lease) fences this one, once
-    per stretch; a 403 of anything else (RBAC, the claim-allocation policy) does not."""
-    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), FakeClient())  # type: ignore[arg-type]
+def fenced_runtime(holder: str | None) -> tuple[Runtime, FakeClient]:
+    client = FakeClient()
+    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), client)  # type: ignore[arg-type]
     runtime.elector = Elector()  # type: ignore[assignment]
-    rbac = ApiError(403, "Forbidden", "resourceclaims is forbidden: User cannot create")
-    assert not runtime.refused_by_fencing(rbac, "ns/p0")
-    assert not runtime.refused_by_fencing(ConnectionResetError(), "ns/p0")
-    assert runtime.fenced_until == 0.0
-    message = f'denied request: creating ResourceClaim ns/c: {NOT_THE_HOLDER} x (held by "b")'
-    assert runtime.refused_by_fencing(ApiError(403, "Forbidden", message), "ns/p1")
-    assert runtime.fenced_until > time.monotonic()
+    if holder is not None:
+        client.objects[LEASES.path("dralloc-system", "dralloc-operator")] = {
+            "metadata": {"name": "dralloc-operator", "namespace": "dralloc-system"},
+            "spec": {"holderIdentity": holder},
+        }
+    return runtime, client
+
+
+def refusal(holder: str, lease: str = "dralloc-system/dralloc-operator") -> ApiError:
+    """The fencing policy's refusal, as its messageExpression words it."""
+    return ApiError(
+        403,
+        "Forbidden",
+        f"creating ResourceClaim ns/c: {NOT_THE_HOLDER} {lease} allocates "
+        f'(held by "{holder}"; this writer is pod "pod-a")',
+    )
+
+
+async def test_the_api_servers_fencing_refusal_stops_a_replica_that_does_not_hold_the_lease() -> (
+    None
+):
+    """Refused, and the Lease read live is another's (or gone): the replica stops, once per
+    stretch. A 403 of anything else (RBAC, the claim-allocation policy) is no fence."""
+    for holder in ("pod-b", None):
+        runtime, _ = fenced_runtime(holder)
+        rbac = ApiError(403, "Forbidden", "resourceclaims is forbidden: User cannot create")
+        assert not await runtime.refused_by_fencing(rbac, "ns/p0")
+        assert not await runtime.refused_by_fencing(ConnectionResetError(), "ns/p0")
+        assert runtime.fenced_until == 0.0
+        assert await runtime.refused_by_fencing(refusal("pod-b"), "ns/p1")
+        assert runtime.fenced_until > time.monotonic() and runtime._fence.is_set(), holder
+
+
+async def test_a_replica_leading_another_lease_than_the_fencing_one_stops() -> None:
+    """A laptop's operator told another Lease leads it, but the API server fences by the
+    configured one: refused, it stops (its own Lease says nothing)."""
+    runtime, _ = fenced_runtime("pod-a")  # its own Lease is its own
+    assert await runtime.refused_by_fencing(refusal("pod-z", "dralloc-system/other"), "ns/p")
     assert runtime._fence.is_set()
+
+
+async def test_a_refusal_while_this_replica_holds_the_lease_is_no_fence() -> None:
+    """Just after a takeover the API server's parameter cache may still name the old holder:
+    the write is retried as an unavailable one, the replica goes on leading."""
+    runtime, _ = fenced_runtime("pod-a")
+    assert await runtime.refused_by_fencing(refusal("pod-old"), "ns/p1")
+    assert not runtime._fence.is_set()
+    assert failure_kind(refusal("pod-old")) is FailureKind.REJECTED  # it did not land
+    assert passing_refusal(refusal("pod-old"))  # but is retried soon
+    # The policy knowing the holder but not this writer: a misnamed identity, said once.
+    assert await runtime.refused_by_fencing(refusal("pod-a"), "ns/p2")
+    assert runtime._told_misnamed and not runtime._fence.is_set()
 
 
 def test_the_shipped_policy_says_what_the_replica_listens_for() -> None:
@@ -77,3 +122,37 @@ def test_the_shipped_policy_says_what_the_replica_listens_for() -> None:
         "claim-allocation-fencing.yaml"
     )
     assert NOT_THE_HOLDER in policy.read_text()
+
+
+def test_a_policy_not_ready_yet_is_a_passing_state() -> None:
+    """A Lease about to be made, an API server whose parameter cache is not synced: a refusal
+    (nothing landed), retried soon, not five minutes later as one someone must fix."""
+    for message in (
+        "failed to configure binding: no params found for policy binding with `Deny` "
+        "parameterNotFoundAction",
+        "failed to configure policy: paramKind coordination.k8s.io/v1, Kind=Lease not yet synced",
+    ):
+        error = ApiError(403, "Forbidden", message)
+        assert failure_kind(error) is FailureKind.REJECTED and passing_refusal(error)
+    assert not passing_refusal(ApiError(403, "Forbidden", "rbac says no"))
+
+
+async def test_refusals_that_go_on_while_holding_the_lease_name_the_stale_parameter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kube-apiserver can be left judging by a frozen Lease (its parameter informer stopped):
+    after half a minute of such refusals the log says so, and what to do."""
+    from structlog.testing import capture_logs
+
+    from operators.controllers import base
+
+    clock = [1000.0]
+    monkeypatch.setattr(base.time, "monotonic", lambda: clock[0])
+    runtime, _ = fenced_runtime("pod-a")
+    with capture_logs() as logs:
+        for _ in range(8):
+            assert await runtime.refused_by_fencing(refusal("pod-gone"), "ns/p")
+            clock[0] += 5.0
+    told = [e for e in logs if "stale" in e["event"]]
+    assert len(told) == 1 and "130887" in told[0]["event"], logs
+    assert not runtime._fence.is_set()
