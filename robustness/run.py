@@ -130,6 +130,10 @@ class Result:
     settled_in_s: float | None
     slowest: list[tuple[float, str, str]]
     """The three pods slowest to be bound: seconds, pod, its conditions before."""
+    stand_downs: dict[str, int]
+    """How often operators stopped allocating, by why: ``refused`` (the API server's fencing
+    policy, second operators above all) and ``records`` (another allocator's records on pods:
+    the run's own operators should never, with ``fencing``)."""
     created_ungated: list[str]
     """Claims pods of the gated namespaces whose first recorded state had no gate: admission
     let them through while no operator served (only the fail-open webhook may)."""
@@ -159,6 +163,7 @@ class Result:
             "settled_in_s": self.settled_in_s,
             "slowest": self.slowest,
             "created_ungated": self.created_ungated,
+            "stand_downs": self.stand_downs,
         }
 
     def summary(self) -> str:
@@ -186,7 +191,9 @@ class Result:
             f"pods bound: {self.pods_bound} ({self.bound_per_s:.2f}/s), allocation latency "
             f"p50 {self.latency_p50_s:.2f} s, p99 {self.latency_p99_s:.2f} s; "
             f"{len(self.created_ungated)} claims pods created without the gate"
-            + (f" ({', '.join(self.created_ungated[:3])})" if self.created_ungated else ""),
+            + (f" ({', '.join(self.created_ungated[:3])})" if self.created_ungated else "")
+            + f"; operators stopped: {self.stand_downs.get('refused', 0)} refused by fencing, "
+            f"{self.stand_downs.get('records', 0)} for another allocator's records",
             "slowest: "
             + "; ".join(
                 f"{pod} {t:.1f} s ({why or 'no condition'})" for t, pod, why in self.slowest
@@ -421,6 +428,7 @@ class Run:
             latency_p50_s=_quantile(latencies, 0.5),
             latency_p99_s=_quantile(latencies, 0.99),
             relists=recorder.relists,
+            stand_downs=self._stand_downs(),
             settled_in_s=settled_in,
             slowest=slowest,
             created_ungated=created_ungated(
@@ -428,6 +436,13 @@ class Run:
             ),
             history=history,
         )
+
+    def _stand_downs(self) -> dict[str, int]:
+        logs = [operator.log() for operator in self.operators]
+        return {
+            "refused": sum(log.count("the API server refuses this replica's") for log in logs),
+            "records": sum(log.count("another allocator is acting") for log in logs),
+        }
 
     async def _fire(self, plan: Sequence[tuple[float, str]], started: float) -> None:
         loop = asyncio.get_running_loop()

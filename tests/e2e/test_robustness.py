@@ -48,4 +48,5 @@ def test_a_short_seeded_run_with_faults_keeps_every_rule(testbed: Testbed, tmp_p
     assert result.pods_bound >= 20, result.summary()
     assert result.settled_in_s is not None, result.summary()
     assert result.created_ungated == [], "the shipped webhook fails closed for claims pods"
+    assert result.stand_downs.get("records") == 0, "an operator stood down for another's records"
     assert result.ok, result.summary()

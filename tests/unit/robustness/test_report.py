@@ -31,6 +31,7 @@ def _result(seed: int) -> Result:
         settled_in_s=1.0,
         slowest=[],
         created_ungated=[],
+        stand_downs={},
         history=history,
     )
 
