@@ -203,7 +203,7 @@ def test_kube_scheduler_racing_dralloc_with_the_webhook_failing_open_hands_out_n
     # again where a ReplicaSet owns it); kube-scheduler may allocate none of their claims.
     options = Options(
         mode=cluster.mode, seed=6, duration_s=40, rate=8, nodes=2, scheduler_pods=True,
-        webhook=True, policy=True, faults=("operator-kill",), fault_count=3, settle_s=330,
+        gate="webhook", policy=True, faults=("operator-kill",), fault_count=3, settle_s=330,
     )  # fmt: skip
     result = asyncio.run(Run(cluster, options, tmp_path).execute())
     print("[one allocator] " + result.summary().replace("\n", "\n[one allocator] "))

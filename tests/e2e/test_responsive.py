@@ -11,6 +11,7 @@ created right after it binds as quickly as ever.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import time
 
@@ -257,9 +258,8 @@ def test_the_operator_outlives_an_api_server_outage_and_finishes_every_pod(
     testbed.apply(*[pod(namespace, f"after-{i}", pool, entry) for i in range(3)])
     names = [*(f"before-{i}" for i in range(3)), *(f"after-{i}" for i in range(3))]
     for name in names:  # dralloc's part: allocated and released within 90 s
-        wait_for(
-            f"dralloc releasing {name}", lambda n=name: _released(testbed, namespace, n), timeout=90
-        )
+        released = functools.partial(_released, testbed, namespace, name)
+        wait_for(f"dralloc releasing {name}", released, timeout=90)
     for name in names:
         try:
             # kube-scheduler's part. Right after a restart kube-apiserver answers `forbidden`
