@@ -26,7 +26,7 @@ import enum
 import json
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeGuard
 
 import aiohttp
 
@@ -195,18 +195,21 @@ ADMISSION_NOT_READY: Final = ("no params found for policy binding", "not yet syn
 (a Lease about to be created, an API server starting): passing states, not a judgement."""
 
 
+def fencing_refusal(error: BaseException) -> TypeGuard[ApiError]:
+    """The fencing policy refused the request (this replica does not hold the Lease, or the
+    API server's cache of it says so)."""
+    return isinstance(error, ApiError) and error.status == 403 and FENCING_REFUSAL in error.message
+
+
 def passing_refusal(error: BaseException) -> bool:
     """A refusal (nothing landed) whose cause passes by itself: the fencing policy judging by
     a Lease its cache has not caught up with (a replica that is really fenced stops anyway),
     or an admission policy whose parameter or cache is not there yet. Retried with backoff,
     not after the long wait of a refusal someone must fix."""
-    return (
+    return fencing_refusal(error) or (
         isinstance(error, ApiError)
         and error.status == 403
-        and (
-            FENCING_REFUSAL in error.message
-            or any(text in error.message for text in ADMISSION_NOT_READY)
-        )
+        and any(text in error.message for text in ADMISSION_NOT_READY)
     )
 
 

@@ -25,7 +25,7 @@ from operators.cache.kinds import FORBIDDEN_AS_ABSENT, OPTIONAL, OTHER_VERSIONS,
 from operators.cache.shared import SharedCache
 from operators.controllers import placement
 from operators.credentials import CredentialSource
-from operators.fencing import NOT_THE_HOLDER, AllocationRecord, AllocatorMark, stands_down
+from operators.fencing import AllocationRecord, AllocatorMark, stands_down
 from operators.kube import (
     LEASES,
     REQUEST_ERRORS,
@@ -34,6 +34,7 @@ from operators.kube import (
     JsonDict,
     KubeClient,
     NotFound,
+    fencing_refusal,
 )
 from operators.leader import LeaderElector
 from operators.settings import Settings
@@ -241,9 +242,7 @@ class Runtime:
         lagging behind a takeover (it catches up within moments; the write is retried as
         any unavailable one), or the replica's identity not being the name the API server
         knows it by (said once, with the fix)."""
-        if not (
-            isinstance(error, ApiError) and error.status == 403 and NOT_THE_HOLDER in error.message
-        ):
+        if not fencing_refusal(error):
             return False
         if self.elector is None:
             if not self._told_unfenceable:

@@ -12,9 +12,10 @@ Semantics:
 
 :func:`run_workers` owns what happens when a sync raises, by :func:`operators.kube.failure_kind`:
 a stale read (conflict) is retried at once and then with backoff, an unavailable API server
-with backoff (a few seconds at most while it refuses connections), a refused request only after ``rejected_delay`` (someone must fix something
-first; the controller that knows who tells them), and anything else is logged as a bug and
-retried with backoff. A sync that handles its own failures simply does not raise.
+with backoff (a few seconds at most while it refuses connections), a refused request only
+after ``rejected_delay`` (someone must fix something first; the controller that knows who
+tells them) unless its cause passes by itself (:func:`operators.kube.passing_refusal`), and
+anything else is logged as a bug and retried with backoff. A sync that handles its own failures simply does not raise.
 """
 
 from __future__ import annotations
