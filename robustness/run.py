@@ -134,6 +134,9 @@ class Result:
     """How often operators stopped allocating, by why: ``refused`` (the API server's fencing
     policy, second operators above all) and ``records`` (another allocator's records on pods:
     the run's own operators should never, with ``fencing``)."""
+    operator_relists: int
+    """Relists of the operators' caches (a watch expired with 410, or failed too long to
+    resume), from their logs."""
     created_ungated: list[str]
     """Claims pods of the gated namespaces whose first recorded state had no gate: admission
     let them through while no operator served (only the fail-open webhook may)."""
@@ -164,6 +167,7 @@ class Result:
             "slowest": self.slowest,
             "created_ungated": self.created_ungated,
             "stand_downs": self.stand_downs,
+            "operator_relists": self.operator_relists,
         }
 
     def summary(self) -> str:
@@ -184,7 +188,8 @@ class Result:
             ),
             "faults: "
             + ("; ".join(f"{f.at:.1f}s {f.name} ({f.what})" for f in self.fired) or "none"),
-            f"history: {self.report.events} events, {self.relists} recorder relists; "
+            f"history: {self.report.events} events, {self.relists} recorder relists, "
+            f"{self.operator_relists} operator relists; "
             f"settled in {self.settled_in_s:.1f} s"
             if self.settled_in_s is not None
             else f"history: {self.report.events} events; NOT settled in {o.settle_s:.0f} s",
@@ -429,6 +434,7 @@ class Run:
             latency_p99_s=_quantile(latencies, 0.99),
             relists=recorder.relists,
             stand_downs=self._stand_downs(),
+            operator_relists=sum(o.log().count("cache relisted") for o in self.operators),
             settled_in_s=settled_in,
             slowest=slowest,
             created_ungated=created_ungated(

@@ -146,6 +146,8 @@ class Informer(Generic[T]):
         changes were missed; deciding on such a view could hand out a device someone took
         meanwhile, so the allocation controller waits for it (``SharedCache.whole``)."""
         self.sync_seconds: float | None = None
+        self.relists = 0
+        """Lists after the first: the watch expired (410) or failed too long to resume."""
         self._objects: dict[Key, T] = {}
         self._meta: dict[Key, Meta] = {}
         self._handlers: list[Handler] = []
@@ -307,7 +309,12 @@ class Informer(Generic[T]):
                     self.replace(raws)
                     self._reached(resource_version)
                     self.whole = True
-                    if not self.synced.is_set():
+                    if self.synced.is_set():
+                        self.relists += 1
+                        self._log.info(
+                            "cache relisted", objects=len(self._objects), relists=self.relists
+                        )
+                    else:
                         self.sync_seconds = time.monotonic() - started
                         self.synced.set()
                         self._log.info(

@@ -167,6 +167,7 @@ async def test_run_relists_on_gone_and_diffs() -> None:
     assert informer.seen_version == 20  # the lists' and the bookmark's versions count too
     assert sorted(k.name for k in informer) == ["a"]
     assert ("del", "c") in summary(changes) and ("del", "b") in summary(changes)
+    assert informer.relists == 1  # the first list is a sync, not a relist
 
 
 async def test_a_cache_is_not_whole_from_its_watch_expiring_until_it_has_listed_again() -> None:

@@ -32,6 +32,7 @@ def _result(seed: int) -> Result:
         slowest=[],
         created_ungated=[],
         stand_downs={},
+        operator_relists=0,
         history=history,
     )
 
