@@ -63,7 +63,6 @@ CONFIRM_PERIOD = 1.0  # seconds between live reads of claims whose write got no 
 LANDING_BOUND = 65.0
 """Seconds after which a write the server has not applied never will be: kube-apiserver ends
 a request after its --request-timeout (60 s by default), whether or not the client waits."""
-REASON_ALLOCATED = "Allocated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -367,7 +366,7 @@ class ClaimWrites:
                 await self._set_condition(
                     pod,
                     "True",
-                    REASON_ALLOCATED,
+                    podcondition.REASON_ALLOCATED,
                     f"allocated on node {node}",
                     resource_version=updated["metadata"]["resourceVersion"],
                 )

@@ -51,6 +51,7 @@ from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_ki
 log = structlog.get_logger(__name__)
 
 REASON_DOUBLE = "DoubleAllocation"
+REASON_DOUBLE_ENDED = "DoubleAllocationEnded"
 SETTLE_SECONDS = 2.0
 CHECK_PERIOD = 1.0
 
@@ -121,9 +122,16 @@ class DoubleAllocationController:
         self.repaired = 0
         self.reported = 0
         self._reported: set[tuple[DeviceId, Key, frozenset[Key]]] = set()
-        # Devices two claims hold now (the gauge an alert fires on while a double lasts,
-        # also one that cannot be undone); counted while this replica leads.
-        self.doubled: set[DeviceId] = set()
+        # Devices two claims hold now, each with when it began (not reset by a repair that
+        # has to look again). The gauge an alert fires on counts those that outlasted
+        # SETTLE_SECONDS, as the repairs do: a relist may show a new allocation a moment
+        # before the release it followed, which was never a double on the server. Counted
+        # while this replica leads.
+        self.doubled: dict[DeviceId, float] = {}
+        # Pods whose condition says a double on this device (reported, not undone): told
+        # once the double ends, so the condition does not keep saying it for good.
+        self.told: dict[DeviceId, set[Key]] = {}
+        self.ended: dict[Key, DeviceId] = {}
         self.running = False
         self.claims.add_handler(self._on_claim)
 
@@ -144,8 +152,10 @@ class DoubleAllocationController:
                 keys.discard(key)
                 if len(keys) < 2:
                     self.since.pop(device, None)
-                    self.doubled.discard(device)
+                    self.doubled.pop(device, None)
                     self._reported = {r for r in self._reported if r[0] != device}
+                    for told in self.told.pop(device, ()):
+                        self.ended[told] = device
                 if not keys:
                     del self.holders[device]
         for device in now - before:
@@ -153,13 +163,20 @@ class DoubleAllocationController:
             keys.add(key)
             if len(keys) > 1:
                 self.since.setdefault(device, time.monotonic())
-                self.doubled.add(device)
+                self.doubled.setdefault(device, time.monotonic())
+        self._count(time.monotonic())
+
+    def lasting(self, clock: float) -> int:
+        """Devices held twice for at least :data:`SETTLE_SECONDS` at ``clock``."""
+        return sum(1 for since in self.doubled.values() if clock - since >= SETTLE_SECONDS)
+
+    def _count(self, clock: float) -> None:
         if self.running:
-            metrics.DEVICES_HELD_TWICE.set(len(self.doubled))
+            metrics.DEVICES_HELD_TWICE.set(self.lasting(clock))
 
     async def run(self) -> None:
         self.running = True
-        metrics.DEVICES_HELD_TWICE.set(len(self.doubled))
+        self._count(time.monotonic())
         try:
             await retry_forever(self.name, self._loop)
         finally:  # no longer leading: another replica counts them
@@ -173,6 +190,8 @@ class DoubleAllocationController:
         while True:
             await asyncio.sleep(CHECK_PERIOD)
             clock = time.monotonic()
+            self._count(clock)
+            await self._tell_ended()
             for device, since in sorted(self.since.items()):
                 if clock - since < SETTLE_SECONDS:
                     continue
@@ -287,6 +306,7 @@ class DoubleAllocationController:
                         protocol=self.runtime.protocol,
                     )
                 self._reported.add((device, holder.key, frozenset(h.key for h, _, _ in found)))
+                self.told.setdefault(device, set()).update(Key(p.namespace, p.name) for p in pods)
         # Looked at again while two still hold it: an eviction still under way, a write of
         # dralloc's own still in flight, or a new holder that came while this ran
         # (kube-scheduler may count a device free once one side of a double let it go).
@@ -294,6 +314,48 @@ class DoubleAllocationController:
             self.since[device] = time.monotonic()
         else:
             self.since.pop(device, None)
+
+    async def _tell_ended(self) -> None:
+        """Pods told of a double that has ended since: their condition says what holds now.
+
+        A pod still in another lasting double keeps its report; one whose condition no longer
+        speaks of a double (another controller wrote it since) is left alone."""
+        still_told = set().union(*self.told.values()) if self.told else set()
+        for key, device in sorted(self.ended.items()):
+            pod = self.pods.get(key)
+            if (
+                pod is None
+                or pod.deleting
+                or key in still_told
+                or (podcondition.current(pod) or {}).get("reason") != REASON_DOUBLE
+            ):
+                del self.ended[key]
+                continue
+            name = "/".join(device)
+            if pod.node_name:
+                status, reason = "True", podcondition.REASON_ALLOCATED
+                message = f"allocated on node {pod.node_name}; device {name} is no longer "
+            else:
+                status, reason = "False", REASON_DOUBLE_ENDED
+                message = f"not placed yet; device {name} is no longer "
+            message += "allocated to another claim"
+            try:
+                await podcondition.set_condition(
+                    self.client, pod, status, reason, message,
+                    still_needed=lambda fresh: (
+                        (podcondition.current(fresh) or {}).get("reason") == REASON_DOUBLE
+                    ),
+                    protocol=self.runtime.protocol,
+                )  # fmt: skip
+            except (Conflict, NotFound):
+                pass  # changed too often, or gone: the report stays, or no one reads it
+            except Exception as error:
+                if failure_kind(error) is None:
+                    raise
+                log.warning("end of a double not told yet", pod=str(key), error=str(error)[:300])
+                continue  # tried again next period
+            self.ended.pop(key, None)
+            log.info("double allocation ended", device=name, pod=str(key))
 
     async def _deallocate(self, claim: ResourceClaim) -> None:
         status = claimstatus.summarized(

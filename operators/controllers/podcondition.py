@@ -26,6 +26,8 @@ from operators.kube import PODS, STRATEGIC_MERGE_PATCH, Conflict, KubeClient, No
 log = structlog.get_logger(__name__)
 
 CONDITION_TYPE = DEVICES_ALLOCATED_CONDITION
+REASON_ALLOCATED = "Allocated"
+"""The reason of the True condition: the pod's claims are allocated for it."""
 MAX_ATTEMPTS = 5  # writes of one condition, the first included
 
 
