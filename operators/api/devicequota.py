@@ -72,7 +72,7 @@ class DeviceQuotaStatus(KubeModel):
             json_schema_extra=list_map("type"),
         ),
     ] = empty_tuple()
-    """Conditions; Valid says whether the quota can be enforced (class exists, selectors compile)."""
+    """Conditions; Valid says whether the quota can be enforced (class exists, selectors compile); Exceeded whether usage is over a limit (the limit was lowered below it, or someone else allocated)."""
 
 
 class DeviceQuota(KubeModel):

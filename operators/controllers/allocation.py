@@ -193,8 +193,9 @@ class AllocationController(ClaimWrites, Explanations):
         cache[DEVICE_QUOTAS].add_handler(self._on_quota)
         cache[POD_GROUPS].add_handler(self._on_pod_group)
         self.quota_status = QuotaStatusWriter(
-            self.client, cache[DEVICE_QUOTAS], self.state.quotas, self.decisions.run
-        )
+            self.client, cache[DEVICE_QUOTAS], self.state.quotas, self.decisions.run,
+            events=runtime.events,
+        )  # fmt: skip
         self.namespaces.add_handler(self._on_namespace)
         metrics.register_gated_gauge(self._gated_created)
 
@@ -615,7 +616,11 @@ class AllocationController(ClaimWrites, Explanations):
                         reason=claimstatus.REASON_FAILED,
                         claims={str(Key(pod.namespace, name)): refusal},
                     )
-            if claim.metadata.deletion_timestamp is not None:
+            if claim.metadata.deletion_timestamp is not None and (
+                pod.gated or not claimrules.reserved_for(claim, pod.uid)
+            ):
+                # A pod placed already keeps the devices it has until it ends (the claim's
+                # finalizer waits for it): it is not told it has none.
                 raise Unallocatable(f'resourceclaim "{name}" is being deleted')
             if (
                 entry.resource_claim_template_name is not None

@@ -1,4 +1,5 @@
-"""DeviceQuota status: the usage the allocator counts, and whether the quota is valid.
+"""DeviceQuota status: the usage the allocator counts, whether the quota is valid, and whether
+usage is over a limit (a Warning Event when it goes over).
 
 The allocator's quota book (allocator/quota.py) is the only place usage is computed; this
 module copies it to each quota's ``status.used`` and ``Valid`` condition, and to the
@@ -16,6 +17,7 @@ import structlog
 
 from operators import metrics
 from operators.allocator.quota import QuotaBook, QuotaStatus, Usage
+from operators.api.meta import Condition
 from operators.api.models import DeviceQuota
 from operators.api.quantity import Quantity
 from operators.cache.informer import Key
@@ -25,6 +27,9 @@ from operators.kube import DEVICE_QUOTAS, FailureKind, KubeClient, failure_kind
 log = structlog.get_logger(__name__)
 
 CONDITION = "Valid"
+EXCEEDED = "Exceeded"
+REASON_EXCEEDED = "OverLimit"
+REASON_WITHIN = "WithinLimits"
 PERIOD = 1.0  # seconds between looks at the book
 
 
@@ -51,6 +56,49 @@ def valid_condition(status: QuotaStatus) -> tuple[str, str, str]:
     return "False", status.reason, f"{status.invalid}; the quota limits nothing"
 
 
+def over_limits(quota: DeviceQuota, used: Usage) -> list[str]:
+    """Each limit usage is over, as ``devices: 3 used, hard 1``: the quota was lowered below
+    what is allocated, or someone else allocated (kube-scheduler, a write by hand). dralloc
+    itself never allocates past a limit; it frees nothing either, it only allocates no more."""
+    hard = quota.spec.hard
+    over: list[str] = []
+    if hard.devices is not None and used.devices > hard.devices:
+        over.append(f"devices: {used.devices} used, hard {hard.devices}")
+    if hard.claims is not None and used.claims > hard.claims:
+        over.append(f"claims: {used.claims} used, hard {hard.claims}")
+    for name, limit in sorted(hard.capacity.items()):
+        amount = used.capacity.get(name, 0)
+        if amount > limit.nanos:
+            over.append(f"{name}: {Quantity.from_nanos(amount, limit.format)} used, hard {limit}")
+    return over
+
+
+def exceeded_condition(over: list[str]) -> tuple[str, str, str]:
+    """(status, reason, message) of the Exceeded condition."""
+    if not over:
+        return "False", REASON_WITHIN, "usage is within every limit"
+    return (
+        "True",
+        REASON_EXCEEDED,
+        f"usage is over the limit ({'; '.join(over)}): no more devices of the class are "
+        "allocated in this namespace until it is below; nothing already allocated is taken back",
+    )
+
+
+def involved(quota: DeviceQuota) -> dict[str, Any]:
+    """The minimal object an Event needs to point at a quota."""
+    return {
+        "apiVersion": quota.api_version,
+        "kind": "DeviceQuota",
+        "metadata": {
+            "namespace": quota.metadata.namespace,
+            "name": quota.metadata.name,
+            "uid": quota.metadata.uid,
+            "resourceVersion": quota.metadata.resource_version,
+        },
+    }
+
+
 class QuotaStatusWriter:
     """Writes what the book says to the quotas' status (run by the allocation controller)."""
 
@@ -60,8 +108,10 @@ class QuotaStatusWriter:
         quotas: Any,  # the cache's DeviceQuota informer
         book: QuotaBook,
         read: Callable[[Callable[[], Any]], Any],  # runs a function where the book is stable
+        events: Any = None,  # the runtime's EventRecorder: an Event when a quota goes over
     ) -> None:
         self.client = client
+        self.events = events
         self.quotas = quotas
         self.book = book
         self.read = read
@@ -120,14 +170,21 @@ class QuotaStatusWriter:
         used = used_json(quota, status.used)
         current = quota.status.conditions if quota.status else ()
         state, reason, message = valid_condition(status)
+        generation = quota.metadata.generation or 0
         updated = conditions.set_condition(
-            current,
-            CONDITION,
-            state,
-            reason,
-            message,
-            observed_generation=quota.metadata.generation or 0,
+            current, CONDITION, state, reason, message, observed_generation=generation
         )
+        over = over_limits(quota, status.used)
+        was_over = any(c.type == EXCEEDED and c.status == "True" for c in current)
+        base = current if updated is None else tuple(Condition.from_kube(c) for c in updated)
+        exceeded = conditions.set_condition(
+            base,
+            EXCEEDED,
+            *exceeded_condition(over),
+            observed_generation=generation,
+        )
+        if exceeded is not None:
+            updated = exceeded
         old_used = quota.status.used.to_kube() if quota.status and quota.status.used else None
         if updated is None and old_used == used:
             return
@@ -142,3 +199,7 @@ class QuotaStatusWriter:
             resource_version=quota.metadata.resource_version,
             subresource="status",
         )
+        if over and not was_over and self.events is not None:
+            await self.events.post(
+                involved(quota), REASON_EXCEEDED, exceeded_condition(over)[2], warning=True
+            )

@@ -62,29 +62,50 @@ def _now() -> datetime.datetime:
 
 
 class EvictionRateLimiter:
-    """At most ``per_minute`` evictions in any sliding minute (0 = no limit)."""
+    """At most ``per_minute`` evictions in any sliding minute (0 = no limit).
+
+    A slot is taken before the eviction is tried (workers run at once, and each must see the
+    others' slots) and given back when the eviction did not happen: a disruption budget
+    refused it. Pods told to wait while slots were taken only by attempts then refused would
+    otherwise wait a whole minute for nothing, so those told to wait are woken by each slot
+    given back (:meth:`refund` returns them)."""
 
     def __init__(self, per_minute: int, clock: Any = time.monotonic) -> None:
         self.per_minute = per_minute
         self.clock = clock
         self.recent: collections.deque[float] = collections.deque()
+        self.waiting: set[Any] = set()
 
-    def wait_time(self) -> float:
-        """Seconds until another eviction is allowed (0 = now; then it is counted)."""
+    def take(self, waiter: Any = None) -> tuple[float, float]:
+        """(seconds until another eviction is allowed, 0 = now, the slot taken). A ``waiter``
+        told to wait is remembered, to be woken when a slot is given back."""
         if not self.per_minute:
-            return 0.0
+            return 0.0, 0.0
         now = self.clock()
         while self.recent and now - self.recent[0] >= 60.0:
             self.recent.popleft()
         if len(self.recent) < self.per_minute:
             self.recent.append(now)
-            return 0.0
-        return 60.0 - (now - self.recent[0])
+            self.waiting.discard(waiter)
+            return 0.0, now
+        if waiter is not None:
+            self.waiting.add(waiter)
+        return 60.0 - (now - self.recent[0]), 0.0
 
-    def refund(self) -> None:
-        """The last allowed eviction did not happen (a budget refused it): it does not count."""
-        if self.recent:
+    def wait_time(self) -> float:
+        """Seconds until another eviction is allowed (0 = now; then it is counted)."""
+        return self.take()[0]
+
+    def refund(self, slot: float | None = None) -> list[Any]:
+        """The eviction of ``slot`` (default: the last) did not happen: it does not count.
+        Returns the waiters to try again now."""
+        if slot is not None and slot in self.recent:
+            self.recent.remove(slot)
+        elif slot is None and self.recent:
             self.recent.pop()
+        woken = sorted(self.waiting, key=str)
+        self.waiting.clear()
+        return woken
 
 
 class BudgetRefused(Exception):
@@ -219,27 +240,36 @@ class TaintController:
         if delay > 0:
             self.queue.add_after(key, delay)
             return
-        wait = self.limiter.wait_time()
+        wait, slot = self.limiter.take(key)
         if wait > 0:
             self.queue.add_after(key, wait)
             return
         # Gone or replaced in the meantime: nothing to evict. Other failures raise, and the
         # work queue retries (with backoff, or late if refused).
+        evicted = False
         try:
             with contextlib.suppress(Conflict, NotFound):
-                await self.evict(pod, eviction, now)
+                evicted = await self.evict(pod, eviction, now)
         except BudgetRefused:
-            self.limiter.refund()
+            self._give_back(slot)
             self.queue.retry(key)  # with this pod's backoff
             return
+        if not evicted:  # gone, replaced or being deleted meanwhile: no slot used
+            self._give_back(slot)
         self.refused.pop(key, None)
         self.queue.forget(key)
 
-    async def evict(self, pod: Pod, eviction: ClaimEviction, now: datetime.datetime) -> None:
+    def _give_back(self, slot: float) -> None:
+        """An eviction that did not happen: its slot, and the pods waiting for one, now."""
+        for waiter in self.limiter.refund(slot):
+            self.queue.add(waiter)
+
+    async def evict(self, pod: Pod, eviction: ClaimEviction, now: datetime.datetime) -> bool:
+        """Whether the pod was evicted (False: gone, replaced or being deleted already)."""
         live = await self.client.get(PODS, pod.name, pod.namespace)
         metadata = live.get("metadata") or {}
         if metadata.get("uid") != pod.uid or metadata.get("deletionTimestamp"):
-            return
+            return False
         if self.mode is EvictionMode.EVICT:
             await self._evict_through_api(pod, eviction)
         else:
@@ -251,6 +281,7 @@ class TaintController:
             self.evicted_by_rule[rule] += 1
         self._mark_rules(eviction.rules)
         log.info("pod evicted for a device taint", pod=pod.ref, rules=sorted(eviction.rules))
+        return True
 
     async def _evict_through_api(self, pod: Pod, eviction: ClaimEviction) -> None:
         """POST the pod's eviction subresource (the API server sets DisruptionTarget)."""

@@ -3,7 +3,7 @@
 Each test publishes its own devices (with memory and a model attribute), sets a quota in the
 test's namespace, and checks what the user sees: pods bound while the quota has room, the
 next one gated with the quota named in its Event and condition, the quota's status, and the
-room given back when a pod ends.
+room given back when a pod ends, and a quota lowered below its usage saying so.
 """
 
 from __future__ import annotations
@@ -135,6 +135,26 @@ def test_quota_by_device_count_gates_the_next_pod_and_releases_on_delete(
     assert (valid["status"], valid["reason"]) == ("True", "Enforced")
     testbed.kubectl("delete", "pod", "p1", f"--namespace={namespace}", "--wait=false")
     wait_bound(testbed, namespace, "p4")  # p1's device left the quota with its claim
+
+    # Lowered below what is allocated: the quota says so (nothing is taken back).
+    testbed.kubectl(
+        "patch", f"devicequotas.{GROUP}", "gpus", f"--namespace={namespace}", "--type=merge",
+        "-p", '{"spec": {"hard": {"devices": 1}}}',
+    )  # fmt: skip
+
+    def exceeded() -> dict[str, Any] | None:
+        found = {c["type"]: c for c in quota_status(testbed, namespace).get("conditions") or []}
+        over = found.get("Exceeded")
+        return over if over and over["status"] == "True" else None
+
+    over = wait_for("the Exceeded condition", exceeded, timeout=30)
+    assert "devices: 3 used, hard 1" in over["message"], over
+    warned = wait_for(
+        "the quota's OverLimit Event",
+        lambda: events(testbed, namespace, "gpus", "OverLimit"),
+        timeout=30,
+    )
+    assert "devices: 3 used, hard 1" in warned[0]["message"], warned
 
 
 def test_quota_by_capacity_counts_device_memory(

@@ -192,6 +192,22 @@ async def test_a_claim_being_deleted_is_not_allocated() -> None:
     assert 'resourceclaim "c1" is being deleted' in message
 
 
+async def test_a_running_pod_whose_claim_is_being_deleted_is_not_told_it_has_no_devices() -> None:
+    """Its devices stay until it ends (the claim's finalizer waits for it)."""
+    client = FakeClient()
+    controller = cluster(client)
+    raw = allocated(claim("ns", "c1"), "p", "uid-p-p")
+    raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    raw["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    put(controller.runtime, RESOURCE_CLAIMS, raw)
+    running = pod("ns", "p", [{"name": "dev", "resourceClaimName": "c1"}], gated=False)
+    running["spec"]["nodeName"] = "n1"
+    put(controller.runtime, PODS, running)
+    await sync(controller, Key("ns", "p"))
+    assert pod_messages(client, "p") == []
+    assert not [c for c in client.calls if c.method != "GET" and "/pods/p" in c.path]
+
+
 # --- a generated claim the pod does not own -----------------------------------------------
 
 

@@ -19,7 +19,16 @@ from operators.controllers.taints import (
     TaintController,
 )
 from operators.controllers.workqueue import WorkQueue
-from operators.kube import DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, JsonDict
+from operators.kube import (
+    DEVICE_TAINT_RULES,
+    DISRUPTION_BUDGET_CAUSE,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    ApiError,
+    JsonDict,
+)
+from operators.settings import EvictionMode
 
 from .fakes import (
     DRIVER,
@@ -112,6 +121,55 @@ async def test_evictions_past_the_rate_limit_wait_their_turn() -> None:
     later = controller.queue.due_in(Key("ns", "p2"))
     assert later is not None and 50.0 < later <= 60.0
     assert Key("ns", "p2") in controller.scheduled  # still due, only later
+
+
+class BudgetGuarded(FakeClient):
+    """Evictions of ``protected`` pods are refused by a disruption budget, once ``answer`` is
+    set: until then they are in flight."""
+
+    def __init__(self, protected: set[str]) -> None:
+        super().__init__()
+        self.protected = protected
+        self.answer = asyncio.Event()
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> JsonDict:
+        if path.endswith("/eviction") and path.split("/")[-2] in self.protected:
+            await self.answer.wait()
+            self._answer(method, path, kwargs.get("body"))
+            raise ApiError(
+                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                causes=("The disruption budget pdb needs 1 healthy pods",),
+                cause_reasons=(DISRUPTION_BUDGET_CAUSE,),
+            )  # fmt: skip
+        return await super().request(method, path, **kwargs)
+
+
+async def test_a_slot_held_by_an_eviction_a_budget_refuses_is_free_at_once_for_the_next() -> None:
+    """With one eviction a minute: a protected pod's attempt is in flight when a free pod
+    asks, so the free pod must wait; the budget refuses, and the free pod goes at once, not a
+    minute later (the slot was never used)."""
+    client = BudgetGuarded({"p0"})
+    controller, _ = cluster(client, 2, max_evictions_per_minute=1, eviction_mode=EvictionMode.EVICT)
+    protected = asyncio.create_task(controller.sync(Key("ns", "p0")))
+    await asyncio.sleep(0)  # its eviction is in flight, its slot taken
+    await controller.sync(Key("ns", "p1"))
+    assert controller.queue.due_in(Key("ns", "p1")) == pytest.approx(60.0, abs=1.0)
+    client.answer.set()
+    await protected
+    assert controller.queue.due_in(Key("ns", "p1")) == 0.0  # woken by the slot given back
+    await controller.sync(Key("ns", "p1"))
+    assert controller.evictions == 1
+    evicted = [c.path for c in client.calls if c.path.endswith("/eviction")]
+    assert evicted == [PODS.path("ns", "p0") + "/eviction", PODS.path("ns", "p1") + "/eviction"]
+
+
+async def test_an_eviction_that_found_its_pod_gone_uses_no_slot() -> None:
+    client = FakeClient()
+    controller, _ = cluster(client, 2, max_evictions_per_minute=1)
+    del client.objects[PODS.path("ns", "p0")]
+    await controller.sync(Key("ns", "p0"))
+    await controller.sync(Key("ns", "p1"))
+    assert deletes(client) == [PODS.path("ns", "p1")]
 
 
 # --- cancelling a pending eviction --------------------------------------------------------
