@@ -73,6 +73,9 @@ NODES = Resource("", "v1", "nodes", "Node", False)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 EVENTS = Resource("", "v1", "events", "Event", True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+SELF_SUBJECT_REVIEWS = Resource(
+    "authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False
+)
 DEVICE_CLASSES = Resource(DRALLOC_GROUP, DRALLOC_VERSION, "deviceclasses", "DeviceClass", False)
 RESOURCE_CLAIMS = Resource(DRALLOC_GROUP, DRALLOC_VERSION, "resourceclaims", "ResourceClaim", True)
 RESOURCE_CLAIM_TEMPLATES = Resource(

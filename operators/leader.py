@@ -21,11 +21,54 @@ from typing import Any
 
 import structlog
 
-from operators.kube import LEASES, ApiError, Conflict, JsonDict, KubeClient, NotFound
+from operators.kube import (
+    LEASES,
+    REQUEST_ERRORS,
+    SELF_SUBJECT_REVIEWS,
+    ApiError,
+    Conflict,
+    JsonDict,
+    KubeClient,
+    NotFound,
+)
 
 log = structlog.get_logger(__name__)
 
 LEASE_RBAC = "get, create and update on leases.coordination.k8s.io"
+
+
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+"""Where the API server names the pod a projected ServiceAccount token is bound to."""
+
+
+def identity_for(user_info: JsonDict, process: str) -> str:
+    """The Lease holder name by which the fencing policy knows this process as the writer
+    (manifests/base/claim-allocation-fencing.yaml): the pod's name for a token bound to a pod
+    (every in-cluster replica), else ``<user>/<process>`` (``kopf run`` from a laptop); just
+    ``process`` when the API server did not say who we are."""
+    pods = (user_info.get("extra") or {}).get(POD_NAME_EXTRA) or []
+    if pods and pods[0]:
+        return str(pods[0])
+    user = user_info.get("username") or ""
+    return f"{user}/{process}" if user else process
+
+
+async def default_identity(client: KubeClient, process: str) -> str:
+    """:func:`identity_for` the user the API server knows this client as (a SelfSubjectReview,
+    which every authenticated user may make)."""
+    try:
+        review = await client.create(
+            SELF_SUBJECT_REVIEWS,
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+    except REQUEST_ERRORS as error:
+        log.warning(
+            "cannot ask the API server who this operator is; the Lease names it by host and "
+            "process, which the fencing policy does not accept (set --identity)",
+            error=str(error)[:200],
+        )
+        return process
+    return identity_for((review.get("status") or {}).get("userInfo") or {}, process)
 
 
 class LeaseUnusable(Exception):

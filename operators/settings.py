@@ -285,7 +285,11 @@ class Settings:
         default=2.0, metadata=_doc("Seconds between Lease renewals and acquisition attempts.")
     )
     identity: str = dataclasses.field(
-        default="", metadata=_doc("Holder identity in the Lease; empty = '<hostname>-<pid>'.")
+        default="",
+        metadata=_doc(
+            "Holder identity in the Lease; empty = the name the fencing policy knows this "
+            "process by: its pod's name (a pod-bound token), else '<user>/<hostname>-<pid>'."
+        ),
     )
 
     # --- endpoints -------------------------------------------------------------------------
@@ -358,8 +362,9 @@ class Settings:
         return self.lease_namespace or DEFAULT_LEASE_NAMESPACE
 
     @property
-    def effective_identity(self) -> str:
-        return self.identity or f"{socket.gethostname()}-{os.getpid()}"
+    def process_name(self) -> str:
+        """This process among others of one user: ``<hostname>-<pid>``."""
+        return f"{socket.gethostname()}-{os.getpid()}"
 
     @property
     def gate_namespace_selector(self) -> tuple[str, str] | None:

@@ -4,7 +4,8 @@ With ``--fencing`` every operator of a run (the first, the supervisor's restarts
 second-operator fault's) uses a token bound to a pod of its own of one ServiceAccount, as the
 replicas of the Deployment do: the API server names the pod in each of its requests, and the
 shipped fencing policy (manifests/base/claim-allocation-fencing.yaml), bound to the run's
-Lease, refuses claims and allocations from every operator but the Lease's holder. The pods
+Lease, refuses claims and allocations from every operator but the Lease's holder; the shipped
+policy dralloc-operator-pod-writes limits their pod writes to dralloc's protocol. The pods
 never run (no node matches them); the ServiceAccount may do anything (the run does not test
 RBAC).
 """
@@ -25,6 +26,7 @@ from robustness.cluster import Cluster
 from robustness.gates import rendered
 
 POLICY: Final = "dralloc-claim-allocation-fencing"
+POD_WRITES: Final = "dralloc-operator-pod-writes"
 SHIPPED_WRITER: Final = "system:serviceaccount:dralloc-system:dralloc-operator"
 ACCOUNT: Final = "dralloc-operator"
 
@@ -51,31 +53,42 @@ class Replicas:
     def username(self) -> str:
         return f"system:serviceaccount:{self.namespace}:{ACCOUNT}"
 
+    @property
+    def pod_writes_name(self) -> str:
+        return f"{self.name.removesuffix('-fencing')}-pod-writes"
+
     def policy(self) -> list[dict[str, Any]]:
-        """The shipped policy and binding for this run's ServiceAccount, Lease and namespaces."""
+        """The shipped fencing policy and binding for this run's ServiceAccount, Lease and
+        namespaces, and the shipped policy that limits the operator's pod writes to its
+        protocol (so every pod write of the run's operators is judged by it too)."""
         components = ["in-tree"] if self.cluster.mode.in_tree else []
         kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-        found = [
-            o for o in rendered(self.cluster, components, kinds) if o["metadata"]["name"] == POLICY
-        ]
-        policy = next(o for o in found if o["kind"] == kinds[0])
-        binding = next(o for o in found if o["kind"] == kinds[1])
-        for condition in policy["spec"]["matchConditions"]:
-            condition["expression"] = condition["expression"].replace(SHIPPED_WRITER, self.username)
-        policy["metadata"] = {"name": self.name}
-        binding["metadata"] = {"name": self.name}
-        binding["spec"]["policyName"] = self.name
-        namespace, name = self.lease
-        binding["spec"]["paramRef"].update({"name": name, "namespace": namespace})
-        binding["spec"]["matchResources"] = {
-            "namespaceSelector": {
-                "matchExpressions": [
-                    {"key": "kubernetes.io/metadata.name", "operator": "In",
-                     "values": list(self.namespaces)}
-                ]
-            }
-        }  # fmt: skip
-        return [policy, binding]
+        objects = rendered(self.cluster, components, kinds)
+        out: list[dict[str, Any]] = []
+        for shipped, name in ((POLICY, self.name), (POD_WRITES, self.pod_writes_name)):
+            found = [o for o in objects if o["metadata"]["name"] == shipped]
+            policy = next(o for o in found if o["kind"] == kinds[0])
+            binding = next(o for o in found if o["kind"] == kinds[1])
+            for condition in policy["spec"]["matchConditions"]:
+                condition["expression"] = condition["expression"].replace(
+                    SHIPPED_WRITER, self.username
+                )
+            policy["metadata"] = {"name": name}
+            binding["metadata"] = {"name": name}
+            binding["spec"]["policyName"] = name
+            if "paramRef" in binding["spec"]:
+                namespace, lease = self.lease
+                binding["spec"]["paramRef"].update({"name": lease, "namespace": namespace})
+            binding["spec"]["matchResources"] = {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/metadata.name", "operator": "In",
+                         "values": list(self.namespaces)}
+                    ]
+                }
+            }  # fmt: skip
+            out += [policy, binding]
+        return out
 
     def install(self) -> None:
         self.cluster.kubectl("create", "namespace", self.namespace)
@@ -148,4 +161,8 @@ class Replicas:
         self.cluster.kubectl(
             "delete", "clusterrolebinding", self.name, "--ignore-not-found", check=False
         )
+        for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
+            self.cluster.kubectl(
+                "delete", kind, self.pod_writes_name, "--ignore-not-found", check=False
+            )
         self.cluster.kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)

@@ -11,6 +11,7 @@ take part.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -36,7 +37,7 @@ from operators.kube import (
     NotFound,
     fencing_refusal,
 )
-from operators.leader import LeaderElector
+from operators.leader import LeaderElector, default_identity
 from operators.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -131,7 +132,7 @@ class Runtime:
                 client,
                 name=settings.lease_name,
                 namespace=settings.effective_lease_namespace,
-                identity=settings.effective_identity,
+                identity=settings.identity or settings.process_name,
                 lease_duration=settings.lease_duration,
                 renew_deadline=settings.renew_deadline,
                 retry_period=settings.retry_period,
@@ -149,6 +150,9 @@ class Runtime:
             request_timeout=settings.request_timeout,
             api_group=settings.api_group,
         )
+        if settings.leader_election and not settings.identity:
+            identity = await default_identity(client, settings.process_name)
+            settings = dataclasses.replace(settings, identity=identity)
         return cls(settings, client)
 
     def add(self, controller: Controller) -> None:

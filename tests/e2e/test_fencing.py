@@ -58,10 +58,12 @@ def test_of_two_leading_operators_only_the_lease_holder_makes_and_allocates_clai
     try:
         replicas.install()
         keys = {role: replicas.credentials(f"op-{role}") for role in ("holder", "other")}
+        # The holder is given no identity: by default it is the name the policy knows it by,
+        # its pod's, from the API server's review of its token.
         operators = {
             role: OperatorProcess(
                 testbed, tmp_path / f"{role}.log", lease=lease, webhook=False,
-                identity=f"op-{role}", kubeconfig=keys[role],
+                identity="" if role == "holder" else f"op-{role}", kubeconfig=keys[role],
             )
             for role, lease in (("holder", configured), ("other", other))
         }  # fmt: skip
@@ -80,6 +82,8 @@ def test_of_two_leading_operators_only_the_lease_holder_makes_and_allocates_clai
                 wait_bound(testbed, namespace, f"p-{i}", timeout=120)
             report = judged(recorder.history())
         assert report.ok, [str(v) for v in report.violations]
+        held = testbed.get("lease", configured, f"--namespace={LEASE_NAMESPACE}") or {}
+        assert held["spec"]["holderIdentity"] == "op-holder", held
         owners = [
             ref["uid"]
             for c in claims_in(testbed, namespace)

@@ -13,7 +13,8 @@ ClusterRole is the kustomize directory's; its ServiceAccount may do what that mo
 do and nothing more (the access lists of test_manifests.py); the webhook selects the pods the
 manifests' webhook selects; an upgrade adds the monitoring objects (beside stand-in
 monitoring.coreos.com CRDs) and pull secrets; `helm uninstall` removes everything but the CRDs
-(kept on purpose). cert-manager mode is not installed (no cert-manager here): it is rendered
+(kept on purpose); an install into a namespace that runs other pods is refused. cert-manager
+mode is not installed (no cert-manager here): it is rendered
 and linted by tests/unit/packaging/test_helm_chart.py.
 """
 
@@ -314,6 +315,29 @@ def test_upgrade_adds_monitoring_and_pull_secrets(
     assert deployment is not None
     pod_spec = deployment["spec"]["template"]["spec"]
     assert pod_spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
+
+
+def test_install_refuses_a_namespace_that_runs_other_pods(helm: Helm) -> None:
+    """The operator's namespace is left out of the gate and the admission policies: put in a
+    namespace of user pods it would leave them unguarded, so the install says so and stops."""
+    shared = "team-shared"
+    helm.testbed.kubectl("create", "namespace", shared)
+    try:
+        helm.testbed.apply({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": shared},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/app"}]},
+        })  # fmt: skip
+        refused = helm(
+            "install", "dralloc-shared", str(CHART), f"--set=namespace.name={shared}",
+            "--set=namespace.create=false", check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0, refused.stdout
+        assert f"namespace.name={shared}: the namespace runs pods that are not dralloc's (app)" in (
+            refused.stderr
+        ), refused.stderr
+        assert helm("list", "--all-namespaces", "-q").stdout.split().count("dralloc-shared") == 0
+    finally:
+        helm.testbed.kubectl("delete", "namespace", shared, "--wait=false", check=False)
 
 
 def test_cert_manager_mode_is_rendered_not_installed() -> None:

@@ -3,6 +3,9 @@
 - RBAC: ``kubectl auth can-i --list`` for the operator's ServiceAccount (from manifests/)
   equals the list below, row for row, and Secrets are out of reach; the operator then runs
   with a token of that ServiceAccount and allocates, so the list is also enough.
+- Fields: with the shipped policy dralloc-operator-pod-writes in force, that account may change
+  on pods only dralloc's protocol (an image, a label, another annotation, the phase, the Ready
+  condition are refused, naming the field), and the operator still allocates under it.
 - adminAccess in a namespace without the admin-access label is refused, whether the claim
   comes from a template or is written directly.
 - The operator's log holds no token and no object bodies (a canary value in a pod and a
@@ -11,10 +14,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +27,8 @@ from typing import Any, Final
 
 import pytest
 import yaml
+
+from operators.kube import PODS, ApiError, KubeClient
 
 from .kube_helpers import REPO_ROOT, Testbed, unique_name, wait_for
 from .operator_fixtures import (
@@ -162,9 +169,92 @@ def service_account_kubeconfig(testbed: Testbed, path: Path) -> tuple[Path, str]
     return path, token
 
 
+POD_WRITES: Final = "dralloc-operator-pod-writes"
+REFUSED_WRITE: Final = "the dralloc operator may change on pods only its protocol"
+
+
+@pytest.fixture(scope="module")
+def pod_writes_policy(testbed: Testbed, rbac: None) -> Iterator[None]:
+    """The shipped policy that limits the operator's pod writes to its protocol, in force."""
+    rendered = testbed.kubectl("kustomize", str(REPO_ROOT / "manifests")).stdout
+    objects = [o for o in yaml.safe_load_all(rendered) if o and o["metadata"]["name"] == POD_WRITES]
+    assert {o["kind"] for o in objects} == {
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
+    }, "manifests/ ships the policy and its binding"  # fmt: skip
+    testbed.apply(*objects)
+    try:
+        yield
+    finally:
+        for o in objects:
+            testbed.kubectl(
+                "delete", o["kind"].lower(), POD_WRITES, "--ignore-not-found", check=False
+            )
+
+
+def bystander(testbed: Testbed, namespace: str, name: str) -> None:
+    """A pod that has nothing to do with dralloc (as coredns or a node agent would be)."""
+    body = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "agent"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.example.com/agent:1"}]},
+    }  # fmt: skip
+    testbed.apply(body)
+
+
+async def test_the_operators_token_cannot_change_a_pod_beyond_its_protocol(
+    testbed: Testbed, namespace: str, pod_writes_policy: None, tmp_path: Path
+) -> None:
+    """A stolen operator token may patch pods cluster-wide (RBAC cannot limit fields); the
+    API server refuses every change outside dralloc's protocol, and lets its own through."""
+    bystander(testbed, namespace, "agent")
+    kubeconfig, _ = service_account_kubeconfig(testbed, tmp_path / "sa.kubeconfig")
+    path = PODS.path(namespace, "agent")
+    strategic = "application/strategic-merge-patch+json"
+    attempts: dict[str, tuple[str, Any]] = {
+        "spec.containers": (path, {"spec": {"containers": [{"name": "c", "image": "attacker.example/backdoor:1"}]}}),
+        "metadata.labels": (path, {"metadata": {"labels": {"app": "other"}}}),
+        "metadata.annotations": (path, {"metadata": {"annotations": {"team": "b"}}}),
+        "status.conditions": (path + "/status", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+        "status.phase": (path + "/status", {"status": {"phase": "Failed"}}),
+    }  # fmt: skip
+    async with await KubeClient.connect(str(kubeconfig)) as client:
+
+        async def refusal(target: str, body: Any) -> str:
+            try:
+                await client.request("PATCH", target, body=body, content_type=strategic)
+            except ApiError as error:
+                return error.message
+            return ""
+
+        deadline, tries = time.monotonic() + 60, 0
+        while REFUSED_WRITE not in (
+            first := await refusal(path, {"metadata": {"annotations": {"e2e-probe": str(tries)}}})
+        ):  # each probe a real change (one that passed before then changed only itself)
+            assert time.monotonic() < deadline, f"the policy is not in force: {first!r}"
+            tries += 1
+            await asyncio.sleep(0.5)
+        print(f"\n[security] {first}")
+        for field, (target, body) in attempts.items():
+            message = await refusal(target, body)
+            assert REFUSED_WRITE in message and field in message, (field, message)
+        # Its protocol passes: an annotation of its own, its condition.
+        await client.request(
+            "PATCH", path, body={"metadata": {"annotations": {f"{GROUP}/probe": "1"}}},
+            content_type=strategic,
+        )  # fmt: skip
+        condition = {"type": f"{GROUP}/DevicesAllocated", "status": "False", "reason": "Probe"}
+        await client.request(
+            "PATCH", path + "/status", body={"status": {"conditions": [condition]}},
+            content_type=strategic,
+        )  # fmt: skip
+    after = testbed.get("pod", "agent", f"--namespace={namespace}") or {}
+    assert after["spec"]["containers"][0]["image"] == "registry.example.com/agent:1"
+    assert after["status"].get("phase") != "Failed"
+
+
 @pytest.fixture
 def operator_as_service_account(
-    testbed: Testbed, rbac: None, tmp_path: Path
+    testbed: Testbed, rbac: None, pod_writes_policy: None, tmp_path: Path
 ) -> Iterator[tuple[OperatorProcess, str]]:
     kubeconfig, token = service_account_kubeconfig(testbed, tmp_path / "sa.kubeconfig")
     as_account = dataclasses.replace(testbed, kubeconfig=kubeconfig)

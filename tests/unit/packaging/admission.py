@@ -67,11 +67,12 @@ def admit(
         "params": params,
         "request": {
             "operation": operation,
-            "subResource": sub_resource,
             "userInfo": user_info,
             "resource": {"group": "", "version": "v1", "resource": resource or _plural(obj, old)},
         },
     }
+    if sub_resource:  # the API server leaves it out when empty (omitempty)
+        bindings["request"]["subResource"] = sub_resource
     spec = policy["spec"]
     for condition in spec.get("matchConditions", []):
         if evaluate(condition["expression"], bindings) is not True:

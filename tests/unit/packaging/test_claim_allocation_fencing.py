@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .admission import admit, docs
+from .admission import admit, docs, operator_identity
 from .test_claim_allocation_policy import GPU, OPERATOR_SA, OTHER_GPU, SCHEDULER, claim
 
 POD_NAME = "authentication.kubernetes.io/pod-name"
@@ -152,3 +152,32 @@ def test_only_the_holder_writes_and_deletes_pods_that_ask_for_devices(
             extra={POD_NAME: ["op-b"]},
         )  # fmt: skip
         assert stale is None, f"{operation} of a pod without claims was fenced"
+
+
+def fenced(policy: dict[str, Any], user: str, groups: list[str]) -> bool:
+    """Whether a write of this writer is judged by the Lease (refused when it holds none)."""
+    refused = admit(
+        policy, lease("someone-else"), operation="UPDATE", obj=claim(GPU), old=claim(),
+        user=user, groups=groups, sub_resource="status",
+    )  # fmt: skip
+    return refused is not None
+
+
+def identities(config_map: dict[str, Any]) -> tuple[list[str], list[str]]:
+    data = config_map["data"]
+    return (
+        [u for u in str(data["usernames"]).split(",") if u],
+        [g for g in str(data.get("groups") or "").split(",") if g],
+    )
+
+
+def test_every_identity_that_may_act_as_the_operator_is_fenced(policy: dict[str, Any]) -> None:
+    """The pod-protocol and claim-allocation policies let the ConfigMap's users and groups act
+    as the operator; one the fencing policy did not name would allocate without the Lease."""
+    users, groups = identities(operator_identity())
+    assert users, "the ConfigMap names the operator"
+    for user in users:
+        assert fenced(policy, user, []), user
+    for group in groups:
+        assert fenced(policy, "member", [group]), group
+    assert not fenced(policy, "someone", ["system:authenticated"])

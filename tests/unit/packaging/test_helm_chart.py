@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from .test_claim_allocation_fencing import fenced, identities
+
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "dralloc"
 MANIFESTS = REPO / "manifests"
@@ -383,6 +385,21 @@ def test_extra_env_adds_and_replaces(tmp_path: Path) -> None:
     assert env["DRALLOC_LOG_FORMAT"] == "text"
 
 
+def test_extra_env_may_not_split_the_operator_from_its_fencing_policy(tmp_path: Path) -> None:
+    """The fencing policy is bound to the chart's Lease and compares its holder with the pod's
+    name: another Lease or identity by extraEnv would have every allocation refused."""
+    for name in (
+        "DRALLOC_LEASE_NAME",
+        "DRALLOC_LEASE_NAMESPACE",
+        "DRALLOC_IDENTITY",
+        "DRALLOC_API_GROUP",
+    ):
+        path = tmp_path / "values.yaml"
+        path.write_text(yaml.safe_dump({"extraEnv": [{"name": name, "value": "x"}]}))
+        refused = run(helm(), "template", "dralloc", CHART, "-f", str(path))
+        assert refused.returncode != 0 and f"extraEnv may not set {name}" in refused.stderr, name
+
+
 def test_secret_mode_has_no_job_and_mounts_the_users_secret() -> None:
     objects = template(
         "--set", "webhook.certificate.mode=secret", "--set", "webhook.certificate.secretName=mine",
@@ -487,6 +504,52 @@ def test_another_namespace_moves_everything_and_the_lease() -> None:
     assert "dralloc-system" not in yaml.safe_dump(objects)
 
 
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("replicas=-1", "/replicas"),
+        ('image.tag=1.0 "latest"', "/image/tag"),
+        ("image.repository=registry.example.com/dralloc:1", "/image/repository"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("namespace.name=Dralloc_System", "/namespace/name"),
+        ("gateLabelledNamespaces.label.key=a: b", "/gateLabelledNamespaces/label/key"),
+        ("gateLabelledNamespaces.label.value=not ok", "/gateLabelledNamespaces/label/value"),
+        ("evictionMode=kill", "/evictionMode"),
+        ("webhook.certManager.duration=90 days", "/webhook/certManager/duration"),
+        ("metrics.serviceMonitor.interval=30 s", "/metrics/serviceMonitor/interval"),
+        ("allocationPolicy.operatorUsers={alice bob}", "/allocationPolicy/operatorUsers/0"),
+        ("nodeSelector.a: b=c", "invalid propertyName 'a: b'"),
+        ("replica=3", "additional properties 'replica' not allowed"),
+    ],
+)
+def test_the_schema_refuses_a_bad_value_naming_it(value: str, named: str) -> None:
+    """values.schema.json: types, ranges, enums and patterns, so that nonsense fails at
+    install (and `helm lint --strict`) with the value's path, not in a rendered manifest."""
+    refused = run(helm(), "template", "dralloc", CHART, "--set", value)
+    assert refused.returncode != 0, value
+    assert named in refused.stderr, refused.stderr
+    linted = run(helm(), "lint", "--strict", CHART, "--set", value)
+    assert linted.returncode != 0, value
+
+
+def test_the_defaults_lint_strictly_in_both_modes() -> None:
+    for values in ([], IN_TREE):
+        linted = run(helm(), "lint", "--strict", CHART, *values)
+        assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+@pytest.mark.parametrize("namespace", ["default", "kube-system", "kube-public", "kube-node-lease"])
+def test_a_namespace_shared_with_other_pods_is_refused_with_why(namespace: str) -> None:
+    """The operator's namespace is left out of the gate and the policies (so they never hold
+    back the operator): a namespace of other pods would lose them silently."""
+    refused = run(
+        helm(), "template", "dralloc", CHART,
+        "--set", f"namespace.name={namespace}", "--set", "namespace.create=false",
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert f"namespace.name={namespace}: the operator's namespace is left out" in refused.stderr
+
+
 def test_crds_can_be_left_out_and_unknown_values_are_refused() -> None:
     assert "CustomResourceDefinition" not in {
         o["kind"] for o in template("--set", "crds.install=false")
@@ -502,3 +565,24 @@ def test_classes_left_to_kube_scheduler_reach_the_policy_and_the_webhook_alike()
     identity = only(objects, "ConfigMap", "dralloc-operator-identity")
     assert identity["data"]["extendedClasses"] == "legacy-gpu"
     assert env_by_name(objects)["DRALLOC_SCHEDULER_EXTENDED_CLASSES"] == "legacy-gpu"
+
+
+def test_one_list_of_operator_identities_feeds_the_identity_and_the_fencing() -> None:
+    """allocationPolicy.operatorUsers and operatorGroups let a user act as the operator (the
+    identity ConfigMap) and fence it by the Lease, in one value: never one without the other."""
+    objects = template(
+        "--set", "allocationPolicy.operatorUsers={alice,o'hara}",
+        "--set", "allocationPolicy.operatorGroups={dralloc-operators}",
+    )  # fmt: skip
+    users, groups = identities(only(objects, "ConfigMap", "dralloc-operator-identity"))
+    assert users == ["system:serviceaccount:dralloc-system:dralloc-operator", "alice", "o'hara"]
+    assert groups == ["dralloc-operators"]
+    policy = only(objects, "ValidatingAdmissionPolicy", "dralloc-claim-allocation-fencing")
+    for user in users:
+        assert fenced(policy, user, []), user
+    assert fenced(policy, "bob", ["dralloc-operators"])
+    assert not fenced(policy, "bob", ["system:authenticated"])
+    refused = run(
+        helm(), "template", "dralloc", CHART, "--set", "allocationPolicy.operatorUsers={a\\,b}"
+    )
+    assert refused.returncode != 0 and "/allocationPolicy/operatorUsers/0" in refused.stderr

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 
 from operators.kube import ApiError, Conflict, NotFound
-from operators.leader import LeaderElector, LeaseRecord, LeaseUnusable, Observation, decide
+from operators.leader import (
+    POD_NAME_EXTRA,
+    LeaderElector,
+    LeaseRecord,
+    LeaseUnusable,
+    Observation,
+    decide,
+    default_identity,
+    identity_for,
+)
 
 
 def record(holder: str, duration: float = 10.0) -> LeaseRecord:
@@ -178,3 +187,34 @@ async def test_preflight_waits_out_an_unavailable_api_server() -> None:
     assert not task.done() and len(api.calls) >= 2
     api.read = None
     await asyncio.wait_for(task, 1)
+
+
+def test_the_default_identity_is_the_name_the_fencing_policy_knows() -> None:
+    """A pod-bound token: the pod's name (what the policy compares with the holder); a user's
+    credentials: the user, a slash, this process; nothing said: the process alone."""
+    pod = {"username": "system:serviceaccount:dralloc-system:dralloc-operator",
+           "extra": {POD_NAME_EXTRA: ["dralloc-operator-7d9f-x2"]}}  # fmt: skip
+    assert identity_for(pod, "host-1") == "dralloc-operator-7d9f-x2"
+    assert identity_for({"username": "alice", "extra": {}}, "host-1") == "alice/host-1"
+    assert identity_for({}, "host-1") == "host-1"
+
+
+class Reviews:
+    def __init__(self, answer: dict[str, Any] | Exception) -> None:
+        self.answer = answer
+        self.asked: list[dict[str, Any]] = []
+
+    async def create(self, resource: Any, body: dict[str, Any]) -> dict[str, Any]:
+        self.asked.append(body)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+async def test_the_default_identity_asks_the_api_server_who_we_are() -> None:
+    answer = {"status": {"userInfo": {"username": "alice"}}}
+    reviews = Reviews(answer)
+    assert await default_identity(reviews, "host-1") == "alice/host-1"  # type: ignore[arg-type]
+    assert reviews.asked[0]["kind"] == "SelfSubjectReview"
+    down = Reviews(ApiError(503, "ServiceUnavailable", "down"))
+    assert await default_identity(down, "host-1") == "host-1"  # type: ignore[arg-type]
