@@ -22,8 +22,8 @@ When any member comes up in the queue, the whole gang is decided at once:
    removed). No pod is released while another member's claims are not written, nor while
    a member is gone: right before the first gate is lifted every member is read live, and
    one deleted (or finishing) in the meantime keeps the whole gang gated, to be decided
-   again (a member deleted while the others are being released cannot be told apart from
-   one deleted after they run).
+   again. The gates are then lifted at once: a member deleted in that last round trip is
+   the one way left to run short, and the released members are told (``GangIncomplete``).
 
 A crash or a conflict between the claim writes leaves some members' claims allocated and
 reserved for their (still gated) pods. Truth lives in claims: the next decision reads those
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 REASON_POD_GROUP_NOT_SERVED = "PodGroupNotServed"
+REASON_GANG_INCOMPLETE = "GangIncomplete"
 POD_GROUP_GRACE = 1.0
 """Seconds a pod whose PodGroup does not exist waits before it is told (the PodGroup may be
 created right after the pod, as workload controllers do)."""
@@ -288,11 +289,13 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
         members=[str(r.key) for r, _, _ in placed],
         searches=found.searches,
     )
-    await _start_writes(controller, placed)
+    await _start_writes(controller, placed, f"{pod.namespace}/{gang.name}")
 
 
 async def _start_writes(
-    controller: AllocationController, placed: list[tuple[_Ready, str, list[ClaimAllocation]]]
+    controller: AllocationController,
+    placed: list[tuple[_Ready, str, list[ClaimAllocation]]],
+    gang: str,
 ) -> None:
     """Count the gang's devices as used and hand its writes to a background task."""
     await controller.slots.acquire()  # one slot for the gang: its writes run one by one
@@ -310,13 +313,14 @@ async def _start_writes(
         controller.in_flight.add(member.key)
     controller.claims_in_flight |= claim_keys
     assert controller._writers is not None
-    controller._writers.create_task(_commit(controller, placed, claim_keys))
+    controller._writers.create_task(_commit(controller, placed, claim_keys, gang))
 
 
 async def _commit(
     controller: AllocationController,
     placed: list[tuple[_Ready, str, list[ClaimAllocation]]],
     claim_keys: set[Key],
+    gang: str,
 ) -> None:
     """Every member's claims, then every member's pod. A failure before the pods leaves the
     gang gated: the written claims are read back by the next decision."""
@@ -346,12 +350,25 @@ async def _commit(
                 members=[str(k) for k in keys], departed=[str(k) for k in departed],
             )  # fmt: skip
             written = []  # nothing released: the next decision sees the gang short
-        for member, node, allocations in written:
-            # The freshest view of the pod: our own condition writes (and the claim
-            # controller's) change it while the gang waits, and a stale version conflicts.
-            current = controller.pods.get(member.key)
-            pod = current if current is not None and current.uid == member.pod.uid else member.pod
-            await controller._write_pod(pod, node, member.entries, allocations)
+        # Every gate at once: a member deleted between the live read above and its own pod
+        # write is the one way left to tear the gang, and that window is one round trip.
+        outcomes = await asyncio.gather(
+            *(_release(controller, *write) for write in written), return_exceptions=True
+        )
+        failed = [
+            (member, outcome)
+            for (member, _, _), outcome in zip(written, outcomes, strict=True)
+            if isinstance(outcome, BaseException)
+        ]
+        if failed:
+            lifted = [
+                member
+                for (member, _, _), outcome in zip(written, outcomes, strict=True)
+                if not isinstance(outcome, BaseException)
+            ]
+            if lifted:
+                await _report_torn(controller, gang, lifted, [m for m, _ in failed])
+            raise failed[0][1]
     except asyncio.CancelledError:
         for key in keys:
             controller.usage.forget(key)
@@ -387,6 +404,41 @@ async def _commit(
             controller.resync.discard(key)  # the watch of our own writes requeues them
         for key in keys if departed else ():
             controller.queue.add(key)  # its deletion came while in flight: decide again now
+
+
+async def _release(
+    controller: AllocationController,
+    member: _Ready,
+    node: str,
+    allocations: dict[str, AllocationResult],
+) -> None:
+    """The member's pod write: devices, pin, gate lifted."""
+    # The freshest view of the pod: our own condition writes (and the claim controller's)
+    # change it while the gang waits, and a stale version conflicts.
+    current = controller.pods.get(member.key)
+    pod = current if current is not None and current.uid == member.pod.uid else member.pod
+    await controller._write_pod(pod, node, member.entries, allocations)
+
+
+async def _report_torn(
+    controller: AllocationController, gang: str, lifted: list[_Ready], missing: list[_Ready]
+) -> None:
+    """Some members were released and others not (deleted or changed just then): the gang
+    runs short. Said on each released member, with what the user can do."""
+    names = ", ".join(member.pod.name for member in missing)
+    message = (
+        f"gang {gang}: released without {names} (deleted or changed while the gang's gates "
+        "were being lifted), so it runs short; delete the gang's pods to run it whole again"
+    )
+    metrics.ALLOCATIONS.labels(result="gang-torn").inc()
+    log.warning(
+        "gang released short", gang=gang, released=[str(m.key) for m in lifted],
+        missing=[str(m.key) for m in missing],
+    )  # fmt: skip
+    for member in lifted:
+        await controller.runtime.events.post(
+            member.pod.involved(), REASON_GANG_INCOMPLETE, message, warning=True
+        )
 
 
 async def _departed(controller: AllocationController, members: list[_Ready]) -> list[Key]:

@@ -17,7 +17,7 @@ from operators.cache.informer import Key
 from operators.controllers import allocgang
 from operators.controllers.allocation import AllocationController
 from operators.controllers.allocgang import member_changed
-from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, NotFound
 
 from .fakes import DRIVER, FakeClient, claim, one_device_cluster, pod, put, resource_slice
 from .test_allocation_failures import allocation_results, allocation_writes, messages, sync
@@ -377,3 +377,29 @@ async def test_a_member_deleted_before_the_release_keeps_the_whole_gang_gated() 
     left = client.objects[RESOURCE_CLAIMS.path("ns", "c-w0")]
     assert not (left.get("status") or {}).get("allocation"), "the waiting member holds a device"
     assert released(client) == []
+
+
+async def test_a_member_deleted_while_the_gates_are_lifted_is_reported_on_the_others() -> None:
+    """The live read found every member; one is deleted right after, before its own pod
+    write (404). The gates are lifted at once, so the others are out already: the gang runs
+    short, and each released member is told so, with what to do."""
+    client = FakeClient()
+    controller = group_cluster(client, devices=3)
+    for name in ("w0", "w1", "w2"):
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "3"}
+        put(controller.runtime, PODS, raw)
+
+    def deleted_just_then(method: str, path: str, body: Any) -> Exception | None:
+        if method == "PATCH" and path == PODS.path("ns", "w1"):
+            return NotFound(404, "NotFound", 'pods "w1" not found', name="w1")
+        return None
+
+    client.fail = deleted_just_then
+    await decide(controller, Key("ns", "w0"))
+    assert released(client) == ["w0", "w2"], "the gates are lifted together"
+    for name in ("w0", "w2"):
+        (message,) = [m for m in told(client, name) if "runs short" in m]
+        assert "gang ns/train: released without w1" in message, message
+        assert "delete the gang's pods to run it whole again" in message
