@@ -37,7 +37,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -946,7 +945,9 @@ def claim_status_patches(testbed: Testbed) -> float:
 
 def test_a_waiting_claim_costs_no_status_writes(dralloc: Observed) -> None:
     """A pod dralloc cannot place is explained on the pod (condition, Events); its in-tree
-    claim has no ``status.conditions`` to carry the reason, so nothing is written to it.
+    claim has no ``status.conditions`` to carry the reason, so nothing is written to it, at
+    the first explanation or a later one (a node added to the pool changes what the next one
+    says, so it is seen to happen).
 
     (dralloc wrote its ``Allocated`` condition there at every explanation, every 10 s per
     waiting claim: requests the API server answered "no change", warning about an unknown
@@ -959,20 +960,29 @@ def test_a_waiting_claim_costs_no_status_writes(dralloc: Observed) -> None:
         workload_pod(run, "waiting", [from_template("dev", "huge")]),
     )
 
-    def explained() -> bool:
+    def explanation() -> str:
         pod = testbed.get("pod", "waiting", "-n", run.namespace) or {}
-        return any(
-            c["type"] == "resource.dralloc.dev/DevicesAllocated" and c["status"] == "False"
-            for c in (pod.get("status") or {}).get("conditions") or []
-        )
+        for c in (pod.get("status") or {}).get("conditions") or []:
+            if c["type"] == "resource.dralloc.dev/DevicesAllocated" and c["status"] == "False":
+                return str(c.get("message") or "")
+        return ""
 
+    added: list[str] = []
     try:
-        wait_for("the waiting pod explained", explained, timeout=30)
+        first = wait_for("the waiting pod explained", explanation, timeout=30)
         before = claim_status_patches(testbed)
-        time.sleep(EXPLAIN_PERIOD_S + 2)  # at least one more explanation
+        added = testbed.create_nodes(1, {"e2e-pool": run.label}, prefix=f"{run.label}-more")
+        again = wait_for(
+            "the waiting pod explained again (one more node judged)",
+            lambda: (found := explanation()) != first and found,
+            timeout=3 * EXPLAIN_PERIOD_S,
+        )
+        print(f"\n[differential] explained: {first!r}, then {again!r}")
         assert claim_status_patches(testbed) == before
     finally:
         testbed.kubectl("delete", "pod", "waiting", "-n", run.namespace, "--wait=false")
+        for node in added:
+            testbed.kubectl("delete", "node", node, "--wait=false", check=False)
 
 
 def settle_after_pods_end(observed: Observed, pods: tuple[str, ...]) -> dict[str, JsonObject]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from operators import metrics
 from operators.allocator.errors import DecisionTimeout
 from operators.cache.informer import Key
 from operators.controllers.allocation import INLINE_SLICE, AllocationController, TooSlow
@@ -203,6 +204,28 @@ async def test_a_pod_decided_while_the_thread_reads_sees_the_pods_decided_before
     assert await reading
     await deciding
     assert [path.rsplit("/", 2)[-2] for path in allocation_writes(client)] == ["c1"]
+
+
+async def test_a_decision_waits_for_the_changes_deferred_while_the_thread_read() -> None:
+    """One device. While something else reads in the decision thread, the watch shows it
+    allocated to another claim: the change is deferred. A pod decided now must first see it
+    (and wait, no room), not choose the device and be caught by the clash check after."""
+    client = FakeClient()
+    controller = controller_with(client)
+    key = add_pod(controller, "p1", "c1")
+    release = threading.Event()
+    reading = asyncio.create_task(controller.decisions.run(release.wait, 5))
+    await asyncio.sleep(0.05)  # the read holds the thread
+    put(controller.runtime, RESOURCE_CLAIMS, allocated(claim("ns", "c9"), "other", "uid-other"))
+    assert controller.decisions.deferred, "the change waits for the read"
+    clashes = metrics.ALLOCATIONS.labels(result="clash")._value.get()
+    deciding = asyncio.create_task(sync(controller, key))
+    await asyncio.sleep(0.2)
+    release.set()
+    assert await reading
+    await deciding
+    assert allocation_writes(client) == []
+    assert metrics.ALLOCATIONS.labels(result="clash")._value.get() == clashes
 
 
 async def test_a_device_taken_while_the_pod_waits_for_a_write_slot_is_not_written() -> None:
