@@ -27,9 +27,11 @@ from operators.kube import (
     SELF_SUBJECT_REVIEWS,
     ApiError,
     Conflict,
+    FailureKind,
     JsonDict,
     KubeClient,
     NotFound,
+    failure_kind,
 )
 
 log = structlog.get_logger(__name__)
@@ -53,22 +55,48 @@ def identity_for(user_info: JsonDict, process: str) -> str:
     return f"{user}/{process}" if user else process
 
 
-async def default_identity(client: KubeClient, process: str) -> str:
+IDENTITY_RETRY_S = 2.0  # between asks while the API server does not answer
+
+
+async def default_identity(
+    client: KubeClient, process: str, retry_s: float = IDENTITY_RETRY_S
+) -> str:
     """:func:`identity_for` the user the API server knows this client as (a SelfSubjectReview,
-    which every authenticated user may make)."""
-    try:
-        review = await client.create(
-            SELF_SUBJECT_REVIEWS,
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
-        )
-    except REQUEST_ERRORS as error:
-        log.warning(
-            "cannot ask the API server who this operator is; the Lease names it by host and "
-            "process, which the fencing policy does not accept (set --identity)",
-            error=str(error)[:200],
-        )
-        return process
-    return identity_for((review.get("status") or {}).get("userInfo") or {}, process)
+    which every authenticated user may make). Asked again while the API server does not
+    answer (the operator can do nothing without it anyway): a name guessed meanwhile would be
+    one the fencing policy never accepts, for the life of the process. An answer that is a
+    refusal (the review not served, or not allowed) leaves ``process``, said once."""
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    told = False
+    while True:
+        try:
+            review = await client.create(SELF_SUBJECT_REVIEWS, body)
+        except ApiError as error:
+            if failure_kind(error) is FailureKind.UNAVAILABLE:
+                if not told:
+                    told = True
+                    log.warning(
+                        "cannot ask the API server who this operator is yet; asking again",
+                        error=str(error)[:200],
+                    )
+                await asyncio.sleep(retry_s)
+                continue
+            log.warning(
+                "the API server does not say who this operator is; the Lease names it by "
+                "host and process, which the fencing policy does not accept (set --identity)",
+                error=str(error)[:200],
+            )
+            return process
+        except REQUEST_ERRORS as error:
+            if not told:
+                told = True
+                log.warning(
+                    "cannot ask the API server who this operator is yet; asking again",
+                    error=str(error)[:200],
+                )
+            await asyncio.sleep(retry_s)
+            continue
+        return identity_for((review.get("status") or {}).get("userInfo") or {}, process)
 
 
 class LeaseUnusable(Exception):

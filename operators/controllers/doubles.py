@@ -128,10 +128,11 @@ class DoubleAllocationController:
         # before the release it followed, which was never a double on the server. Counted
         # while this replica leads.
         self.doubled: dict[DeviceId, float] = {}
-        # Pods whose condition says a double on this device (reported, not undone): told
-        # once the double ends, so the condition does not keep saying it for good.
-        self.told: dict[DeviceId, set[Key]] = {}
-        self.ended: dict[Key, DeviceId] = {}
+        # Pods whose condition reports a double (not undone): looked at every period until
+        # none of their claims' devices has another holder, then told what holds now, so the
+        # condition does not keep saying it for good. Seeded from the pods' conditions when
+        # this replica starts leading (another replica may have reported them).
+        self.reported_pods: set[Key] = set()
         self.running = False
         self.claims.add_handler(self._on_claim)
 
@@ -154,8 +155,6 @@ class DoubleAllocationController:
                     self.since.pop(device, None)
                     self.doubled.pop(device, None)
                     self._reported = {r for r in self._reported if r[0] != device}
-                    for told in self.told.pop(device, ()):
-                        self.ended[told] = device
                 if not keys:
                     del self.holders[device]
         for device in now - before:
@@ -165,6 +164,14 @@ class DoubleAllocationController:
                 self.since.setdefault(device, time.monotonic())
                 self.doubled.setdefault(device, time.monotonic())
         self._count(time.monotonic())
+
+    def seed_reported(self) -> None:
+        """Reports another replica (or this one, before) left on pods: told once they end."""
+        self.reported_pods.update(
+            key
+            for key, pod in self.pods.items()
+            if (podcondition.current(pod) or {}).get("reason") == REASON_DOUBLE
+        )
 
     def lasting(self, clock: float) -> int:
         """Devices held twice for at least :data:`SETTLE_SECONDS` at ``clock``."""
@@ -177,6 +184,7 @@ class DoubleAllocationController:
     async def run(self) -> None:
         self.running = True
         self._count(time.monotonic())
+        self.seed_reported()
         try:
             await retry_forever(self.name, self._loop)
         finally:  # no longer leading: another replica counts them
@@ -306,7 +314,7 @@ class DoubleAllocationController:
                         protocol=self.runtime.protocol,
                     )
                 self._reported.add((device, holder.key, frozenset(h.key for h, _, _ in found)))
-                self.told.setdefault(device, set()).update(Key(p.namespace, p.name) for p in pods)
+                self.reported_pods.update(Key(p.namespace, p.name) for p in pods)
         # Looked at again while two still hold it: an eviction still under way, a write of
         # dralloc's own still in flight, or a new holder that came while this ran
         # (kube-scheduler may count a device free once one side of a double let it go).
@@ -315,30 +323,60 @@ class DoubleAllocationController:
         else:
             self.since.pop(device, None)
 
-    async def _tell_ended(self) -> None:
-        """Pods told of a double that has ended since: their condition says what holds now.
+    def _doubled(self, pod: Pod) -> bool:
+        """Whether a claim of the pod holds a device that another claim holds too."""
+        for name in pod.claim_names():
+            for device in self.held.get(Key(pod.namespace, name), ()):
+                if len(self.holders.get(device, ())) > 1:
+                    return True
+        return False
 
-        A pod still in another lasting double keeps its report; one whose condition no longer
-        speaks of a double (another controller wrote it since) is left alone."""
-        still_told = set().union(*self.told.values()) if self.told else set()
-        for key, device in sorted(self.ended.items()):
+    async def _tell_ended(self) -> None:
+        """Reported pods whose double has ended: their condition says what holds now.
+
+        A pod still in a double keeps its report (looked at again next period); one whose
+        condition no longer speaks of a double (another controller wrote it since) is left
+        alone. Whichever side was freed decides what it is told: every claim of the pod still
+        allocated and reserved for it, it has its devices; a claim freed (deallocated, or
+        reserved for it no more), it has not."""
+        for key in sorted(self.reported_pods):
             pod = self.pods.get(key)
             if (
                 pod is None
                 or pod.deleting
-                or key in still_told
                 or (podcondition.current(pod) or {}).get("reason") != REASON_DOUBLE
             ):
-                del self.ended[key]
+                self.reported_pods.discard(key)
                 continue
-            name = "/".join(device)
-            if pod.node_name:
+            if self._doubled(pod):
+                continue
+            freed = [
+                name
+                for name in pod.claim_names()
+                for claim in [self.claims.get(Key(pod.namespace, name))]
+                if claim is None
+                or claim.status is None
+                or claim.status.allocation is None
+                or not any(r.uid == pod.uid for r in claim.status.reserved_for)
+            ]
+            if freed:
+                status, reason = "False", REASON_DOUBLE_ENDED
+                message = (
+                    f"the double allocation ended: resourceclaim {', '.join(freed)} no longer "
+                    "holds devices for this pod"
+                )
+            elif pod.node_name:
                 status, reason = "True", podcondition.REASON_ALLOCATED
-                message = f"allocated on node {pod.node_name}; device {name} is no longer "
+                message = (
+                    f"allocated on node {pod.node_name}; the double allocation ended: no "
+                    "device of this pod is allocated to another claim"
+                )
             else:
                 status, reason = "False", REASON_DOUBLE_ENDED
-                message = f"not placed yet; device {name} is no longer "
-            message += "allocated to another claim"
+                message = (
+                    "not placed yet; the double allocation ended: no device of this pod is "
+                    "allocated to another claim"
+                )
             try:
                 await podcondition.set_condition(
                     self.client, pod, status, reason, message,
@@ -354,8 +392,8 @@ class DoubleAllocationController:
                     raise
                 log.warning("end of a double not told yet", pod=str(key), error=str(error)[:300])
                 continue  # tried again next period
-            self.ended.pop(key, None)
-            log.info("double allocation ended", device=name, pod=str(key))
+            self.reported_pods.discard(key)
+            log.info("double allocation ended", pod=str(key), freed=freed)
 
     async def _deallocate(self, claim: ResourceClaim) -> None:
         status = claimstatus.summarized(

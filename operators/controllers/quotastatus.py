@@ -30,6 +30,7 @@ CONDITION = "Valid"
 EXCEEDED = "Exceeded"
 REASON_EXCEEDED = "OverLimit"
 REASON_WITHIN = "WithinLimits"
+NOT_ENFORCED = ("False", "NotEnforced", "the quota limits nothing while it is invalid (see Valid)")
 PERIOD = 1.0  # seconds between looks at the book
 
 
@@ -174,13 +175,15 @@ class QuotaStatusWriter:
         updated = conditions.set_condition(
             current, CONDITION, state, reason, message, observed_generation=generation
         )
-        over = over_limits(quota, status.used)
+        # An invalid quota that limits nothing is over nothing either (Valid says why).
+        enforced = status.invalid is None or status.blocking
+        over = over_limits(quota, status.used) if enforced else []
         was_over = any(c.type == EXCEEDED and c.status == "True" for c in current)
         base = current if updated is None else tuple(Condition.from_kube(c) for c in updated)
         exceeded = conditions.set_condition(
             base,
             EXCEEDED,
-            *exceeded_condition(over),
+            *(exceeded_condition(over) if enforced else NOT_ENFORCED),
             observed_generation=generation,
         )
         if exceeded is not None:

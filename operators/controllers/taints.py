@@ -225,6 +225,7 @@ class TaintController:
         previous = self.scheduled.get(key)
         if eviction is None or pod is None:
             self.refused.pop(key, None)
+            self.limiter.waiting.discard(key)  # no longer waits for a slot
             if previous is not None:
                 del self.scheduled[key]
                 self._mark_rules(previous[1].rules)

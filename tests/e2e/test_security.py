@@ -5,7 +5,8 @@
   with a token of that ServiceAccount and allocates, so the list is also enough.
 - Fields: with the shipped policy dralloc-operator-pod-writes in force, that account may change
   on pods only dralloc's protocol (an image, a label, another annotation, the phase, the Ready
-  condition are refused, naming the field), and the operator still allocates under it.
+  condition are refused, naming the field; so is deleting a pod that asks for no devices),
+  and the operator still allocates under it.
 - adminAccess in a namespace without the admin-access label is refused, whether the claim
   comes from a template or is written directly.
 - The operator's log holds no token and no object bodies (a canary value in a pod and a
@@ -237,6 +238,12 @@ async def test_the_operators_token_cannot_change_a_pod_beyond_its_protocol(
         for field, (target, body) in attempts.items():
             message = await refusal(target, body)
             assert REFUSED_WRITE in message and field in message, (field, message)
+        try:  # a pod that asks for no devices is none of the operator's to delete
+            await client.delete(PODS, "agent", namespace=namespace)
+            deleted = ""
+        except ApiError as error:
+            deleted = error.message
+        assert "deletion also touches the pod itself" in deleted, deleted
         # Its protocol passes: an annotation of its own, its condition.
         await client.request(
             "PATCH", path, body={"metadata": {"annotations": {f"{GROUP}/probe": "1"}}},

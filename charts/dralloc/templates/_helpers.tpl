@@ -4,14 +4,18 @@
 {{- if has $ns (list "default" "kube-system" "kube-public" "kube-node-lease") -}}
 {{- fail (printf "namespace.name=%s: the operator's namespace is left out of the gating webhook and the admission policies (so that they never hold back the operator itself), so pods there would go ungated and unguarded. Install dralloc in a namespace of its own (the default: dralloc-system)" $ns) -}}
 {{- end -}}
-{{- /* On install and upgrade (not `helm template`): a namespace that already runs pods
-other than dralloc's would lose the same protection. */ -}}
+{{- $ns -}}
+{{- end -}}
+
+{{/* On install and upgrade (not `helm template`), once per render: a namespace that already
+runs pods other than dralloc's would lose the gate and the policies as the operator's own. */}}
+{{- define "dralloc.checkNamespacePods" -}}
+{{- $ns := include "dralloc.namespace" . -}}
 {{- range (lookup "v1" "Pod" $ns "").items | default list -}}
 {{- if ne (dig "metadata" "labels" "app.kubernetes.io/name" "" .) "dralloc" -}}
 {{- fail (printf "namespace.name=%s: the namespace runs pods that are not dralloc's (%s), and the operator's namespace is left out of the gating webhook and the admission policies, so they would go ungated and unguarded. Install dralloc in a namespace of its own" $ns .metadata.name) -}}
 {{- end -}}
 {{- end -}}
-{{- $ns -}}
 {{- end -}}
 
 {{/* In-tree mode (apiGroup resource.k8s.io)? "true" or "". */}}
@@ -34,7 +38,11 @@ app.kubernetes.io/component: operator
 {{- end -}}
 
 {{- define "dralloc.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{- define "dralloc.certMode" -}}

@@ -8,7 +8,7 @@ from typing import Any
 from operators.cache.informer import Key
 from operators.controllers import doubles
 from operators.controllers.doubles import DoubleAllocationController, Holder, Undo, choose_keeper
-from operators.kube import PODS, RESOURCE_CLAIMS
+from operators.kube import PODS, RESOURCE_CLAIMS, JsonDict
 
 from .fakes import FakeClient, allocated, claim, one_device_cluster, pod, put
 
@@ -226,6 +226,32 @@ def test_the_gauge_counts_devices_held_twice_past_the_settle_window_while_leadin
     metrics.DEVICES_HELD_TWICE.set(0)
 
 
+def _reported(client: FakeClient, controller: DoubleAllocationController) -> JsonDict:
+    """The bare pod "second" as the watch shows it after its double was reported."""
+    (report,) = [c for c in client.calls if _reports(c)]
+    second = copy.deepcopy(client.objects["/api/v1/namespaces/ns/pods/second"])
+    second["status"] = report.body["status"]
+    second["metadata"]["resourceVersion"] = "35"
+    put(controller.runtime, PODS, second)
+    return second
+
+
+def _release(controller: DoubleAllocationController, client: FakeClient, name: str) -> None:
+    path = f"/apis/resource.dralloc.dev/v1/namespaces/ns/resourceclaims/{name}"
+    released = copy.deepcopy(client.objects[path])
+    released["status"] = {}
+    released["metadata"]["resourceVersion"] = "40"
+    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", released)
+
+
+def _told(client: FakeClient) -> dict[str, Any]:
+    (told,) = [
+        c for c in client.writes("pods/second/status")
+        if c.body["status"]["conditions"][0]["reason"] != doubles.REASON_DOUBLE
+    ]  # fmt: skip
+    return dict(told.body["status"]["conditions"][0])
+
+
 async def test_a_reported_pod_is_told_when_its_double_ends() -> None:
     """The report on a bare pod lasts while the double does, and not for good: once the
     other side is freed, the pod's condition says it has its device again."""
@@ -233,22 +259,38 @@ async def test_a_reported_pod_is_told_when_its_double_ends() -> None:
     controller = _double(client, bound=True)
     await controller._repair(DEVICE)
     assert controller.reported == 1
-    (report,) = [c for c in client.calls if _reports(c)]
-    second = copy.deepcopy(client.objects["/api/v1/namespaces/ns/pods/second"])
-    second["status"] = report.body["status"]  # as the watch shows the written condition
-    second["metadata"]["resourceVersion"] = "35"
-    put(controller.runtime, PODS, second)
-    first = "/apis/resource.dralloc.dev/v1/namespaces/ns/resourceclaims/c1"
-    released = copy.deepcopy(client.objects[first])
-    released["status"] = {}
-    released["metadata"]["resourceVersion"] = "40"
-    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", released)
+    _reported(client, controller)
     await controller._tell_ended()
-    (told,) = [
-        c for c in client.writes("pods/second/status")
-        if c.body["status"]["conditions"][0]["reason"] != doubles.REASON_DOUBLE
-    ]  # fmt: skip
-    condition = told.body["status"]["conditions"][0]
+    assert not [c for c in client.writes("pods/second/status") if not _reports(c)], "told early"
+    _release(controller, client, "c1")
+    await controller._tell_ended()
+    condition = _told(client)
     assert (condition["status"], condition["reason"]) == ("True", "Allocated")
-    assert "no longer allocated to another claim" in condition["message"]
-    assert not controller.ended and not controller.told
+    assert "no device of this pod is allocated to another claim" in condition["message"]
+    assert not controller.reported_pods
+
+
+async def test_a_reported_pod_whose_own_claim_was_freed_is_not_told_it_has_its_device() -> None:
+    client = FakeClient()
+    controller = _double(client, bound=True)
+    await controller._repair(DEVICE)
+    _reported(client, controller)
+    _release(controller, client, "c2")  # the reported pod's own claim
+    await controller._tell_ended()
+    condition = _told(client)
+    assert (condition["status"], condition["reason"]) == ("False", doubles.REASON_DOUBLE_ENDED)
+    assert "resourceclaim c2 no longer holds devices for this pod" in condition["message"]
+
+
+async def test_a_replica_that_starts_leading_tells_the_reports_another_left() -> None:
+    client = FakeClient()
+    reporter = _double(client, bound=True)
+    await reporter._repair(DEVICE)
+    _reported(client, reporter)
+    # The next leader has a cache of the same cluster, and no memory of the report.
+    successor = DoubleAllocationController(reporter.runtime)
+    successor.seed_reported()
+    assert successor.reported_pods == {Key("ns", "second")}
+    _release(successor, client, "c1")
+    await successor._tell_ended()
+    assert _told(client)["reason"] == "Allocated"

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
+from .admission import admit
 from .test_claim_allocation_fencing import fenced, identities
+from .test_operator_pod_writes import bound_pod
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "dralloc"
@@ -582,6 +584,15 @@ def test_one_list_of_operator_identities_feeds_the_identity_and_the_fencing() ->
         assert fenced(policy, user, []), user
     assert fenced(policy, "bob", ["dralloc-operators"])
     assert not fenced(policy, "bob", ["system:authenticated"])
+    # ... and the same identities may change pods only as dralloc's protocol allows
+    writes = only(objects, "ValidatingAdmissionPolicy", "dralloc-operator-pod-writes")
+    old = bound_pod()
+    new = copy.deepcopy(old)
+    new["spec"]["containers"][0]["image"] = "attacker.example/backdoor:1"
+    for user, groups in [*((u, []) for u in users), ("bob", ["dralloc-operators"])]:
+        refused = admit(writes, {}, operation="UPDATE", obj=new, old=old, user=user, groups=groups)
+        assert refused is not None and "spec.containers" in refused, user
+    assert admit(writes, {}, operation="UPDATE", obj=new, old=old, user="bob") is None
     refused = run(
         helm(), "template", "dralloc", CHART, "--set", "allocationPolicy.operatorUsers={a\\,b}"
     )

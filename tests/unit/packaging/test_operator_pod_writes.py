@@ -82,6 +82,8 @@ def write(
 
 
 def test_the_operators_own_writes_pass(policy: dict[str, Any]) -> None:
+    """Each write the controllers make today (allocwrites, claims, released, podcondition,
+    taints and doubles)."""
     old = gated_pod()
     allocated = copy.deepcopy(old)
     allocated["metadata"]["annotations"][DEVICES_ANNOTATION] = '[{"name": "gpu"}]'
@@ -103,6 +105,11 @@ def test_the_operators_own_writes_pass(policy: dict[str, Any]) -> None:
     ]
     told["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
     assert write(policy, bound, told, status=True) is None
+    # in-tree, the claim statuses of a gated pod before its gate goes
+    gated = gated_pod()
+    recorded = copy.deepcopy(gated)
+    recorded["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
+    assert write(policy, gated, recorded, status=True) is None
 
 
 @pytest.mark.parametrize(
@@ -122,6 +129,17 @@ def test_the_operators_own_writes_pass(policy: dict[str, Any]) -> None:
         (lambda p: p["status"].update(podIP="10.0.0.8"), True, "status addresses"),
         (lambda p: p["status"]["containerStatuses"][0].update(ready=False), True, "status container statuses"),
         (lambda p: p["metadata"]["labels"].update(app="other"), True, "metadata.labels"),
+        (lambda p: p["spec"].update(nodeSelector={"zone": "a"}), False, "spec.nodeSelector"),
+        (lambda p: p["spec"].update(initContainers=[{"name": "i", "image": "attacker.example/x:1"}]), False, "spec.initContainers"),
+        (lambda p: p["spec"].update(terminationGracePeriodSeconds=1), False, "spec.terminationGracePeriodSeconds"),
+        (lambda p: p["status"].update(reason="Evicted"), True, "status.reason or status.message"),
+        (lambda p: p["status"].update(nominatedNodeName="n9"), True, "status.nominatedNodeName"),
+        (lambda p: p["status"].update(hostIP="10.9.9.9"), True, "status addresses"),
+        (lambda p: p["status"].update(qosClass="Guaranteed"), True, "status.qosClass"),
+        (lambda p: p["status"].update(initContainerStatuses=[{"name": "i", "ready": True}]), True, "status container statuses"),
+        (lambda p: p["status"].update(extendedResourceClaimStatus={"resourceClaimName": "x"}), True, "status.extendedResourceClaimStatus"),
+        (lambda p: p["status"].update(resourceClaimStatuses=[{"name": "gpu"}]), True, "status.resourceClaimStatuses"),
+        (lambda p: p["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}), True, "status.conditions"),
     ],
 )  # fmt: skip
 def test_anything_else_the_operator_writes_is_refused_by_name(
@@ -135,6 +153,58 @@ def test_anything_else_the_operator_writes_is_refused_by_name(
     assert "policy dralloc-operator-pod-writes" in message
     # others' writes are not this policy's to judge (the kubelet sets the phase)
     assert write(policy, old, new, status=status, user=KUBELET) is None
+
+
+def test_a_claim_status_once_recorded_stays(policy: dict[str, Any]) -> None:
+    """New entries naming a claim pass (the claim controller's, in-tree); an entry changed or
+    removed does not (it would point the kubelet at another claim, or at none)."""
+    old = bound_pod()
+    old["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
+    for statuses in ([{"name": "gpu", "resourceClaimName": "p-gpu-y"}], []):
+        new = copy.deepcopy(old)
+        new["status"]["resourceClaimStatuses"] = statuses
+        message = write(policy, old, new, status=True)
+        assert message is not None and "status.resourceClaimStatuses" in message, statuses
+
+
+def test_the_node_pin_only_in_the_write_that_lifts_the_gate(policy: dict[str, Any]) -> None:
+    """A token could otherwise steer any pod at dralloc's gate to a node of its choosing
+    and leave it gated; the pin and the release are one write."""
+    old = gated_pod()
+    pinned = copy.deepcopy(old)
+    pinned["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}  # fmt: skip
+    message = write(policy, old, pinned)
+    assert message is not None and "spec.affinity" in message
+
+
+def bystander() -> dict[str, Any]:
+    """A pod that asks for no devices (coredns, a node agent)."""
+    pod = bound_pod()
+    del pod["spec"]["resourceClaims"]
+    return pod
+
+
+def test_only_pods_that_ask_for_devices_may_be_deleted_or_marked_for_disruption(
+    policy: dict[str, Any],
+) -> None:
+    for pod in (bound_pod(), gated_pod()):
+        assert admit(policy, {}, operation="DELETE", obj=None, old=pod, user=OPERATOR_SA) is None
+    plugin = bystander()  # a device plugin's resource counts: its pods get devices too
+    plugin["spec"]["containers"][0]["resources"] = {"requests": {"example.com/gpu": "1"}}
+    assert admit(policy, {}, operation="DELETE", obj=None, old=plugin, user=OPERATOR_SA) is None
+    refused = admit(policy, {}, operation="DELETE", obj=None, old=bystander(), user=OPERATOR_SA)
+    assert refused is not None and "deletion also touches the pod itself" in refused, refused
+    assert admit(policy, {}, operation="DELETE", obj=None, old=bystander(), user=KUBELET) is None
+    # The condition that goes before a deletion: on pods that ask for devices only.
+    target = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "DeletionByDeviceTaintManager",
+    }
+    for pod, allowed in ((bound_pod(), True), (bystander(), False)):
+        marked = copy.deepcopy(pod)
+        marked["status"]["conditions"].append(target)
+        assert (write(policy, pod, marked, status=True) is None) is allowed
 
 
 def test_only_its_own_gate_may_go(policy: dict[str, Any]) -> None:

@@ -384,7 +384,7 @@ async def test_kopfs_login_gets_the_same_credentials(
         [context("ctx", "c", "u", namespace="ns")],
         "ctx",
     )
-    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path)))
+    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path), identity="t"))
     info = await runtime.login(memo=kopf.Memo())
     assert (info.server, info.ca_data, info.scheme, info.token, info.default_namespace) == (
         "https://k:6443",
@@ -393,7 +393,9 @@ async def test_kopfs_login_gets_the_same_credentials(
         "t0k",
         "ns",
     )
-    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(tmp_path / "x")))
+    monkeypatch.setattr(
+        base, "_configured_settings", Settings(kubeconfig=str(tmp_path / "x"), identity="t")
+    )
     with pytest.raises(runtime.kopf.LoginError, match="x"):
         await runtime.login(memo=kopf.Memo())
 
@@ -422,7 +424,7 @@ async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
         [context("ctx", "c", "u")],
         "ctx",
     )
-    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path)))
+    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path), identity="t"))
     monkeypatch.setenv("KUBECONFIG", str(path))  # the same file, whoever reads which
     memo = kopf.Memo()
     info, ours = await asyncio.gather(runtime.login(memo=memo), base.runtime_from(memo))
@@ -460,7 +462,7 @@ async def test_kopf_is_never_handed_back_the_credentials_it_was_refused(
         [context("ctx", "c", "u")],
         "ctx",
     )
-    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path)))
+    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path), identity="t"))
     memo = kopf.Memo()
     assert (await runtime.login(memo=memo)).token == "token-1"
     with pytest.raises(kopf.TemporaryError):

@@ -200,15 +200,16 @@ def test_the_default_identity_is_the_name_the_fencing_policy_knows() -> None:
 
 
 class Reviews:
-    def __init__(self, answer: dict[str, Any] | Exception) -> None:
-        self.answer = answer
+    def __init__(self, *answers: dict[str, Any] | Exception) -> None:
+        self.answers = list(answers)
         self.asked: list[dict[str, Any]] = []
 
     async def create(self, resource: Any, body: dict[str, Any]) -> dict[str, Any]:
         self.asked.append(body)
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 async def test_the_default_identity_asks_the_api_server_who_we_are() -> None:
@@ -216,5 +217,14 @@ async def test_the_default_identity_asks_the_api_server_who_we_are() -> None:
     reviews = Reviews(answer)
     assert await default_identity(reviews, "host-1") == "alice/host-1"  # type: ignore[arg-type]
     assert reviews.asked[0]["kind"] == "SelfSubjectReview"
-    down = Reviews(ApiError(503, "ServiceUnavailable", "down"))
-    assert await default_identity(down, "host-1") == "host-1"  # type: ignore[arg-type]
+
+
+async def test_the_default_identity_waits_for_an_answer_rather_than_guess() -> None:
+    """A guess while the API server is away would be a name the fencing policy never
+    accepts, for the life of the process; a refusal is an answer (the process name, told)."""
+    down = ApiError(503, "ServiceUnavailable", "down")
+    reviews = Reviews(down, down, {"status": {"userInfo": {"username": "alice"}}})
+    got = await default_identity(reviews, "host-1", retry_s=0.001)  # type: ignore[arg-type]
+    assert got == "alice/host-1" and len(reviews.asked) == 3
+    refused = Reviews(ApiError(403, "Forbidden", "no"))
+    assert await default_identity(refused, "host-1") == "host-1"  # type: ignore[arg-type]
