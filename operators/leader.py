@@ -71,23 +71,17 @@ async def default_identity(
     while True:
         try:
             review = await client.create(SELF_SUBJECT_REVIEWS, body)
-        except ApiError as error:
-            if failure_kind(error) is FailureKind.UNAVAILABLE:
-                if not told:
-                    told = True
-                    log.warning(
-                        "cannot ask the API server who this operator is yet; asking again",
-                        error=str(error)[:200],
-                    )
-                await asyncio.sleep(retry_s)
-                continue
-            log.warning(
-                "the API server does not say who this operator is; the Lease names it by "
-                "host and process, which the fencing policy does not accept (set --identity)",
-                error=str(error)[:200],
-            )
-            return process
         except REQUEST_ERRORS as error:
+            answered = (
+                isinstance(error, ApiError) and failure_kind(error) is not FailureKind.UNAVAILABLE
+            )
+            if answered:
+                log.warning(
+                    "the API server does not say who this operator is; the Lease names it by "
+                    "host and process, which the fencing policy does not accept (set --identity)",
+                    error=str(error)[:200],
+                )
+                return process
             if not told:
                 told = True
                 log.warning(
