@@ -1,4 +1,4 @@
-"""Pods released to a node that kube-scheduler then refuses: report, and undo the allocation.
+"""Pods released to a node that kube-scheduler then refuses: report, and recreate what can be.
 
 The allocation loop pins a pod to a node that passes every filter dralloc models, then
 removes the gate. kube-scheduler can still refuse the pod there: something dralloc does not
@@ -7,31 +7,30 @@ the last cpu between the release and the bind). The pinned pod then waits foreve
 devices held, and a gate cannot be put back. So a pod that stays unbound for
 ``release_grace`` seconds while the scheduler reports it Unschedulable is not left alone:
 
-- its claims stop being reserved for it, and a claim nobody else uses is deallocated, so the
-  devices go back to pods that can run;
-- its devices annotation is removed (it would list devices it no longer holds), the pod
-  condition says why with the scheduler's own message, and a Warning Event tells the user;
-- a pod a controller owns (ReplicaSet, Job, StatefulSet, ...) is deleted, with a UID
-  precondition, so the controller makes a new pod that dralloc places afresh
-  (``recreate_refused_pods``). A bare pod keeps its pin: if the scheduler binds it later,
-  the allocation loop serves it on that node as it serves any bound pod.
+- a pod a controller owns (ReplicaSet, Job, StatefulSet, ...) is deleted, with a UID and
+  resourceVersion precondition, so the controller makes a new pod that dralloc places
+  afresh (``recreate_refused_pods``); its claims go with it;
+- a bare pod keeps its devices (and its pin): the pod condition says why with the
+  scheduler's own message, and a Warning Event tells the user what to do. Freeing its claims
+  would race kube-scheduler: its verdict may come from a view that lags (after an API server
+  restart its watches take up to a minute to recover), and on that view it binds the pod
+  with the allocation it still sees, so the pod would run on a node where its claims hold
+  nothing (the robustness suite caught that: four pods bound without devices for a second).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
 import structlog
 
-from operators.api.models import ResourceClaim
 from operators.cache.core import DEVICES_ANNOTATION, Pod
 from operators.cache.informer import Change, Key
-from operators.controllers import claimstatus, podcondition
+from operators.controllers import podcondition
 from operators.controllers.base import Runtime, register_controller, retry_forever
-from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_kind
+from operators.kube import PODS, Conflict, NotFound, failure_kind
 
 log = structlog.get_logger(__name__)
 
@@ -67,10 +66,6 @@ def is_released_unbound(pod: Pod, pinned: bool = True) -> bool:
     )
 
 
-def _reserved_for(claim: ResourceClaim, uid: str) -> bool:
-    return claim.status is not None and any(r.uid == uid for r in claim.status.reserved_for)
-
-
 class ReleasedPodsController:
     name = "released-pods"
 
@@ -83,7 +78,6 @@ class ReleasedPodsController:
         # while kube-scheduler finds no node (its own fallback deallocates only claims it
         # finds unavailable on a node that passed every other filter).
         self.pinned = runtime.protocol.pins_node
-        self.claims = runtime.cache.assumed(RESOURCE_CLAIMS)
         self.since: dict[Key, float] = {}
         self.undone = 0
         self.pods.add_handler(self._on_pod)
@@ -128,12 +122,13 @@ class ReleasedPodsController:
                 self.undone += 1
 
     async def _undo(self, pod: Pod, message: str) -> None:
-        """Each first write is conditional on the pod version that was refused: if the
-        scheduler binds the pod meanwhile, it fails (Conflict) and nothing is undone."""
+        """The first write is conditional on the pod version that was refused: if the
+        scheduler binds the pod meanwhile, nothing is done (the deletion conflicts; the
+        condition is no longer needed)."""
         node = pod.needs.pinned_node  # '' in-tree: released pods are not pinned there
         # Deleting (with the refused version as precondition) is the one undo that cannot
         # race kube-scheduler binding the pod meanwhile; freeing the claims of a bare pod
-        # can, and a pod bound then is served on its node as any bound pod.
+        # can (see the module's docstring), so a bare pod keeps them.
         recreate = bool(pod.controller) and self.settings.recreate_refused_pods
         where = f" to node {node}" if node else ""
         summary = (
@@ -156,39 +151,25 @@ class ReleasedPodsController:
                 )
             outcome = f"the pod is deleted so that {pod.controller} recreates it"
         else:
-            patched = await self.client.merge_patch(
-                PODS,
-                pod.name,
-                {"metadata": {"annotations": {DEVICES_ANNOTATION: None}}},
-                namespace=pod.namespace,
-                resource_version=pod.resource_version,
+            outcome = (
+                "the pod keeps its devices (kube-scheduler may yet bind it); delete it to give "
+                "them back, or free what it needs on the node"
             )
-            released: list[str] = []
-            for name in pod.claim_names():
-                claim = self.claims.get(Key(pod.namespace, name))
-                if claim is None or not _reserved_for(claim, pod.uid):
-                    continue
-                await self._release_claim(claim, pod.uid)
-                released.append(name)
-            outcome = f"claims released: {', '.join(released)}" if released else "no claims held"
-            with contextlib.suppress(Conflict):  # retried from fresh reads; then it changed
-                await podcondition.set_condition(
-                    self.client,
-                    pod,
-                    "False",
-                    REASON_REFUSED,
-                    summary,
-                    resource_version=patched["metadata"]["resourceVersion"],
-                    still_needed=lambda fresh: not fresh.node_name,
-                    protocol=self.runtime.protocol,
-                )
+            written = await podcondition.set_condition(
+                self.client,
+                pod,
+                "True",
+                REASON_REFUSED,
+                f"{summary}; {outcome}",
+                still_needed=lambda fresh: not fresh.node_name,
+                protocol=self.runtime.protocol,
+            )
+            if not written:
+                return  # bound meanwhile, gone, or said already: nothing new to tell
         await self.runtime.events.post(
             pod.involved(), REASON_REFUSED, f"{summary}; {outcome}", warning=True
         )
         log.warning("released pod refused by the scheduler", pod=pod.ref, node=node)
-
-    async def _release_claim(self, claim: ResourceClaim, uid: str) -> None:
-        await claimstatus.release_claim(self.client, self.claims, self.runtime.protocol, claim, uid)
 
 
 register_controller(

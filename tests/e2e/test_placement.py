@@ -458,7 +458,7 @@ def wait_refusal_event(testbed: Testbed, namespace: str, name: str, uid: str) ->
     raise AssertionError(f"no SchedulerRefused event on pod {name} after 30 s: {describe(obj)}")
 
 
-def test_pod_the_scheduler_refuses_after_release_gets_its_devices_back(
+def test_a_bare_pod_the_scheduler_refuses_after_release_is_told_and_keeps_its_devices(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
     uid, _ = release_then_fill(testbed, namespace, "refused")
@@ -480,15 +480,13 @@ def test_pod_the_scheduler_refuses_after_release_gets_its_devices_back(
         ),
         timeout=15,
     )
-    assert condition["status"] == "False", condition
-
-    def deallocated() -> bool:
-        mine = claims_of(testbed, namespace, uid)
-        return bool(mine) and all(
-            not (c.get("status") or {}).get("allocation") and not reserved_for(c, uid) for c in mine
-        )
-
-    wait_for("the refused pod's claim to be deallocated", deallocated, timeout=15)
+    # It keeps its devices: kube-scheduler may yet bind it on the allocation it sees.
+    assert condition["status"] == "True", condition
+    assert "the pod keeps its devices" in condition["message"], condition
+    mine = claims_of(testbed, namespace, uid)
+    assert mine and all(
+        (c.get("status") or {}).get("allocation") and reserved_for(c, uid) for c in mine
+    ), mine
 
 
 def test_refused_pod_with_a_controller_is_deleted_for_recreation(
