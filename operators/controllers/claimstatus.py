@@ -187,13 +187,4 @@ async def release_claim(
 
 def involved(claim: ResourceClaim) -> JsonDict:
     """The minimal object an Event needs to point at a claim."""
-    return {
-        "apiVersion": claim.api_version,
-        "kind": "ResourceClaim",
-        "metadata": {
-            "namespace": claim.metadata.namespace,
-            "name": claim.metadata.name,
-            "uid": claim.metadata.uid,
-            "resourceVersion": claim.metadata.resource_version,
-        },
-    }
+    return conditions.event_target(claim)

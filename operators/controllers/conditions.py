@@ -78,3 +78,18 @@ def remove_condition(conditions: Sequence[Condition], type_: str) -> list[dict[s
     if find(conditions, type_) is None:
         return None
     return [c.to_kube() for c in conditions if c.type != type_]
+
+
+def event_target(obj: Any) -> dict[str, Any]:
+    """The minimal object an Event needs to point at a namespaced API object of ours (a
+    model with ``api_version``, ``kind`` and ``metadata``): Events go where conditions do."""
+    return {
+        "apiVersion": obj.api_version,
+        "kind": obj.kind,
+        "metadata": {
+            "namespace": obj.metadata.namespace,
+            "name": obj.metadata.name,
+            "uid": obj.metadata.uid,
+            "resourceVersion": obj.metadata.resource_version,
+        },
+    }

@@ -86,20 +86,6 @@ def exceeded_condition(over: list[str]) -> tuple[str, str, str]:
     )
 
 
-def involved(quota: DeviceQuota) -> dict[str, Any]:
-    """The minimal object an Event needs to point at a quota."""
-    return {
-        "apiVersion": quota.api_version,
-        "kind": "DeviceQuota",
-        "metadata": {
-            "namespace": quota.metadata.namespace,
-            "name": quota.metadata.name,
-            "uid": quota.metadata.uid,
-            "resourceVersion": quota.metadata.resource_version,
-        },
-    }
-
-
 class QuotaStatusWriter:
     """Writes what the book says to the quotas' status (run by the allocation controller)."""
 
@@ -204,5 +190,8 @@ class QuotaStatusWriter:
         )
         if over and not was_over and self.events is not None:
             await self.events.post(
-                involved(quota), REASON_EXCEEDED, exceeded_condition(over)[2], warning=True
+                conditions.event_target(quota),
+                REASON_EXCEEDED,
+                exceeded_condition(over)[2],
+                warning=True,
             )
