@@ -94,7 +94,11 @@ class Options:
     MutatingAdmissionPolicy (``policy``)."""
     policy: bool = False
     """The claim-allocation admission policy guards the run's namespaces (only the operator
-    may allocate), and the operator serves every one of them, kube-scheduler's pods too."""
+    may allocate), as shipped; with ``scheduler_pods`` the operator serves every one of them,
+    kube-scheduler's pods too. Without it kube-scheduler is a second allocator of the claims
+    it deallocates (its PostFilter does when its view has no node for the pod, e.g. a node
+    it has not seen yet) while dralloc allocates them again: a double the policy is there to
+    refuse."""
     fencing: bool = False
     """Operators use tokens bound to pods of their own (as replicas do), and the shipped
     fencing policy, bound to the run's Lease, lets only its holder make claims and allocate
@@ -280,7 +284,7 @@ class Run:
         return operator
 
     def _scope_args(self) -> tuple[str, ...]:
-        if self.options.policy:
+        if self.options.policy and self.options.scheduler_pods:
             return ()  # every namespace: the policy leaves kube-scheduler none to allocate
         return (f"--gate-namespace-label={'='.join(GATED_LABEL)}",)
 
@@ -289,9 +293,11 @@ class Run:
         return f"{self.layout.prefix}-allocation"
 
     def _install_policy(self) -> None:
+        # The operators' user: the replicas' ServiceAccount when fenced, else the run's own.
+        writer = self.cluster.operator_user() if self.replicas is None else self.replicas.username
         self.cluster.apply(
             *claim_allocation_policy(
-                self._policy_name, self.layout.namespaces(), [self.cluster.operator_user()],
+                self._policy_name, self.layout.namespaces(), [writer],
                 group=self.options.mode.group,
             )
         )  # fmt: skip

@@ -462,9 +462,14 @@ class AllocationController(ClaimWrites, Explanations):
                 return
             # (A member placed with its gang and released is done here: AlreadyAllocated.)
             entries = self._resolve_claims(pod)
-            if pod.gang is not None and not pod.gated and not pod.node_name:
+            released = ALLOCATED_BY_ANNOTATION in pod.annotations
+            if pod.gang is not None and not pod.gated and not pod.node_name and not released:
                 # A member that passed the gate by: allocated alone, kube-scheduler would
-                # bind it while the others wait (a gang released in part).
+                # bind it while the others wait (a gang released in part). One dralloc
+                # released with its gang (its allocation record says so) and whose claims
+                # were cleared since is allocated again alone below, as any released pod:
+                # kube-scheduler's PostFilter clears a claim when its view has no node for
+                # the pod (a node it has not seen yet), and the gang was placed already.
                 raise Unallocatable(
                     f"gang {pod.gang.name}: this member has no {SCHEDULING_GATE} gate (created "
                     "while the webhook was away, or the gate removed by hand); a gang is "

@@ -1,7 +1,8 @@
 """The robustness suite's short seeded run, in each API mode: traffic with random faults
 (operator SIGKILL, API server restarts, etcd compaction with a relist), pods gated by the
 shipped webhook configuration (claims pods fail closed: refused while no operator serves,
-never created ungated), operators fenced by the shipped fencing policy (each with a token
+never created ungated), the shipped claim-allocation policy (kube-scheduler may not allocate
+the claims it deallocates), operators fenced by the shipped fencing policy (each with a token
 bound to a pod of its own, as replicas are), and the whole recorded history checked by ``robustness.checker`` (no device held by two claims at any
 revision, bound pods have their devices, gangs whole, quotas kept, every pod bound or
 explained at the end).
@@ -39,7 +40,7 @@ def test_a_short_seeded_run_with_faults_keeps_every_rule(testbed: Testbed, tmp_p
     # retried at the latest when its unschedulable queue is flushed, every 5 minutes.
     options = Options(
         mode=cluster.mode, seed=SEED, duration_s=50, faults=SAFE_FAULTS, fault_count=4,
-        settle_s=330, gate="webhook-closed", fencing=True,
+        settle_s=330, gate="webhook-closed", fencing=True, policy=True,
     )  # fmt: skip
     result = asyncio.run(Run(cluster, options, tmp_path).execute())
     print("[robustness] " + result.summary().replace("\n", "\n[robustness] "))
@@ -72,7 +73,7 @@ def test_twenty_relists_keep_every_rule(testbed: Testbed, tmp_path: Path) -> Non
     options = Options(
         mode=cluster.mode, seed=SEED + 100, duration_s=280, rate=6.0,
         faults=("compact-and-restart",), fault_count=RELISTS, settle_s=330,
-        gate="webhook-closed", fencing=True,
+        gate="webhook-closed", fencing=True, policy=True,
     )  # fmt: skip
     result = asyncio.run(Run(cluster, options, tmp_path).execute())
     print("[robustness] " + result.summary().replace("\n", "\n[robustness] "))

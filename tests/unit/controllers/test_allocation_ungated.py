@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
 from operators.cache.informer import Key
 from operators.controllers.allocation import AllocationController
 from operators.controllers.workqueue import work_once
+from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord, AllocatorMark
 from operators.kube import NAMESPACES, PODS, RESOURCE_CLAIMS
 
 from .fakes import FakeClient, allocated, claim, namespace, one_device_cluster, pod, put
@@ -143,3 +145,25 @@ async def test_a_gang_member_placed_with_its_gang_and_released_is_left_alone() -
     assert await allocate_once(allocation) == POD
     assert allocations(client) == []
     assert client.writes(PODS.path("ns", "p")) == [], "the placed member was written to"
+
+
+async def test_a_released_member_whose_claims_were_cleared_is_allocated_again_alone() -> None:
+    """dralloc released it with its gang (its allocation record says so), then kube-scheduler
+    cleared its claim (its PostFilter does when its view has no node for the pod, a node it
+    has not seen yet): the gang was placed already, so the member is allocated again on its
+    own, as any released pod, rather than told to be made again (seen in a robustness run:
+    the member waited, and without the claim-allocation policy kube-scheduler took it)."""
+    client = FakeClient()
+    allocation = controller(client)
+    member = ungated_pod()
+    record = AllocationRecord(AllocatorMark("ns/lease", "op-0", 1), time.time() - 5)
+    member["metadata"]["annotations"] = {
+        GANG_ANNOTATION: "train",
+        GANG_SIZE_ANNOTATION: "2",
+        ALLOCATED_BY_ANNOTATION: record.render(),
+    }
+    put(allocation.runtime, PODS, member)
+    assert await allocate_once(allocation) == POD
+    [status] = allocations(client)
+    assert [r["uid"] for r in status["reservedFor"]] == ["uid-p-p"]
+    assert "gang train: this member has no" not in json.dumps([c.body for c in client.calls])
