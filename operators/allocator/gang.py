@@ -602,8 +602,11 @@ def _find_flat(
         return GangPlacement(
             need, total, reason=f"waiting for gang members: {total} of {need} present"
         )
-    # The free counts can tell at once that the gang cannot fit (before any node search).
-    short = _capacity_shortfall(state, compiled, need)
+    # The free counts, or a quota's room, can tell at once that the gang cannot fit (before
+    # any node search), and name what refuses it.
+    short = _capacity_shortfall(state, compiled, need) or (
+        "" if shared else _quota_shortfall(state, compiled, need)
+    )
     if short:
         return GangPlacement(need, total, reason=short)
     search = _GangSearch(state, compiled, need, policy, budget, deadline, pin)
@@ -685,6 +688,52 @@ def _alone(search: _GangSearch, members: list[_Member]) -> dict[str, Placement]:
         if search.place_alone(i, member.nodes, explain=False).node is None:
             out[member.name] = search.place_alone(i, member.nodes, explain=True)
     return out
+
+
+def _quota_shortfall(state: AllocatorState, members: list[_Member], need: int) -> str:
+    """Why no ``need`` members fit under a DeviceQuota of their namespace, told by what the
+    quota has left ('' when it allows it or cannot tell): each member takes at least the
+    devices of its ExactCount requests of the quota's class, and one claim per claim asking
+    for them. Quotas with selectors count only some devices, and a prioritized list may pick
+    another class: those cannot tell. The search would find the same (one member after
+    another refused), but not say which quota, nor how far it is."""
+    book = state.quotas
+    least: list[dict[tuple[str, str], tuple[int, int]]] = []  # per member: (devices, claims)
+    for member in members:
+        mine: dict[tuple[str, str], tuple[int, int]] = {}
+        for claim in member.claims:
+            if claim.namespace not in book.quotas:
+                continue
+            counted: set[tuple[str, str]] = set()
+            for request in claim.requests:
+                wanted = request.exactly
+                if wanted is None or wanted.admin_access or wanted.mode != "ExactCount":
+                    continue
+                key = (claim.namespace, wanted.class_name)
+                devices, claims = mine.get(key, (0, 0))
+                mine[key] = (devices + wanted.count, claims + (key not in counted))
+                counted.add(key)
+        least.append(mine)
+    for key in sorted({k for mine in least for k in mine}):
+        namespace, class_name = key
+        for _, quota in sorted(book.quotas[namespace].items()):
+            if quota.class_name != class_name or quota.selectors or book.blocks(quota):
+                continue
+            used = book.used(quota)
+            for what, index, limit, taken in (
+                ("devices", 0, quota.devices, used.devices),
+                ("claims", 1, quota.claims, used.claims),
+            ):
+                if limit is None:
+                    continue
+                together = sum(sorted(mine.get(key, (0, 0))[index] for mine in least)[:need])
+                if taken + together > limit:
+                    return (
+                        f"DeviceQuota {quota.ref}: {what} {taken} of {limit} used, and the "
+                        f"gang's {need} members placed together need {together} more "
+                        f"(class {class_name})"
+                    )
+    return ""
 
 
 def _capacity_shortfall(state: AllocatorState, members: list[_Member], need: int) -> str:

@@ -463,3 +463,42 @@ def test_random_attribute_topologies_fit_exactly_when_one_value_alone_fits(seed:
         values = used_domains(state, result)
         assert len(values) == 1 and values <= set(fits_alone)
         assert len(set(used_devices(result))) == len(used_devices(result))
+
+
+def quota(devices: int | None = None, claims: int | None = None, **spec: Any) -> dict[str, Any]:
+    hard = {k: v for k, v in (("devices", devices), ("claims", claims)) if v is not None}
+    return {
+        "metadata": {"name": "gpus", "namespace": "ns"},
+        "spec": {"deviceClassName": ANY, "hard": hard, **spec},
+    }
+
+
+def test_a_gang_a_device_quota_refuses_is_told_which_quota_and_how_far() -> None:
+    """Each member fits under the quota alone, not all together: the reason names the quota,
+    what it has used and what the gang needs, as a single pod's does (it said "each fits
+    alone, but not together" before)."""
+    state = cluster(**{"node-a": ["small"] * 4, "node-b": ["small"] * 4})
+    state.upsert_quota(quota(devices=3))
+    gang = members(state, ("w0", ANY, 1), ("w1", ANY, 1), ("w2", ANY, 2))
+    result = find_gang(state, gang, need=3, policy="binpack")
+    assert not result.fits
+    assert result.reason == (
+        "DeviceQuota ns/gpus: devices 0 of 3 used, and the gang's 3 members placed together "
+        f"need 4 more (class {ANY})"
+    )
+    assert result.searches == 0, "told by the quota's room, before any node search"
+    # Two of them fit (the quota counts the smallest): with need=2 the gang is placed.
+    assert find_gang(state, gang, need=2, policy="binpack").fits
+    # A limit on claims is told the same way.
+    state.upsert_quota(quota(claims=2))
+    result = find_gang(state, gang, need=3, policy="binpack")
+    assert result.reason.startswith("DeviceQuota ns/gpus: claims 0 of 2 used"), result.reason
+
+
+def test_a_quota_with_selectors_leaves_the_gang_to_the_search() -> None:
+    """It counts some devices only: the room cannot tell, the search decides (and places
+    the gang where the quota's devices are not needed)."""
+    state = cluster(**{"node-a": ["small"] * 4})
+    state.upsert_quota(quota(devices=0, selectors=[{"cel": {"expression": "false"}}]))
+    gang = members(state, ("w0", ANY, 1), ("w1", ANY, 1))
+    assert find_gang(state, gang, need=2, policy="binpack").fits
