@@ -5,7 +5,8 @@ second-operator fault's) uses a token bound to a pod of its own of one ServiceAc
 replicas of the Deployment do: the API server names the pod in each of its requests, and the
 shipped fencing policy (manifests/base/claim-allocation-fencing.yaml), bound to the run's
 Lease, refuses claims and allocations from every operator but the Lease's holder; the shipped
-policy dralloc-operator-pod-writes limits their pod writes to dralloc's protocol. The pods
+policies dralloc-operator-pod-writes and dralloc-operator-claim-writes limit their pod and
+claim writes to dralloc's protocol. The pods
 never run (no node matches them); the ServiceAccount may do anything (the run does not test
 RBAC).
 """
@@ -27,6 +28,7 @@ from robustness.gates import rendered
 
 POLICY: Final = "dralloc-claim-allocation-fencing"
 POD_WRITES: Final = "dralloc-operator-pod-writes"
+CLAIM_WRITES: Final = "dralloc-operator-claim-writes"
 SHIPPED_WRITER: Final = "system:serviceaccount:dralloc-system:dralloc-operator"
 ACCOUNT: Final = "dralloc-operator"
 
@@ -57,15 +59,23 @@ class Replicas:
     def pod_writes_name(self) -> str:
         return f"{self.name.removesuffix('-fencing')}-pod-writes"
 
+    @property
+    def claim_writes_name(self) -> str:
+        return f"{self.name.removesuffix('-fencing')}-claim-writes"
+
     def policy(self) -> list[dict[str, Any]]:
         """The shipped fencing policy and binding for this run's ServiceAccount, Lease and
-        namespaces, and the shipped policy that limits the operator's pod writes to its
-        protocol (so every pod write of the run's operators is judged by it too)."""
+        namespaces, and the shipped policies that limit the operator's pod and claim writes to
+        its protocol (so every such write of the run's operators is judged by them too)."""
         components = ["in-tree"] if self.cluster.mode.in_tree else []
         kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
         objects = rendered(self.cluster, components, kinds)
         out: list[dict[str, Any]] = []
-        for shipped, name in ((POLICY, self.name), (POD_WRITES, self.pod_writes_name)):
+        for shipped, name in (
+            (POLICY, self.name),
+            (POD_WRITES, self.pod_writes_name),
+            (CLAIM_WRITES, self.claim_writes_name),
+        ):
             found = [o for o in objects if o["metadata"]["name"] == shipped]
             policy = next(o for o in found if o["kind"] == kinds[0])
             binding = next(o for o in found if o["kind"] == kinds[1])
@@ -133,9 +143,18 @@ class Replicas:
         claim = {
             "apiVersion": f"{self.cluster.mode.group}/v1",
             "kind": "ResourceClaim",
-            "metadata": {"generateName": "fencing-probe-", "namespace": namespace},
+            "metadata": {
+                "generateName": "fencing-probe-",
+                "namespace": namespace,
+                # As the claim controller makes them (made for a pod), so that the policy on
+                # the operator's claim writes lets it by and the fencing policy judges it.
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": "fencing-probe",
+                     "uid": "00000000-0000-0000-0000-000000000000", "controller": True}
+                ],
+            },
             "spec": {"devices": {"requests": []}},
-        }
+        }  # fmt: skip
         deadline = time.monotonic() + timeout
         answer = ""
         while time.monotonic() < deadline:
@@ -162,7 +181,6 @@ class Replicas:
             "delete", "clusterrolebinding", self.name, "--ignore-not-found", check=False
         )
         for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
-            self.cluster.kubectl(
-                "delete", kind, self.pod_writes_name, "--ignore-not-found", check=False
-            )
+            for name in (self.pod_writes_name, self.claim_writes_name):
+                self.cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
         self.cluster.kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)

@@ -3,10 +3,11 @@
 - RBAC: ``kubectl auth can-i --list`` for the operator's ServiceAccount (from manifests/)
   equals the list below, row for row, and Secrets are out of reach; the operator then runs
   with a token of that ServiceAccount and allocates, so the list is also enough.
-- Fields: with the shipped policy dralloc-operator-pod-writes in force, that account may change
-  on pods only dralloc's protocol (an image, a label, another annotation, the phase, the Ready
-  condition are refused, naming the field; so is deleting a pod that asks for no devices),
-  and the operator still allocates under it.
+- Fields: with the shipped policies dralloc-operator-pod-writes and -claim-writes in force,
+  that account may change on pods only dralloc's protocol (an image, a label, another
+  annotation, the phase, the Ready condition are refused, naming the field; so is deleting a
+  pod that asks for no devices), and on claims only its protocol (a user's claim relabelled or
+  deleted is refused), and the operator still allocates under them.
 - adminAccess in a namespace without the admin-access label is refused, whether the claim
   comes from a template or is written directly.
 - The operator's log holds no token and no object bodies (a canary value in a pod and a
@@ -171,25 +172,32 @@ def service_account_kubeconfig(testbed: Testbed, path: Path) -> tuple[Path, str]
 
 
 POD_WRITES: Final = "dralloc-operator-pod-writes"
+CLAIM_WRITES: Final = "dralloc-operator-claim-writes"
 REFUSED_WRITE: Final = "the dralloc operator may change on pods only its protocol"
+REFUSED_CLAIM_WRITE: Final = "the dralloc operator may change on ResourceClaims only its protocol"
 
 
 @pytest.fixture(scope="module")
-def pod_writes_policy(testbed: Testbed, rbac: None) -> Iterator[None]:
-    """The shipped policy that limits the operator's pod writes to its protocol, in force."""
+def write_policies(testbed: Testbed, rbac: None) -> Iterator[None]:
+    """The shipped policies that limit the operator's pod and claim writes to its protocol,
+    in force."""
     rendered = testbed.kubectl("kustomize", str(REPO_ROOT / "manifests")).stdout
-    objects = [o for o in yaml.safe_load_all(rendered) if o and o["metadata"]["name"] == POD_WRITES]
-    assert {o["kind"] for o in objects} == {
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
-    }, "manifests/ ships the policy and its binding"  # fmt: skip
+    names = (POD_WRITES, CLAIM_WRITES)
+    objects = [o for o in yaml.safe_load_all(rendered) if o and o["metadata"]["name"] in names]
+    assert sorted((o["metadata"]["name"], o["kind"]) for o in objects) == sorted(
+        (name, kind)
+        for name in names
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    ), "manifests/ ships the policies and their bindings"
     testbed.apply(*objects)
     try:
         yield
     finally:
         for o in objects:
             testbed.kubectl(
-                "delete", o["kind"].lower(), POD_WRITES, "--ignore-not-found", check=False
-            )
+                "delete", o["kind"].lower(), o["metadata"]["name"], "--ignore-not-found",
+                check=False,
+            )  # fmt: skip
 
 
 def bystander(testbed: Testbed, namespace: str, name: str) -> None:
@@ -203,7 +211,7 @@ def bystander(testbed: Testbed, namespace: str, name: str) -> None:
 
 
 async def test_the_operators_token_cannot_change_a_pod_beyond_its_protocol(
-    testbed: Testbed, namespace: str, pod_writes_policy: None, tmp_path: Path
+    testbed: Testbed, namespace: str, write_policies: None, tmp_path: Path
 ) -> None:
     """A stolen operator token may patch pods cluster-wide (RBAC cannot limit fields); the
     API server refuses every change outside dralloc's protocol, and lets its own through."""
@@ -259,9 +267,48 @@ async def test_the_operators_token_cannot_change_a_pod_beyond_its_protocol(
     assert after["status"].get("phase") != "Failed"
 
 
+async def test_the_operators_token_cannot_change_a_claim_beyond_its_protocol(
+    testbed: Testbed, namespace: str, write_policies: None, tmp_path: Path
+) -> None:
+    """The operator's role patches and deletes claims cluster-wide; the API server refuses a
+    user's claim relabelled, re-annotated or deleted with its token, naming what."""
+    pool = make_pool(testbed, nodes=1, devices=1)
+    users = claim(namespace, "users", pool)
+    users["metadata"]["labels"] = {"team": "a"}
+    testbed.apply(users)
+    kubeconfig, _ = service_account_kubeconfig(testbed, tmp_path / "sa.kubeconfig")
+    mode = testbed.api_mode
+    path = f"/apis/{mode.api_version}/namespaces/{namespace}/resourceclaims/users"
+    merge = "application/merge-patch+json"
+    async with await KubeClient.connect(str(kubeconfig)) as client:
+
+        async def refusal(method: str, body: Any = None) -> str:
+            try:
+                await client.request(method, path, body=body, content_type=merge)
+            except ApiError as error:
+                return error.message
+            return ""
+
+        deadline, tries = time.monotonic() + 60, 0
+        while REFUSED_CLAIM_WRITE not in (
+            first := await refusal("PATCH", {"metadata": {"labels": {"team": f"b{tries}"}}})
+        ):
+            assert time.monotonic() < deadline, f"the policy is not in force: {first!r}"
+            tries += 1
+            await asyncio.sleep(0.5)
+        print(f"\n[security] {first}")
+        assert "metadata.labels" in first, first
+        annotated = await refusal("PATCH", {"metadata": {"annotations": {"note": "x"}}})
+        assert REFUSED_CLAIM_WRITE in annotated and "metadata.annotations" in annotated
+        deleted = await refusal("DELETE")
+        assert "deletion also touches the claim itself" in deleted, deleted
+    after = testbed.get(mode.resource("resourceclaims"), "users", f"--namespace={namespace}")
+    assert after is not None and after["metadata"]["labels"] == {"team": "a"}
+
+
 @pytest.fixture
 def operator_as_service_account(
-    testbed: Testbed, rbac: None, pod_writes_policy: None, tmp_path: Path
+    testbed: Testbed, rbac: None, write_policies: None, tmp_path: Path
 ) -> Iterator[tuple[OperatorProcess, str]]:
     kubeconfig, token = service_account_kubeconfig(testbed, tmp_path / "sa.kubeconfig")
     as_account = dataclasses.replace(testbed, kubeconfig=kubeconfig)

@@ -85,7 +85,7 @@ comma-separated: the identity ConfigMap and the fencing policy, as dralloc.opera
 {{- end }}
 
 {{- /* CEL: the request comes from one of the operator's identities (dralloc.operatorUsers,
-dralloc.operatorGroups). The fencing policy and the operator-pod-writes policy match by it. */}}
+dralloc.operatorGroups). The fencing policy and the operator-pod-writes and operator-claim-writes policies match by it. */}}
 {{- define "dralloc.isOperatorCEL" -}}
 request.userInfo.username in [
 {{- range $i, $user := splitList "," (include "dralloc.operatorUsers" .) }}{{ if $i }},{{ end }}

@@ -21,6 +21,7 @@ import yaml
 
 from .admission import admit
 from .test_claim_allocation_fencing import fenced, identities
+from .test_operator_claim_writes import users_claim
 from .test_operator_pod_writes import bound_pod
 
 REPO = Path(__file__).resolve().parents[3]
@@ -593,6 +594,17 @@ def test_one_list_of_operator_identities_feeds_the_identity_and_the_fencing() ->
         refused = admit(writes, {}, operation="UPDATE", obj=new, old=old, user=user, groups=groups)
         assert refused is not None and "spec.containers" in refused, user
     assert admit(writes, {}, operation="UPDATE", obj=new, old=old, user="bob") is None
+    # ... and claims only as its protocol allows
+    claim_writes = only(objects, "ValidatingAdmissionPolicy", "dralloc-operator-claim-writes")
+    for user, groups in [*((u, []) for u in users), ("bob", ["dralloc-operators"])]:
+        refused = admit(
+            claim_writes, {}, operation="DELETE", obj=None, old=users_claim(), user=user,
+            groups=groups, resource="resourceclaims",
+        )  # fmt: skip
+        assert refused is not None and "not made for a pod" in refused, user
+    assert (
+        admit(claim_writes, {}, operation="DELETE", obj=None, old=users_claim(), user="bob") is None
+    )
     refused = run(
         helm(), "template", "dralloc", CHART, "--set", "allocationPolicy.operatorUsers={a\\,b}"
     )
