@@ -43,6 +43,7 @@ from operators.allocator.errors import AllocationError, DecisionTimeout, NodeAll
 from operators.allocator.index import Signature
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.placement import Placement
+from operators.allocator.quota import Usage
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.search import Search
 from operators.api.annotations import GangTopology
@@ -720,9 +721,15 @@ def _quota_shortfall(state: AllocatorState, members: list[_Member], need: int) -
             if quota.class_name != class_name or quota.selectors or book.blocks(quota):
                 continue
             used = book.used(quota)
+            # Less what the members' own claims count for already (an assumption the watch
+            # has not confirmed yet): the search replaces it rather than adding to it.
+            own = Usage()
+            for member in members:
+                for claim in member.claims:
+                    own.add(book.claim_usage(quota, claim.ref))
             for what, index, limit, taken in (
-                ("devices", 0, quota.devices, used.devices),
-                ("claims", 1, quota.claims, used.claims),
+                ("devices", 0, quota.devices, used.devices - own.devices),
+                ("claims", 1, quota.claims, used.claims - own.claims),
             ):
                 if limit is None:
                     continue

@@ -415,6 +415,12 @@ class QuotaBook:
         charges.contributions[quota.ref] = (quota, self._device_generation, usage)
         return usage
 
+    def claim_usage(self, quota: CompiledQuota, key: str) -> Usage:
+        """What the claim ``key`` counts for in the quota now (nothing when it is not
+        charged). Callers must not change it."""
+        charges = self._effective(key)
+        return self.contribution(quota, charges) if charges is not None else Usage()
+
     def used(self, quota: CompiledQuota) -> Usage:
         used = self._used.get(quota.ref)
         if used is None:

@@ -41,7 +41,7 @@ from operators.allocator.features import GATE_TO_FIELD, Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.state import AllocatorState
-from operators.api.annotations import SCHEDULING_GATE
+from operators.api.annotations import SCHEDULING_GATE, GangRef
 from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
 from operators.api.models import ResourceClaim
 from operators.api.podgroup import PodGroup
@@ -117,6 +117,34 @@ REASON_OTHER_ALLOCATOR = "AnotherAllocator"
 WAKE_DELAY = 0.02  # coalesces a burst of cluster changes into one retry of waiting pods
 DECISION_SLICE = 0.5  # seconds of one decision attempt; a pod's budget spans several
 INLINE_SLICE = 0.02  # seconds a decision may take on the event loop before it moves off it
+
+
+def _check_member_alone(pod: Pod, gang: GangRef) -> None:
+    """Raise :class:`Unallocatable` unless a gang member neither gated nor bound may be
+    allocated on its own.
+
+    One that passed the gate by may not: allocated alone, kube-scheduler would bind it while
+    the others wait (a gang released in part). One dralloc released with its gang (its
+    allocation record says so: only the operator may write it) and whose claims were cleared
+    since may, as any released pod: kube-scheduler's PostFilter clears a claim when its view
+    has no node for the pod (a node it has not seen yet), and the gang was placed already.
+    Unless the gang has a topology: placed alone, the member could land outside the value its
+    gang shares, so it is told instead."""
+    if AllocationRecord.parse(pod.annotations.get(ALLOCATED_BY_ANNOTATION)) is None:
+        raise Unallocatable(
+            f"gang {gang.name}: this member has no {SCHEDULING_GATE} gate (created while the "
+            "webhook was away, or the gate removed by hand); a gang is placed only while all "
+            "its members are gated, so this pod is not allocated alone: delete it and create "
+            "it again"
+        )
+    if gang.topology is not None:
+        raise Unallocatable(
+            f"gang {gang.name}: this member's claims were cleared after its gang was placed "
+            f"(kube-scheduler does that to a pod it finds no node for); placed alone it could "
+            f"leave the {gang.topology.describe()} its gang shares, so it is not: delete it "
+            "and create it again "
+            "(its controller, if it has one, makes it anew at the gate)"
+        )
 
 
 def allocator_features(gates: FeatureGates) -> Features:
@@ -462,20 +490,8 @@ class AllocationController(ClaimWrites, Explanations):
                 return
             # (A member placed with its gang and released is done here: AlreadyAllocated.)
             entries = self._resolve_claims(pod)
-            released = ALLOCATED_BY_ANNOTATION in pod.annotations
-            if pod.gang is not None and not pod.gated and not pod.node_name and not released:
-                # A member that passed the gate by: allocated alone, kube-scheduler would
-                # bind it while the others wait (a gang released in part). One dralloc
-                # released with its gang (its allocation record says so) and whose claims
-                # were cleared since is allocated again alone below, as any released pod:
-                # kube-scheduler's PostFilter clears a claim when its view has no node for
-                # the pod (a node it has not seen yet), and the gang was placed already.
-                raise Unallocatable(
-                    f"gang {pod.gang.name}: this member has no {SCHEDULING_GATE} gate (created "
-                    "while the webhook was away, or the gate removed by hand); a gang is "
-                    "placed only while all its members are gated, so this pod is not "
-                    "allocated alone: delete it and create it again"
-                )
+            if pod.gang is not None and not pod.gated and not pod.node_name:
+                _check_member_alone(pod, pod.gang)
             started = time.perf_counter()
             try:
                 # Quick decisions are made right here; only one that needs more than a few

@@ -502,3 +502,18 @@ def test_a_quota_with_selectors_leaves_the_gang_to_the_search() -> None:
     state.upsert_quota(quota(devices=0, selectors=[{"cel": {"expression": "false"}}]))
     gang = members(state, ("w0", ANY, 1), ("w1", ANY, 1))
     assert find_gang(state, gang, need=2, policy="binpack").fits
+
+
+def test_a_members_own_unconfirmed_assumption_does_not_count_against_its_gang() -> None:
+    """A member's claim still counted from a write the watch has not shown yet (the caller
+    passes it as unallocated) is replaced by the search, not added to: the quota's room
+    must not count it twice."""
+    state = cluster(**{"node-a": ["small"] * 4})
+    state.upsert_quota(quota(devices=2))
+    nodes = [NodeInfo("node-a")]
+    a, b = wants("a", ANY), wants("b", ANY)
+    earlier = state.find_node([a], nodes, "binpack", explain=False)
+    state.assume(a, earlier.allocations[0])
+    gang = [GangMember("ns/a", [a], nodes), GangMember("ns/b", [b], nodes)]
+    result = find_gang(state, gang, need=2, policy="binpack")
+    assert result.fits, result.reason

@@ -15,7 +15,11 @@ import json
 import time
 from typing import Any
 
-from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
+from operators.api.annotations import (
+    GANG_ANNOTATION,
+    GANG_SIZE_ANNOTATION,
+    GANG_TOPOLOGY_ANNOTATION,
+)
 from operators.cache.informer import Key
 from operators.controllers.allocation import AllocationController
 from operators.controllers.workqueue import work_once
@@ -167,3 +171,26 @@ async def test_a_released_member_whose_claims_were_cleared_is_allocated_again_al
     [status] = allocations(client)
     assert [r["uid"] for r in status["reservedFor"]] == ["uid-p-p"]
     assert "gang train: this member has no" not in json.dumps([c.body for c in client.calls])
+
+
+async def test_a_released_member_is_not_placed_alone_outside_its_gangs_topology() -> None:
+    """With a topology the member could land outside the value its gang shares: told, not
+    allocated. A record that does not parse is no record (the member passed the gate by)."""
+    for extra, told in (
+        ({GANG_TOPOLOGY_ANNOTATION: "topology.kubernetes.io/zone"}, "node label topology.kubernetes.io/zone its gang shares"),
+        ({ALLOCATED_BY_ANNOTATION: "not a record"}, "this member has no"),
+    ):  # fmt: skip
+        client = FakeClient()
+        allocation = controller(client)
+        member = ungated_pod()
+        record = AllocationRecord(AllocatorMark("ns/lease", "op-0", 1), time.time() - 5)
+        member["metadata"]["annotations"] = {
+            GANG_ANNOTATION: "train",
+            GANG_SIZE_ANNOTATION: "2",
+            ALLOCATED_BY_ANNOTATION: record.render(),
+            **extra,
+        }
+        put(allocation.runtime, PODS, member)
+        assert await allocate_once(allocation) == POD
+        assert allocations(client) == [], extra
+        assert told in json.dumps([c.body for c in client.calls]), extra

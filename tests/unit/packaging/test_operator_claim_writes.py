@@ -11,11 +11,12 @@ the field. tests/e2e/test_security.py runs it on a real API server with the oper
 from __future__ import annotations
 
 import copy
+import datetime
 from typing import Any
 
 import pytest
 
-from operators.api.models import ResourceClaimTemplate
+from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.api.podprotocol import DRALLOC, KUBERNETES, PodProtocol
 from operators.cache.core import parse_pod
 from operators.controllers import claimrules, claimstatus
@@ -221,3 +222,57 @@ def test_its_writers_are_the_identities_that_may_act_as_the_operator(
     for group in groups:
         refused = request(policy, "DELETE", None, users_claim(), user="m", groups=[group])
         assert refused is not None, group
+
+
+def test_another_writers_conditions_pass_as_the_operator_writes_them_back(
+    policy: dict[str, Any],
+) -> None:
+    """On its CRDs the operator rewrites the claim's other conditions as its model read them
+    (a missing message becomes "", a timestamp gets another form): only their type, status
+    and reason must stay, or a tool's condition would stop every allocation of the claim."""
+    for foreign in (
+        {"type": "example.com/Checked", "status": "True", "reason": "Ok", "lastTransitionTime": "2026-12-06T12:00:00Z"},
+        {"type": "example.com/Checked", "status": "True", "reason": "Ok", "message": "m", "lastTransitionTime": "2026-12-06T12:00:00.25Z"},
+    ):  # fmt: skip
+        old = merged(made_for_pod(DRALLOC), {"metadata": {"resourceVersion": "5"}})
+        old["status"] = {"conditions": [foreign]}
+        now = datetime.datetime.now(datetime.UTC)
+        conditions = claimstatus.updated_conditions(
+            ResourceClaim.model_validate(old), "True", "Allocated", "allocated on node n1", now
+        )
+        assert conditions is not None and conditions[0] != foreign, "written back otherwise"
+        reserved = [{"resource": "pods", "name": "train", "uid": "pod-uid"}]
+        status = claimstatus.summarized(
+            {"allocation": allocation(), "reservedFor": reserved}, DRALLOC
+        )
+        new = merged(old, {"status": {**status, "conditions": conditions}})
+        assert request(policy, "UPDATE", new, old, status=True) is None, foreign
+        changed = merged(new, {"status": {"conditions": [{**foreign, "status": "False"}]}})
+        refused = request(policy, "UPDATE", changed, old, status=True)
+        assert refused is not None and "status.conditions (other than Allocated)" in refused
+
+
+def test_what_protects_an_allocated_claim_stays_while_it_is_allocated(
+    policy: dict[str, Any],
+) -> None:
+    """Its devices' statuses go only with the allocation, and delete-protection only once
+    the claim is deallocated or being deleted (a token that could take both off an allocated
+    claim could make its devices look free while a pod uses them)."""
+    driver = {
+        "driver": "gpu.example.com",
+        "pool": "n1",
+        "device": "gpu-0",
+        "data": {"ip": "10.1.0.7"},
+    }
+    allocated = merged(
+        made_for_pod(KUBERNETES), {"status": {"allocation": allocation(), "devices": [driver]}}
+    )
+    wiped = merged(allocated, {"status": {"devices": None}})
+    refused = request(policy, "UPDATE", wiped, allocated, status=True)
+    assert refused is not None and "with the allocation" in refused
+    unprotected = merged(allocated, {"metadata": {"finalizers": None}})
+    refused = request(policy, "UPDATE", unprotected, allocated)
+    assert refused is not None and "delete-protection off a claim still allocated" in refused
+    deleting = merged(allocated, {"metadata": {"deletionTimestamp": "2026-12-06T12:00:00Z"}})
+    done = merged(deleting, {"metadata": {"finalizers": None}})
+    assert request(policy, "UPDATE", done, deleting) is None
