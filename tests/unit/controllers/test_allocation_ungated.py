@@ -151,6 +151,20 @@ async def test_a_gang_member_placed_with_its_gang_and_released_is_left_alone() -
     assert client.writes(PODS.path("ns", "p")) == [], "the placed member was written to"
 
 
+def released_member(**annotations: str) -> dict[str, Any]:
+    """A member of gang "train" that dralloc released with its gang (its allocation record),
+    its claim no longer allocated."""
+    member = ungated_pod()
+    record = AllocationRecord(AllocatorMark("ns/lease", "op-0", 1), time.time() - 5)
+    member["metadata"]["annotations"] = {
+        GANG_ANNOTATION: "train",
+        GANG_SIZE_ANNOTATION: "2",
+        ALLOCATED_BY_ANNOTATION: record.render(),
+        **annotations,
+    }
+    return member
+
+
 async def test_a_released_member_whose_claims_were_cleared_is_allocated_again_alone() -> None:
     """dralloc released it with its gang (its allocation record says so), then kube-scheduler
     cleared its claim (its PostFilter does when its view has no node for the pod, a node it
@@ -159,14 +173,7 @@ async def test_a_released_member_whose_claims_were_cleared_is_allocated_again_al
     the member waited, and without the claim-allocation policy kube-scheduler took it)."""
     client = FakeClient()
     allocation = controller(client)
-    member = ungated_pod()
-    record = AllocationRecord(AllocatorMark("ns/lease", "op-0", 1), time.time() - 5)
-    member["metadata"]["annotations"] = {
-        GANG_ANNOTATION: "train",
-        GANG_SIZE_ANNOTATION: "2",
-        ALLOCATED_BY_ANNOTATION: record.render(),
-    }
-    put(allocation.runtime, PODS, member)
+    put(allocation.runtime, PODS, released_member())
     assert await allocate_once(allocation) == POD
     [status] = allocations(client)
     assert [r["uid"] for r in status["reservedFor"]] == ["uid-p-p"]
@@ -182,15 +189,7 @@ async def test_a_released_member_is_not_placed_alone_outside_its_gangs_topology(
     ):  # fmt: skip
         client = FakeClient()
         allocation = controller(client)
-        member = ungated_pod()
-        record = AllocationRecord(AllocatorMark("ns/lease", "op-0", 1), time.time() - 5)
-        member["metadata"]["annotations"] = {
-            GANG_ANNOTATION: "train",
-            GANG_SIZE_ANNOTATION: "2",
-            ALLOCATED_BY_ANNOTATION: record.render(),
-            **extra,
-        }
-        put(allocation.runtime, PODS, member)
+        put(allocation.runtime, PODS, released_member(**extra))
         assert await allocate_once(allocation) == POD
         assert allocations(client) == [], extra
         assert told in json.dumps([c.body for c in client.calls]), extra
