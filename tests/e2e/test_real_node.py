@@ -17,6 +17,7 @@ import base64
 import json
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -349,10 +350,19 @@ def test_only_the_replica_holding_the_lease_may_make_claims(
     pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in operator_pods(testbed)}
     assert leader in pods and len(pods) == 2, (leader, pods)
     namespace = new_namespace(testbed)
+    # Made for a pod, as the claim controller makes them: the policy on the operator's own
+    # claim writes lets it by, so the fencing policy alone decides.
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "p",
+        "uid": str(uuid.uuid4()),
+        "controller": True,
+    }
     claim = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": "fenced", "namespace": namespace},
+        "metadata": {"name": "fenced", "namespace": namespace, "ownerReferences": [owner]},
         "spec": {"devices": {"requests": []}},
     }
     answers = {}
