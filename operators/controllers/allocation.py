@@ -140,10 +140,9 @@ def _check_member_alone(pod: Pod, gang: GangRef) -> None:
     if gang.topology is not None:
         raise Unallocatable(
             f"gang {gang.name}: this member's claims were cleared after its gang was placed "
-            f"(kube-scheduler does that to a pod it finds no node for); placed alone it could "
+            "(kube-scheduler does that to a pod it finds no node for); placed alone it could "
             f"leave the {gang.topology.describe()} its gang shares, so it is not: delete it "
-            "and create it again "
-            "(its controller, if it has one, makes it anew at the gate)"
+            "and create it again (its controller, if it has one, makes it anew at the gate)"
         )
 
 

@@ -100,7 +100,7 @@ class FakeClient:
         base = self.objects.get(resource.path(namespace, name))
         if base is None:
             raise NotFound(404, "NotFound", f"{resource.plural} {name!r} not found", name=name)
-        merged = _merge(base, patch)
+        merged = apply_merge_patch(base, patch)
         return self._stored(resource.path(namespace, name), merged)
 
     async def serves_subresource(self, resource: Resource, subresource: str) -> bool | None:
@@ -138,7 +138,7 @@ class FakeClient:
         return [c for c in self.calls if c.method != "GET" and path_part in c.path]
 
 
-def _merge(base: Any, patch: Any) -> Any:
+def apply_merge_patch(base: Any, patch: Any) -> Any:
     """JSON merge patch (RFC 7386): objects merge, null deletes, anything else replaces."""
     if not isinstance(patch, dict):
         return patch
@@ -149,7 +149,7 @@ def _merge(base: Any, patch: Any) -> Any:
         if value is None:
             merged.pop(key, None)
         else:
-            merged[key] = _merge(base.get(key), value)
+            merged[key] = apply_merge_patch(base.get(key), value)
     return merged
 
 

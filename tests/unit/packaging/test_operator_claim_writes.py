@@ -10,7 +10,6 @@ the field. tests/e2e/test_security.py runs it on a real API server with the oper
 
 from __future__ import annotations
 
-import copy
 import datetime
 from typing import Any
 
@@ -20,8 +19,9 @@ from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.api.podprotocol import DRALLOC, KUBERNETES, PodProtocol
 from operators.cache.core import parse_pod
 from operators.controllers import claimrules, claimstatus
+from tests.unit.controllers.fakes import apply_merge_patch
 
-from .admission import admit, docs, operator_identity
+from .admission import admit, operator_identity, policy_and_binding
 from .test_claim_allocation_fencing import identities
 from .test_claim_allocation_policy import OPERATOR_SA
 
@@ -30,9 +30,7 @@ PROTOCOLS = pytest.mark.parametrize("protocol", [DRALLOC, KUBERNETES], ids=["crd
 
 @pytest.fixture
 def policy() -> dict[str, Any]:
-    return next(
-        d for d in docs("operator-claim-writes.yaml") if d["kind"] == "ValidatingAdmissionPolicy"
-    )
+    return policy_and_binding("operator-claim-writes.yaml")[0]
 
 
 def made_for_pod(protocol: PodProtocol) -> dict[str, Any]:
@@ -80,6 +78,17 @@ def allocation() -> dict[str, Any]:
     return {"devices": {"results": results}, "allocationTimestamp": "2026-12-06T12:00:00Z"}
 
 
+def reported_device() -> dict[str, Any]:
+    """What a driver reports in status.devices about the device it prepared (its network
+    configuration, here)."""
+    return {
+        "driver": "gpu.example.com",
+        "pool": "n1",
+        "device": "gpu-0",
+        "data": {"ip": "10.1.0.7"},
+    }
+
+
 def request(
     policy: dict[str, Any],
     operation: str,
@@ -96,26 +105,13 @@ def request(
     )  # fmt: skip
 
 
-def merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """A JSON merge patch applied, as the API server does with the operator's patches."""
-    out = copy.deepcopy(base)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merged(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 @PROTOCOLS
 def test_the_operators_own_writes_pass(policy: dict[str, Any], protocol: PodProtocol) -> None:
     """Every claim write the controllers make, built by their own helpers, in both modes."""
     made = made_for_pod(protocol)
     assert request(policy, "CREATE", made) is None
     # The finalizer, taken off and put back (a claim made without it, or one released).
-    bare = merged(made, {"metadata": {"finalizers": None}})
+    bare = apply_merge_patch(made, {"metadata": {"finalizers": None}})
     assert request(policy, "UPDATE", bare, made) is None
     assert request(policy, "UPDATE", made, bare) is None
     # The allocation with its reservation (and, on the CRDs, the summaries and condition).
@@ -123,29 +119,36 @@ def test_the_operators_own_writes_pass(policy: dict[str, Any], protocol: PodProt
     status = claimstatus.summarized({"allocation": allocation(), "reservedFor": reserved}, protocol)
     if protocol.claim_conditions:
         status["conditions"] = [{"type": "Allocated", "status": "True", "reason": "Allocated"}]
-    allocated = merged(made, {"status": status})
+    allocated = apply_merge_patch(made, {"status": status})
     assert request(policy, "UPDATE", allocated, made, status=True) is None
     # A driver reports its device; the operator later releases the claim: everything goes.
-    driver = {
-        "driver": "gpu.example.com",
-        "pool": "n1",
-        "device": "gpu-0",
-        "data": {"ip": "10.1.0.7"},
-    }
-    prepared = merged(allocated, {"status": {"devices": [driver]}})
+    driver = reported_device()
+    prepared = apply_merge_patch(allocated, {"status": {"devices": [driver]}})
     released = claimstatus.summarized(
         {"reservedFor": None, **claimstatus.deallocation(protocol)}, protocol
     )
     if protocol.claim_conditions:
         released["conditions"] = None
     assert (
-        request(policy, "UPDATE", merged(prepared, {"status": released}), prepared, status=True)
+        request(
+            policy,
+            "UPDATE",
+            apply_merge_patch(prepared, {"status": released}),
+            prepared,
+            status=True,
+        )
         is None
     )
     # A reservation trimmed; the claim deleted once its pod is done.
     trimmed = claimstatus.summarized({"reservedFor": None}, protocol)
     assert (
-        request(policy, "UPDATE", merged(prepared, {"status": trimmed}), prepared, status=True)
+        request(
+            policy,
+            "UPDATE",
+            apply_merge_patch(prepared, {"status": trimmed}),
+            prepared,
+            status=True,
+        )
         is None
     )
     assert request(policy, "DELETE", None, made) is None
@@ -155,25 +158,22 @@ def test_anything_else_the_operator_writes_to_a_claim_is_refused_by_name(
     policy: dict[str, Any],
 ) -> None:
     made = made_for_pod(KUBERNETES)
-    driver = {
-        "driver": "gpu.example.com",
-        "pool": "n1",
-        "device": "gpu-0",
-        "data": {"ip": "10.1.0.7"},
-    }
-    allocated = merged(made, {"status": {"allocation": allocation(), "devices": [driver]}})
+    driver = reported_device()
+    allocated = apply_merge_patch(
+        made, {"status": {"allocation": allocation(), "devices": [driver]}}
+    )
     forged = {**driver, "data": {"ip": "203.0.113.9"}}
     cases: list[tuple[str, str, dict[str, Any] | None, dict[str, Any] | None, bool]] = [
-        ("metadata.labels", "UPDATE", merged(made, {"metadata": {"labels": {"team": "b"}}}), made, False),
-        ("metadata.annotations", "UPDATE", merged(made, {"metadata": {"annotations": {"note": "y"}}}), made, False),
-        ("metadata.ownerReferences", "UPDATE", merged(made, {"metadata": {"ownerReferences": None}}), made, False),
-        ("metadata.finalizers (other than delete-protection)", "UPDATE", merged(users_claim(), {"metadata": {"finalizers": None}}), users_claim(), False),
-        ("spec", "UPDATE", merged(made, {"spec": {"devices": {"requests": []}}}), made, False),
-        ("status.devices", "UPDATE", merged(allocated, {"status": {"devices": [forged]}}), allocated, True),
-        ("status.devices", "UPDATE", merged(made, {"status": {"allocation": allocation(), "devices": [forged]}}), made, True),
-        ("status.conditions (other than Allocated)", "UPDATE", merged(made, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}), made, True),
+        ("metadata.labels", "UPDATE", apply_merge_patch(made, {"metadata": {"labels": {"team": "b"}}}), made, False),
+        ("metadata.annotations", "UPDATE", apply_merge_patch(made, {"metadata": {"annotations": {"note": "y"}}}), made, False),
+        ("metadata.ownerReferences", "UPDATE", apply_merge_patch(made, {"metadata": {"ownerReferences": None}}), made, False),
+        ("metadata.finalizers (other than delete-protection)", "UPDATE", apply_merge_patch(users_claim(), {"metadata": {"finalizers": None}}), users_claim(), False),
+        ("spec", "UPDATE", apply_merge_patch(made, {"spec": {"devices": {"requests": []}}}), made, False),
+        ("status.devices", "UPDATE", apply_merge_patch(allocated, {"status": {"devices": [forged]}}), allocated, True),
+        ("status.devices", "UPDATE", apply_merge_patch(made, {"status": {"allocation": allocation(), "devices": [forged]}}), made, True),
+        ("status.conditions (other than Allocated)", "UPDATE", apply_merge_patch(made, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}), made, True),
         ("an owner other than one pod", "CREATE", users_claim() | {"metadata": {**users_claim()["metadata"], "finalizers": []}}, None, False),
-        ("metadata.finalizers (other than delete-protection)", "CREATE", merged(made, {"metadata": {"finalizers": ["example.com/backup"]}}), None, False),
+        ("metadata.finalizers (other than delete-protection)", "CREATE", apply_merge_patch(made, {"metadata": {"finalizers": ["example.com/backup"]}}), None, False),
         ("the claim itself (it was not made for a pod)", "DELETE", None, users_claim(), False),
     ]  # fmt: skip
     for field, operation, new, old, status in cases:
@@ -193,7 +193,7 @@ def test_anything_else_the_operator_writes_to_a_claim_is_refused_by_name(
             }
         ],
     ):
-        foreign = merged(made, {"metadata": {"ownerReferences": owners}})
+        foreign = apply_merge_patch(made, {"metadata": {"ownerReferences": owners}})
         assert request(policy, "DELETE", None, foreign) is not None, owners
         assert request(policy, "CREATE", foreign) is not None, owners
 
@@ -203,8 +203,8 @@ def test_nobody_elses_claim_writes_are_judged(policy: dict[str, Any]) -> None:
     judge them): the same writes pass for them."""
     made = made_for_pod(KUBERNETES)
     driver = {"driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}
-    allocated = merged(made, {"status": {"allocation": allocation()}})
-    reported = merged(allocated, {"status": {"devices": [driver]}})
+    allocated = apply_merge_patch(made, {"status": {"allocation": allocation()}})
+    reported = apply_merge_patch(allocated, {"status": {"devices": [driver]}})
     for user in ("system:node:n1", "system:kube-scheduler", "alice"):
         assert request(policy, "UPDATE", reported, allocated, status=True, user=user) is None
         assert request(policy, "DELETE", None, users_claim(), user=user) is None
@@ -234,7 +234,7 @@ def test_another_writers_conditions_pass_as_the_operator_writes_them_back(
         {"type": "example.com/Checked", "status": "True", "reason": "Ok", "lastTransitionTime": "2026-12-06T12:00:00Z"},
         {"type": "example.com/Checked", "status": "True", "reason": "Ok", "message": "m", "lastTransitionTime": "2026-12-06T12:00:00.25Z"},
     ):  # fmt: skip
-        old = merged(made_for_pod(DRALLOC), {"metadata": {"resourceVersion": "5"}})
+        old = apply_merge_patch(made_for_pod(DRALLOC), {"metadata": {"resourceVersion": "5"}})
         old["status"] = {"conditions": [foreign]}
         now = datetime.datetime.now(datetime.UTC)
         conditions = claimstatus.updated_conditions(
@@ -245,9 +245,11 @@ def test_another_writers_conditions_pass_as_the_operator_writes_them_back(
         status = claimstatus.summarized(
             {"allocation": allocation(), "reservedFor": reserved}, DRALLOC
         )
-        new = merged(old, {"status": {**status, "conditions": conditions}})
+        new = apply_merge_patch(old, {"status": {**status, "conditions": conditions}})
         assert request(policy, "UPDATE", new, old, status=True) is None, foreign
-        changed = merged(new, {"status": {"conditions": [{**foreign, "status": "False"}]}})
+        changed = apply_merge_patch(
+            new, {"status": {"conditions": [{**foreign, "status": "False"}]}}
+        )
         refused = request(policy, "UPDATE", changed, old, status=True)
         assert refused is not None and "status.conditions (other than Allocated)" in refused
 
@@ -258,21 +260,18 @@ def test_what_protects_an_allocated_claim_stays_while_it_is_allocated(
     """Its devices' statuses go only with the allocation, and delete-protection only once
     the claim is deallocated or being deleted (a token that could take both off an allocated
     claim could make its devices look free while a pod uses them)."""
-    driver = {
-        "driver": "gpu.example.com",
-        "pool": "n1",
-        "device": "gpu-0",
-        "data": {"ip": "10.1.0.7"},
-    }
-    allocated = merged(
+    driver = reported_device()
+    allocated = apply_merge_patch(
         made_for_pod(KUBERNETES), {"status": {"allocation": allocation(), "devices": [driver]}}
     )
-    wiped = merged(allocated, {"status": {"devices": None}})
+    wiped = apply_merge_patch(allocated, {"status": {"devices": None}})
     refused = request(policy, "UPDATE", wiped, allocated, status=True)
     assert refused is not None and "with the allocation" in refused
-    unprotected = merged(allocated, {"metadata": {"finalizers": None}})
+    unprotected = apply_merge_patch(allocated, {"metadata": {"finalizers": None}})
     refused = request(policy, "UPDATE", unprotected, allocated)
     assert refused is not None and "delete-protection off a claim still allocated" in refused
-    deleting = merged(allocated, {"metadata": {"deletionTimestamp": "2026-12-06T12:00:00Z"}})
-    done = merged(deleting, {"metadata": {"finalizers": None}})
+    deleting = apply_merge_patch(
+        allocated, {"metadata": {"deletionTimestamp": "2026-12-06T12:00:00Z"}}
+    )
+    done = apply_merge_patch(deleting, {"metadata": {"finalizers": None}})
     assert request(policy, "UPDATE", done, deleting) is None

@@ -18,7 +18,7 @@ from operators.api.annotations import DEVICES_ANNOTATION, SCHEDULING_GATE
 from operators.cache.core import DEVICES_ALLOCATED_CONDITION
 from operators.fencing import ALLOCATED_BY_ANNOTATION
 
-from .admission import admit, docs, operator_identity
+from .admission import admit, operator_identity, policy_and_binding
 from .test_claim_allocation_fencing import identities
 from .test_claim_allocation_policy import OPERATOR_SA
 
@@ -27,9 +27,7 @@ KUBELET = "system:node:n1"
 
 @pytest.fixture
 def policy() -> dict[str, Any]:
-    return next(
-        d for d in docs("operator-pod-writes.yaml") if d["kind"] == "ValidatingAdmissionPolicy"
-    )
+    return policy_and_binding("operator-pod-writes.yaml")[0]
 
 
 def gated_pod() -> dict[str, Any]:
