@@ -6,14 +6,14 @@ runs on a control plane of its own, not on the shared testbeds other modules use
 dralloc-system holds every operator's Lease). It is started from the same binaries (the
 `testbeds` registry's) and stopped at the end of the module. The testbed runs no Deployment or
 Job controller: the operator pods are never created, nor is the certificate Job's pod; the
-operator running from its image is tests/e2e/test_real_node.py's.
+operator running from the chart, on the real node, is tests/e2e/test_real_node_helm.py's.
 
 Per mode: every object `helm template` renders exists after the install; the operator's
 ClusterRole is the kustomize directory's; its ServiceAccount may do what that mode's controllers
 do and nothing more (the access lists of test_manifests.py); the webhook selects the pods the
 manifests' webhook selects; an upgrade adds the monitoring objects (beside stand-in
 monitoring.coreos.com CRDs) and pull secrets; `helm uninstall` removes everything but the CRDs
-(kept on purpose); an install into a namespace that runs other pods is refused. cert-manager
+and two inert policies (kept on purpose, helm.sh/resource-policy: keep); an install into a namespace that runs other pods is refused. cert-manager
 mode is not installed (no cert-manager here): it is rendered
 and linted by tests/unit/packaging/test_helm_chart.py.
 """
@@ -42,6 +42,7 @@ from .test_manifests import MODES, can_i, render
 CHART = REPO_ROOT / "charts" / "dralloc"
 RELEASE = "dralloc"
 NAMESPACE = "dralloc-system"
+KEEP = "helm.sh/resource-policy"
 VALUES = {"crd": [], "in-tree": ["--set", "apiGroup=resource.k8s.io"]}
 CLUSTER_SCOPED = {
     "Namespace",
@@ -359,7 +360,14 @@ def test_uninstall_removes_everything_but_the_crds(
     _, objects = installed
     helm("uninstall", RELEASE, "--wait")
     left = [f"{o['kind']}/{o['metadata']['name']}" for o in objects if exists(helm.testbed, o)]
-    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
-    # helm.sh/resource-policy: keep; and the namespace may still be terminating.
-    expected = {f"CustomResourceDefinition/{o['metadata']['name']}" for o in crds}
+    # helm.sh/resource-policy: keep on the CRDs and on the two inert policies (with their
+    # bindings) that keep kube-apiserver watching policy parameters; and the namespace may
+    # still be terminating.
+    kept = [o for o in objects if (o["metadata"].get("annotations") or {}).get(KEEP) == "keep"]
+    expected = {f"{o['kind']}/{o['metadata']['name']}" for o in kept}
+    assert {o["kind"] for o in kept} == {
+        "CustomResourceDefinition",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     assert set(left) - {f"Namespace/{NAMESPACE}"} == expected

@@ -41,6 +41,8 @@ NODE = "real-node-0"
 OPERATOR_NAMESPACE = "dralloc-system"
 IMAGE_TIMEOUT_S = 900.0
 TAINT_KEY = "example.com/unhealthy"
+KEEP_SELECTOR = "resource.dralloc.dev/on-uninstall!=keep"
+"""What removing dralloc deletes (manifests/README.md)."""
 
 
 def real_testbed(testbeds: TestbedRegistry, kind: str) -> Testbed:
@@ -308,7 +310,11 @@ def in_cluster(
     )  # fmt: skip
     wait_for("a Lease holder", lambda: lease_holder(testbed), timeout=60)
     yield testbed
-    testbed.kubectl("delete", "-k", str(overlay), "--wait=false", check=False)
+    # As manifests/README.md says to remove dralloc: the inert policies that keep
+    # kube-apiserver watching policy parameters stay (test_real_node_helm.py installs next).
+    testbed.kubectl(
+        "delete", "-k", str(overlay), f"--selector={KEEP_SELECTOR}", "--wait=false", check=False
+    )
 
 
 def test_operator_runs_in_cluster_from_its_image(in_cluster: Testbed) -> None:

@@ -113,10 +113,12 @@ def by_key(objects: list[Object]) -> dict[Key, Object]:
 
 
 def without_keep(obj: Object) -> Object:
-    """The CRD as kustomize has it: without helm's resource policy."""
+    """The object as kustomize has it: a CRD, or a policy labelled to be kept on uninstall,
+    without helm's resource policy."""
     obj = copy.deepcopy(obj)
     annotations = obj["metadata"].get("annotations", {})
-    if obj["kind"] == "CustomResourceDefinition":
+    kept = obj["metadata"].get("labels", {}).get("resource.dralloc.dev/on-uninstall") == "keep"
+    if obj["kind"] == "CustomResourceDefinition" or kept:
         assert annotations.pop("helm.sh/resource-policy") == "keep"
         if not annotations:
             obj["metadata"].pop("annotations")
