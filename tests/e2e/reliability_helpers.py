@@ -12,6 +12,8 @@ import contextlib
 import json
 import os
 import signal
+import socket
+import threading
 import time
 from collections.abc import Collection, Iterator
 from types import ModuleType
@@ -170,3 +172,124 @@ def json_patch(
         check=False,
     )  # fmt: skip
     return result.returncode == 0
+
+
+class PodWriteHold:
+    """Holds the updates of pods in one namespace inside the API server, so that a fault meets
+    a write in flight, not only pods waiting for one.
+
+    A validating admission webhook (``failurePolicy: Ignore``) whose endpoint, while engaged,
+    accepts connections and never answers: an update of a pod there (the operator's gate
+    lift, after its claim writes landed) waits in admission until ``release``, or the
+    webhook's 30 s timeout; then the endpoint refuses connections, and every call fails at
+    once and is admitted. Nothing else is matched: not creation, binding, status or deletion.
+    """
+
+    def __init__(self, testbed: Testbed, namespace: str) -> None:
+        self.testbed, self.namespace = testbed, namespace
+        self.name = f"hold-pod-updates-{namespace}"
+        self._listener: socket.socket | None = None
+        self._held: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._port = 0
+
+    def install(self) -> PodWriteHold:
+        self.engage()
+        self.testbed.apply(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": self.name},
+                "webhooks": [
+                    {
+                        "name": "hold.e2e.dralloc.dev",
+                        "clientConfig": {"url": f"https://127.0.0.1:{self._port}/hold"},
+                        "rules": [
+                            {
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "operations": ["UPDATE"],
+                                "resources": ["pods"],
+                                "scope": "Namespaced",
+                            }
+                        ],
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": self.namespace}
+                        },
+                        "failurePolicy": "Ignore",
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "timeoutSeconds": 30,
+                    }
+                ],
+            }
+        )
+        return self
+
+    def engage(self) -> None:
+        """From now on, pod updates wait (on the same port the webhook names)."""
+        with self._lock:
+            if self._listener is not None:
+                return
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", self._port))
+            listener.listen(64)
+            self._port = listener.getsockname()[1]
+            self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return  # released
+            with self._lock:
+                if self._listener is not listener:
+                    connection.close()
+                    return
+                self._held.append(connection)
+
+    def release(self) -> None:
+        """Every held update goes on (admitted, the webhook failing), and new ones pass."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+            held, self._held = self._held, []
+        if listener is not None:
+            with contextlib.suppress(OSError):  # wakes the accept() blocked on it (Linux)
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        for connection in held:
+            connection.close()
+
+    def uninstall(self) -> None:
+        self.release()
+        self.testbed.kubectl(
+            "delete", "validatingwebhookconfiguration", self.name, "--ignore-not-found",
+            check=False,
+        )  # fmt: skip
+
+
+def pod_writes_in_flight(testbed: Testbed, namespace: str, gate: str) -> list[str]:
+    """Pods whose claim writes landed and whose own write did not: still carrying ``gate``,
+    with a claim allocated and reserved for them. Read from the API server."""
+    mode = testbed.api_mode
+    pods = (testbed.get("pods", f"--namespace={namespace}") or {}).get("items") or []
+    gated = {
+        p["metadata"]["uid"]: p["metadata"]["name"]
+        for p in pods
+        if any(g.get("name") == gate for g in p["spec"].get("schedulingGates") or [])
+    }
+    claims = (testbed.get(mode.resource("resourceclaims"), f"--namespace={namespace}") or {}).get(
+        "items"
+    ) or []
+    return sorted(
+        {
+            gated[r["uid"]]
+            for c in claims
+            if (c.get("status") or {}).get("allocation")
+            for r in (c.get("status") or {}).get("reservedFor") or []
+            if r.get("uid") in gated
+        }
+    )

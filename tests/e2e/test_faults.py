@@ -22,6 +22,7 @@ Figures are printed as ``[faults] ...`` lines (``pytest -s`` or ``-rP``).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -48,7 +49,13 @@ from .operator_fixtures import (
     slice_manifest,
     template,
 )
-from .reliability_helpers import assert_invariants, json_patch, restart_apiserver
+from .reliability_helpers import (
+    PodWriteHold,
+    assert_invariants,
+    json_patch,
+    pod_writes_in_flight,
+    restart_apiserver,
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,8 @@ class Run:
     restarted: set[int] = field(default_factory=set)
     """id() of replicas already replaced."""
     interrupted: list[int] = field(default_factory=list)
-    """Per fault, the pods still gated (in the operator's hands) when it hit."""
+    """Per fault, the work it met: pod writes in flight (SIGKILL, API server restart), or
+    bumps that met pods still gated (pool generations)."""
     supervisor: tuple[threading.Thread, threading.Event] | None = None
 
     def start_replica(self, identity: str = "", *extra: str) -> OperatorProcess:
@@ -242,28 +250,38 @@ def background(
 
 
 def test_operator_sigkilled_at_random_points(run: Run) -> None:
+    """Each kill meets writes in flight: pods whose claims the operator allocated and
+    reserved while its gate lift waits in admission (PodWriteHold), read from the API server
+    just before the kill. The held write is let go right after: it lands or fails with the
+    dead replica's connection, and the next replica must finish the job either way."""
     started = time.monotonic()
     rng = random.Random(os.environ.get("DRALLOC_FAULTS_SEED", "8"))
     batch = max(1, SIZE.pods // SIZE.kills)
-    current = run.start_replica()
-    wait_acting(current)
-    labels: dict[str, str] = {}
-    for kill in range(SIZE.kills):
-        count = min(batch, SIZE.pods - len(run.pods)) or 1
-        # Half the batch is held (see held_batch), so the kill surely meets work in
-        # progress: allocation of the other half takes milliseconds.
-        labels = held_batch(run, max(1, count // 2))
-        run.add_pods(count - count // 2)
-        time.sleep(rng.uniform(0.2, 2.5))  # somewhere in the middle of allocating the batch
-        gated = run.gated()
-        assert gated > 0, f"kill {kill}: nothing in progress, the kill would hit an idle operator"
-        current.stop(signal.SIGKILL)
-        run.faults += 1
-        run.interrupted.append(gated)
-        current = run.start_replica(f"after-kill-{kill}")
-        wait_acting(current)  # waits out the dead replica's Lease (4 s)
-    print(f"\n[faults] pods in the operator's hands at each kill: {run.interrupted}")
-    release_batch(run, labels)
+    hold = PodWriteHold(run.testbed, run.namespace).install()
+    try:
+        current = run.start_replica()
+        wait_acting(current)
+        for kill in range(SIZE.kills):
+            hold.engage()
+            run.add_pods(min(batch, SIZE.pods - len(run.pods)) or 1)
+            wait_for(
+                f"kill {kill}: a pod write in flight (its claims allocated, its gate lift held)",
+                lambda: pod_writes_in_flight(run.testbed, run.namespace, GATE),
+                timeout=60,
+                interval=0.2,
+            )
+            time.sleep(rng.uniform(0.0, 1.0))  # more of the batch may get that far, or not
+            in_flight = pod_writes_in_flight(run.testbed, run.namespace, GATE)
+            current.stop(signal.SIGKILL)
+            hold.release()
+            run.faults += 1
+            run.interrupted.append(len(in_flight))
+            current = run.start_replica(f"after-kill-{kill}")
+            wait_acting(current)  # waits out the dead replica's Lease (4 s)
+    finally:
+        hold.uninstall()
+    print(f"\n[faults] pod writes in flight at each kill: {run.interrupted}")
+    assert all(run.interrupted), f"a kill met no write in flight: {run.interrupted}"
     if len(run.pods) < SIZE.pods:
         run.add_pods(SIZE.pods - len(run.pods))
     run.settle_and_verify("operator SIGKILLed", started)
@@ -322,30 +340,49 @@ def outage_seen(proc: OperatorProcess, mark: int) -> str:
 
 
 def test_api_server_restarted_mid_run(run: Run) -> None:
+    """The API server goes down with writes in flight (pods whose claims are allocated and
+    whose gate lift waits in admission, PodWriteHold) and pods held for a node label that
+    arrives after the restart: only a working watch (or a relist) lets the operator finish
+    those."""
     started = time.monotonic()
     proc = run.start_replica()
     wait_acting(proc)
     run.supervise()
     restarts = 3 if LONG else 1
-    for _ in range(restarts):
-        labels = held_batch(run, SIZE.pods // (restarts + 1))
-        time.sleep(0.5)
-        acting = run.acting()
-        assert acting is not None, "no replica acting before the outage"
-        held = len(run.pods) - run.bound()
-        assert held > 0, "nothing in progress when the API server went down"
-        mark = len(acting.log())
-        outage = restart_apiserver(run.testbed)
-        run.faults += 1
-        print(f"\n[faults] API server down and back in {outage:.1f}s with {held} pods held")
-        # The replica acting at the outage (not just any replica) must have met it.
-        seen = wait_for(
-            "the acting replica to meet the outage",
-            lambda acting=acting, mark=mark: outage_seen(acting, mark),
-            timeout=60,
-        )
-        print(f"[faults] the acting replica: {seen}")
-        release_batch(run, labels)
+    per_round = SIZE.pods // (restarts + 1)
+    hold = PodWriteHold(run.testbed, run.namespace).install()
+    try:
+        for _ in range(restarts):
+            labels = held_batch(run, per_round // 2)
+            hold.engage()
+            run.add_pods(per_round - per_round // 2)
+            in_flight = wait_for(
+                "a pod write in flight (its claims allocated, its gate lift held)",
+                lambda: pod_writes_in_flight(run.testbed, run.namespace, GATE),
+                timeout=60,
+                interval=0.2,
+            )
+            acting = run.acting()
+            assert acting is not None, "no replica acting before the outage"
+            mark = len(acting.log())
+            outage = restart_apiserver(run.testbed)
+            hold.release()
+            run.faults += 1
+            run.interrupted.append(len(in_flight))
+            print(
+                f"\n[faults] API server down and back in {outage:.1f}s with "
+                f"{len(in_flight)} pod writes in flight"
+            )
+            # The replica acting at the outage (not just any replica) must have met it.
+            seen = wait_for(
+                "the acting replica to meet the outage",
+                functools.partial(outage_seen, acting, mark),
+                timeout=60,
+            )
+            print(f"[faults] the acting replica: {seen}")
+            release_batch(run, labels)
+    finally:
+        hold.uninstall()
     run.add_pods(SIZE.pods - len(run.pods))
     run.settle_and_verify("API server restarted", started)
 
