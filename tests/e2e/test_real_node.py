@@ -284,13 +284,9 @@ def lease_holder(testbed: Testbed) -> str | None:
     return str(holder) if holder else None
 
 
-@pytest.fixture(scope="module")
-def in_cluster(
-    testbeds: TestbedRegistry, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Testbed]:
-    """The operator deployed by `kubectl apply -k` of overlays/in-tree with the local image:
-    the certificate Job has run, both replicas are Ready and one holds the Lease."""
-    testbed = real_testbed(testbeds, TESTBED_REAL_NODE)
+def import_operator_image(testbed: Testbed) -> str:
+    """The operator image, built (or reused) and imported into the real node's containerd;
+    returns its reference."""
     ref, archive = operator_image()
     assert testbed.state_dir is not None
     subprocess.run(
@@ -298,8 +294,12 @@ def in_cluster(
          str(archive)],
         check=True, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    overlay = kustomization(tmp_path_factory.mktemp("operator-overlay"), ref)
-    testbed.kubectl("apply", "-k", str(overlay), timeout=120)
+    return ref
+
+
+def rolled_out(testbed: Testbed) -> list[dict[str, Any]]:
+    """The certificate Job done, the Deployment rolled out, two Ready replicas, one of them
+    holding the Lease; returns the replicas' pods."""
     testbed.kubectl(
         "wait", "-n", OPERATOR_NAMESPACE, "--for=condition=complete",
         "job/dralloc-webhook-cert", "--timeout=180s", timeout=200,
@@ -308,7 +308,31 @@ def in_cluster(
         "rollout", "status", "-n", OPERATOR_NAMESPACE, "deployment/dralloc-operator",
         "--timeout=240s", timeout=260,
     )  # fmt: skip
-    wait_for("a Lease holder", lambda: lease_holder(testbed), timeout=60)
+    pods: list[dict[str, Any]] = wait_for(
+        "two Ready replicas, one holding the Lease",
+        lambda: (
+            found
+            if len(found := operator_pods(testbed)) == 2
+            and all(map(ready, found))
+            and lease_holder(testbed) in {p["metadata"]["name"] for p in found}
+            else None
+        ),
+        timeout=120,
+    )
+    return pods
+
+
+@pytest.fixture(scope="module")
+def in_cluster(
+    testbeds: TestbedRegistry, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Testbed]:
+    """The operator deployed by `kubectl apply -k` of overlays/in-tree with the local image:
+    the certificate Job has run, both replicas are Ready and one holds the Lease."""
+    testbed = real_testbed(testbeds, TESTBED_REAL_NODE)
+    ref = import_operator_image(testbed)
+    overlay = kustomization(tmp_path_factory.mktemp("operator-overlay"), ref)
+    testbed.kubectl("apply", "-k", str(overlay), timeout=120)
+    rolled_out(testbed)
     yield testbed
     # As manifests/README.md says to remove dralloc: the inert policies that keep
     # kube-apiserver watching policy parameters stay (test_real_node_helm.py installs next).

@@ -18,14 +18,13 @@ image are unavailable.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from .kube_helpers import TESTBED_DIR, Testbed, TestbedRegistry, unique_name, wait_for
+from .kube_helpers import Testbed, TestbedRegistry, unique_name, wait_for
 from .modes import CRD, IN_TREE, TESTBED_REAL_NODE, ApiMode
 from .operator_fixtures import slice_manifest
 from .test_helm import CHART, KEEP, RELEASE, Helm, exists, helm_binary
@@ -38,13 +37,11 @@ from .test_real_node import (
     claim_template,
     device_class,
     generated_claim,
+    import_operator_image,
     kustomization,
-    lease_holder,
     new_namespace,
-    operator_image,
-    operator_pods,
-    ready,
     real_testbed,
+    rolled_out,
     running_on_real_node,
     workload,
 )
@@ -73,12 +70,7 @@ def chart_testbed(
     dralloc. Deletes the CRDs the releases kept."""
     testbed = real_testbed(testbeds, TESTBED_REAL_NODE)
     helm = Helm(helm_binary(), testbed, tmp_path_factory.mktemp("helm-home"))
-    ref, archive = operator_image()
-    assert testbed.state_dir is not None
-    subprocess.run(
-        ["python3", str(TESTBED_DIR / "control.py"), "import-image", str(testbed.state_dir), str(archive)],
-        check=True, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    ref = import_operator_image(testbed)
     # test_real_node.py's install (same names) may still be going: remove it, as
     # manifests/README.md says, and wait; then let the release adopt what that keeps, as
     # charts/dralloc/README.md says (helm refuses objects another tool made).
@@ -107,30 +99,6 @@ def chart_testbed(
     for crd in testbed.kubectl("get", "crd", "-o", "name").stdout.split():
         if crd.endswith(".resource.dralloc.dev"):
             testbed.kubectl("delete", crd, "--wait=false", check=False)
-
-
-def wait_operator_ready(testbed: Testbed) -> list[dict[str, Any]]:
-    """The certificate Job done, the rollout finished, one replica holding the Lease."""
-    testbed.kubectl(
-        "wait", "-n", OPERATOR_NAMESPACE, "--for=condition=complete",
-        "job/dralloc-webhook-cert", "--timeout=180s", timeout=200,
-    )  # fmt: skip
-    testbed.kubectl(
-        "rollout", "status", "-n", OPERATOR_NAMESPACE, "deployment/dralloc-operator",
-        "--timeout=240s", timeout=260,
-    )  # fmt: skip
-    pods: list[dict[str, Any]] = wait_for(
-        "two Ready replicas holding the Lease",
-        lambda: (
-            found
-            if len(found := operator_pods(testbed)) == 2
-            and all(map(ready, found))
-            and lease_holder(testbed) in {p["metadata"]["name"] for p in found}
-            else None
-        ),
-        timeout=120,
-    )
-    return pods
 
 
 def crd_mode_pod(namespace: str, name: str, device_class_name: str) -> list[dict[str, Any]]:
@@ -254,7 +222,7 @@ def test_the_chart_runs_the_operator_that_allocates(chart_testbed: ChartBed, mod
     chart_testbed.adopting = []
     try:
         rendered = helm.template(*values)
-        pods = wait_operator_ready(testbed)
+        pods = rolled_out(testbed)
         names = {p["metadata"]["name"] for p in pods}
         assert {c["image"] for p in pods for c in p["spec"]["containers"]} == {ref}
         assert allocate_a_pod(testbed, mode, "before") in names
@@ -264,7 +232,7 @@ def test_the_chart_runs_the_operator_that_allocates(chart_testbed: ChartBed, mod
             "upgrade", RELEASE, str(CHART), *values,
             "--set-json", 'podAnnotations={"e2e.dralloc.dev/upgrade":"2"}',
         )  # fmt: skip
-        upgraded = wait_operator_ready(testbed)
+        upgraded = rolled_out(testbed)
         new_names = {p["metadata"]["name"] for p in upgraded}
         assert not names & new_names, (names, new_names)
         assert all(
