@@ -21,6 +21,8 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from operators.api.annotations import GANG_SIZE_MAX
+
 ENV_PREFIX = "DRALLOC_"
 API_GROUPS = ("resource.dralloc.dev", "resource.k8s.io")
 """The API modes: dralloc's CRDs (the default) and in-tree DRA."""
@@ -223,6 +225,15 @@ class Settings:
             "off while other pods go on. 0 = no limit."
         ),
     )
+    max_gang_size: int = dataclasses.field(
+        default=GANG_SIZE_MAX,
+        metadata=_doc(
+            f"The most members a gang may need placed together (its gang-size annotation or "
+            f"PodGroup minCount), 1 to {GANG_SIZE_MAX}; a larger gang is refused on each "
+            "member, naming this setting. Lower it where no workload needs that many: a gang "
+            "that cannot fit costs a joint search over its members whenever capacity frees."
+        ),
+    )
     release_grace: float = dataclasses.field(
         default=30.0,
         metadata=_doc(
@@ -410,6 +421,8 @@ class Settings:
             or not self.gate_namespace_label.partition("=")[0].strip()
         ):
             raise SettingsError("gate_namespace_label must be KEY=VALUE")
+        if not 1 <= self.max_gang_size <= GANG_SIZE_MAX:
+            raise SettingsError(f"max_gang_size must be from 1 to {GANG_SIZE_MAX}")
         if self.max_evictions_per_minute < 0:
             raise SettingsError("max_evictions_per_minute must be >= 0")
         if not self.lease_duration > self.renew_deadline > self.retry_period > 0:

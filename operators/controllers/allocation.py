@@ -119,6 +119,10 @@ DECISION_SLICE = 0.5  # seconds of one decision attempt; a pod's budget spans se
 INLINE_SLICE = 0.02  # seconds a decision may take on the event loop before it moves off it
 
 
+def _namespace_of(key: Key) -> str:
+    return key.namespace
+
+
 def _check_member_alone(pod: Pod, gang: GangRef) -> None:
     """Raise :class:`Unallocatable` unless a gang member neither gated nor bound may be
     allocated on its own.
@@ -169,8 +173,12 @@ class AllocationController(ClaimWrites, Explanations):
             allocator_features(self.settings.feature_gates),
             device_policy=str(self.settings.device_policy),
         )
+        # Namespaces take turns: one namespace's burst (a hostile gang's thousand members)
+        # does not delay another's next pod by more than one decision.
         self.queue: WorkQueue[Key] = WorkQueue(
-            base_delay=self.settings.requeue_base_delay, max_delay=self.settings.requeue_max_delay
+            base_delay=self.settings.requeue_base_delay,
+            max_delay=self.settings.requeue_max_delay,
+            share=_namespace_of,
         )
         self.waiting: set[Key] = set()
         # Pods we patched, by the resourceVersion the API returned: older cached versions

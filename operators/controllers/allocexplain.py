@@ -37,14 +37,24 @@ class Explanations:
     claims: AssumeCache[ResourceClaim]
     _claim_name: Callable[[Pod, PodClaim], str | None]
 
-    async def _explain(self, pod: Pod, reason: Unallocatable) -> None:
-        """Tell the user why, where they look: pod and claim conditions, Events on both."""
+    async def _explain(self, pod: Pod, reason: Unallocatable, *, events: bool = True) -> None:
+        """Tell the user why, where they look: pod and claim conditions, Events on both.
+        Without ``events``, the conditions only (a gang's members: one of them carries the
+        gang's Events)."""
         await self._set_claim_conditions(pod, reason)
         message = reason.summary
         current = podcondition.current(pod)
         if current is not None and current.get("message") == message:
             return  # unchanged: no write, no new Event
         log.info("pod not allocatable", pod=pod.ref, reason=message)
+        if events:
+            await self._post_events(pod, reason)
+        # A conflict means the pod changed; the next sync explains again if still needed.
+        with contextlib.suppress(Conflict, NotFound):
+            await self._set_condition(pod, "False", "Unallocatable", message)
+
+    async def _post_events(self, pod: Pod, reason: Unallocatable) -> None:
+        message = reason.summary
         detailed = "\n".join([message, *reason.details[:MAX_DETAIL_LINES]])
         await self.runtime.events.post(pod.involved(), REASON_FAILED, detailed, warning=True)
         for entry in pod.claims:
@@ -57,9 +67,6 @@ class Explanations:
                     f"pod {pod.ref}: {message}",
                     warning=True,
                 )
-        # A conflict means the pod changed; the next sync explains again if still needed.
-        with contextlib.suppress(Conflict, NotFound):
-            await self._set_condition(pod, "False", "Unallocatable", message)
 
     async def _set_claim_conditions(self, pod: Pod, reason: Unallocatable) -> None:
         """Each waiting claim's Allocated=False condition, written only when it changes."""

@@ -94,13 +94,14 @@ class _Ready:
     def key(self) -> Key:
         return Key(self.pod.namespace, self.pod.name)
 
-    def holdings(self) -> list[ResourceClaim]:
-        """Claims allocated and reserved for this gated member (a gang write cut short)."""
-        return [
-            claim
-            for _, claim in self.entries
-            if is_allocated(claim) and claimrules.reserved_for(claim, self.pod.uid)
-        ]
+
+def _holdings(pod: Pod, entries: Entries) -> list[ResourceClaim]:
+    """Claims allocated and reserved for this gated member (a gang write cut short)."""
+    return [
+        claim
+        for _, claim in entries
+        if is_allocated(claim) and claimrules.reserved_for(claim, pod.uid)
+    ]
 
 
 async def gang_of(controller: AllocationController, pod: Pod) -> GangRef | None:
@@ -131,6 +132,13 @@ async def gang_of(controller: AllocationController, pod: Pod) -> GangRef | None:
     gang, problem = resolve_gang(pod.gang, pod.gang_error, pod.namespace, pod.pod_group, group)
     if problem:
         raise Unallocatable(problem)
+    limit = controller.settings.max_gang_size
+    if gang is not None and gang.size > limit:
+        raise Unallocatable(
+            f"{gang.label} needs {gang.size} members placed together, more than the {limit} "
+            "this operator places (its setting max_gang_size, DRALLOC_MAX_GANG_SIZE): make the "
+            "gang smaller, or ask the cluster's administrators to raise the limit"
+        )
     return gang
 
 
@@ -209,8 +217,14 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
                 f"{gang.label}: its members disagree on the {what} "
                 f"({', '.join(sorted(values))}); give every member the same value"
             )
-            await _tell_all(controller, members, Unallocatable(message))
+            await _tell_gang(controller, members, Unallocatable(message))
             return
+    if len(members) < need:
+        # Too few members for the gang: no search could place it, and none runs (nor the
+        # members' node filters) until one more comes; each arrival costs a look at the
+        # members' claims and, for the newcomer, one condition write.
+        await _wait_for_members(controller, gang, members, released)
+        return
     ready: list[_Ready] = []
     unready: list[Pod] = []
     for member in members:
@@ -247,12 +261,16 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
         )
     if not found.fits:
         metrics.ALLOCATIONS.labels(result="unallocatable").inc()
-        await _give_back(controller, ready)
-        waiting = f" ({len(unready)} waiting for their claims)" if unready else ""
-        message = (
-            f"{gang.label} ({len(members) + released} of {gang.size} members "
-            f"present{waiting}): {found.reason}"
-        )
+        await _give_back(controller, [(r.pod, r.entries) for r in ready])
+        # No member counts in the text: every member's condition is rewritten when what it
+        # says changes, not on each arrival (`dralloc explain` counts the members).
+        notes = []
+        if whole and need > gang.size - released:
+            notes.append(f"minCount {gang.size}, but all its gated members go together")
+        if unready:
+            notes.append("some members wait for their claims")
+        noted = f" ({'; '.join(notes)})" if notes else ""
+        message = f"{gang.label}{noted}: {found.reason}"
         details = [
             f"member {name}: {placement.explanation.lines()[0]}"
             for name, placement in found.blocking.items()
@@ -264,7 +282,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
                 f"all {len(members)} gated members are placed together: kube-scheduler "
                 "schedules a PodGroup only once none of its pods is gated",
             )
-        await _tell_all(controller, members, Unallocatable(message, details))
+        await _tell_gang(controller, members, Unallocatable(message, details))
         # One member stands for the gang (any member's sync decides for all of them): a
         # cluster change then costs one gang decision, not one per member.
         controller.waiting.add(keys[0])
@@ -480,22 +498,57 @@ def _after_earlier_writes(
     return entries, [decided[claim_key(claim)] for _, claim in pending(entries)]
 
 
-async def _give_back(controller: AllocationController, ready: list[_Ready]) -> None:
+async def _give_back(controller: AllocationController, members: list[tuple[Pod, Entries]]) -> None:
     """A gang that cannot be completed holds nothing: claims a cut-short gang write
     allocated for its members are released (conditional writes; a conflict retries)."""
-    for member in ready:
-        for claim in member.holdings():
-            log.info(
-                "gang member gives back its devices", pod=member.pod.ref, claim=claim.metadata.name
-            )
+    for pod, entries in members:
+        for claim in _holdings(pod, entries):
+            log.info("gang member gives back its devices", pod=pod.ref, claim=claim.metadata.name)
             with contextlib.suppress(Conflict, NotFound):
                 await claimstatus.release_claim(
                     controller.client,
                     controller.claims,
                     controller.runtime.protocol,
                     claim,
-                    member.pod.uid,
+                    pod.uid,
                 )
+
+
+async def _wait_for_members(
+    controller: AllocationController, gang: GangRef, members: list[Pod], released: int
+) -> None:
+    """Fewer members than the gang needs: said on each (unchanged words write nothing), and
+    what a cut-short gang write left with the members is given back."""
+    holders: list[tuple[Pod, Entries]] = []
+    for member in members:
+        try:
+            entries = controller._resolve_claims(member)
+        except (NotReady, StillWaiting):
+            continue  # its claims are still being created
+        except Unallocatable as reason:
+            await _tell_all(controller, [member], reason)
+            continue
+        if _holdings(member, entries):
+            holders.append((member, entries))
+    await _give_back(controller, holders)
+    already = f", {released} of them released already" if released else ""
+    message = (
+        f"{gang.label} waits for its members: it is placed once {gang.size} are present"
+        f"{already}; fewer are now (`dralloc explain` counts them)"
+    )
+    await _tell_gang(controller, members, Unallocatable(message))
+    # Nothing but another member changes this: no retry, and cluster changes do not wake it.
+    # Arrivals and departures requeue the gang (member_changed and the pod watch).
+
+
+async def _tell_gang(
+    controller: AllocationController, pods: list[Pod], reason: Unallocatable
+) -> None:
+    """A reason of the whole gang on every member's condition, and in Events on the first
+    member only: a gang of a thousand members posts one Event per change, not a thousand."""
+    for index, member in enumerate(pods):
+        with contextlib.suppress(Conflict, NotFound):
+            await controller._explain(member, reason, events=index == 0)
 
 
 async def _tell_all(

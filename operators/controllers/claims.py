@@ -68,6 +68,12 @@ from operators.kube import (
 log = structlog.get_logger(__name__)
 
 WorkKey = tuple[str, Key]
+
+
+def _namespace_of(work: WorkKey) -> str:
+    return work[1].namespace
+
+
 REASON_FAILED_CREATION = "FailedResourceClaimCreation"
 REASON_INVALID_CLAIMS = "InvalidClaims"  # the pod's DevicesAllocated=False condition
 REASON_EXTENDED_NOT_SERVED = "ExtendedResourcesNotServed"  # event, and condition of a bare pod
@@ -104,6 +110,7 @@ class ClaimController:
             base_delay=runtime.settings.requeue_base_delay,
             max_delay=runtime.settings.requeue_max_delay,
             rejected_delay=REFUSED_RETRY_DELAY,
+            share=_namespace_of,  # namespaces take turns (see the allocation controller)
         )
         self.deleted_pod_uids: collections.OrderedDict[str, None] = collections.OrderedDict()
         # Controllers whose untranslated pod was deleted to be made again: when (the API

@@ -8,7 +8,10 @@ Semantics:
 * a key being processed that is added again is processed once more afterwards (never twice
   concurrently);
 * ``add_after`` delays (the earliest requested time wins); ``retry`` delays by the key's own
-  exponential backoff, and ``forget`` resets that backoff after a success.
+  exponential backoff, and ``forget`` resets that backoff after a success;
+* with a ``share`` function (a key's namespace, say), ready keys are handed out in turns, one
+  share after another, each share's in the order added: a share that queues a thousand keys
+  (one namespace's hostile gang) delays another share's next key by one key, not a thousand.
 
 :func:`run_workers` owns what happens when a sync raises, by :func:`operators.kube.failure_kind`:
 a stale read (conflict) is retried at once and then with backoff, an unavailable API server
@@ -44,11 +47,51 @@ K = TypeVar("K", bound=Hashable)
 log = structlog.get_logger(__name__)
 
 
+class _Turns(Generic[K]):
+    """Ready keys by share, handed out one share after another (round robin)."""
+
+    def __init__(self, share: Callable[[K], Hashable] | None) -> None:
+        self._share = share
+        self._lines: dict[Hashable, collections.deque[K]] = {}
+        """Shares with ready keys, in turn order (dicts keep insertion order)."""
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, key: K) -> None:
+        share = self._share(key) if self._share is not None else None
+        line = self._lines.get(share)
+        if line is None:
+            line = self._lines[share] = collections.deque()
+        line.append(key)
+        self._size += 1
+
+    def clear(self) -> None:
+        self._lines.clear()
+        self._size = 0
+
+    def popleft(self) -> K:
+        share, line = next(iter(self._lines.items()))
+        key = line.popleft()
+        # Its turn is over: to the back of the turns, or out when it has nothing left.
+        del self._lines[share]
+        if line:
+            self._lines[share] = line
+        self._size -= 1
+        return key
+
+
 class WorkQueue(Generic[K]):
     def __init__(
-        self, *, base_delay: float = 0.2, max_delay: float = 30.0, rejected_delay: float = 300.0
+        self,
+        *,
+        base_delay: float = 0.2,
+        max_delay: float = 30.0,
+        rejected_delay: float = 300.0,
+        share: Callable[[K], Hashable] | None = None,
     ) -> None:
-        self._ready: collections.deque[K] = collections.deque()
+        self._ready: _Turns[K] = _Turns(share)
         self._queued: set[K] = set()
         self._processing: set[K] = set()
         self._dirty: set[K] = set()

@@ -19,7 +19,16 @@ from operators.controllers.allocation import AllocationController
 from operators.controllers.allocgang import member_changed
 from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, NotFound
 
-from .fakes import DRIVER, FakeClient, claim, one_device_cluster, pod, put, resource_slice
+from .fakes import (
+    DRIVER,
+    FakeClient,
+    apply_merge_patch,
+    claim,
+    one_device_cluster,
+    pod,
+    put,
+    resource_slice,
+)
 from .test_allocation_failures import allocation_results, allocation_writes, messages, sync
 
 
@@ -186,6 +195,15 @@ def told(client: FakeClient, name: str) -> list[str]:
     return [e["message"] for e in client.events if e["involved"]["metadata"]["name"] == name]
 
 
+def condition_messages(client: FakeClient, name: str) -> list[str]:
+    """The messages of the pod's conditions the controller wrote, in order."""
+    return [
+        str(condition["message"])
+        for call in client.writes(PODS.path("ns", name))
+        for condition in ((call.body or {}).get("status") or {}).get("conditions") or []
+    ]
+
+
 async def test_pods_of_a_gang_pod_group_are_released_together_once_min_count_are_there() -> None:
     client = FakeClient()
     controller = group_cluster(client)
@@ -194,8 +212,11 @@ async def test_pods_of_a_gang_pod_group_are_released_together_once_min_count_are
     group_member(controller, "w1")
     await decide(controller, w0)
     assert released(client) == [] and not allocation_writes(client)
+    waits = 'PodGroup "workers" waits for its members: it is placed once 3 are present'
     for name in ("w0", "w1"):
-        assert any('PodGroup "workers" (2 of 3 members present' in m for m in told(client, name))
+        assert any(waits in m for m in condition_messages(client, name)), name
+    # The gang's Event on its first member only.
+    assert any(waits in m for m in told(client, "w0")) and told(client, "w1") == []
     group_member(controller, "w2")
     await decide(controller, w0)
     assert released(client) == ["w0", "w1", "w2"]
@@ -333,7 +354,9 @@ async def test_every_gated_pod_of_a_pod_group_is_placed_or_none() -> None:
     await decide(controller, w0)
     assert released(client) == [] and not allocation_writes(client)
     [event] = [e for e in client.events if e["involved"]["metadata"]["name"] == "w0"]
-    assert 'PodGroup "workers" (3 of 2 members present' in event["message"], event["message"]
+    assert (
+        'PodGroup "workers" (minCount 2, but all its gated members go together): at most 2 of'
+    ) in event["message"], event["message"]
     assert "none of its pods is gated" in event["message"], event["message"]
 
 
@@ -403,3 +426,79 @@ async def test_a_member_deleted_while_the_gates_are_lifted_is_reported_on_the_ot
         (message,) = [m for m in told(client, name) if "runs short" in m]
         assert "gang ns/train: released without w1" in message, message
         assert "delete the gang's pods to run it whole again" in message
+
+
+# --- the cost of a gang that waits for its members ------------------------------------------
+
+
+async def test_each_member_of_a_gang_too_small_yet_costs_one_condition_and_no_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hostile gang (size 1000, members arriving one by one): each arrival writes the
+    newcomer's condition once and runs no node filter or search; no member's condition is
+    written again (its words do not count members), and the gang's Event goes on one
+    member. Before, every arrival rewrote every member's condition and posted an Event
+    on each: quadratic in the members."""
+    client = FakeClient()
+    controller = group_cluster(client)
+    filtered: list[Key] = []
+    node_filter = controller._candidates
+
+    def counting(pod: Pod, entries: Any) -> Any:
+        filtered.append(Key(pod.namespace, pod.name))
+        return node_filter(pod, entries)
+
+    monkeypatch.setattr(controller, "_candidates", counting)
+    members = 40
+    for index in range(members):
+        name = f"w{index:03d}"
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "big", GANG_SIZE_ANNOTATION: "1000"}
+        put(controller.runtime, PODS, raw)
+        seen = len(client.calls)
+        await decide(controller, Key("ns", name))
+        for call in client.calls[seen:]:  # the watch brings the condition writes back
+            if call.method == "PATCH" and call.path.startswith(PODS.path("ns") + "/"):
+                written = call.path.removesuffix("/status").rsplit("/", 1)[1]
+                stored = client.objects[PODS.path("ns", written)]
+                stored = apply_merge_patch(stored, call.body)
+                stored["metadata"]["resourceVersion"] = str(10_000 + len(client.calls))
+                client.objects[PODS.path("ns", written)] = stored
+                controller.runtime.cache[PODS].apply("MODIFIED", stored)
+    assert filtered == []
+    writes = [c.path for c in client.writes(PODS.path("ns") + "/")]
+    assert sorted(writes) == sorted(set(writes)) and len(writes) == members, writes
+    for index in (0, members - 1):
+        [message] = condition_messages(client, f"w{index:03d}")
+        assert "it is placed once 1000 are present" in message, message
+    assert [e["involved"]["metadata"]["name"] for e in client.events] == ["w000", "c-w000"]
+
+
+async def test_a_gang_larger_than_the_operators_limit_is_refused_naming_the_setting() -> None:
+    client = FakeClient()
+    controller = group_cluster(client, max_gang_size=8)
+    keys = []
+    for name in ("w0", "w1"):
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "big", GANG_SIZE_ANNOTATION: "9"}
+        put(controller.runtime, PODS, raw)
+        keys.append(Key("ns", name))
+    for key in keys:
+        await decide(controller, key)
+    for name in ("w0", "w1"):
+        [message] = condition_messages(client, name)
+        assert 'gang "big" needs 9 members placed together, more than the 8' in message
+        assert "DRALLOC_MAX_GANG_SIZE" in message
+    assert not allocation_writes(client)
+
+
+def test_the_gang_size_limit_is_a_whole_number_up_to_what_dralloc_places() -> None:
+    from operators.api.annotations import GANG_SIZE_MAX
+    from operators.settings import Settings, SettingsError
+
+    assert Settings().max_gang_size == GANG_SIZE_MAX
+    for wrong in (0, GANG_SIZE_MAX + 1):
+        with pytest.raises(SettingsError, match="max_gang_size"):
+            Settings(max_gang_size=wrong)

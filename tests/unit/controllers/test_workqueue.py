@@ -22,6 +22,33 @@ async def test_dedup_and_fifo() -> None:
     assert len(queue) == 0
 
 
+async def test_shares_take_turns_each_in_its_own_order() -> None:
+    """One share's burst (a namespace's thousand gang members) delays another share's next
+    key by one key: shares alternate, each share's keys in the order added."""
+    queue: WorkQueue[tuple[str, int]] = WorkQueue(share=lambda key: key[0])
+    for index in range(1000):
+        queue.add(("hostile", index))
+    queue.add(("team-a", 0))
+    queue.add(("team-b", 0))
+    queue.add(("team-a", 1))
+    taken = [await queue.get() for _ in range(6)]
+    assert taken == [
+        ("hostile", 0), ("team-a", 0), ("team-b", 0), ("hostile", 1), ("team-a", 1),
+        ("hostile", 2),
+    ]  # fmt: skip
+    assert len(queue) == 1000 - 3
+    # A share that emptied joins at the back when it has a key again.
+    queue.add(("team-b", 1))
+    assert [await queue.get() for _ in range(2)] == [("hostile", 3), ("team-b", 1)]
+
+
+async def test_without_shares_keys_come_in_the_order_added() -> None:
+    queue: WorkQueue[tuple[str, int]] = WorkQueue()
+    for key in (("hostile", 0), ("hostile", 1), ("team-a", 0)):
+        queue.add(key)
+    assert [await queue.get() for _ in range(3)] == [("hostile", 0), ("hostile", 1), ("team-a", 0)]
+
+
 async def test_readded_while_processing_runs_again_afterwards() -> None:
     queue: WorkQueue[str] = WorkQueue()
     queue.add("a")
