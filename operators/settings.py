@@ -230,8 +230,8 @@ class Settings:
         metadata=_doc(
             f"The most members a gang may need placed together (its gang-size annotation or "
             f"PodGroup minCount), 1 to {GANG_SIZE_MAX}; a larger gang is refused on each "
-            "member, naming this setting. Lower it where no workload needs that many: a gang "
-            "that cannot fit costs a joint search over its members whenever capacity frees."
+            "member, naming this setting. It bounds the declared size, not how many gated "
+            "members a gang brings: a joint search covers every gated member present."
         ),
     )
     release_grace: float = dataclasses.field(

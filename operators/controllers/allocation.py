@@ -368,10 +368,12 @@ class AllocationController(ClaimWrites, Explanations):
         self.usage.update(change.key, pod.needs if pod is not None else None)
         if left and self.usage.node_of(change.key) != left:
             self._wake()  # what it held on its node is free for waiting pods
-        if change.old is not None and allocgang.member_changed(change.old, pod):
-            # A member left (or was released): the rest decide again (and give back what a
-            # gang that can no longer be completed holds).
-            for key in self.pods.index_keys(POD_GANG_INDEX, change.old.gang_keys()[0]):
+        if allocgang.member_changed(change.old, pod):
+            # A member left, was released, or came never gated (no claims): the rest decide
+            # again (and give back what a gang that can no longer be completed holds).
+            changed = change.old if change.old is not None else pod
+            assert changed is not None
+            for key in self.pods.index_keys(POD_GANG_INDEX, changed.gang_keys()[0]):
                 if key != change.key:
                     self.queue.add(key)
         if pod is None:

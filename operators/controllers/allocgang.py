@@ -153,10 +153,13 @@ def _member_gang(controller: AllocationController, pod: Pod) -> GangRef | None:
 
 def member_changed(old: Pod | None, new: Pod | None) -> bool:
     """Whether a pod event may change its gang's decision, so that the other members must
-    decide again: a member left (deleted, finished, moved to another gang) or was released.
-    A pod of a PodGroup counts as a member whatever the group's policy (the event is rare:
-    transitions only)."""
-    if old is None or not old.gang_keys():
+    decide again: a member left (deleted, finished, moved to another gang) or was released,
+    or one came that is never gated (a pod without claims, such as a job's launcher, counts
+    as released at once; a gated newcomer decides for the gang itself). A pod of a PodGroup
+    counts as a member whatever the group's policy (the event is rare: transitions only)."""
+    if old is None:
+        return new is not None and bool(new.gang_keys()) and not new.gated and not new.done
+    if not old.gang_keys():
         return False
     if new is None or new.gang_keys() != old.gang_keys() or new.gang != old.gang:
         return True
@@ -227,6 +230,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
         return
     ready: list[_Ready] = []
     unready: list[Pod] = []
+    own_reasons: set[str] = set()  # members told a reason of their own (kept, not overwritten)
     for member in members:
         try:
             entries = controller._resolve_claims(member)
@@ -236,6 +240,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
         except Unallocatable as reason:
             await _tell_all(controller, [member], reason)
             unready.append(member)
+            own_reasons.add(member.uid)
     gang_members_in_search = [
         GangMember(str(r.key), [claim for _, claim in pending(r.entries)], r.candidates.infos)
         for r in ready
@@ -282,7 +287,11 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
                 f"all {len(members)} gated members are placed together: kube-scheduler "
                 "schedules a PodGroup only once none of its pods is gated",
             )
-        await _tell_gang(controller, members, Unallocatable(message, details))
+        await _tell_gang(
+            controller,
+            [m for m in members if m.uid not in own_reasons],
+            Unallocatable(message, details),
+        )
         # One member stands for the gang (any member's sync decides for all of them): a
         # cluster change then costs one gang decision, not one per member.
         controller.waiting.add(keys[0])
@@ -520,6 +529,7 @@ async def _wait_for_members(
     """Fewer members than the gang needs: said on each (unchanged words write nothing), and
     what a cut-short gang write left with the members is given back."""
     holders: list[tuple[Pod, Entries]] = []
+    own_reasons: set[str] = set()  # members told a reason of their own (kept, not overwritten)
     for member in members:
         try:
             entries = controller._resolve_claims(member)
@@ -527,6 +537,7 @@ async def _wait_for_members(
             continue  # its claims are still being created
         except Unallocatable as reason:
             await _tell_all(controller, [member], reason)
+            own_reasons.add(member.uid)
             continue
         if _holdings(member, entries):
             holders.append((member, entries))
@@ -536,9 +547,16 @@ async def _wait_for_members(
         f"{gang.label} waits for its members: it is placed once {gang.size} are present"
         f"{already}; fewer are now (`dralloc explain` counts them)"
     )
-    await _tell_gang(controller, members, Unallocatable(message))
-    # Nothing but another member changes this: no retry, and cluster changes do not wake it.
-    # Arrivals and departures requeue the gang (member_changed and the pod watch).
+    await _tell_gang(
+        controller, [m for m in members if m.uid not in own_reasons], Unallocatable(message)
+    )
+    # Arrivals and departures requeue the gang (the pod watch), and so does the arrival of a
+    # member that is never gated (one without claims, a launcher): counted as released. One
+    # member also stands for the gang among the waiting pods, with a backoff retry, as a
+    # safety net; its decision is this cheap one while too few are present.
+    first = Key(members[0].namespace, members[0].name)
+    controller.waiting.add(first)
+    controller.queue.retry(first)
 
 
 async def _tell_gang(

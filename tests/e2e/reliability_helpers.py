@@ -180,9 +180,10 @@ class PodWriteHold:
 
     A validating admission webhook (``failurePolicy: Ignore``) whose endpoint, while engaged,
     accepts connections and never answers: an update of a pod there (the operator's gate
-    lift, after its claim writes landed) waits in admission until ``release``, or the
-    webhook's 30 s timeout; then the endpoint refuses connections, and every call fails at
-    once and is admitted. Nothing else is matched: not creation, binding, status or deletion.
+    lift, after its claim writes landed; any update of a pod there, metadata included) waits
+    in admission until ``release``, or the webhook's 30 s timeout; then the endpoint refuses
+    connections, and every call fails at once and is admitted. Creation, binding, the status
+    subresource and deletion are not matched.
     """
 
     def __init__(self, testbed: Testbed, namespace: str) -> None:

@@ -248,9 +248,17 @@ def operator_image() -> tuple[str, Path]:
     return ref, Path(archive)
 
 
+CERT_JOB_TTL_S = 5
+"""The finished certificate Job deletes itself after this many seconds here (60 as shipped):
+what the upgrade test waits for, the mechanism being the same."""
+
+
 def kustomization(tmp: Path, ref: str, patches: Sequence[dict[str, Any]] = ()) -> Path:
-    """manifests/overlays/in-tree with the image replaced by the locally built one."""
+    """manifests/overlays/in-tree with the image replaced by the locally built one (and the
+    certificate Job's ttl shortened, CERT_JOB_TTL_S)."""
     name, _, tag = ref.rpartition(":")
+    ttl = {"op": "replace", "path": "/spec/ttlSecondsAfterFinished", "value": CERT_JOB_TTL_S}
+    job = {"kind": "Job", "name": "dralloc-webhook-cert"}
     overlay = os.path.relpath(REPO_ROOT / "manifests" / "overlays" / "in-tree", tmp)
     (tmp / "kustomization.yaml").write_text(
         json.dumps(
@@ -259,7 +267,7 @@ def kustomization(tmp: Path, ref: str, patches: Sequence[dict[str, Any]] = ()) -
                 "kind": "Kustomization",
                 "resources": [overlay],
                 "images": [{"name": "dralloc", "newName": name, "newTag": tag}],
-                "patches": list(patches),
+                "patches": [{"target": job, "patch": json.dumps([ttl])}, *patches],
             }
         )
     )

@@ -14,7 +14,7 @@ from operators.api.annotations import (
 )
 from operators.cache.core import SCHEDULING_GATE, Pod, parse_pod
 from operators.cache.informer import Key
-from operators.controllers import allocgang
+from operators.controllers import allocation, allocgang
 from operators.controllers.allocation import AllocationController
 from operators.controllers.allocgang import member_changed
 from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, NotFound
@@ -431,6 +431,62 @@ async def test_a_member_deleted_while_the_gates_are_lifted_is_reported_on_the_ot
 # --- the cost of a gang that waits for its members ------------------------------------------
 
 
+async def decide_and_watch(controller: AllocationController, client: FakeClient, key: Key) -> None:
+    """decide(), then the pod writes it made come back through the watch, as on a cluster."""
+    seen = len(client.calls)
+    await decide(controller, key)
+    for call in client.calls[seen:]:
+        if call.method == "PATCH" and call.path.startswith(PODS.path("ns") + "/"):
+            written = call.path.removesuffix("/status").rsplit("/", 1)[1]
+            stored = apply_merge_patch(client.objects[PODS.path("ns", written)], call.body)
+            stored["metadata"]["resourceVersion"] = str(10_000 + len(client.calls))
+            client.objects[PODS.path("ns", written)] = stored
+            controller.runtime.cache[PODS].apply("MODIFIED", stored)
+
+
+async def test_a_member_that_comes_never_gated_wakes_its_waiting_gang() -> None:
+    """PodGroup minCount 3: two GPU workers wait; the launcher (no claims, so never gated:
+    counted as released) comes last. Its arrival must make the gang decide again; and the
+    waiting gang keeps one member among the waiting pods with a retry, as a safety net."""
+    client = FakeClient()
+    controller = group_cluster(client)
+    put(controller.runtime, POD_GROUPS, pod_group())
+    w0 = group_member(controller, "w0")
+    group_member(controller, "w1")
+    await decide(controller, w0)
+    assert released(client) == []
+    assert w0 in controller.waiting and controller.queue.due_in(w0) is not None
+    controller.queue._ready.clear()
+    controller.queue._queued.clear()
+    launcher = pod("ns", "launcher", [], gated=False)
+    launcher["spec"]["schedulingGroup"] = {"podGroupName": "workers"}
+    put(controller.runtime, PODS, launcher)
+    assert controller.queue.due_in(w0) == 0.0, "the launcher's arrival did not wake the gang"
+    await decide(controller, w0)
+    assert released(client) == ["launcher", "w0", "w1"]
+
+
+async def test_a_member_keeps_its_own_reason_while_its_gang_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """w1 names a claim that does not exist: that is what it is told, decision after
+    decision, not the gang's reason over it."""
+    monkeypatch.setattr(allocation, "EXPLAIN_GRACE", 0.0)  # told at once that it is missing
+    client = FakeClient()
+    controller = group_cluster(client)
+    for name, claim_name in (("w0", "c-w0"), ("w1", "missing")):
+        if claim_name != "missing":
+            put(controller.runtime, RESOURCE_CLAIMS, claim("ns", claim_name))
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": claim_name}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "g", GANG_SIZE_ANNOTATION: "3"}
+        put(controller.runtime, PODS, raw)
+    for _ in range(3):
+        await decide_and_watch(controller, client, Key("ns", "w0"))
+    told_w1 = condition_messages(client, "w1")
+    assert told_w1 and all("waits for its members" not in m for m in told_w1), told_w1
+    assert any("waits for its members" in m for m in condition_messages(client, "w0"))
+
+
 async def test_each_member_of_a_gang_too_small_yet_costs_one_condition_and_no_search(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -456,16 +512,7 @@ async def test_each_member_of_a_gang_too_small_yet_costs_one_condition_and_no_se
         raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
         raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "big", GANG_SIZE_ANNOTATION: "1000"}
         put(controller.runtime, PODS, raw)
-        seen = len(client.calls)
-        await decide(controller, Key("ns", name))
-        for call in client.calls[seen:]:  # the watch brings the condition writes back
-            if call.method == "PATCH" and call.path.startswith(PODS.path("ns") + "/"):
-                written = call.path.removesuffix("/status").rsplit("/", 1)[1]
-                stored = client.objects[PODS.path("ns", written)]
-                stored = apply_merge_patch(stored, call.body)
-                stored["metadata"]["resourceVersion"] = str(10_000 + len(client.calls))
-                client.objects[PODS.path("ns", written)] = stored
-                controller.runtime.cache[PODS].apply("MODIFIED", stored)
+        await decide_and_watch(controller, client, Key("ns", name))
     assert filtered == []
     writes = [c.path for c in client.writes(PODS.path("ns") + "/")]
     assert sorted(writes) == sorted(set(writes)) and len(writes) == members, writes
