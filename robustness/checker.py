@@ -31,7 +31,8 @@ Rules (``RULES``):
    hard limit (devices, claims). A quota lowered below usage by its owner is not a
    violation; an allocation that raises usage while it is above is.
 5. At the end of a settled run: ``pod-not-explained``, every pod with claims is bound with its
-   devices, or carries a condition saying why and has a Warning Event;
+   devices, or carries a condition saying why and has a Warning Event (a gang member: it or
+   another member of its gang, where dralloc posts a reason the whole gang shares);
    ``allocated-for-gone-pod``, no allocated claim is reserved for, or owned by, a pod that no
    longer exists.
 """
@@ -390,19 +391,26 @@ class Checker:
         found = []
         pods = self.state.pods
         live = {p.uid for p in pods.values()}
+        # A reason the whole gang shares is posted on one member (its first by name).
+        warned_gangs = {
+            f"{p.namespace}/{p.gang}" for key, p in pods.items() if p.gang and key in warned
+        }
         for key, pod in sorted(pods.items()):
             if not pod.has_claims or pod.phase in ("Succeeded", "Failed"):
                 continue
             if pod.bound and self._unsatisfied(pod) is None:
                 continue
-            if pod.explained and key in warned:
+            has_warning = key in warned or (
+                bool(pod.gang) and f"{pod.namespace}/{pod.gang}" in warned_gangs
+            )
+            if pod.explained and has_warning:
                 continue
             why = "not bound" if not pod.bound else str(self._unsatisfied(pod))
             lacks = [
                 what
                 for what, has in (
                     ("a condition", pod.explained),
-                    ("a Warning Event", key in warned),
+                    ("a Warning Event", has_warning),
                 )
                 if not has
             ]

@@ -563,10 +563,14 @@ async def _tell_gang(
     controller: AllocationController, pods: list[Pod], reason: Unallocatable
 ) -> None:
     """A reason of the whole gang on every member's condition, and in Events on the first
-    member only: a gang of a thousand members posts one Event per change, not a thousand."""
+    member only: a gang of a thousand members posts one Event per change, not a thousand.
+    The first member's Events are posted whether or not its own condition changed (a member
+    that became first when another left has none yet); the recorder drops repeats."""
     for index, member in enumerate(pods):
         with contextlib.suppress(Conflict, NotFound):
-            await controller._explain(member, reason, events=index == 0)
+            await controller._explain(member, reason, events=False)
+        if index == 0:
+            await controller._post_events(member, reason)
 
 
 async def _tell_all(

@@ -400,6 +400,15 @@ class ClaimController:
         )
         if generated:
             return generated
+        if recorded and self.protocol.claims_in_spec:
+            # In-tree the pod's status names its generated claim for good: as with kcm, a
+            # deleted one is not made again under another name (the operator's own pod-writes
+            # policy refuses renaming a recorded entry too). The pod is told instead.
+            raise ClaimError(
+                f"ResourceClaim {pod.namespace}/{recorded}, made for this entry, was deleted; "
+                "the pod cannot get its devices: delete the pod (its controller makes a new "
+                "one) to have a claim made again"
+            )
         template = self.templates.get(Key(pod.namespace, template_name))
         if template is None:
             raise ClaimError(f'resource claim template "{template_name}": not found')

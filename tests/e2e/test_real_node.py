@@ -327,6 +327,30 @@ def rolled_out(testbed: Testbed) -> list[dict[str, Any]]:
         ),
         timeout=120,
     )
+    # Ready replicas are not yet a reachable webhook: kube-proxy programs the Service's new
+    # endpoints a moment later (seen: "connection refused" on the first apply after an
+    # install, under load). A pod that asks for devices, either way, dry-run until admitted.
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "webhook-probe",
+            "namespace": "default",
+            "annotations": {"resource.dralloc.dev/claims": "[]"},
+        },
+        "spec": {
+            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "none"}],
+            "containers": [{"name": "c", "image": "localhost/busybox:testbed"}],
+        },
+    }
+
+    def admitted() -> bool:
+        answer = testbed.kubectl(
+            "create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False
+        )
+        return answer.returncode == 0
+
+    wait_for("the webhook to admit pods", admitted, timeout=60, interval=1)
     return pods
 
 

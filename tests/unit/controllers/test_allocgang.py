@@ -204,14 +204,21 @@ def condition_messages(client: FakeClient, name: str) -> list[str]:
     ]
 
 
-async def test_pods_of_a_gang_pod_group_are_released_together_once_min_count_are_there() -> None:
-    client = FakeClient()
+async def two_of_three_waiting(client: FakeClient) -> tuple[AllocationController, Key]:
+    """PodGroup "workers" (minCount 3) with members w0 and w1, decided once: both wait."""
     controller = group_cluster(client)
     put(controller.runtime, POD_GROUPS, pod_group())
     w0 = group_member(controller, "w0")
     group_member(controller, "w1")
     await decide(controller, w0)
-    assert released(client) == [] and not allocation_writes(client)
+    assert released(client) == []
+    return controller, w0
+
+
+async def test_pods_of_a_gang_pod_group_are_released_together_once_min_count_are_there() -> None:
+    client = FakeClient()
+    controller, w0 = await two_of_three_waiting(client)
+    assert not allocation_writes(client)
     waits = 'PodGroup "workers" waits for its members: it is placed once 3 are present'
     for name in ("w0", "w1"):
         assert any(waits in m for m in condition_messages(client, name)), name
@@ -449,12 +456,7 @@ async def test_a_member_that_comes_never_gated_wakes_its_waiting_gang() -> None:
     counted as released) comes last. Its arrival must make the gang decide again; and the
     waiting gang keeps one member among the waiting pods with a retry, as a safety net."""
     client = FakeClient()
-    controller = group_cluster(client)
-    put(controller.runtime, POD_GROUPS, pod_group())
-    w0 = group_member(controller, "w0")
-    group_member(controller, "w1")
-    await decide(controller, w0)
-    assert released(client) == []
+    controller, w0 = await two_of_three_waiting(client)
     assert w0 in controller.waiting and controller.queue.due_in(w0) is not None
     controller.queue._ready.clear()
     controller.queue._queued.clear()

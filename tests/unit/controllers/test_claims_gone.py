@@ -94,3 +94,39 @@ async def test_kube_schedulers_extended_resource_claim_goes_with_its_pod() -> No
     # Deleted, as a claim generated for the pod (its finalizer then goes with the object).
     writes = client.writes(RESOURCE_CLAIMS.path("ns", key.name))
     assert [call.method for call in writes][:1] == ["DELETE"], writes
+
+
+@pytest.mark.parametrize("api_group", ["resource.k8s.io", "resource.dralloc.dev"])
+async def test_a_deleted_generated_claim_in_tree_is_told_not_made_again(api_group: str) -> None:
+    """The pod's status names its generated claim, which was deleted. In-tree that name is
+    the pod's for good (kcm makes no other; renaming the entry is refused): the pod is told,
+    and nothing is created. In CRD mode the annotation may name a new claim: one is made."""
+    from operators.kube import NAMESPACES, RESOURCE_CLAIM_TEMPLATES
+
+    from .fakes import namespace, pod, template
+
+    client = FakeClient()
+    controller = ClaimController(runtime(client, api_group=api_group, allocation_controller=False))
+    cache = controller.runtime.cache
+    cache[NAMESPACES].apply("ADDED", namespace("ns"))
+    cache[RESOURCE_CLAIM_TEMPLATES].apply("ADDED", template("ns", "one"))
+    raw = pod("ns", "p", [{"name": "dev", "resourceClaimTemplateName": "one"}])
+    if api_group == "resource.k8s.io":
+        raw["metadata"]["annotations"] = {}
+        raw["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": "one"}]
+        raw["status"] = {
+            "resourceClaimStatuses": [{"name": "dev", "resourceClaimName": "p-dev-gone"}]
+        }
+    else:
+        raw["metadata"]["annotations"]["resource.dralloc.dev/claim-statuses"] = (
+            '[{"name": "dev", "resourceClaimName": "p-dev-gone"}]'
+        )
+    put(controller.runtime, PODS, raw)
+    await controller.sync_pod(Key("ns", "p"))
+    created = [c for c in client.calls if c.method == "POST" and "resourceclaims" in c.path]
+    told = [e["message"] for e in client.events if e["involved"]["metadata"]["name"] == "p"]
+    if api_group == "resource.k8s.io":
+        assert created == []
+        assert any("ns/p-dev-gone, made for this entry, was deleted" in m for m in told), told
+    else:
+        assert len(created) == 1 and told == []

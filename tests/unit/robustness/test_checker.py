@@ -463,6 +463,18 @@ def test_a_pending_pod_at_the_end_needs_a_condition_and_a_warning() -> None:
     assert check(explained).ok
 
 
+def test_a_gang_member_is_warned_through_its_gang() -> None:
+    """dralloc posts a reason the whole gang shares on its first member: the others need a
+    condition of their own, and a Warning Event on some member of the same gang."""
+    members = [
+        pod(name, f"c-{name}", gang=gang, gang_size=3, explained=True, gated=True)
+        for name, gang in (("g0", "g"), ("g1", "g"), ("h0", "h"))
+    ]
+    run = history(*members, *(claim(f"c-{m.name}") for m in members), settled=True)
+    run.warned = frozenset({f"{NS}/g0"})
+    assert only(check(run), POD_NOT_EXPLAINED) == [(f"{NS}/h0", 6, None)]
+
+
 def test_an_unsettled_run_has_no_end_state_to_judge() -> None:
     assert check(history(pod("p", "c"), claim("c"), settled=False)).ok
 
