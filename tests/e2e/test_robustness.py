@@ -22,7 +22,8 @@ import pytest
 from robustness.cluster import MODES, Cluster
 from robustness.run import SAFE_FAULTS, Options, Run
 
-from .kube_helpers import Testbed
+from .kube_helpers import Testbed, wait_for
+from .reliability_helpers import scheduler_healthy, stopped
 
 pytestmark = [pytest.mark.api_modes, pytest.mark.timeout(900)]
 
@@ -30,9 +31,20 @@ SEED = int(os.environ.get("DRALLOC_ROBUSTNESS_SEED", "1"))
 RELISTS = 20
 
 
+def fresh_scheduler(testbed: Testbed) -> None:
+    """kube-scheduler started anew, as a run's control plane starts: the shared testbed's
+    kube-scheduler may come from an earlier run's API server restarts with its watches in
+    backoff (kube-apiserver answers "forbidden" while its RBAC cache fills after a restart,
+    and client-go doubles its wait each time), binding nothing for up to a minute."""
+    with stopped(testbed, "kube-scheduler"):
+        pass
+    wait_for("kube-scheduler healthy", lambda: scheduler_healthy(testbed), timeout=60)
+
+
 def test_a_short_seeded_run_with_faults_keeps_every_rule(testbed: Testbed, tmp_path: Path) -> None:
     if testbed.state_dir is None:
         pytest.skip("faults restart the control plane: needs a testbed started by this run")
+    fresh_scheduler(testbed)
     cluster = Cluster(
         testbed.kubeconfig, testbed.bin, testbed.state_dir, MODES[testbed.api_mode.name]
     )
@@ -67,6 +79,7 @@ def test_twenty_relists_keep_every_rule(testbed: Testbed, tmp_path: Path) -> Non
     checked at every revision, not only at the end."""
     if testbed.state_dir is None:
         pytest.skip("faults restart the control plane: needs a testbed started by this run")
+    fresh_scheduler(testbed)
     cluster = Cluster(
         testbed.kubeconfig, testbed.bin, testbed.state_dir, MODES[testbed.api_mode.name]
     )
