@@ -40,7 +40,7 @@ Rules (``RULES``):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -391,18 +391,13 @@ class Checker:
         found = []
         pods = self.state.pods
         live = {p.uid for p in pods.values()}
-        # A reason the whole gang shares is posted on one member (its first by name).
-        warned_gangs = {
-            f"{p.namespace}/{p.gang}" for key, p in pods.items() if p.gang and key in warned
-        }
+        warned_pods = warned_through_gangs(pods.values(), warned)
         for key, pod in sorted(pods.items()):
             if not pod.has_claims or pod.phase in ("Succeeded", "Failed"):
                 continue
             if pod.bound and self._unsatisfied(pod) is None:
                 continue
-            has_warning = key in warned or (
-                bool(pod.gang) and f"{pod.namespace}/{pod.gang}" in warned_gangs
-            )
+            has_warning = key in warned_pods
             if pod.explained and has_warning:
                 continue
             why = "not bound" if not pod.bound else str(self._unsatisfied(pod))
@@ -461,6 +456,16 @@ def check(history: History) -> Report:
     marked.sort(key=lambda v: (v.start_rv, v.rule, v.subject))
     end_at = events[-1].at if events else 0.0
     return Report(marked, len(events), end_at)
+
+
+def warned_through_gangs(pods: Iterable[PodFacts], warned: Collection[str]) -> frozenset[str]:
+    """The pods with a Warning Event: their own, or, for a gang member, one on any member of
+    its gang (dralloc posts a reason the whole gang shares on its first member)."""
+    members = list(pods)
+    gangs = {f"{p.namespace}/{p.gang}" for p in members if p.gang and p.key in warned}
+    return frozenset(
+        p.key for p in members if p.key in warned or (p.gang and f"{p.namespace}/{p.gang}" in gangs)
+    )
 
 
 def unsatisfied(

@@ -32,7 +32,7 @@ from operators.kube import (
     ApiError,
     KubeClient,
 )
-from robustness.checker import RULES, Report, check, unsatisfied
+from robustness.checker import RULES, Report, check, unsatisfied, warned_through_gangs
 from robustness.cluster import (
     REPO_ROOT,
     Cluster,
@@ -482,7 +482,8 @@ class Run:
 
     async def _settle(self, client: KubeClient, since: float) -> float | None:
         """Seconds until the end state rule holds: every pod with claims is bound with its
-        devices or explained (a condition and a Warning Event), and no allocated claim is held
+        devices or explained (a condition and a Warning Event, for a gang member one on any
+        member of its gang: ``warned_through_gangs``), and no allocated claim is held
         for a gone pod; None when that did not happen in time (the checker then says which)."""
         loop = asyncio.get_running_loop()
         while loop.time() - since < self.options.settle_s:
@@ -493,6 +494,7 @@ class Run:
                 await asyncio.sleep(1)
                 continue
             live = {p.uid for p in pods}
+            warned_pods = warned_through_gangs(pods, warned)
             by_key = {c.key: c for c in claims}
             owned: dict[str, dict[str, str]] = defaultdict(dict)
             for claim in claims:
@@ -501,7 +503,7 @@ class Run:
             waiting = [
                 p for p in pods
                 if p.has_claims and (not p.bound or unsatisfied(p, by_key, owned) is not None)
-                and not (p.explained and p.key in warned)
+                and not (p.explained and p.key in warned_pods)
             ]  # fmt: skip
             stale = [
                 c for c in claims
