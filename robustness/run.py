@@ -32,7 +32,17 @@ from operators.kube import (
     ApiError,
     KubeClient,
 )
-from robustness.checker import RULES, Report, check, unsatisfied, warned_through_gangs
+from robustness.audit import trail
+from robustness.checker import (
+    DEVICE_HELD_TWICE,
+    POD_BOUND_WITHOUT_DEVICES,
+    RULES,
+    Report,
+    Violation,
+    check,
+    unsatisfied,
+    warned_through_gangs,
+)
 from robustness.cluster import (
     REPO_ROOT,
     Cluster,
@@ -145,6 +155,9 @@ class Result:
     """Claims pods of the gated namespaces whose first recorded state had no gate: admission
     let them through while no operator served (only the fail-open webhook may)."""
     history: History = field(repr=False)
+    trails: dict[str, list[str]] = field(default_factory=dict)
+    """Under a violation (its text): the last writes to the objects it names, from the API
+    server's audit log (who allocated, freed, bound or deleted them)."""
 
     @property
     def ok(self) -> bool:
@@ -172,6 +185,7 @@ class Result:
             "created_ungated": self.created_ungated,
             "stand_downs": self.stand_downs,
             "operator_relists": self.operator_relists,
+            "trails": self.trails,
         }
 
     def summary(self) -> str:
@@ -211,6 +225,7 @@ class Result:
         ]
         for violation in self.report.violations:
             lines.append(f"  {violation}")
+            lines.extend(f"      {write}" for write in self.trails.get(str(violation), ()))
         return "\n".join(lines)
 
 
@@ -447,6 +462,10 @@ class Run:
                 history, (*self.layout.gated, self.layout.quota_namespace)
             ),
             history=history,
+            trails={
+                str(v): trail(self.cluster.state_dir, involved(history, v))
+                for v in report.violations
+            },
         )
 
     def _stand_downs(self) -> dict[str, int]:
@@ -594,6 +613,26 @@ def save_history(history: History, path: Path) -> None:
                 k: sorted(v) if isinstance(v, frozenset) else v for k, v in row["facts"].items()
             }
             out.write(json.dumps(row, default=str) + "\n")
+
+
+def involved(history: History, violation: Violation) -> set[tuple[str, str]]:
+    """The objects whose writes explain a violation, as (namespace, name): a pod and the
+    claims it names; the claims that ever held a device. Empty for other rules."""
+    objects: set[tuple[str, str]] = set()
+    for event in history.ordered():
+        facts = event.facts
+        if violation.rule == POD_BOUND_WITHOUT_DEVICES and isinstance(facts, PodFacts):
+            if facts.key == violation.subject:
+                objects.add((facts.namespace, facts.name))
+                names = (*facts.direct_claims, *facts.claim_statuses.values(), facts.extended_claim)
+                objects.update((facts.namespace, name) for name in names if name)
+        elif (
+            violation.rule == DEVICE_HELD_TWICE
+            and isinstance(facts, ClaimFacts)
+            and any(str(held.device) == violation.subject for held in facts.devices)
+        ):
+            objects.add((facts.namespace, facts.name))
+    return objects
 
 
 def load_history(path: Path, *, warned: frozenset[str] = frozenset()) -> History:

@@ -486,6 +486,47 @@ def up(
     return state
 
 
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete]
+  resources:
+  - group: resource.k8s.io
+    resources: [resourceclaims, resourceclaims/status, resourceclaims/binding]
+  - group: resource.dralloc.dev
+    resources: [resourceclaims, resourceclaims/status]
+- level: Metadata
+  verbs: [create, delete]
+  resources:
+  - group: ""
+    resources: [pods/binding, pods/eviction]
+- level: Metadata
+  verbs: [delete]
+  resources:
+  - group: ""
+    resources: [pods]
+- level: None
+"""
+"""Who wrote what a claim holds, and who bound or deleted a pod: ``logs/audit.log``, so a
+robustness violation (a pod bound while its claim holds nothing) can be traced to its
+writer. Metadata only: no object bodies."""
+
+
+def audit_args(state_dir: Path) -> list[str]:
+    policy = state_dir / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    (state_dir / "logs").mkdir(exist_ok=True)
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={state_dir / 'logs' / 'audit.log'}",
+        "--audit-log-maxsize=200",
+        "--audit-log-maxbackup=2",
+    ]
+
+
 def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None:
     ports, state_dir = state.ports, Path(state.dir)
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -569,6 +610,7 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             "--max-mutating-requests-inflight=0",
             "--profiling=true",  # /debug/pprof for admins: where the API server spends CPU
             f"--cert-dir={pki}",
+            *audit_args(state_dir),
             *feature_gates(state),
             *runtime_config(state),
         ],
