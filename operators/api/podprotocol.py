@@ -13,7 +13,7 @@ claim names recorded   annotation ``.../claim-statuses``            ``status.res
 generated claim        ``resource.dralloc.dev/pod-claim-name``      ``resource.kubernetes.io/pod-claim-name``
 finalizer              ``resource.dralloc.dev/delete-protection``   ``resource.kubernetes.io/delete-protection``
 adminAccess namespace  ``resource.dralloc.dev/admin-access``        ``resource.kubernetes.io/admin-access``
-released pod           pinned to the node by a node affinity        not pinned (see :attr:`pins_node`)
+released pod           pinned to the node by a node affinity        the same (see :attr:`pins_node`)
 claim conditions       ``status.conditions`` (``Allocated``)        none (see :attr:`claim_conditions`)
 =====================  ===========================================  =====================================
 
@@ -64,13 +64,21 @@ class PodProtocol:
     reason for a waiting claim is on its pod (condition and Events) and in Events on the
     claim."""
     pins_node: bool
-    """Whether a released pod gets a required node affinity for the chosen node.
+    """Whether a released pod gets a required node affinity for the chosen node (both modes).
 
     On our CRDs nothing but that affinity keeps kube-scheduler on the node whose devices were
-    allocated. In-tree, kube-scheduler's DRA plugin itself refuses nodes outside the claim's
-    ``allocation.nodeSelector``; and if the pod then fits nowhere, the plugin deallocates the
-    claim and allocates it afresh (its own fallback), which a pinned pod would defeat: it
-    would wait on the pinned node forever, and a gate cannot be put back."""
+    allocated. In-tree the claim's ``allocation.nodeSelector`` would, but an unpinned pod lets
+    kube-scheduler's DRA plugin judge the claim on every node: when no node passes (its view
+    of the chosen node lags, or the node no longer fits), its PostFilter clears the claim,
+    and it does not put its own write into its claim cache. Its next attempt may then still
+    see the claim allocated and reserved for the pod (dralloc reserves with the allocation),
+    so PreBind writes nothing and the pod is bound while its claim holds no devices (the
+    robustness run caught four such pods after API server restarts, 1.37.2). Pinned, nodes
+    other than the chosen one fail NodeAffinity first, the plugin never marks the claim
+    unavailable, and it clears nothing; a pod the chosen node refuses is handled by
+    :mod:`operators.controllers.released`, as on our CRDs. A pod that passed the gate by
+    (:attr:`allocates_ungated`) cannot be pinned: a pod's affinity may change only while it
+    is gated."""
     allocates_ungated: bool = False
     """Whether dralloc allocates the claims of a pod that is neither gated nor bound (it
     passed the gate by).
@@ -190,7 +198,7 @@ KUBERNETES: Final = PodProtocol(
     admin_access_label=ann.KUBERNETES_ADMIN_ACCESS_LABEL,
     claims_in_spec=True,
     claim_conditions=False,
-    pins_node=False,
+    pins_node=True,
     allocates_ungated=True,
 )
 """The in-tree kinds, as the kubelet, kube-scheduler and kube-controller-manager read them."""

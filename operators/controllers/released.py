@@ -74,10 +74,9 @@ class ReleasedPodsController:
         self.client = runtime.client
         self.settings = runtime.settings
         self.pods = runtime.cache[PODS]
-        # In-tree, released pods are not pinned: an unbound one still holds its devices
-        # while kube-scheduler finds no node (its own fallback deallocates only claims it
-        # finds unavailable on a node that passed every other filter).
-        self.pinned = runtime.protocol.pins_node
+        # In-tree, dralloc also allocates pods that passed the gate by, which it cannot pin:
+        # they are released pods too (unbound, they hold their devices).
+        self.pinned = runtime.protocol.pins_node and not runtime.protocol.allocates_ungated
         self.since: dict[Key, float] = {}
         self.undone = 0
         self.pods.add_handler(self._on_pod)
@@ -125,7 +124,7 @@ class ReleasedPodsController:
         """The first write is conditional on the pod version that was refused: if the
         scheduler binds the pod meanwhile, nothing is done (the deletion conflicts; the
         condition is no longer needed)."""
-        node = pod.needs.pinned_node  # '' in-tree: released pods are not pinned there
+        node = pod.needs.pinned_node  # '' for a pod that passed the gate by (in-tree)
         # Deleting (with the refused version as precondition) is the one undo that cannot
         # race kube-scheduler binding the pod meanwhile; freeing the claims of a bare pod
         # can (see the module's docstring), so a bare pod keeps them.

@@ -86,9 +86,9 @@ class ApiMode:
     without that label (in-tree); dralloc's CRDs leave the check to dralloc."""
     pins_node: bool
     """dralloc pins a released pod to the node it chose with a required node affinity
-    (``matchFields metadata.name``). In in-tree mode it does not: kube-scheduler's
-    DynamicResources plugin keeps the pod on the nodes of the claim's
-    ``allocation.nodeSelector``."""
+    (``matchFields metadata.name``). Both modes do (in-tree, the claim's
+    ``allocation.nodeSelector`` names the node too; see ``PodProtocol.pins_node`` for why
+    that alone is not enough)."""
     claim_conditions: bool
     """ResourceClaim status has ``conditions`` (dralloc's ``Allocated`` condition, an extension
     of its CRD; resource.k8s.io/v1 has no such field)."""
@@ -176,7 +176,7 @@ IN_TREE: Final = ApiMode(
     pod_claim_name_annotation="resource.kubernetes.io/pod-claim-name",
     admin_access_label="resource.kubernetes.io/admin-access",
     api_server_checks_admin_access=True,
-    pins_node=False,
+    pins_node=True,
     claim_conditions=False,
     taint_rule_versions=("v1", "v1beta2", "v1alpha3"),
 )

@@ -620,6 +620,14 @@ INTENDED = (
         "way (garbage collection)",
         drop=("blockOwnerDeletion",),
     ),
+    Intended(
+        (IN_TREE, *DRALLOC_SYSTEMS),
+        ("pods", "*", "affinity"),
+        "dralloc pins a pod it releases to the node it chose (a required node affinity, "
+        "written with the gate's removal), in-tree too: unpinned, kube-scheduler's DRA plugin "
+        "may clear the claim when no node passes and then bind the pod on a stale view of it "
+        "(PodProtocol.pins_node). The pin is checked on its own: the node the pod is bound to",
+    ),
 )
 
 
@@ -864,11 +872,22 @@ def test_kube_scheduler_binds_every_pod_where_its_claims_are(any_run: Observed) 
     assert "DisruptionTarget" not in kinds, f"{system}: the tolerating pod is being evicted"
     if system == IN_TREE:
         return
-    # dralloc gated its pods and released them unpinned (in-tree, the claims' nodeSelector
-    # is what keeps kube-scheduler on the node).
+    # dralloc gated its pods and released them pinned to the node kube-scheduler bound them to.
     for name, pod in any_run.pods.items():
         assert "resource.dralloc.dev/allocated-by" in pod["metadata"].get("annotations", {}), name
-        assert not pod["spec"].get("affinity"), f"pod {name} was pinned: {pod['spec']['affinity']}"
+        terms = (
+            (pod["spec"].get("affinity") or {}).get("nodeAffinity", {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+            .get("nodeSelectorTerms")
+        ) or [{}]  # fmt: skip
+        pins = {
+            value
+            for term in terms
+            for field in term.get("matchFields") or []
+            if field.get("key") == "metadata.name"
+            for value in field.get("values") or []
+        }
+        assert pins == {pod["spec"]["nodeName"]}, f"pod {name}: pinned to {pins}"
 
 
 def test_claims_and_pods_have_the_same_shape(in_tree: Observed, dralloc: Observed) -> None:

@@ -1,17 +1,19 @@
-"""In-tree mode does not pin released pods, so kube-scheduler's fallback can save them.
+"""In-tree, a pod that passed dralloc's gate by is saved by kube-scheduler's fallback.
 
-dralloc allocates a node-local device and removes its gate; in-tree, the claim's
-``allocation.nodeSelector`` is what keeps kube-scheduler on that node. If the node no longer
-fits when kube-scheduler gets to the pod (here: a pod bound directly takes its cpu while a
-second, user-owned gate holds the pod back), every other node fails the DRA plugin's filter
-("resourceclaim not available on the node"), so its PostFilter deallocates the claim and the
-next attempt allocates it on a node that fits. A pinned pod (the CRD mode's node affinity)
-would instead fail NodeResourcesFit on its one node, with nothing deallocated, and wait until
-dralloc's release grace undoes it (tests/e2e/test_placement.py covers that path).
+dralloc pins every pod it releases (PodProtocol.pins_node), so kube-scheduler's DRA plugin
+never judges those pods' claims off their node and never clears them. A pod that passed the
+gate by (no webhook, pods older than the operator, here: created without dralloc's gate and
+held by the user's own) cannot be pinned: its affinity may change only while it is gated. For
+it, dralloc allocates a node-local device and the claim's ``allocation.nodeSelector`` alone
+keeps kube-scheduler on that node. If the node no longer fits when kube-scheduler gets to the
+pod (a pod bound directly takes its cpu while the user's gate holds the pod back), every other
+node fails the DRA plugin's filter ("resourceclaim not available on the node"), its PostFilter
+deallocates the claim, and, with the claim-allocation policy refusing kube-scheduler's own
+allocation, dralloc allocates it again on a node that fits.
 
 The testbed runs kube-controller-manager without its DRA controllers and dralloc with all of
 its own (coexistence case (a)), so dralloc's claim controller also puts the pod's devices
-annotation right after the scheduler re-allocated the claim.
+annotation right after the claim was allocated again.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from robustness.cluster import (
     claim_allocation_policy,
@@ -69,13 +69,12 @@ def _allocation_managers(claim: dict[str, Any]) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("guarded", [False, True], ids=["kube-scheduler", "policy"])
-def test_a_released_pod_whose_node_stopped_fitting_is_moved(
-    testbeds: TestbedRegistry, tmp_path: Path, guarded: bool
+def test_an_ungated_pod_whose_node_stopped_fitting_is_moved(
+    testbeds: TestbedRegistry, tmp_path: Path
 ) -> None:
-    """kube-scheduler's PostFilter deallocates the claim either way; then it allocates the
-    claim again itself, or, with the claim-allocation policy refusing it, dralloc does (the
-    pod has no gate any more: dralloc serves ungated pods too) and kube-scheduler binds."""
+    """kube-scheduler's PostFilter deallocates the claim; the claim-allocation policy refuses
+    its own allocation, so dralloc allocates it again (it serves ungated pods too) and
+    kube-scheduler binds."""
     # kube-controller-manager without its DRA controllers: dralloc's replace them.
     testbed = testbeds.get(TESTBED_DRA_SCHEDULER).in_mode(IN_TREE)
     ensure_lease_namespace(testbed)
@@ -89,25 +88,19 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved(
     namespace = unique_name("fallback")
     testbed.kubectl("create", "namespace", namespace)
     policy = f"{namespace}-allocation"
-    if guarded:
-        testbed.apply(*claim_allocation_policy(policy, [namespace], [testbed.operator_user]))
-        wait_policy_in_force(testbed.bin, testbed.kubeconfig, namespace)
+    testbed.apply(*claim_allocation_policy(policy, [namespace], [testbed.operator_user]))
+    wait_policy_in_force(testbed.bin, testbed.kubeconfig, namespace)
     pool = publish_devices(testbed, label, {first: 1, second: 1})
     testbed.apply(template(namespace, "one", pool))
     operator = OperatorProcess(
         testbed,
         tmp_path / "operator.log",
         unique_name("dralloc-fallback"),
-        # The release grace far beyond the wait below: only kube-scheduler's fallback (or,
-        # guarded, dralloc serving the pod it left ungated) can move the pod in time, never
-        # dralloc undoing a release kube-scheduler refused.
-        # Unguarded, dralloc leaves ungated pods to kube-scheduler, whose fallback is tested
-        # (else dralloc, serving the ungated pod too, might allocate first).
-        extra=[
-            "--node-policy=first-fit",
-            "--release-grace=600",
-            *(() if guarded else ("--no-allocate-ungated",)),
-        ],  # fmt: skip (the mode adds --api-group)
+        # The release grace far beyond the wait below: only kube-scheduler's fallback and
+        # dralloc serving the pod it left ungated can move the pod in time, never dralloc
+        # undoing a release kube-scheduler refused.
+        extra=["--node-policy=first-fit", "--release-grace=600"],  # the mode adds --api-group
+        webhook=False,  # nothing puts dralloc's gate on the pod: it passes the gate by
     )
     operator.start()
     try:
@@ -131,15 +124,19 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved(
         }
         testbed.kubectl("create", "-f", "-", input=json.dumps(pod))
 
-        def released() -> bool:
+        def allocated() -> bool:
             live = testbed.get("pod", "worker", f"--namespace={namespace}") or {}
-            gates = [g["name"] for g in live.get("spec", {}).get("schedulingGates") or ()]
-            return gates == [HOLD]
+            names = (live.get("status") or {}).get("resourceClaimStatuses") or ()
+            if not names:
+                return False
+            return bool(_claim_of(testbed, namespace, "worker")["status"].get("allocation"))
 
-        wait_for("dralloc's gate removed", released, timeout=60)
+        wait_for("dralloc to allocate the ungated pod's claim", allocated, timeout=60)
         live = testbed.get("pod", "worker", f"--namespace={namespace}")
         assert live is not None
-        assert "affinity" not in live["spec"], "in-tree mode must not pin the pod"
+        gates = [g["name"] for g in live["spec"].get("schedulingGates") or ()]
+        assert gates == [HOLD], "the pod never had dralloc's gate"
+        assert "affinity" not in live["spec"], "a pod that passed the gate by cannot be pinned"
         assert _allocated_node(_claim_of(testbed, namespace, "worker")) == first
 
         # The first node fills up behind dralloc's back, then the user lets the pod go.
@@ -171,10 +168,8 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved(
             "--show-managed-fields",
         )  # fmt: skip
         assert fields is not None
-        # Guarded, dralloc allocated it again (kube-scheduler may only bind); else
-        # kube-scheduler's own fallback did.
-        expected = "dralloc" if guarded else "kube-scheduler"
-        assert _allocation_managers(fields) == {expected}, fields["metadata"]["managedFields"]
+        # dralloc allocated it again (the policy lets kube-scheduler only clear and bind).
+        assert _allocation_managers(fields) == {"dralloc"}, fields["metadata"]["managedFields"]
         assert claim["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
         assert [r["uid"] for r in claim["status"]["reservedFor"]] == [live["metadata"]["uid"]]
 
@@ -188,6 +183,5 @@ def test_a_released_pod_whose_node_stopped_fitting_is_moved(
         )
     finally:
         operator.stop()
-        if guarded:
-            for args in claim_allocation_policy_removal(policy):
-                testbed.kubectl(*args, check=False)
+        for args in claim_allocation_policy_removal(policy):
+            testbed.kubectl(*args, check=False)

@@ -45,8 +45,13 @@ def test_template_claim_allocated_bound_and_cleaned_up(
     node = wait_bound(testbed, namespace, "first")
     obj = get(testbed, "pod", "first", namespace)
     assert obj is not None
-    # the webhook gated it, the allocator ungated it (crd mode: pinned to the node it chose)
+    # the webhook gated it, the allocator ungated it, pinned to the node it chose (both modes)
     assert GATE not in [g["name"] for g in obj["spec"].get("schedulingGates") or []]
+    required = obj["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    pins = [f["values"] for t in required["nodeSelectorTerms"] for f in t.get("matchFields") or []]
+    assert pins == [[node]], required
     devices = json.loads(obj["metadata"]["annotations"][DEVICES_ANNOTATION])
     assert devices[0]["name"] == "dev"
     assert devices[0]["devices"][0]["pool"] == node

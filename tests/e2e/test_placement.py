@@ -1,10 +1,9 @@
 """Placement that kube-scheduler agrees with.
 
 dralloc allocates a pod's claims on one node and lifts its scheduling gate; kube-scheduler
-then binds it there, or refuses to. What keeps the scheduler on that node: in crd mode a
-required node affinity dralloc pins the pod with; in in-tree mode the claims'
-``allocation.nodeSelector``, which kube-scheduler's DynamicResources plugin honours. The
-choice is only good if the scheduler's own filters pass on that node: resources (cpu, memory, pods), host ports,
+then binds it there, or refuses to. What keeps the scheduler on that node: a required node
+affinity dralloc pins the pod with (in-tree, the claims' ``allocation.nodeSelector`` names the
+node too). The choice is only good if the scheduler's own filters pass on that node: resources (cpu, memory, pods), host ports,
 inter-pod (anti-)affinity in both directions, and topology spread. These tests give each
 filter a case where the device-only choice (binpack: the node with the fewest matching free
 devices left) breaks it, and check that dralloc chooses a node that keeps it, or none at all
@@ -118,14 +117,13 @@ def allocation_node(claim: dict[str, Any]) -> str | None:
 
 
 def assert_kept_to(testbed: Testbed, obj: dict[str, Any], node: str) -> None:
-    """The released pod ``obj`` can go nowhere but ``node``: in crd mode dralloc pinned it
-    there; in in-tree mode it did not pin it, and its claim's allocation names the node."""
-    if testbed.api_mode.pins_node:
-        assert pinned_node(obj) == node, describe(obj)
-        return
-    assert pinned_node(obj) is None, f"in-tree mode pins no pod: {describe(obj)}"
-    [generated] = claims_of(testbed, obj["metadata"]["namespace"], obj["metadata"]["uid"])
-    assert allocation_node(generated) == node, generated.get("status")
+    """The released pod ``obj`` can go nowhere but ``node``: dralloc pinned it there (both
+    modes); in-tree its claim's allocation names the node too."""
+    assert testbed.api_mode.pins_node
+    assert pinned_node(obj) == node, describe(obj)
+    if testbed.api_mode.name == "in-tree":
+        [generated] = claims_of(testbed, obj["metadata"]["namespace"], obj["metadata"]["uid"])
+        assert allocation_node(generated) == node, generated.get("status")
 
 
 def gated(obj: dict[str, Any]) -> bool:

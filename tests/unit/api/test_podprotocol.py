@@ -46,7 +46,7 @@ def test_names_per_mode() -> None:
     assert KUBERNETES.pod_claim_name_annotation == "resource.kubernetes.io/pod-claim-name"
     assert KUBERNETES.admin_access_label == "resource.kubernetes.io/admin-access"
     assert DRALLOC.finalizer == "resource.dralloc.dev/delete-protection"
-    assert DRALLOC.pins_node and not KUBERNETES.pins_node
+    assert DRALLOC.pins_node and KUBERNETES.pins_node  # in-tree too: see pins_node
     assert protocol_for("resource.k8s.io") is KUBERNETES
     with pytest.raises(ValueError, match="expected one of"):
         protocol_for("resource.example.com")

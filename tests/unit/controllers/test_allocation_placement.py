@@ -137,3 +137,19 @@ async def test_host_ports_of_placed_pods_count() -> None:
     web2 = add_pod(controller, "web2", "1", containers=port)
     await sync(controller, web2)
     assert pinned_node(client, "web2") == "n2"
+
+
+async def test_in_tree_a_released_pod_is_pinned_too() -> None:
+    """In-tree as on our CRDs: unpinned, kube-scheduler's DRA plugin would judge the claim on
+    every node and may clear it, then bind the pod on its stale view (see pins_node)."""
+    client = FakeClient()
+    runtime = one_device_cluster(client, api_group="resource.k8s.io")
+    runtime.cache[NODES].apply("MODIFIED", sized("n1", "2"))
+    controller = AllocationController(runtime)
+    put(runtime, RESOURCE_CLAIMS, claim("ns", "p-claim"))
+    raw = pod("ns", "p", [])
+    del raw["metadata"]["annotations"]["resource.dralloc.dev/claims"]
+    raw["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimName": "p-claim"}]
+    put(runtime, PODS, raw)
+    await sync(controller, Key("ns", "p"))
+    assert pinned_node(client, "p") == "n1"

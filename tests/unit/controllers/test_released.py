@@ -123,9 +123,8 @@ def test_refused_nodes_are_remembered_per_controller_for_a_while() -> None:
 
 
 async def test_in_tree_an_unpinned_refused_pod_is_undone_too(monkeypatch: Any) -> None:
-    """In-tree a released pod is not pinned, and kube-scheduler's own fallback only frees
-    claims it finds unavailable on a node that passed every other filter: a pod that fits
-    nowhere else keeps its devices. After the grace it is reported as in the CRD mode."""
+    """In-tree dralloc also allocates a pod that passed the gate by, which it cannot pin:
+    refused, it keeps its devices and after the grace is reported as a pinned one is."""
     client = FakeClient()
     runtime = one_device_cluster(client, release_grace=0.0, api_group="resource.k8s.io")
     controller = ReleasedPodsController(runtime)
