@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _snapshot_arguments(simulate)
+    _max_gang_size_argument(simulate)
     simulate.add_argument("--add-pods", type=int, metavar="N", help="number of pods to add")
     simulate.add_argument(
         "--add-gang", type=int, metavar="N",
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("subject", metavar="pod/NAME|resourceclaim/NAME")
     _snapshot_arguments(explain)
+    _max_gang_size_argument(explain)
     _add_check_parser(commands)
 
     cert = commands.add_parser(
@@ -151,6 +153,16 @@ def _snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--feature-gates", default="", metavar="Name=bool,...",
         help="allocator feature gates (upstream names), e.g. DRAPrioritizedList=false",
+    )  # fmt: skip
+
+
+def _max_gang_size_argument(parser: argparse.ArgumentParser) -> None:
+    from operators.api.annotations import GANG_SIZE_MAX
+
+    parser.add_argument(
+        "--max-gang-size", type=int, default=GANG_SIZE_MAX, metavar="N",
+        help="the operator's max_gang_size (DRALLOC_MAX_GANG_SIZE): a larger gang is "
+        f"refused on each member, as the operator refuses it (default {GANG_SIZE_MAX})",
     )  # fmt: skip
 
 
@@ -294,6 +306,7 @@ def _simulate(args: argparse.Namespace) -> int:
             features=features,
             device_policy=args.device_policy,
             progress=bar.advance,
+            max_gang_size=args.max_gang_size,
         )
     print(render.simulation(report, args.output))
     return EXIT_OK if report.fits else EXIT_DOES_NOT_FIT
@@ -353,7 +366,9 @@ def _explain(args: argparse.Namespace) -> int:
         namespace, rest = rest.split("/", 1)
     features = _features(args.feature_gates)
     snapshot = _load(args)
-    result = explain(snapshot, f"{kind}/{rest}", namespace, features=features)
+    result = explain(
+        snapshot, f"{kind}/{rest}", namespace, features=features, max_gang_size=args.max_gang_size
+    )
     print(render.explanation(result, args.output))
     return EXIT_OK
 

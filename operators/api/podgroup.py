@@ -143,3 +143,16 @@ def resolve_gang(
     if group.problem:
         return None, group.problem
     return group.gang(), ""
+
+
+def gang_too_large(gang: GangRef, limit: int) -> str | None:
+    """Why a gang is refused for its size (more members to place together than ``limit``,
+    the operator's ``max_gang_size``), or None: the words the operator tells each member
+    and ``dralloc explain``/``simulate`` print."""
+    if gang.size <= limit:
+        return None
+    return (
+        f"{gang.label} needs {gang.size} members placed together, more than the {limit} "
+        "this operator places (its setting max_gang_size, DRALLOC_MAX_GANG_SIZE): make the "
+        "gang smaller, or ask the cluster's administrators to raise the limit"
+    )

@@ -54,7 +54,7 @@ from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, Gan
 from operators.api.models import AllocationResult, ResourceClaim
 from operators.api.podgroup import GROUP as WORKLOAD_GROUP
 from operators.api.podgroup import VERSION as WORKLOAD_VERSION
-from operators.api.podgroup import PodGroup, resolve_gang
+from operators.api.podgroup import PodGroup, gang_too_large, resolve_gang
 from operators.cache.core import POD_GANG_INDEX, Pod, PodClaim, parse_pod
 from operators.cache.informer import Key
 from operators.controllers import claimrules, claimstatus
@@ -132,13 +132,9 @@ async def gang_of(controller: AllocationController, pod: Pod) -> GangRef | None:
     gang, problem = resolve_gang(pod.gang, pod.gang_error, pod.namespace, pod.pod_group, group)
     if problem:
         raise Unallocatable(problem)
-    limit = controller.settings.max_gang_size
-    if gang is not None and gang.size > limit:
-        raise Unallocatable(
-            f"{gang.label} needs {gang.size} members placed together, more than the {limit} "
-            "this operator places (its setting max_gang_size, DRALLOC_MAX_GANG_SIZE): make the "
-            "gang smaller, or ask the cluster's administrators to raise the limit"
-        )
+    too_large = gang_too_large(gang, controller.settings.max_gang_size) if gang else None
+    if too_large:
+        raise Unallocatable(too_large)
     return gang
 
 

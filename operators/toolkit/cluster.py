@@ -17,6 +17,7 @@ from operators.allocator.features import Features
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.state import AllocatorState
+from operators.api.annotations import GANG_SIZE_MAX
 from operators.scheduling import filters
 from operators.scheduling.usage import ClusterUsage
 from operators.toolkit.pods import PodInfo
@@ -77,9 +78,13 @@ class Cluster:
         features: Features | None = None,
         policy: str = "binpack",
         device_policy: str = "first-fit",
+        max_gang_size: int = GANG_SIZE_MAX,
     ) -> None:
         self.snapshot = snapshot
         self.policy = policy
+        self.max_gang_size = max_gang_size
+        """The operator's setting: a gang that needs more members placed together is
+        refused, on each member, as the operator refuses it."""
         self.state = AllocatorState(features or Features(), device_policy=device_policy)
         for slice_ in snapshot.resource_slices.values():
             self.state.upsert_slice(slice_)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from operators.allocator.features import Features
+from operators.api.annotations import GANG_SIZE_MAX
 from operators.api.extendedresources import backing_classes, class_mapping
+from operators.api.podgroup import gang_too_large
 from operators.toolkit.cluster import Cluster, DeviceLine, NodeVerdict
 from operators.toolkit.errors import ToolkitError
 from operators.toolkit.gangs import gang_key, place_gang
@@ -55,9 +57,12 @@ def explain(
     *,
     features: Features | None = None,
     policy: str = "binpack",
+    max_gang_size: int = GANG_SIZE_MAX,
 ) -> Explanation:
+    """``max_gang_size``: the operator's setting; a member of a larger gang is refused, as
+    the operator refuses it."""
     kind, name = parse_subject(subject)
-    cluster = Cluster(snapshot, features, policy)
+    cluster = Cluster(snapshot, features, policy, max_gang_size=max_gang_size)
     key = f"{namespace}/{name}"
     if kind == "pod":
         pod = snapshot.pods.get(key)
@@ -161,6 +166,9 @@ def _explain_pod(cluster: Cluster, pod: PodInfo, subject: str) -> Explanation:
         )
     if pod.gang_problem:  # its PodGroup is missing, or dralloc cannot follow it
         return Explanation(subject, "pending", pod.gang_problem, claims, None, (), ())
+    too_large = gang_too_large(pod.gang, cluster.max_gang_size) if pod.gang else None
+    if too_large:
+        return Explanation(subject, "pending", too_large, claims, None, (), ())
     placement = cluster.evaluate(pod, every_node=True)
     gang = _gang_view(cluster, pod)
     fitting = [v.node for v in placement.verdicts if v.fits]

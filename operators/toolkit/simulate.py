@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 
 from operators.allocator.compiled import Taint, Toleration
 from operators.allocator.features import Features
-from operators.api.annotations import GangTopology
+from operators.api.annotations import GANG_SIZE_MAX, GangTopology
+from operators.api.podgroup import gang_too_large
 from operators.toolkit.cluster import Cluster, DeviceLine, Placement
 from operators.toolkit.errors import ObjectRef, ToolkitError
 from operators.toolkit.gangs import gang_key, place_gang
@@ -138,9 +139,12 @@ def simulate(
     policy: str = "binpack",
     device_policy: str = "first-fit",
     progress: ProgressHook | None = None,
+    max_gang_size: int = GANG_SIZE_MAX,
 ) -> SimulationReport:
+    """``max_gang_size``: the operator's setting; a larger gang is left pending with the
+    operator's words, never placed."""
     started = time.monotonic()
-    cluster = Cluster(snapshot, features, policy, device_policy)
+    cluster = Cluster(snapshot, features, policy, device_policy, max_gang_size=max_gang_size)
     tick = progress or (lambda _n: None)
     placed: list[PodOutcome] = []
     pending: list[PodOutcome] = []
@@ -191,7 +195,13 @@ def simulate(
         else:
             gangs.setdefault(key, []).append(pod)
     for members in gangs.values():
-        size = max(m.gang.size for m in members if m.gang is not None)
+        largest = max((m.gang for m in members if m.gang is not None), key=lambda g: g.size)
+        size = largest.size
+        too_large = gang_too_large(largest, max_gang_size)
+        if too_large:
+            pending.extend(PodOutcome(m.key, "pending", None, reason=too_large) for m in members)
+            tick(len(members))
+            continue
         if any(m.pod_group for m in members):
             # As the operator: kube-scheduler queues a PodGroup's pods as one, so every
             # waiting member is placed, or none.
@@ -214,6 +224,11 @@ def simulate(
             need = scenario.size or scenario.count
             if not 1 <= need <= scenario.count:
                 raise ToolkitError(f"the gang size must be from 1 to {scenario.count}")
+            if need > max_gang_size:
+                raise ToolkitError(
+                    f"a gang of {need} is larger than the operator's max_gang_size "
+                    f"({max_gang_size}): it would refuse every member"
+                )
             fits = place_together(pods, need, "added", scenario.topology) and fits
         elif isinstance(scenario, AddQuota):
             cluster.state.upsert_quota(scenario.body)

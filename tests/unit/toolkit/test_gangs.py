@@ -269,3 +269,26 @@ def test_a_pod_group_policy_dralloc_cannot_follow_is_the_reason(
     report = simulate(snapshot, [])
     assert all("gang.minCount 0 is not a whole number" in p.reason for p in report.pending)
     assert len(report.pending) == 2
+
+
+def test_a_gang_larger_than_the_operators_limit_is_refused_as_the_operator_does(
+    write_snapshot: Callable[..., Path],
+) -> None:
+    # Two members of a gang of 2 that fits: placed under the default limit, refused with the
+    # operator's own words (naming the setting) under a limit of 1.
+    items = load_items()
+    items += gang_pods(items, 2, "2")
+    snapshot = build_snapshot(read_objects([write_snapshot(items)]))
+    members = [f"team-a/w{i}" for i in range(2)]
+    assert set(members) <= {p.pod for p in simulate(snapshot, []).placed}
+    limited = simulate(snapshot, [], max_gang_size=1)
+    refused = [p for p in limited.pending if p.pod in members]
+    assert len(refused) == 2 and not {p.pod for p in limited.placed} & set(members)
+    words = 'gang "train" needs 2 members placed together, more than the 1 this operator places'
+    assert all(p.reason.startswith(words) and "max_gang_size" in p.reason for p in refused)
+    assert "max_gang_size" not in explain(snapshot, "pod/w0", "team-a").summary
+    result = explain(snapshot, "pod/w0", "team-a", max_gang_size=1)
+    assert result.summary.startswith(words), result.summary
+    assert not result.devices
+    with pytest.raises(ToolkitError, match="max_gang_size"):
+        simulate(snapshot, [AddGang(2, "team-a", "one-gpu")], max_gang_size=1)
