@@ -209,7 +209,7 @@ def main() -> None:
     t_json_validate, t_parse = best["json_validate"], best["parse"]
     print(f"{'json.loads(bytes)':44s} {t_json:8.0f} us")
     print(
-        f"{'plain pydantic mirror (reference §4 style)':44s} {t_plain:8.0f} us  "
+        f"{'plain pydantic mirror (upstream types shape)':44s} {t_plain:8.0f} us  "
         f"({t_plain / t_json:.2f}x json.loads)"
     )
     print(

@@ -1,7 +1,8 @@
 """dralloc: Kubernetes Dynamic Resource Allocation with structured parameters, as a kopf operator bundle.
 
 Layers (imports point one way, enforced by import-linter in the test command):
-``api`` <- ``cel`` <- ``allocator`` <- ``cache`` <- ``controllers`` / ``toolkit``.
+``api`` <- ``cel`` <- ``allocator`` <- ``scheduling`` <- ``cache`` <- ``controllers`` /
+``toolkit`` <- ``cli``; what each holds: docs/design.md "Layers".
 """
 
 import sys as _sys

@@ -1,6 +1,6 @@
 """Prometheus metrics, named as upstream's controllers name them where one exists.
 
-Upstream names (reference §4.4, §5.4) let existing dashboards work unchanged; dralloc's own
+Upstream names (docs/design.md "Upstream references") let existing dashboards work unchanged; dralloc's own
 figures are prefixed ``dralloc_``.
 """
 

@@ -6,7 +6,7 @@ instead of reaching into the environment. Each field is settable by a command-li
 environment, the environment wins over the default written here.
 
 Feature gates mirror upstream's names and their defaults in Kubernetes 1.37
-(see reference §0); they are given as ``--feature-gates=DRAAdminAccess=false,...`` or
+(see docs/design.md "Upstream references"); they are given as ``--feature-gates=DRAAdminAccess=false,...`` or
 ``DRALLOC_FEATURE_GATES``.
 """
 

@@ -4,7 +4,7 @@ In the style of etcd's robustness tests: traffic (``traffic``) and faults (``fau
 against a real control plane from ``testbed/`` with the operator, while a recorder
 (``recorder``) keeps every watch event of claims, pods and quotas with its resourceVersion.
 The checker (``checker``) then judges the whole history, revision by revision, against the
-rules of DESIGN.md's "Correctness rules": a device is never held by two claims at any moment,
+rules of docs/design.md "Correctness rules": a device is never held by two claims at any moment,
 a bound pod has its devices, a gang is released whole, a quota is never exceeded by an
 allocation, and every pod ends bound or explained. ``python -m robustness --help``.
 

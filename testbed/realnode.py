@@ -13,8 +13,7 @@ only one testbed with real nodes runs on a host at a time: a lock file names its
 
 Needs root, the binaries of `testbed/build` (its real-node part) and Debian's runc,
 busybox-static, containernetworking-plugins and iptables; `unavailable` says what is missing.
-Every fix the probe of this VM needed (../shared/reference/realnode.md in the workspace) is
-here: restrict_oom_score_adj (root without CAP_SYS_RESOURCE), failCgroupV1=false, the driver's
+Every fix a probe of a real VM needed is here: restrict_oom_score_adj (root without CAP_SYS_RESOURCE), failCgroupV1=false, the driver's
 socket directory made beforehand, kwok limited to annotated nodes (control.py).
 """
 

@@ -2,7 +2,7 @@
 
 Our CRDs cannot use pod.spec.resourceClaims (the API server drops it where in-tree DRA is
 off, and in-tree controllers act on it where it is on), so pods opt in by annotation and
-dralloc answers by annotation. DESIGN.md "The pod protocol" describes the flow; this
+dralloc answers by annotation. docs/design.md "The pod protocol" describes the flow; this
 module owns the exact names and shapes, and parses user-written payloads with errors that
 name the annotation and the problem.
 """

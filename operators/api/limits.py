@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-# -- sizes (reference §1.1) ---------------------------------------------------------------
+# -- sizes (upstream validation) ---------------------------------------------------------------
 
 DRIVER_NAME_MAX_LENGTH: Final = 63
 POOL_NAME_MAX_LENGTH: Final = 253

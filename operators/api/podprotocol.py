@@ -189,7 +189,7 @@ DRALLOC: Final = PodProtocol(
     pins_node=True,
     status_summaries=True,
 )
-"""dralloc's CRDs and the annotation protocol (DESIGN.md "The pod protocol")."""
+"""dralloc's CRDs and the annotation protocol (docs/design.md "The pod protocol")."""
 
 KUBERNETES: Final = PodProtocol(
     group=KUBERNETES_GROUP,

@@ -2,7 +2,7 @@
 
 Naming and truncation of generated claims, the claim body built from a template, the
 admin-access rule, which ``reservedFor`` entries are stale, and what a claim needs next;
-which claims are a pod's own, and what its devices annotation must say (DESIGN.md "Trust":
+which claims are a pod's own, and what its devices annotation must say (docs/design.md "Trust":
 the claims are the truth, the annotation only reports them).
 """
 
@@ -216,7 +216,7 @@ def own_claim(
 
 
 def reserved_for(claim: ResourceClaim, pod_uid: str) -> bool:
-    """Is the claim allocated and reserved for the pod with this UID? (DESIGN.md "Trust")"""
+    """Is the claim allocated and reserved for the pod with this UID? (docs/design.md "Trust")"""
     status = claim.status
     return (
         status is not None

@@ -1,4 +1,5 @@
-"""The resource-claim controller (upstream's ``resourceclaim`` controller, reference §4).
+"""The resource-claim controller (upstream's ``resourceclaim`` controller;
+docs/design.md "Upstream references").
 
 For pods with the claims annotation it creates claims from templates (owned by the pod) and
 records them in the pod's claim-statuses annotation (for a gated pod, only if the allocation

@@ -5,7 +5,7 @@ allocations. In-tree, kube-scheduler allocates the claims of pods that bypass dr
 (the webhook was down, the namespace is not selected, the pod was created bound), and neither
 side sees the other's newest writes: kube-scheduler can hand out a device dralloc has just
 written before its informer shows it, and the other way round (upstream has no protocol
-between allocators; interop.md §1 "Race"). Both writes land, since they are to different
+between allocators; docs/design.md "Upstream references"). Both writes land, since they are to different
 claims. Someone with write access to claim status can also forge one on either API.
 
 So this controller keeps an index of exclusively allocated devices (no share, no admin

@@ -1,4 +1,4 @@
-"""Pure rules of the device-taint eviction controller (reference §5).
+"""Pure rules of the device-taint eviction controller (docs/design.md "Upstream references").
 
 Which taints a device has (the newest slice generation of its pool, plus matching
 DeviceTaintRules), when a claim's pod must go (the earliest untolerated NoExecute deadline,

@@ -1,4 +1,5 @@
-"""The device-taint eviction controller (upstream's ``devicetainteviction``, reference §5).
+"""The device-taint eviction controller (upstream's ``devicetainteviction``;
+docs/design.md "Upstream references").
 
 Pods whose allocated devices carry a NoExecute taint they do not tolerate are deleted: at
 once, or when the shortest ``tolerationSeconds`` of the tolerations in the allocation result

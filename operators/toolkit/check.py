@@ -24,7 +24,7 @@ Rules (names are stable; tests and users grep for them):
   something its claims do not: devices of a claim that is not the pod's own (a generated claim
   of another pod), not allocated, or not reserved for the pod, other devices than the claim's
   allocation, or no entry for a claim that is allocated for the pod. The claims are the truth
-  (DESIGN.md "Trust"); the operator rewrites such an annotation, this names it;
+  (docs/design.md "Trust"); the operator rewrites such an annotation, this names it;
 - ``invalid-selector``: a class, claim or template has a selector the API server would refuse
   (in-tree it refuses it at create; dralloc's webhook does for its CRDs): objects read from
   files are new ones, compiled as new expressions with the given feature gates (compile and

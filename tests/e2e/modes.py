@@ -2,7 +2,7 @@
 
 dralloc runs on its own CRDs (``--api-group resource.dralloc.dev``, the default: mode
 ``crd``) or on the in-tree kinds (``--api-group resource.k8s.io``: mode ``in-tree``); see
-DESIGN.md "Two API modes". The kinds have the same schema in both groups; what differs is
+docs/design.md "Two API modes". The kinds have the same schema in both groups; what differs is
 where a pod asks for devices, where its claim statuses go, a few names, the testbed the mode
 needs, and whether dralloc pins the pod to its node. An ``ApiMode`` holds exactly those
 differences, so that one test body runs in both modes.

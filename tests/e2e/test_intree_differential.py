@@ -608,7 +608,7 @@ INTENDED = (
         ("pods", "*", "annotations"),
         "dralloc reports what it allocated on the pod (the devices annotation, readable by the "
         "workload through the downward API) and who allocated it (the record that lets two "
-        "misconfigured allocators find each other, DESIGN.md 'Trust')",
+        "misconfigured allocators find each other, docs/design.md 'Trust')",
         drop=("resource.dralloc.dev/devices", "resource.dralloc.dev/allocated-by"),
     ),
     Intended(

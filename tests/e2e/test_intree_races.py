@@ -3,7 +3,7 @@
 dralloc gates (and allocates) only the pods of namespaces with a label here; the pods of the
 other namespace bypass the gate, and kube-scheduler's DRA plugin allocates them itself, from
 the same devices, at the same time. Neither allocator sees the other's newest writes
-(interop.md §1 "Race"), so a device can be handed out twice; dralloc's double-allocation
+(docs/design.md "Upstream references"), so a device can be handed out twice; dralloc's double-allocation
 controller must then undo one side with a reason. The robustness suite's recorder watches the
 claims and pods from before the first pod: every moment a device was in two claims is an
 episode of the history, and each must have ended (no device held twice at the last revision)

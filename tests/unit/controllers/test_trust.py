@@ -1,4 +1,4 @@
-"""Truth lives in claims (DESIGN.md "Trust"): a pod annotation is never proof of allocation.
+"""Truth lives in claims (docs/design.md "Trust"): a pod annotation is never proof of allocation.
 
 - A bound pod that carries a devices annotation its claims do not back is still allocated
   (its claims are what counts), and a bound pod whose claims are allocated and reserved for it
