@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-# -- sizes (upstream validation) ---------------------------------------------------------------
+# -- sizes (upstream validation) ------------------------------------------------------
 
 DRIVER_NAME_MAX_LENGTH: Final = 63
 POOL_NAME_MAX_LENGTH: Final = 253

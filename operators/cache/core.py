@@ -2,9 +2,9 @@
 
 A Pod body is large (containers, volumes, managedFields) and the controllers need a dozen of
 its fields; keeping only those makes the pod cache small and each field access cheap. The
-views are built once per watch event. The pod protocol annotations (docs/design.md "The pod protocol") are decoded
-here too (with :mod:`operators.api.annotations`), so a malformed annotation is found once
-and reported as ``claims_error``.
+views are built once per watch event. The pod protocol annotations (docs/design.md "The pod
+protocol") are decoded here too (with :mod:`operators.api.annotations`), so a malformed
+annotation is found once and reported as ``claims_error``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Naming and truncation of generated claims, the claim body built from a template, the
 admin-access rule, which ``reservedFor`` entries are stale, and what a claim needs next;
-which claims are a pod's own, and what its devices annotation must say (docs/design.md "Trust":
-the claims are the truth, the annotation only reports them).
+which claims are a pod's own, and what its devices annotation must say (docs/design.md
+"Trust": the claims are the truth, the annotation only reports them).
 """
 
 from __future__ import annotations
