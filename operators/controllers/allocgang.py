@@ -170,9 +170,12 @@ def gang_members(
     controller: AllocationController, pod: Pod, gang: GangRef
 ) -> tuple[list[tuple[Pod, GangRef]], int]:
     """The live, gated pods of the gang, in name order, each with the gang as it names it
-    (annotations or PodGroup), and how many live members were released already (they count
-    as placed: a gang write cut short between two pod writes is finished by placing only the
-    members still gated)."""
+    (annotations or PodGroup), and how many live members were released already and hold
+    their devices (they count as placed: a gang write cut short between two pod writes is
+    finished by placing only the members still gated). A member without claims (a job's
+    launcher) holds what it needs at once; one that passed the gate by with its claims not
+    allocated for it holds nothing (it is not allocated alone: see
+    ``allocation._check_member_alone``), so it does not make up the gang's size."""
     keys = controller.pods.index_keys(POD_GANG_INDEX, (pod.namespace, gang.name))
     gated: list[tuple[Pod, GangRef]] = []
     released = 0
@@ -185,9 +188,22 @@ def gang_members(
             continue  # annotated into another gang, or its PodGroup is no gang
         if member.gated:
             gated.append((member, ref))
-        else:
+        elif _holds_its_devices(controller, member):
             released += 1
     return gated, released
+
+
+def _holds_its_devices(controller: AllocationController, member: Pod) -> bool:
+    """Every claim of the member is allocated and reserved for it (an entry that needs no
+    claim aside)."""
+    for entry in member.claims:
+        name = member.claim_name(entry)
+        if name == "":
+            continue  # no claim is needed for this entry
+        claim = controller.claims.get(Key(member.namespace, name)) if name else None
+        if claim is None or not claimrules.reserved_for(claim, member.uid):
+            return False
+    return True
 
 
 async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -> None:

@@ -22,6 +22,7 @@ from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, N
 from .fakes import (
     DRIVER,
     FakeClient,
+    allocated,
     apply_merge_patch,
     claim,
     one_device_cluster,
@@ -551,3 +552,32 @@ def test_the_gang_size_limit_is_a_whole_number_up_to_what_dralloc_places() -> No
     for wrong in (0, GANG_SIZE_MAX + 1):
         with pytest.raises(SettingsError, match="max_gang_size"):
             Settings(max_gang_size=wrong)
+
+
+@pytest.mark.parametrize("holds", [False, True], ids=["bypassed", "allocated"])
+async def test_a_member_that_passed_the_gate_by_makes_up_the_size_only_with_its_devices(
+    holds: bool,
+) -> None:
+    """Gang "train" of 3: w0 and w1 wait at the gate, w2 came without it (the webhook was
+    away). With w2's claim not allocated for it, w2 holds nothing and is not allocated alone,
+    so w0 and w1 released as "the rest of the gang" would run it short: they wait. With w2's
+    claim allocated and reserved for it (kube-scheduler bound it), it counts."""
+    client = FakeClient()
+    controller = group_cluster(client)
+    for name in ("w0", "w1", "w2"):
+        raw_claim = claim("ns", f"c-{name}")
+        if name == "w2" and holds:
+            raw_claim = allocated(raw_claim, "w2", "uid-p-w2", device="dev-2")
+        put(controller.runtime, RESOURCE_CLAIMS, raw_claim)
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "3"}
+        if name == "w2":
+            raw["spec"]["schedulingGates"] = []
+        put(controller.runtime, PODS, raw)
+    await decide(controller, Key("ns", "w0"))
+    if holds:
+        assert released(client) == ["w0", "w1", "w2"]
+    else:
+        assert released(client) == ["w2"], "the gang was released short of w2"
+        assert not allocation_writes(client)
+        assert any("waits for its members" in m for m in condition_messages(client, "w0"))
