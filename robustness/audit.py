@@ -11,7 +11,7 @@ to the objects it names, in the order the API server answered them.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,11 +88,22 @@ def _parse(line: str, wanted: set[tuple[str, str]]) -> Write | None:
     )
 
 
-def trail(state_dir: Path | None, objects: Collection[tuple[str, str]]) -> list[str]:
-    """The last writes to ``objects`` as lines to print; empty without an audit log."""
-    if state_dir is None or not objects:
-        return []
-    found = writes(audit_logs(state_dir), objects)
+def trails(
+    state_dir: Path | None, objects: Mapping[str, Collection[tuple[str, str]]]
+) -> dict[str, list[str]]:
+    """Per key (a violation), the last writes to its objects as lines to print, the audit
+    log read once for all of them; empty lists without an audit log."""
+    if state_dir is None:
+        return {key: [] for key in objects}
+    wanted = set().union(*objects.values()) if objects else set()
+    found = writes(audit_logs(state_dir), wanted) if wanted else []
+    return {
+        key: _shown([w for w in found if (w.namespace, w.name) in objs])
+        for key, objs in objects.items()
+    }
+
+
+def _shown(found: list[Write]) -> list[str]:
     shown = [str(w) for w in found[-TRAIL_LIMIT:]]
     if len(found) > TRAIL_LIMIT:
         shown.insert(0, f"({len(found) - TRAIL_LIMIT} earlier writes left out)")

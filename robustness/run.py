@@ -32,7 +32,7 @@ from operators.kube import (
     ApiError,
     KubeClient,
 )
-from robustness.audit import trail
+from robustness.audit import trails
 from robustness.checker import (
     DEVICE_HELD_TWICE,
     POD_BOUND_WITHOUT_DEVICES,
@@ -462,10 +462,9 @@ class Run:
                 history, (*self.layout.gated, self.layout.quota_namespace)
             ),
             history=history,
-            trails={
-                str(v): trail(self.cluster.state_dir, involved(history, v))
-                for v in report.violations
-            },
+            trails=trails(
+                self.cluster.state_dir, {str(v): involved(history, v) for v in report.violations}
+            ),
         )
 
     def _stand_downs(self) -> dict[str, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from robustness.audit import TRAIL_LIMIT, audit_logs, trail, writes
+from robustness.audit import TRAIL_LIMIT, audit_logs, trails, writes
 from robustness.checker import DEVICE_HELD_TWICE, POD_BOUND_WITHOUT_DEVICES, check
 from robustness.run import involved
 from tests.unit.robustness.test_checker import NS, claim, dev, history, pod
@@ -71,11 +71,13 @@ def test_a_long_trail_keeps_its_last_writes_and_says_how_many_it_left_out(tmp_pa
     (tmp_path / "logs" / "audit.log").write_text(
         "\n".join(entry("c", f"2026-12-06T10:00:{s:02d}.000000Z") for s in range(TRAIL_LIMIT + 3))
     )
-    lines = trail(tmp_path, {(NS, "c")})
+    found = trails(tmp_path, {"v1": {(NS, "c")}, "v2": {(NS, "other")}, "v3": set()})
+    lines = found["v1"]
     assert lines[0] == "(3 earlier writes left out)"
     assert len(lines) == TRAIL_LIMIT + 1
     assert f":{TRAIL_LIMIT + 2:02d}." in lines[-1]
-    assert trail(None, {(NS, "c")}) == [] and trail(tmp_path, set()) == []
+    assert found["v2"] == [] and found["v3"] == []
+    assert trails(None, {"v1": {(NS, "c")}}) == {"v1": []} and trails(tmp_path, {}) == {}
 
 
 def test_a_violation_names_the_pod_and_its_claims_or_the_device_holders() -> None:
