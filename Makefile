@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+## WORKERS: pytest-xdist workers of `make test`; each starts control planes of its own
+WORKERS ?= 2
 
 .PHONY: test deps testbed image lint unit e2e matrix crds chart-files demo bench robustness celdiff clean
 
@@ -10,7 +12,7 @@ BIN := $(VENV)/bin
 ## (lint failures do not hide test results: both run, either one fails the target)
 test: deps testbed
 	@lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
-	$(BIN)/pytest --durations=15; tests=$$?; \
+	$(BIN)/pytest -n $(WORKERS) --dist loadscope --no-loadscope-reorder --durations=15; tests=$$?; \
 	if [ $$lint -ne 0 ]; then echo "lint failed (see above)"; fi; \
 	if [ $$tests -ne 0 ] || [ $$lint -ne 0 ]; then exit 1; fi
 

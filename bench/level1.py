@@ -135,7 +135,7 @@ class DrallocReplay:
             # Every claim allocated: the first node their selectors allow, found lazily as
             # the Go side does (no list of every matching node for a pod that needs none).
             return next((n.name for n in self.nodes if all(s.matches(n) for s in selectors)), "")
-        candidates = self.nodes
+        candidates: Sequence[NodeInfo] = self.nodes
         if selectors:
             candidates = [n for n in self.nodes if all(s.matches(n) for s in selectors)]
         placement = state.find_node(pending, candidates, self.policy, explain=False)
@@ -385,7 +385,7 @@ def compare(
             upstream_runs.append(run_upstream(scenario, binary))
         dralloc_runs.append(run_dralloc(scenario, "first-fit", quotas, python_gc))
         if quotas:
-            plain_runs.append(run_dralloc(scenario, "first-fit", False, python_gc))
+            plain_runs.append(run_dralloc(scenario, "first-fit", None, python_gc))
     w = scenario.workload
     fastest = best(dralloc_runs)
     if memory:

@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.level2 import (
     CLAIMS_ANNOTATION,
+    DRALLOC,
     DRALLOC_GROUP,
     NAMESPACES,
     Operator,
@@ -126,7 +127,7 @@ async def _phase(client: KubeClient, prefix: str, count: int) -> dict[str, float
 
 
 async def _run(count: int, nodes: int, devices: int, log: Any) -> dict[str, dict[str, float]]:
-    testbed = Testbed.up(dra=False, bin_dir=testbed_bin())
+    testbed = Testbed.up(DRALLOC, testbed_bin())
     operator = None
     try:
         install_crds(testbed)

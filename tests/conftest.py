@@ -11,6 +11,13 @@ reasons (a regular expression), the skips this suite has by design (a feature th
 mode lacks, say). A skip no line allows, or more of one kind than its count, fails the run
 with the list in the terminal summary: skips that creep in unnoticed are tests that stopped
 running. Expected failures (xfail) are not skips here.
+
+``make test`` runs the suite on two workers (pytest-xdist, ``-n 2 --dist loadscope``): each
+worker has a control plane of its own per testbed kind, so two modules never share a cluster.
+A module is one unit of work, kept on one worker (its module-scoped operators and modes run in
+order); the modules that start real nodes are one unit together, since a real node uses
+host-wide paths and one runs per host at a time. The slowest modules are handed out first, so
+that the two workers finish together instead of one waiting for the last long module.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import os
 import re
 from collections.abc import Generator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 
@@ -33,6 +40,69 @@ MISSING_BUILD: Final = (
     "Debian packages missing",
 )
 """Prefixes and phrases of the skip reasons that mean a build is missing."""
+
+
+REAL_NODE_MODULES: Final = (
+    "tests/e2e/test_real_node.py",
+    "tests/e2e/test_real_node_helm.py",
+    "tests/e2e/test_testbed_realnode.py",
+)
+"""The modules marked ``real_node`` (checked as workers collect): one unit of work."""
+
+REAL_NODE_UNIT: Final = "real nodes"
+
+SLOWEST_FIRST: Final = (
+    "tests/e2e/test_robustness.py",
+    "tests/e2e/test_responsive.py",
+    "tests/e2e/test_faults.py",
+    "tests/e2e/test_operator_ha.py",
+    REAL_NODE_UNIT,
+)
+"""Units of work by their duration on CI (``--durations``), longest first: each is handed to
+the first idle worker in this order, then the other e2e modules, then the rest (many short
+modules that fill the gaps at the end)."""
+
+
+def unit_of_work(nodeid: str) -> str:
+    """The unit of work of a test under xdist: its module, or all the real-node modules."""
+    module = nodeid.split("::", 1)[0]
+    return REAL_NODE_UNIT if module in REAL_NODE_MODULES else module
+
+
+def _rank(nodeid: str) -> tuple[int, int]:
+    unit = unit_of_work(nodeid)
+    if unit in SLOWEST_FIRST:
+        return (0, SLOWEST_FIRST.index(unit))
+    return (1 if unit.startswith("tests/e2e/") else 2, 0)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with this suite's units of work (xdist's own scopes are modules
+    and classes, and its groups are lost on pytest 9.2, where a test's id is no longer the
+    attribute xdist rewrites)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitsOfWork(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    return UnitsOfWork(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker (workers collect; the controller hands out the units in the order
+    they collected them): the units slowest first, in a stable sort that keeps each unit's
+    tests in their order; and every module marked ``real_node`` is in REAL_NODE_MODULES."""
+    if not hasattr(config, "workerinput"):
+        return
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        if item.get_closest_marker("real_node") is not None and module not in REAL_NODE_MODULES:
+            raise pytest.UsageError(f"{module} is marked real_node: list it in REAL_NODE_MODULES")
+    items.sort(key=lambda item: _rank(item.nodeid))
 
 
 def _missing_build(reason: str) -> bool:
@@ -107,6 +177,11 @@ def _judged(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "real_node: the module starts real nodes (host-wide paths): its tests share one unit "
+        "of work with every other such module under xdist",
+    )
     if os.environ.get("CI") == "true":
         known_skips(KNOWN_SKIPS.read_text())  # a broken allowance fails at once, not at the end
 

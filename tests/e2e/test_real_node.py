@@ -36,6 +36,8 @@ from .kube_helpers import (
 )
 from .modes import TESTBED_REAL_NODE, TESTBED_REAL_NODE_DRA
 
+pytestmark = pytest.mark.real_node
+
 DRIVER = "test-driver.cdi.k8s.io"
 NODE = "real-node-0"
 OPERATOR_NAMESPACE = "dralloc-system"

@@ -46,7 +46,7 @@ from .test_real_node import (
     workload,
 )
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.real_node]
 
 ALLOCATED_BY = "resource.dralloc.dev/allocated-by"
 

@@ -25,7 +25,7 @@ from .kube_helpers import (
     wait_for_real_nodes,
 )
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.real_node]
 
 SYSCTLS = ("kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "net/ipv4/ip_forward")
 HOST_PATHS = ("/var/lib/kubelet", "/var/log/containers", "/var/lib/cni", "/var/log/pods",
