@@ -231,7 +231,8 @@ class Settings:
             f"The most members a gang may need placed together (its gang-size annotation or "
             f"PodGroup minCount), 1 to {GANG_SIZE_MAX}; a larger gang is refused on each "
             "member, naming this setting. It bounds the declared size, not how many gated "
-            "members a gang brings: a joint search covers every gated member present."
+            "members a gang brings: a search looks at the members the gang still needs plus "
+            "16 (first by name; a PodGroup's members all), the others wait behind them."
         ),
     )
     release_grace: float = dataclasses.field(

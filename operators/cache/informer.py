@@ -189,6 +189,10 @@ class Informer(Generic[T]):
     def index_keys(self, index: str, value: Hashable) -> list[Key]:
         return sorted(self._indexes[index].get(value, ()))
 
+    def index_count(self, index: str, value: Hashable) -> int:
+        """How many objects have this index value (without listing them)."""
+        return len(self._indexes[index].get(value, ()))
+
     # --- subscribing -----------------------------------------------------------------------
 
     def add_handler(self, handler: Handler) -> None:

@@ -193,6 +193,9 @@ class AllocationController(ClaimWrites, Explanations):
         self.failing_since: dict[Key, float] = {}  # pods no node could take, since when
         self.missing_since: dict[Key, float] = {}  # pods naming a claim that does not exist
         self.pod_groups_told: set[str] = set()  # pod UIDs told no PodGroup is read here
+        # Gangs waiting for members, by (namespace, gang): the size and topology of their
+        # last full look, and what it told every member (allocgang._still_waiting).
+        self.gangs_waiting: dict[tuple[str, str], tuple[int, str, str]] = {}
         self.pod_group_missing_since: dict[Key, float] = {}  # pods whose PodGroup is missing
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
@@ -369,13 +372,7 @@ class AllocationController(ClaimWrites, Explanations):
         if left and self.usage.node_of(change.key) != left:
             self._wake()  # what it held on its node is free for waiting pods
         if allocgang.member_changed(change.old, pod):
-            # A member left, was released, or came never gated (no claims): the rest decide
-            # again (and give back what a gang that can no longer be completed holds).
-            changed = change.old if change.old is not None else pod
-            assert changed is not None
-            for key in self.pods.index_keys(POD_GANG_INDEX, changed.gang_keys()[0]):
-                if key != change.key:
-                    self.queue.add(key)
+            self._gang_changed(change, pod)
         if pod is None:
             if change.old is not None:
                 self.pod_groups_told.discard(change.old.uid)
@@ -392,6 +389,35 @@ class AllocationController(ClaimWrites, Explanations):
             del self.written[change.key]
         if self._wants_allocation(pod):
             self.queue.add(change.key)
+
+    def _gang_changed(self, change: Change[Pod], pod: Pod | None) -> None:
+        """A member left, was released, or came never gated (no claims): the gang decides
+        again (and gives back what a gang that can no longer be completed holds), unless it
+        waits for members and a gated one left (``allocgang.gated_member_left``). One gated
+        member decides for all of them: requeueing each of a thousand members on each of a
+        thousand departures (a namespace deleted) would cost a million."""
+        changed = change.old if change.old is not None else pod
+        assert changed is not None
+        namespace, gang = changed.gang_keys()[0]
+        if allocgang.waits_on(self, namespace, gang) and allocgang.gated_member_left(
+            change.old, pod
+        ):
+            return
+        allocgang.forget_waiting(self, namespace, gang)
+        # One that names the gang as the one that changed did (a member whose own
+        # annotations are refused decides nothing for the gang); all where none does.
+        others: list[Key] = []
+        for key in self.pods.index_keys(POD_GANG_INDEX, (namespace, gang)):
+            member = self.pods.get(key) if key != change.key else None
+            if member is None or not member.gated:
+                continue
+            if member.gang == changed.gang:
+                self.queue.add(key)
+                break
+            others.append(key)
+        else:
+            for key in others:
+                self.queue.add(key)
 
     def writing(self, claim: Key, pods: Iterable[Key]) -> bool:
         """Whether this controller is still writing a claim's allocation or its pods (the

@@ -9,9 +9,11 @@ Semantics:
   concurrently);
 * ``add_after`` delays (the earliest requested time wins); ``retry`` delays by the key's own
   exponential backoff, and ``forget`` resets that backoff after a success;
-* with a ``share`` function (a key's namespace, say), ready keys are handed out in turns, one
-  share after another, each share's in the order added: a share that queues a thousand keys
-  (one namespace's hostile gang) delays another share's next key by one key, not a thousand.
+* with a ``share`` function (a key's namespace, say), the next ready key is from the share
+  whose keys have held a worker the least time, each share's keys in the order added: a
+  share that queues a thousand keys (one namespace's hostile gang) delays another share's
+  next key by one key, not a thousand, and a share whose keys take long decisions (costly
+  selectors, large gangs) gets as much of the workers' time as another, not as many turns.
 
 :func:`run_workers` owns what happens when a sync raises, by :func:`operators.kube.failure_kind`:
 a stale read (conflict) is retried at once and then with backoff, an unavailable API server
@@ -48,36 +50,84 @@ log = structlog.get_logger(__name__)
 
 
 class _Turns(Generic[K]):
-    """Ready keys by share, handed out one share after another (round robin)."""
+    """Ready keys by share; the next key comes from the share that has used the least time.
+
+    A share's time is the time its keys held a worker (charged when a key is done); shares
+    that used the same time take turns in the order they became ready, so without charges
+    this is plain round robin. A share that becomes ready again starts at the time of the
+    share served last, not at what it used long ago: an idle namespace banks no credit that
+    would let it hold the workers later. Keys of one share come in the order added.
+    """
 
     def __init__(self, share: Callable[[K], Hashable] | None) -> None:
         self._share = share
         self._lines: dict[Hashable, collections.deque[K]] = {}
-        """Shares with ready keys, in turn order (dicts keep insertion order)."""
+        """Shares with ready keys."""
+        self._used: dict[Hashable, float] = {}
+        """Seconds each share's keys held a worker, from the floor when it became ready."""
+        self._floor = 0.0
+        """The time of the share served last (the least of the ready ones then)."""
+        self._order: list[tuple[float, int, Hashable]] = []
+        """(used, sequence, share) of each share with ready keys; an entry whose sequence is
+        not its share's in ``_entries`` is stale and skipped."""
+        self._entries: dict[Hashable, int] = {}
+        self._sequence = itertools.count()
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
+    def share_of(self, key: K) -> Hashable:
+        return self._share(key) if self._share is not None else None
+
     def append(self, key: K) -> None:
-        share = self._share(key) if self._share is not None else None
+        share = self.share_of(key)
         line = self._lines.get(share)
         if line is None:
             line = self._lines[share] = collections.deque()
+            self._used[share] = max(self._used.get(share, 0.0), self._floor)
+            self._enter(share)
         line.append(key)
         self._size += 1
 
+    def _enter(self, share: Hashable) -> None:
+        sequence = next(self._sequence)
+        self._entries[share] = sequence
+        heapq.heappush(self._order, (self._used[share], sequence, share))
+
+    def charge(self, key: K, seconds: float) -> None:
+        """Add the time a key of this share held a worker."""
+        if self._share is None:
+            return
+        share = self.share_of(key)
+        self._used[share] = self._used.get(share, self._floor) + seconds
+        if share in self._lines:
+            self._enter(share)  # its place moves back by what it used
+        elif len(self._used) > 2 * len(self._lines) + 64:
+            # Shares with nothing ready that owe nothing would start at the floor anyway.
+            for idle in [s for s, t in self._used.items() if t <= self._floor]:
+                if idle not in self._lines:
+                    del self._used[idle]
+
     def clear(self) -> None:
         self._lines.clear()
+        self._order.clear()
+        self._entries.clear()
         self._size = 0
 
     def popleft(self) -> K:
-        share, line = next(iter(self._lines.items()))
+        while True:
+            used, sequence, share = heapq.heappop(self._order)
+            if self._entries.get(share) == sequence:
+                break
+        line = self._lines[share]
         key = line.popleft()
-        # Its turn is over: to the back of the turns, or out when it has nothing left.
-        del self._lines[share]
+        self._floor = max(self._floor, used)
         if line:
-            self._lines[share] = line
+            self._enter(share)  # behind the shares that used as little
+        else:
+            del self._lines[share]
+            del self._entries[share]
         self._size -= 1
         return key
 
@@ -92,6 +142,7 @@ class WorkQueue(Generic[K]):
         share: Callable[[K], Hashable] | None = None,
     ) -> None:
         self._ready: _Turns[K] = _Turns(share)
+        self._started: dict[K, float] = {}
         self._queued: set[K] = set()
         self._processing: set[K] = set()
         self._dirty: set[K] = set()
@@ -219,6 +270,7 @@ class WorkQueue(Generic[K]):
                 key = self._ready.popleft()
                 self._queued.discard(key)
                 self._processing.add(key)
+                self._started[key] = asyncio.get_running_loop().time()
                 if self._ready:
                     self._wake_one()  # more ready than this worker takes: another one may
                 return key
@@ -241,6 +293,9 @@ class WorkQueue(Generic[K]):
                     waiter.cancel()  # out of the line: _wake_one skips it
 
     def done(self, key: K) -> None:
+        started = self._started.pop(key, None)
+        if started is not None:
+            self._ready.charge(key, asyncio.get_running_loop().time() - started)
         self._processing.discard(key)
         if key in self._dirty:
             self._dirty.discard(key)

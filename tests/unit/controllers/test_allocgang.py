@@ -581,3 +581,126 @@ async def test_a_member_that_passed_the_gate_by_makes_up_the_size_only_with_its_
         assert released(client) == ["w2"], "the gang was released short of w2"
         assert not allocation_writes(client)
         assert any("waits for its members" in m for m in condition_messages(client, "w0"))
+
+
+# --- a small gang with many members -------------------------------------------------------
+
+
+async def test_a_small_gang_with_many_members_searches_a_few_and_tells_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gang of 2 with 40 gated members on a node of one device: the decision looks at the
+    first 2 + GANG_SEARCH_EXTRA members' claims and node filters, not at all 40 (each arrival
+    of a hostile gang's member would cost a search over all present), and every member,
+    searched or not, is told the gang's reason."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    names = [f"w{i:02d}" for i in range(40)]
+    for name in names:
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+        put(controller.runtime, PODS, raw)
+    looked_at: list[str] = []
+    candidates = controller._candidates
+
+    def counted(member: Pod, entries: Any) -> Any:
+        looked_at.append(member.name)
+        return candidates(member, entries)
+
+    monkeypatch.setattr(controller, "_candidates", counted)
+    await sync(controller, Key("ns", "w00"))
+    assert looked_at == names[: 2 + allocgang.GANG_SEARCH_EXTRA]
+    assert allocation_writes(client) == []
+    searched = 2 + allocgang.GANG_SEARCH_EXTRA
+    for name in names:
+        said = condition_messages(client, name)
+        assert any(
+            f'gang "train" (the search looks at {searched} of its members at a time)' in m
+            for m in said
+        ), (name, said)
+
+
+async def test_a_member_holding_devices_is_searched_however_late_its_name() -> None:
+    """A cut-short gang write left the last member by name (beyond the first 2 +
+    GANG_SEARCH_EXTRA) holding the only device while the gang cannot fit: it is searched all
+    the same, so what it holds is given back instead of staying held while the gang waits."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    names = [f"w{i:02d}" for i in range(40)]
+    for name in names:
+        raw_claim = claim("ns", f"c-{name}")
+        if name == names[-1]:
+            raw_claim = allocated(raw_claim, name, f"uid-{name}")
+        put(controller.runtime, RESOURCE_CLAIMS, raw_claim)
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["uid"] = f"uid-{name}"
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "3"}
+        put(controller.runtime, PODS, raw)
+    await sync(controller, Key("ns", "w00"))
+    held = client.objects[RESOURCE_CLAIMS.path("ns", f"c-{names[-1]}")]
+    assert not (held.get("status") or {}).get("allocation"), "the late member still holds"
+
+
+# --- arrivals to a gang that waits for its members ----------------------------------------
+
+
+def waiting_member(controller: AllocationController, name: str, size: str = "10") -> Key:
+    put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+    raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+    raw["metadata"]["uid"] = f"uid-{name}"
+    raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: size}
+    put(controller.runtime, PODS, raw)
+    return Key("ns", name)
+
+
+def count_claim_looks(
+    controller: AllocationController, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    looked: list[str] = []
+    resolve = controller._resolve_claims
+
+    def counted(member: Pod) -> Any:
+        looked.append(member.name)
+        return resolve(member)
+
+    monkeypatch.setattr(controller, "_resolve_claims", counted)
+    return looked
+
+
+async def test_a_newcomer_to_a_waiting_gang_costs_a_look_at_itself_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gang of 10 waits with 5 members: after one look at all of them, each newcomer is
+    told what the gang was told without a look at the others (a thousand arrivals would
+    cost half a million looks). Departures end that: the next decision looks at all again."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    for index in range(5):
+        waiting_member(controller, f"w{index}")
+    looked = count_claim_looks(controller, monkeypatch)
+    await decide(controller, Key("ns", "w0"))
+    assert sorted(looked) == ["w0", "w1", "w2", "w3", "w4"]
+    looked.clear()
+    for index in range(5, 9):
+        await decide(controller, waiting_member(controller, f"w{index}"))
+    assert looked == ["w5", "w6", "w7", "w8"]
+    for index in range(9):
+        assert condition_messages(client, f"w{index}")[-1].startswith(
+            'gang "train" waits for its members: it is placed once 10 are present'
+        ), index
+    # A gated member leaves: the gang was told nothing that changes, nor holds anything.
+    while len(controller.queue):
+        controller.queue.done(await controller.queue.get())
+    controller.runtime.cache[PODS].apply("DELETED", pod("ns", "w3", []))
+    assert len(controller.queue) == 0
+    # A launcher comes (never gated, no claims: it counts as released): one gated member is
+    # requeued, and its decision looks at all of them.
+    launcher = pod("ns", "launcher", [], gated=False)
+    launcher["metadata"]["annotations"] = {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "10"}
+    put(controller.runtime, PODS, launcher)
+    requeued = [await controller.queue.get() for _ in range(len(controller.queue))]
+    assert len(requeued) == 1, requeued
+    looked.clear()
+    await decide(controller, requeued[0])
+    assert sorted(looked) == ["w0", "w1", "w2", "w4", "w5", "w6", "w7", "w8"]

@@ -42,6 +42,55 @@ async def test_shares_take_turns_each_in_its_own_order() -> None:
     assert [await queue.get() for _ in range(2)] == [("hostile", 3), ("team-b", 1)]
 
 
+def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The running loop's clock, moved only by the test (the queue times its keys by it)."""
+    loop = asyncio.get_running_loop()
+    now = [loop.time()]
+    monkeypatch.setattr(loop, "time", lambda: now[0])
+    return now
+
+
+async def work(queue: WorkQueue[tuple[str, int]], now: list[float], cost: dict[str, float],
+               count: int) -> list[str]:  # fmt: skip
+    """Take ``count`` keys one after another, each holding the worker ``cost[share]`` s."""
+    shares = []
+    for _ in range(count):
+        key = await queue.get()
+        now[0] += cost[key[0]]
+        queue.done(key)
+        shares.append(key[0])
+    return shares
+
+
+async def test_a_share_whose_keys_take_long_gets_as_much_time_not_as_many_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A namespace whose decisions take 1 s each (costly selectors, a large gang) beside one
+    whose take 0.25 s: the second gets four keys for each of the first's, so that each gets
+    half of the worker's time."""
+    now = frozen_clock(monkeypatch)
+    queue: WorkQueue[tuple[str, int]] = WorkQueue(share=lambda key: key[0])
+    for index in range(30):
+        queue.add(("slow", index))
+        queue.add(("quick", index))
+    taken = await work(queue, now, {"slow": 1.0, "quick": 0.25}, 15)
+    assert taken == (["slow"] + ["quick"] * 4) * 3
+
+
+async def test_a_share_back_from_idle_banks_no_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A namespace that had nothing to do while another used the worker for a while does not
+    get the worker to itself when it comes back: they take turns from then on."""
+    now = frozen_clock(monkeypatch)
+    queue: WorkQueue[tuple[str, int]] = WorkQueue(share=lambda key: key[0])
+    for index in range(20):
+        queue.add(("busy", index))
+    cost = {"busy": 0.25, "late": 0.25}
+    assert await work(queue, now, cost, 10) == ["busy"] * 10
+    for index in range(10):
+        queue.add(("late", index))
+    assert sorted(await work(queue, now, cost, 4)) == ["busy", "busy", "late", "late"]
+
+
 async def test_without_shares_keys_come_in_the_order_added() -> None:
     queue: WorkQueue[tuple[str, int]] = WorkQueue()
     for key in (("hostile", 0), ("hostile", 1), ("team-a", 0)):
