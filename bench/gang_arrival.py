@@ -44,13 +44,13 @@ from bench.level2 import (
     Operator,
     Testbed,
     cpu_seconds,
+    gpu_cluster,
     install_crds,
     kinds,
     testbed_bin,
 )
 from operators.kube import PODS, KubeClient, NotFound, Resource
 
-DRIVER = "gpu.example.com"
 GPUS_PER_NODE = 8
 DECLARED_SIZE = 4096
 """The largest gang size the annotation allows (and the operator's default limit): the gang
@@ -77,34 +77,6 @@ class Phase:
     cpu_ms_per_member: float | None
     events: int
     deletion_cpu_s: float
-
-
-def _objects(nodes: int) -> list[dict[str, Any]]:
-    group = "/".join(DRALLOC_GROUP)
-    out: list[dict[str, Any]] = [
-        {
-            "apiVersion": group,
-            "kind": "DeviceClass",
-            "metadata": {"name": "gpu"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        }
-    ]
-    for i in range(nodes):
-        node = f"scheduler-perf-dra-{i}"
-        out.append(
-            {
-                "apiVersion": group,
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{node}-gpu"},
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": [{"name": f"gpu-{d}"} for d in range(GPUS_PER_NODE)],
-                },
-            }
-        )
-    return out
 
 
 def _template(namespace: str) -> dict[str, Any]:
@@ -254,7 +226,7 @@ async def run(sizes: Sequence[int], nodes: int, probes: int, log: TextIO) -> lis
         client = await KubeClient.connect(str(testbed.kubeconfig), user_agent="dralloc-bench")
         try:
             resources = kinds(DRALLOC_GROUP)
-            for obj in _objects(nodes):
+            for obj in gpu_cluster(nodes, GPUS_PER_NODE):
                 await client.create(resources[obj["kind"]], obj)
             operator = Operator.start(testbed)
             bench = Bench(client, operator, log)

@@ -668,6 +668,38 @@ async def measure(
     )
 
 
+def gpu_cluster(nodes: int, devices: int, driver: str = "gpu.example.com") -> list[dict[str, Any]]:
+    """DeviceClass ``gpu`` (every device of ``driver``) and a slice of ``devices`` GPUs for
+    each of ``nodes`` nodes ``scheduler-perf-dra-N`` (``testbed/nodes``' names), on
+    dralloc's CRDs: the cluster of the benchmarks that run the operator on a testbed of
+    their own (bench.responsiveness, bench.gang_arrival)."""
+    group = "/".join(DRALLOC_GROUP)
+    out: list[dict[str, Any]] = [
+        {
+            "apiVersion": group,
+            "kind": "DeviceClass",
+            "metadata": {"name": "gpu"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        }
+    ]
+    for i in range(nodes):
+        node = f"scheduler-perf-dra-{i}"
+        out.append(
+            {
+                "apiVersion": group,
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-gpu"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"gpu-{d}"} for d in range(devices)],
+                },
+            }
+        )
+    return out
+
+
 def install_crds(testbed: Testbed) -> None:
     files = sorted(p for p in (REPO / "crds").glob("*.yaml") if p.name != "kustomization.yaml")
     if not files:

@@ -28,6 +28,7 @@ from bench.level2 import (
     NAMESPACES,
     Operator,
     Testbed,
+    gpu_cluster,
     install_crds,
     kinds,
     testbed_bin,
@@ -39,42 +40,18 @@ COSTLY = (
     f"{ITEMS}.all(a, {ITEMS}.all(b, {ITEMS}.all(c, {ITEMS}.all(d, "
     'device.driver != "" && a + b + c + d >= 0))))'
 )
-DRIVER = "gpu.example.com"
 
 
 def _objects(nodes: int, devices: int) -> list[dict[str, Any]]:
-    group = "/".join(DRALLOC_GROUP)
-    out: list[dict[str, Any]] = [
-        {
-            "apiVersion": group,
-            "kind": "DeviceClass",
-            "metadata": {"name": "gpu"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        }
-    ]
+    out = gpu_cluster(nodes, devices)
     for name, selectors in (("plain", []), ("costly", [{"cel": {"expression": COSTLY}}])):
         out.append(
             {
-                "apiVersion": group,
+                "apiVersion": "/".join(DRALLOC_GROUP),
                 "kind": "ResourceClaimTemplate",
                 "metadata": {"name": name, "namespace": "bench"},
                 "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                     "deviceClassName": "gpu", "selectors": selectors}}]}}},
-            }
-        )  # fmt: skip
-    for i in range(nodes):
-        out.append(
-            {
-                "apiVersion": group,
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"scheduler-perf-dra-{i}-gpu"},
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": f"scheduler-perf-dra-{i}",
-                    "pool": {"name": f"scheduler-perf-dra-{i}", "generation": 1,
-                             "resourceSliceCount": 1},
-                    "devices": [{"name": f"gpu-{d}"} for d in range(devices)],
-                },
             }
         )  # fmt: skip
     return out
