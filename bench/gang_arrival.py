@@ -10,7 +10,9 @@ phases run one after another, each with a namespace of its own:
 - one phase per size in ``--sizes`` (100, 1,000 and 4,000 members by default): a gang whose
   declared size is the largest allowed (4096), so it never fits and its members stay gated
   while the operator decides about them. Members are created as fast as the API server takes
-  them (16 requests in flight).
+  them (16 requests in flight), and may only use the first node. With ``--declared-size 4``
+  the gang is small instead: its first members are placed on that node, and the many others
+  wait for room there (each arrival then meets a gang that reached its size).
 
 During a phase a probe creates one single pod at a time in another namespace, times it from
 its creation to its binding, and deletes it; it goes on until the members have all arrived
@@ -89,21 +91,27 @@ def _template(namespace: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _pod(namespace: str, name: str, gang: str | None = None) -> dict[str, Any]:
+def _pod(
+    namespace: str, name: str, gang: str | None = None, size: int = DECLARED_SIZE
+) -> dict[str, Any]:
     annotations = {
         CLAIMS_ANNOTATION: json.dumps([{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
     }
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.1"}],
+        "schedulingGates": [{"name": GATE}],
+    }
     if gang is not None:
         annotations["resource.dralloc.dev/gang"] = gang
-        annotations["resource.dralloc.dev/gang-size"] = str(DECLARED_SIZE)
+        annotations["resource.dralloc.dev/gang-size"] = str(size)
+        # Members may only use the first node: a gang that fits leaves the others' GPUs to
+        # the single pods.
+        spec["nodeSelector"] = {"kubernetes.io/hostname": "scheduler-perf-dra-0"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
-        "spec": {
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.1"}],
-            "schedulingGates": [{"name": GATE}],
-        },
+        "spec": spec,
     }
 
 
@@ -113,7 +121,10 @@ def _quantile(values: Sequence[float], q: float) -> float:
 
 
 class Bench:
-    def __init__(self, client: KubeClient, operator: Operator, log: TextIO) -> None:
+    def __init__(
+        self, client: KubeClient, operator: Operator, log: TextIO, declared_size: int
+    ) -> None:
+        self.declared_size = declared_size
         self.client = client
         self.operator = operator
         self.log = log
@@ -160,7 +171,7 @@ class Bench:
 
         async def one(index: int) -> None:
             async with semaphore:
-                body = _pod(namespace, f"m{index:05d}", gang="hostile")
+                body = _pod(namespace, f"m{index:05d}", "hostile", self.declared_size)
                 await self.client.create(PODS, body, namespace)
 
         await asyncio.gather(*(one(i) for i in range(members)))
@@ -217,7 +228,9 @@ class Bench:
         )
 
 
-async def run(sizes: Sequence[int], nodes: int, probes: int, log: TextIO) -> list[Phase]:
+async def run(
+    sizes: Sequence[int], nodes: int, probes: int, log: TextIO, declared_size: int = DECLARED_SIZE
+) -> list[Phase]:
     testbed = Testbed.up(DRALLOC, testbed_bin())
     operator = None
     try:
@@ -229,7 +242,7 @@ async def run(sizes: Sequence[int], nodes: int, probes: int, log: TextIO) -> lis
             for obj in gpu_cluster(nodes, GPUS_PER_NODE):
                 await client.create(resources[obj["kind"]], obj)
             operator = Operator.start(testbed)
-            bench = Bench(client, operator, log)
+            bench = Bench(client, operator, log, declared_size)
             await bench.namespace(PROBE_NAMESPACE)
             phases = [await bench.phase("no gang", 0, probes, 0)]
             for size in sizes:
@@ -270,10 +283,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--probes", type=int, default=20, help="single pods timed per phase")
+    parser.add_argument(
+        "--declared-size",
+        type=int,
+        default=DECLARED_SIZE,
+        help="the gangs' gang-size annotation (below the members: a small gang whose surplus "
+        "members wait for room, the rest placed as they fit)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--markdown", help="also write the table, with how it was made, here")
     args = parser.parse_args(argv)
-    phases = asyncio.run(run(args.sizes, args.nodes, args.probes, sys.stderr))
+    phases = asyncio.run(run(args.sizes, args.nodes, args.probes, sys.stderr, args.declared_size))
     print(table(phases))
     if args.markdown:
         with open(args.markdown, "w") as out:
@@ -281,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "# Hostile gangs: single pods of another namespace while a gang's members "
                 "arrive\n\n`python -m bench.gang_arrival "
                 f"--sizes {' '.join(map(str, args.sizes))} --nodes {args.nodes} "
+                f"--declared-size {args.declared_size} "
                 f"--probes {args.probes}` (see the module docstring). One run on a shared "
                 "2-core machine: times are noisy.\n\n" + table(phases) + "\n"
             )

@@ -189,6 +189,11 @@ class Informer(Generic[T]):
     def index_keys(self, index: str, value: Hashable) -> list[Key]:
         return sorted(self._indexes[index].get(value, ()))
 
+    def index_iter(self, index: str, value: Hashable) -> Iterator[Key]:
+        """The keys with this index value in no order, without sorting them (to find one);
+        the cache must not change while they are iterated."""
+        return iter(self._indexes[index].get(value, ()))
+
     def index_count(self, index: str, value: Hashable) -> int:
         """How many objects have this index value (without listing them)."""
         return len(self._indexes[index].get(value, ()))

@@ -193,9 +193,9 @@ class AllocationController(ClaimWrites, Explanations):
         self.failing_since: dict[Key, float] = {}  # pods no node could take, since when
         self.missing_since: dict[Key, float] = {}  # pods naming a claim that does not exist
         self.pod_groups_told: set[str] = set()  # pod UIDs told no PodGroup is read here
-        # Gangs waiting for members, by (namespace, gang): the size and topology of their
-        # last full look, and what it told every member (allocgang._still_waiting).
-        self.gangs_waiting: dict[tuple[str, str], tuple[int, str, str]] = {}
+        # What the last full look at a gang told every member, by (namespace, gang), while
+        # newcomers may be told the same without another (allocgang.GangTold).
+        self.gangs_told: dict[tuple[str, str], allocgang.GangTold] = {}
         self.pod_group_missing_since: dict[Key, float] = {}  # pods whose PodGroup is missing
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None
@@ -393,17 +393,19 @@ class AllocationController(ClaimWrites, Explanations):
     def _gang_changed(self, change: Change[Pod], pod: Pod | None) -> None:
         """A member left, was released, or came never gated (no claims): the gang decides
         again (and gives back what a gang that can no longer be completed holds), unless it
-        waits for members and a gated one left (``allocgang.gated_member_left``). One gated
+        was told already and a gated one left (``allocgang.gated_member_left``). One gated
         member decides for all of them: requeueing each of a thousand members on each of a
         thousand departures (a namespace deleted) would cost a million."""
         changed = change.old if change.old is not None else pod
         assert changed is not None
         namespace, gang = changed.gang_keys()[0]
-        if allocgang.waits_on(self, namespace, gang) and allocgang.gated_member_left(
+        if allocgang.told_already(self, namespace, gang) and allocgang.gated_member_left(
             change.old, pod
         ):
+            if change.key in self.waiting:
+                self._stand_in(namespace, gang, change.key)
             return
-        allocgang.forget_waiting(self, namespace, gang)
+        allocgang.forget_told(self, namespace, gang)
         # One that names the gang as the one that changed did (a member whose own
         # annotations are refused decides nothing for the gang); all where none does.
         others: list[Key] = []
@@ -418,6 +420,16 @@ class AllocationController(ClaimWrites, Explanations):
         else:
             for key in others:
                 self.queue.add(key)
+
+    def _stand_in(self, namespace: str, gang: str, left: Key) -> None:
+        """The member that stood for its gang among the waiting pods left: another gated one
+        stands in, so that cluster changes still wake the gang (its decision then looks at
+        all members again, the one that sorts first standing for them)."""
+        for key in self.pods.index_iter(POD_GANG_INDEX, (namespace, gang)):
+            member = self.pods.get(key) if key != left else None
+            if member is not None and member.gated:
+                self.waiting.add(key)
+                return
 
     def writing(self, claim: Key, pods: Iterable[Key]) -> bool:
         """Whether this controller is still writing a claim's allocation or its pods (the

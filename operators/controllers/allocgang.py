@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
@@ -85,6 +86,20 @@ to choose from where members differ: a gang of 4 with 4,000 gated members costs 
 20 members' claims and node filters per decision, not over 4,000."""
 
 Entries = list[tuple[PodClaim, ResourceClaim]]
+
+
+@dataclass(frozen=True)
+class GangTold:
+    """What the last full look at a gang told every member, and which newcomer may be told
+    the same without another look (see ``_told_already``)."""
+
+    size: int
+    topology: str
+    message: str
+    after: Key | None = None
+    """None: the gang waits for members, and a newcomer is told so while fewer pods than its
+    size name the gang. A key: the gang was searched and did not fit; a newcomer whose key
+    sorts after this one (the last member searched by name) would not be searched either."""
 
 
 class _Ready:
@@ -223,9 +238,9 @@ def _holds_any(controller: AllocationController, member: Pod) -> bool:
 
 async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -> None:
     """Decide for the whole gang of ``pod`` (see the module docstring)."""
-    if await _still_waiting(controller, pod, gang):
+    if await _told_already(controller, pod, gang):
         return
-    controller.gangs_waiting.pop((pod.namespace, gang.name), None)
+    forget_told(controller, pod.namespace, gang.name)
     named, released = gang_members(controller, pod, gang)
     members = [member for member, _ in named]
     # Members released already count as placed; the rest must make up the gang size (at
@@ -336,6 +351,14 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
             [m for m in members if m.uid not in own_reasons],
             Unallocatable(message, details),
         )  # the members behind the searched ones too: the gang's reason is theirs
+        last_searched = [m for m in searched if not _holds_any(controller, m)][-1:]
+        if behind and last_searched:
+            controller.gangs_told[(pod.namespace, gang.name)] = GangTold(
+                gang.size,
+                str(gang.topology),
+                message,
+                after=Key(last_searched[0].namespace, last_searched[0].name),
+            )
         # One member stands for the gang (any member's sync decides for all of them): a
         # cluster change then costs one gang decision, not one per member.
         controller.waiting.add(keys[0])
@@ -568,20 +591,24 @@ async def _give_back(controller: AllocationController, members: list[tuple[Pod, 
                 )
 
 
-async def _still_waiting(controller: AllocationController, pod: Pod, gang: GangRef) -> bool:
-    """A gated newcomer to a gang that waits for its members, and still must: told what its
-    gang was told, without a look at the other members (each arrival of a thousand would
-    otherwise cost a look at all those present: quadratic in the members).
+async def _told_already(controller: AllocationController, pod: Pod, gang: GangRef) -> bool:
+    """A gated newcomer told what its gang's last full look told every member, without a
+    look at the others (each arrival of a thousand members would otherwise cost a look at all
+    those present: quadratic in the members). See ``GangTold`` for when that holds: while
+    the gang waits for members, or for a newcomer that sorts behind the members a search
+    that did not fit looked at. Anything else that may change the decision (a member
+    released or never gated, the operator restarted) forgets it (``forget_told``), and
+    cluster changes wake the member that stands for the gang, which sorts first.
 
-    It holds while fewer pods name the gang than its size (so fewer members can be present
-    than it needs, whatever they are) and the gang's last full look, which told every member
-    and gave back what they held, was for the same size and topology: anything else that
-    may change the decision (a member leaving, released or never gated) ends it
-    (``forget_waiting``). The newcomer's own claims are looked at: a reason of its own wins,
-    and what it holds is given back."""
-    told = controller.gangs_waiting.get((pod.namespace, gang.name))
-    named = controller.pods.index_count(POD_GANG_INDEX, (pod.namespace, gang.name))
-    if told is None or told[:2] != (gang.size, str(gang.topology)) or named >= gang.size:
+    The newcomer's own claims are looked at: a reason of its own wins, and what it holds is
+    given back (a newcomer holding devices behind a searched gang is looked at fully)."""
+    told = controller.gangs_told.get((pod.namespace, gang.name))
+    if told is None or (told.size, told.topology) != (gang.size, str(gang.topology)):
+        return False
+    if told.after is None:
+        if controller.pods.index_count(POD_GANG_INDEX, (pod.namespace, gang.name)) >= gang.size:
+            return False
+    elif Key(pod.namespace, pod.name) <= told.after or _holds_any(controller, pod):
         return False
     try:
         entries = controller._resolve_claims(pod)
@@ -592,28 +619,28 @@ async def _still_waiting(controller: AllocationController, pod: Pod, gang: GangR
         return True
     await _give_back(controller, [(pod, entries)])
     with contextlib.suppress(Conflict, NotFound):
-        await controller._explain(pod, Unallocatable(told[2]), events=False)
+        await controller._explain(pod, Unallocatable(told.message), events=False)
     return True
 
 
-def forget_waiting(controller: AllocationController, namespace: str, gang: str) -> None:
-    """The gang's next decision looks at every member again (see ``_still_waiting``)."""
-    controller.gangs_waiting.pop((namespace, gang), None)
+def forget_told(controller: AllocationController, namespace: str, gang: str) -> None:
+    """The gang's next decision looks at every member again (see ``_told_already``)."""
+    controller.gangs_told.pop((namespace, gang), None)
 
 
-def waits_on(controller: AllocationController, namespace: str, gang: str) -> bool:
-    """The gang waits for members, and every member was told so by its last full look.
+def told_already(controller: AllocationController, namespace: str, gang: str) -> bool:
+    """Every member was told by the gang's last full look, which it waits or did not fit.
 
     No member holds devices the gang's writes gave it then: that look gave them back, and
-    any search since (the only way to new gang writes) would have ended the waiting."""
-    return (namespace, gang) in controller.gangs_waiting
+    any search since (the only way to new gang writes) would have forgotten it."""
+    return (namespace, gang) in controller.gangs_told
 
 
 def gated_member_left(old: Pod | None, new: Pod | None) -> bool:
-    """A gated member left its gang (deleted, or moved to another): of a waiting gang, it
-    changes nothing the others were told (the words count no members) and gives nothing
-    back, so the others need not decide again (a namespace of a thousand members deleted
-    would otherwise cost a look at all of them per deletion)."""
+    """A gated member left its gang (deleted, or moved to another): of a gang told already,
+    it changes nothing the others were told (the words count no members; fewer members fit
+    no better) and gives nothing back, so the others need not decide again (a namespace of
+    a thousand members deleted would otherwise cost a look at all of them per deletion)."""
     return old is not None and old.gated and (new is None or new.gated)
 
 
@@ -644,9 +671,9 @@ async def _wait_for_members(
     await _tell_gang(
         controller, [m for m in members if m.uid not in own_reasons], Unallocatable(message)
     )
-    controller.gangs_waiting[(members[0].namespace, gang.name)] = (
+    controller.gangs_told[(members[0].namespace, gang.name)] = GangTold(
         gang.size, str(gang.topology), message
-    )  # fmt: skip
+    )
     # Arrivals and departures requeue the gang (the pod watch), and so does the arrival of a
     # member that is never gated (one without claims, a launcher): counted as released. One
     # member also stands for the gang among the waiting pods, with a backoff retry, as a

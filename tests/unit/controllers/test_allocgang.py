@@ -704,3 +704,39 @@ async def test_a_newcomer_to_a_waiting_gang_costs_a_look_at_itself_only(
     looked.clear()
     await decide(controller, requeued[0])
     assert sorted(looked) == ["w0", "w1", "w2", "w4", "w5", "w6", "w7", "w8"]
+
+
+async def test_a_newcomer_behind_a_searched_gang_that_did_not_fit_looks_at_itself_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gang of 2 with 40 members on a node of one device did not fit: its search looked at
+    the first 18 by name. A newcomer that sorts after them would not be searched either: it
+    is told the gang's reason with a look at itself only. One that sorts among them is
+    decided with the gang. The member that stands for the gang leaving hands that on."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    for index in range(40):
+        waiting_member(controller, f"w{index:02d}", size="2")
+    looked = count_claim_looks(controller, monkeypatch)
+    await decide(controller, Key("ns", "w00"))
+    searched = 2 + allocgang.GANG_SEARCH_EXTRA
+    assert len(looked) == searched
+    reason = condition_messages(client, "w00")[-1]
+    assert "at most 1 of the gang" in reason, reason
+    looked.clear()
+    for index in range(40, 44):
+        await decide(controller, waiting_member(controller, f"w{index:02d}", size="2"))
+    assert looked == ["w40", "w41", "w42", "w43"]
+    assert condition_messages(client, "w43")[-1] == reason
+    looked.clear()
+    await decide(controller, waiting_member(controller, "a00", size="2"))
+    assert len(looked) == searched and looked[0] == "a00", looked
+    # The member that stands for the gang among the waiting pods (the first by name) leaves:
+    # another gated one stands in, and nobody decides again.
+    while len(controller.queue):
+        controller.queue.done(await controller.queue.get())
+    assert Key("ns", "a00") in controller.waiting
+    controller.waiting.intersection_update({Key("ns", "a00")})  # it alone stands for the gang
+    controller.runtime.cache[PODS].apply("DELETED", pod("ns", "a00", []))
+    assert len(controller.queue) == 0
+    assert any(key.name.startswith("w") for key in controller.waiting), controller.waiting
