@@ -368,14 +368,16 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
     placed = [(by_name[p.member], p.node, list(p.allocations)) for p in found.placed]
     left_out = [r.pod for r in ready if str(r.key) not in {p.member for p in found.placed}]
     left_out += behind
-    for extra in left_out:
-        controller.waiting.add(Key(extra.namespace, extra.name))  # woken by cluster changes
     if left_out:
-        await _tell_all(
+        # One stands for the gang among the pods cluster changes wake (its decision places
+        # the others too), and the words count nobody: a thousand members left out are
+        # told once, with one Event, not rewritten (and woken) at each placement.
+        controller.waiting.add(Key(left_out[0].namespace, left_out[0].name))
+        await _tell_gang(
             controller,
             left_out,
             Unallocatable(
-                f"{gang.label}: {len(placed)} members were placed together; this one waits for room"
+                f"{gang.label}: members were placed as they fit; this one waits for room"
             ),
         )
     log.info(

@@ -740,3 +740,21 @@ async def test_a_newcomer_behind_a_searched_gang_that_did_not_fit_looks_at_itsel
     controller.runtime.cache[PODS].apply("DELETED", pod("ns", "a00", []))
     assert len(controller.queue) == 0
     assert any(key.name.startswith("w") for key in controller.waiting), controller.waiting
+
+
+async def test_members_left_out_are_told_without_counts_and_one_stands_for_them() -> None:
+    """A gang of 2 with 5 members on a node of 2 devices: 2 are placed, and the 3 left out
+    are told why in words that count nobody (so later placements do not rewrite them all),
+    with Events on the first of them only; one of them stands for the gang among the pods
+    cluster changes wake (its decision places the others too)."""
+    client = FakeClient()
+    controller = group_cluster(client, devices=2)
+    for index in range(5):
+        waiting_member(controller, f"w{index}", size="2")
+    await decide(controller, Key("ns", "w0"))
+    assert released(client) == ["w0", "w1"]
+    words = 'gang "train": members were placed as they fit; this one waits for room'
+    for name in ("w2", "w3", "w4"):
+        assert condition_messages(client, name)[-1] == words, name
+    assert [bool(told(client, name)) for name in ("w2", "w3", "w4")] == [True, False, False]
+    assert {key.name for key in controller.waiting} & {"w2", "w3", "w4"} == {"w2"}
