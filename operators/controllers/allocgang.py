@@ -348,15 +348,16 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
             )
         await _tell_gang(
             controller,
-            [m for m in members if m.uid not in own_reasons],
+            [m for m in searched if m.uid not in own_reasons],
             Unallocatable(message, details),
-        )  # the members behind the searched ones too: the gang's reason is theirs
+        )
+        await _tell_behind(controller, gang, behind)
         last_searched = [m for m in searched if not _holds_any(controller, m)][-1:]
         if behind and last_searched:
             controller.gangs_told[(pod.namespace, gang.name)] = GangTold(
                 gang.size,
                 str(gang.topology),
-                message,
+                _behind_words(gang),
                 after=Key(last_searched[0].namespace, last_searched[0].name),
             )
         # One member stands for the gang (any member's sync decides for all of them): a
@@ -367,12 +368,13 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
     by_name = {str(r.key): r for r in ready}
     placed = [(by_name[p.member], p.node, list(p.allocations)) for p in found.placed]
     left_out = [r.pod for r in ready if str(r.key) not in {p.member for p in found.placed}]
-    left_out += behind
-    if left_out:
+    if left_out or behind:
         # One stands for the gang among the pods cluster changes wake (its decision places
-        # the others too), and the words count nobody: a thousand members left out are
-        # told once, with one Event, not rewritten (and woken) at each placement.
-        controller.waiting.add(Key(left_out[0].namespace, left_out[0].name))
+        # the others too), and the words count nobody: members left out are told once,
+        # with one Event, not rewritten (and woken) at each placement.
+        first = (left_out or behind)[0]
+        controller.waiting.add(Key(first.namespace, first.name))
+    if left_out:
         await _tell_gang(
             controller,
             left_out,
@@ -380,6 +382,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
                 f"{gang.label}: members were placed as they fit; this one waits for room"
             ),
         )
+    await _tell_behind(controller, gang, behind)
     log.info(
         "gang placed",
         gang=f"{pod.namespace}/{gang.name}",
@@ -697,6 +700,24 @@ async def _tell_gang(
             await controller._explain(member, reason, events=False)
         if index == 0:
             await controller._post_events(member, reason)
+
+
+def _behind_words(gang: GangRef) -> str:
+    return (
+        f"{gang.label}: more of its members are gated than its search looks at once; this "
+        "one waits behind the first by name, whose conditions say why the gang waits "
+        "(`dralloc explain` shows the whole gang)"
+    )
+
+
+async def _tell_behind(controller: AllocationController, gang: GangRef, members: list[Pod]) -> None:
+    """The members behind those a search looked at, told in words that stay the same
+    whatever the search found (no Events): a decision that goes from "does not fit" to
+    "placed some" and back rewrites the searched members' conditions, not thousands."""
+    reason = Unallocatable(_behind_words(gang))
+    for member in members:
+        with contextlib.suppress(Conflict, NotFound):
+            await controller._explain(member, reason, events=False)
 
 
 async def _tell_all(
