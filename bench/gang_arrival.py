@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -75,6 +76,9 @@ class Phase:
     bind_p50_s: float
     bind_p99_s: float
     bind_max_s: float
+    slowest_probe: str
+    """The slowest probe's pod and when it was created (seconds from the phase's start),
+    to find it in the operator's log (``--operator-log``)."""
     operator_cpu_s: float
     cpu_ms_per_member: float | None
     events: int
@@ -198,9 +202,13 @@ class Bench:
         latencies: list[float] = []
         during = 0
         index = start_index
+        slowest = ""
         while not arrival.done() or len(latencies) < probes:
             during += not arrival.done()
+            created = time.monotonic() - started
             latencies.append(await self.probe(index))
+            if latencies[-1] == max(latencies):
+                slowest = f"{PROBE_NAMESPACE}/single-{index} created at +{created:.1f} s"
             index += 1
             if arrival.done() and not arrival_s:
                 arrival_s = time.monotonic() - started
@@ -221,6 +229,7 @@ class Bench:
             bind_p50_s=statistics.median(latencies) if latencies else float("nan"),
             bind_p99_s=_quantile(latencies, 0.99),
             bind_max_s=max(latencies) if latencies else float("nan"),
+            slowest_probe=slowest,
             operator_cpu_s=cpu,
             cpu_ms_per_member=1000 * cpu / members if members else None,
             events=len(events),
@@ -229,7 +238,12 @@ class Bench:
 
 
 async def run(
-    sizes: Sequence[int], nodes: int, probes: int, log: TextIO, declared_size: int = DECLARED_SIZE
+    sizes: Sequence[int],
+    nodes: int,
+    probes: int,
+    log: TextIO,
+    declared_size: int = DECLARED_SIZE,
+    keep_log: str | None = None,
 ) -> list[Phase]:
     testbed = Testbed.up(DRALLOC, testbed_bin())
     operator = None
@@ -255,6 +269,8 @@ async def run(
     finally:
         if operator is not None:
             operator.stop()
+            if keep_log is not None:
+                shutil.copyfile(operator.log_path, keep_log)
         testbed.down()
 
 
@@ -291,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "members wait for room, the rest placed as they fit)",
     )
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--operator-log", help="keep the operator's log (JSON lines) here")
     parser.add_argument("--markdown", help="also write the table, with how it was made, here")
     args = parser.parse_args(argv)
     phases = asyncio.run(run(args.sizes, args.nodes, args.probes, sys.stderr, args.declared_size))
