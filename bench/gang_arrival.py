@@ -310,7 +310,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--operator-log", help="keep the operator's log (JSON lines) here")
     parser.add_argument("--markdown", help="also write the table, with how it was made, here")
     args = parser.parse_args(argv)
-    phases = asyncio.run(run(args.sizes, args.nodes, args.probes, sys.stderr, args.declared_size))
+    phases = asyncio.run(
+        run(
+            args.sizes,
+            args.nodes,
+            args.probes,
+            sys.stderr,
+            args.declared_size,
+            args.operator_log,
+        )
+    )
     print(table(phases))
     if args.markdown:
         with open(args.markdown, "w") as out:

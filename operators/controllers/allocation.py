@@ -196,6 +196,8 @@ class AllocationController(ClaimWrites, Explanations):
         # What the last full look at a gang told every member, by (namespace, gang), while
         # newcomers may be told the same without another (allocgang.GangTold).
         self.gangs_told: dict[tuple[str, str], allocgang.GangTold] = {}
+        # Background tasks telling the members behind a gang's search (allocgang).
+        self.gangs_telling: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.pod_group_missing_since: dict[Key, float] = {}  # pods whose PodGroup is missing
         self.slots = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
         self._writers: asyncio.TaskGroup | None = None

@@ -767,3 +767,23 @@ async def test_members_left_out_are_told_without_counts_and_one_stands_for_them(
         assert condition_messages(client, name)[-1] == words, name
     assert [bool(told(client, name)) for name in ("w2", "w3", "w4")] == [True, False, False]
     assert {key.name for key in controller.waiting} & {"w2", "w3", "w4"} == {"w2"}
+
+
+async def test_the_members_behind_a_search_are_told_in_the_background() -> None:
+    """Telling thousands of members behind a search is not the decision's work: the sync
+    returns before any of them is written (the allocation worker goes on with other
+    namespaces), and the writers' task tells them all."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    names = [f"w{i:02d}" for i in range(40)]
+    for name in names:
+        waiting_member(controller, name, size="2")
+    searched = 2 + allocgang.GANG_SEARCH_EXTRA
+    async with asyncio.TaskGroup() as writers:
+        controller._writers = writers
+        await controller.sync(Key("ns", "w00"))
+        assert [n for n in names[searched:] if condition_messages(client, n)] == []
+        assert all(condition_messages(client, n) for n in names[:searched])
+    for name in names[searched:]:
+        assert "waits behind the first by name" in condition_messages(client, name)[-1], name
+    assert controller.gangs_telling == {}
