@@ -351,7 +351,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
             [m for m in searched if m.uid not in own_reasons],
             Unallocatable(message, details),
         )
-        await _tell_behind(controller, gang, behind)
+        await _tell_behind(controller, pod.namespace, gang, behind)
         last_searched = [m for m in searched if not _holds_any(controller, m)][-1:]
         if behind and last_searched:
             controller.gangs_told[(pod.namespace, gang.name)] = GangTold(
@@ -382,7 +382,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
                 f"{gang.label}: members were placed as they fit; this one waits for room"
             ),
         )
-    await _tell_behind(controller, gang, behind)
+    await _tell_behind(controller, pod.namespace, gang, behind)
     log.info(
         "gang placed",
         gang=f"{pod.namespace}/{gang.name}",
@@ -714,7 +714,9 @@ BEHIND_WRITES = 8
 """Condition writes in flight at once when the members behind a search are told."""
 
 
-async def _tell_behind(controller: AllocationController, gang: GangRef, members: list[Pod]) -> None:
+async def _tell_behind(
+    controller: AllocationController, namespace: str, gang: GangRef, members: list[Pod]
+) -> None:
     """The members behind those a search looked at, told in words that stay the same
     whatever the search found (no Events): a decision that goes from "does not fit" to
     "placed some" and back rewrites the searched members' conditions, not thousands.
@@ -725,8 +727,8 @@ async def _tell_behind(controller: AllocationController, gang: GangRef, members:
     18 s). A later decision of the gang replaces a task still writing."""
     reason = Unallocatable(_behind_words(gang))
     stale = [m for m in members if (podcondition.current(m) or {}).get("message") != reason.summary]
-    key = (members[0].namespace if members else "", gang.name)
-    running = controller.gangs_telling.pop(key, None)
+    key = (namespace, gang.name)
+    running = controller.gangs_telling.pop(key, None)  # even with nobody behind now
     if running is not None:
         running.cancel()
     if not stale:

@@ -787,3 +787,23 @@ async def test_the_members_behind_a_search_are_told_in_the_background() -> None:
     for name in names[searched:]:
         assert "waits behind the first by name" in condition_messages(client, name)[-1], name
     assert controller.gangs_telling == {}
+
+
+async def test_a_later_decision_with_nobody_behind_stops_the_telling_still_going_on() -> None:
+    """Members told they wait behind, by a task still writing, came into the search since
+    (others left): the gang's next decision, with nobody behind, stops that task, which
+    would otherwise overwrite the reason the searched members were just given."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    members = [
+        parse_pod(client.objects[PODS.path("ns", waiting_member(controller, f"w{i}").name)])
+        for i in range(3)
+    ]
+    gang = allocgang.GangRef("train", 2)
+    async with asyncio.TaskGroup() as writers:
+        controller._writers = writers
+        await allocgang._tell_behind(controller, "ns", gang, members)
+        telling = controller.gangs_telling[("ns", "train")]
+        await allocgang._tell_behind(controller, "ns", gang, [])
+    assert telling.cancelled()
+    assert [m.name for m in members if condition_messages(client, m.name)] == []
