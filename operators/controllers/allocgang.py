@@ -746,21 +746,29 @@ async def _write_behind(
     reason: Unallocatable,
 ) -> None:
     slots = asyncio.Semaphore(BEHIND_WRITES)
+    failed: list[Exception] = []
 
     async def one(member: Pod) -> None:
         async with slots:
-            with contextlib.suppress(Conflict, NotFound):
+            try:
                 await controller._explain(member, reason, events=False)
+            except (Conflict, NotFound):
+                pass  # the member changed or left; its next decision tells it
+            except Exception as error:  # each write fails alone; the others go on
+                failed.append(error)
 
     try:
         await asyncio.gather(*(one(member) for member in members))
-    except asyncio.CancelledError:
-        raise
-    except Exception as error:  # told again by the gang's next decision
-        log.warning("gang members not told", gang=f"{key[0]}/{key[1]}", error=str(error))
     finally:
         if controller.gangs_telling.get(key) is asyncio.current_task():
             del controller.gangs_telling[key]
+    if failed:  # told again by the gang's next decision
+        log.warning(
+            "gang members not told",
+            gang=f"{key[0]}/{key[1]}",
+            failed=len(failed),
+            error=str(failed[0])[:300],
+        )
 
 
 async def _tell_all(

@@ -17,7 +17,7 @@ from operators.cache.informer import Key
 from operators.controllers import allocation, allocgang
 from operators.controllers.allocation import AllocationController
 from operators.controllers.allocgang import member_changed
-from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, NotFound
+from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiError, NotFound
 
 from .fakes import (
     DRIVER,
@@ -807,3 +807,26 @@ async def test_a_later_decision_with_nobody_behind_stops_the_telling_still_going
         await allocgang._tell_behind(controller, "ns", gang, [])
     assert telling.cancelled()
     assert [m.name for m in members if condition_messages(client, m.name)] == []
+
+
+async def test_a_failed_write_to_one_member_behind_leaves_the_others_told() -> None:
+    """The API server refuses one member's condition write (503): the others behind the
+    search are told all the same, and nothing escapes the writers' scope."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    names = [f"w{i:02d}" for i in range(40)]
+    for name in names:
+        waiting_member(controller, name, size="2")
+    unlucky = names[-1]
+
+    def fail(method: str, path: str, body: Any) -> Exception | None:
+        if method == "PATCH" and path.startswith(PODS.path("ns", unlucky)):
+            return ApiError(503, "ServiceUnavailable", "unavailable")
+        return None
+
+    client.fail = fail
+    await decide(controller, Key("ns", "w00"))
+    searched = 2 + allocgang.GANG_SEARCH_EXTRA
+    # Every member behind was written to; only the unlucky one's write failed.
+    assert [n for n in names[searched:] if condition_messages(client, n)] == names[searched:]
+    assert controller.gangs_telling == {}
