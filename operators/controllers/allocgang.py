@@ -91,7 +91,7 @@ Entries = list[tuple[PodClaim, ResourceClaim]]
 @dataclass(frozen=True)
 class GangTold:
     """What the last full look at a gang told every member, and which newcomer may be told
-    the same without another look (see ``_told_already``)."""
+    the same without another look (see ``_tell_as_told``)."""
 
     size: int
     topology: str
@@ -238,7 +238,7 @@ def _holds_any(controller: AllocationController, member: Pod) -> bool:
 
 async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -> None:
     """Decide for the whole gang of ``pod`` (see the module docstring)."""
-    if await _told_already(controller, pod, gang):
+    if await _tell_as_told(controller, pod, gang):
         return
     forget_told(controller, pod.namespace, gang.name)
     named, released = gang_members(controller, pod, gang)
@@ -274,15 +274,18 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
         await _wait_for_members(controller, gang, members, released)
         return
     # The search looks at the first members only (see GANG_SEARCH_EXTRA); those behind them
-    # are told what the gang is told, and come into the search as the first ones are placed.
+    # are told that they wait behind (``_tell_behind``), and come into the search as the
+    # first ones are placed.
     # A PodGroup's members go together, so all of them.
     # Members holding devices (a cut-short gang write) are always searched, so that what
     # they hold is counted as placed or given back.
     if whole:
         searched, behind = members, []
     else:
-        holding = [m for m in members if _holds_any(controller, m)]
-        others = [m for m in members if not _holds_any(controller, m)]
+        holding: list[Pod] = []
+        others: list[Pod] = []
+        for member in members:
+            (holding if _holds_any(controller, member) else others).append(member)
         cut = max(need + GANG_SEARCH_EXTRA, len(holding))
         searched, behind = (holding + others)[:cut], (holding + others)[cut:]
     ready: list[_Ready] = []
@@ -352,13 +355,14 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
             Unallocatable(message, details),
         )
         await _tell_behind(controller, pod.namespace, gang, behind)
-        last_searched = [m for m in searched if not _holds_any(controller, m)][-1:]
-        if behind and last_searched:
+        # Holders come first in the search: its last member holds nothing unless all do.
+        last = searched[-1] if searched else None
+        if behind and last is not None and not _holds_any(controller, last):
             controller.gangs_told[(pod.namespace, gang.name)] = GangTold(
                 gang.size,
                 str(gang.topology),
                 _behind_words(gang),
-                after=Key(last_searched[0].namespace, last_searched[0].name),
+                after=Key(last.namespace, last.name),
             )
         # One member stands for the gang (any member's sync decides for all of them): a
         # cluster change then costs one gang decision, not one per member.
@@ -596,7 +600,7 @@ async def _give_back(controller: AllocationController, members: list[tuple[Pod, 
                 )
 
 
-async def _told_already(controller: AllocationController, pod: Pod, gang: GangRef) -> bool:
+async def _tell_as_told(controller: AllocationController, pod: Pod, gang: GangRef) -> bool:
     """A gated newcomer told what its gang's last full look told every member, without a
     look at the others (each arrival of a thousand members would otherwise cost a look at all
     those present: quadratic in the members). See ``GangTold`` for when that holds: while
@@ -629,7 +633,7 @@ async def _told_already(controller: AllocationController, pod: Pod, gang: GangRe
 
 
 def forget_told(controller: AllocationController, namespace: str, gang: str) -> None:
-    """The gang's next decision looks at every member again (see ``_told_already``)."""
+    """The gang's next decision looks at every member again (see ``_tell_as_told``)."""
     controller.gangs_told.pop((namespace, gang), None)
 
 
