@@ -34,13 +34,23 @@ of fencing, before any record is seen."""
 
 @dataclasses.dataclass(frozen=True)
 class AllocatorMark:
-    """An allocator: its Lease (``namespace/name``), the holder identity and its term."""
+    """An allocator: its Lease (``namespace/name``), the holder identity and its term; an
+    operator without leader election has no Lease (``""``) and term 0."""
 
     lease: str
     holder: str
     term: int
 
+    @classmethod
+    def without_lease(cls, holder: str) -> AllocatorMark:
+        """An operator run without leader election: its records still say that dralloc
+        allocated the pod (a released gang member is allocated again alone on that word), but
+        they fence nobody, having no Lease to compare."""
+        return cls("", holder, 0)
+
     def describe(self) -> str:
+        if not self.lease:
+            return f"{self.holder} (no leader election)"
         return f"Lease {self.lease} held by {self.holder} (term {self.term})"
 
 
@@ -76,9 +86,10 @@ class AllocationRecord:
 def stands_down(ours: AllocatorMark, theirs: AllocatorMark) -> bool:
     """Must the allocator ``ours`` stop, having seen a recent allocation made by ``theirs``?
 
-    Exactly one of two allocators that see each other's records stands down.
+    Exactly one of two allocators that see each other's records stands down. A record without
+    a Lease stops nobody: there is no Lease to ask whether its allocator still acts.
     """
-    if theirs == ours:
+    if theirs == ours or not theirs.lease or not ours.lease:
         return False
     if theirs.lease == ours.lease:
         return (theirs.term, theirs.holder) > (ours.term, ours.holder)

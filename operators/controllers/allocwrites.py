@@ -300,10 +300,10 @@ class ClaimWrites:
             )
             for entry, claim in entries
         )
-        annotations = {DEVICES_ANNOTATION: devices}
-        mark = self.runtime.mark
-        if mark is not None:  # who allocated it: another allocator seeing this stands down
-            annotations[ALLOCATED_BY_ANNOTATION] = AllocationRecord(mark, time.time()).render()
+        # Who allocated it: another allocator seeing this may stand down, and a gang member
+        # whose claims are cleared after its release is allocated again on this word.
+        record = AllocationRecord(self.runtime.allocator, time.time())
+        annotations = {DEVICES_ANNOTATION: devices, ALLOCATED_BY_ANNOTATION: record.render()}
         protocol = self.runtime.protocol
         version = pod.resource_version
         patch: dict[str, Any] = {"metadata": {"annotations": annotations}}

@@ -197,6 +197,15 @@ class Runtime:
         lease = f"{self.elector.namespace}/{self.elector.name}"
         return AllocatorMark(lease, self.elector.identity, self.elector.term)
 
+    @property
+    def allocator(self) -> AllocatorMark:
+        """Who this replica is in the allocation records it writes: its :attr:`mark`, or,
+        without leader election, a mark without a Lease."""
+        mark = self.mark
+        if mark is not None:
+            return mark
+        return AllocatorMark.without_lease(self.settings.identity or self.settings.process_name)
+
     def would_stand_down(self, record: AllocationRecord) -> bool:
         """Whether another allocator's record, if true, says this replica must stop (see
         :mod:`operators.fencing`)."""

@@ -392,7 +392,7 @@ def test_a_pod_waits_for_its_pod_group_until_it_is_created(
 
 # --- a hostile gang -------------------------------------------------------------------------
 
-HOSTILE_MEMBERS = 400
+HOSTILE_MEMBERS = 1200
 HOSTILE_SIZE = "4096"
 OTHER_PODS = 8
 OTHER_BIND_BOUND_S = 8.0
@@ -405,7 +405,7 @@ rewrite of every member's condition each, 600 of them delayed other namespaces' 
 def test_a_hostile_gang_that_never_fits_delays_no_other_namespace(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:
-    """A gang of size 4096 whose 400 members arrive in bursts while single pods arrive in
+    """A gang of size 4096 whose 1,200 members arrive in bursts while single pods arrive in
     another namespace: those bind within a few seconds each; the gang's members hold
     nothing, each says why without counting members, and the gang's Events go on one
     member."""

@@ -151,11 +151,14 @@ async def test_a_gang_member_placed_with_its_gang_and_released_is_left_alone() -
     assert client.writes(PODS.path("ns", "p")) == [], "the placed member was written to"
 
 
-def released_member(**annotations: str) -> dict[str, Any]:
+LEADER = AllocatorMark("ns/lease", "op-0", 1)
+
+
+def released_member(by: AllocatorMark = LEADER, **annotations: str) -> dict[str, Any]:
     """A member of gang "train" that dralloc released with its gang (its allocation record),
     its claim no longer allocated."""
     member = ungated_pod()
-    record = AllocationRecord(AllocatorMark("ns/lease", "op-0", 1), time.time() - 5)
+    record = AllocationRecord(by, time.time() - 5)
     member["metadata"]["annotations"] = {
         GANG_ANNOTATION: "train",
         GANG_SIZE_ANNOTATION: "2",
@@ -170,14 +173,35 @@ async def test_a_released_member_whose_claims_were_cleared_is_allocated_again_al
     cleared its claim (its PostFilter does when its view has no node for the pod, a node it
     has not seen yet): the gang was placed already, so the member is allocated again on its
     own, as any released pod, rather than told to be made again (seen in a robustness run:
-    the member waited, and without the claim-allocation policy kube-scheduler took it)."""
+    the member waited, and without the claim-allocation policy kube-scheduler took it).
+    An operator without leader election records itself too, without a Lease."""
+    for by in (LEADER, AllocatorMark.without_lease("op-0")):
+        client = FakeClient()
+        allocation = controller(client)
+        put(allocation.runtime, PODS, released_member(by))
+        assert await allocate_once(allocation) == POD
+        [status] = allocations(client)
+        assert [r["uid"] for r in status["reservedFor"]] == ["uid-p-p"], by
+        told = json.dumps([c.body for c in client.calls])
+        assert "gang train: this member has no" not in told, by
+
+
+async def test_without_leader_election_the_pod_still_records_its_allocator() -> None:
+    """The record is what lets a released member whose claims were cleared be allocated
+    again (above): an operator run without leader election writes one with its identity and
+    no Lease, which fences nobody."""
     client = FakeClient()
-    allocation = controller(client)
-    put(allocation.runtime, PODS, released_member())
+    allocation = controller(client, identity="op-solo")
+    assert allocation.runtime.mark is None
+    put(allocation.runtime, PODS, ungated_pod())
     assert await allocate_once(allocation) == POD
-    [status] = allocations(client)
-    assert [r["uid"] for r in status["reservedFor"]] == ["uid-p-p"]
-    assert "gang train: this member has no" not in json.dumps([c.body for c in client.calls])
+    records = [
+        AllocationRecord.parse(body["metadata"]["annotations"].get(ALLOCATED_BY_ANNOTATION))
+        for body in (c.body for c in client.writes(PODS.path("ns", "p")))
+        if "metadata" in body
+    ]
+    assert records and all(r is not None for r in records), records
+    assert {r.by for r in records if r is not None} == {AllocatorMark.without_lease("op-solo")}
 
 
 async def test_a_released_member_is_not_placed_alone_outside_its_gangs_topology() -> None:

@@ -32,6 +32,17 @@ def test_within_one_lease_the_later_term_wins() -> None:
     assert stands_down(same_term, IN_CLUSTER) != stands_down(IN_CLUSTER, same_term)
 
 
+def test_a_record_without_a_lease_fences_nobody_and_stops_for_nobody() -> None:
+    """An operator without leader election records its allocations (a released gang member
+    relies on it) but has no Lease to compare, so neither side stands down on it."""
+    solo = AllocatorMark.without_lease("laptop-solo")
+    for fenced in (IN_CLUSTER, LAPTOP):
+        assert not stands_down(fenced, solo)
+        assert not stands_down(solo, fenced)
+    assert AllocationRecord.parse(AllocationRecord(solo, 1.0).render()) == AllocationRecord(solo, 1.0)
+    assert solo.describe() == "laptop-solo (no leader election)"
+
+
 def test_records_round_trip_and_malformed_ones_are_ignored() -> None:
     record = AllocationRecord(LAPTOP, 1_700_000_000.5)
     assert AllocationRecord.parse(record.render()) == record
