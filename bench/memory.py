@@ -39,8 +39,8 @@ from operators.api.podprotocol import PodProtocol
 from operators.cache.informer import Key
 from operators.cel import parser as cel_parser
 from operators.controllers import allocation, claims, doubles, released, taints
+from operators.controllers.allocation.outcomes import SliceUsed, StillWaiting, Unallocatable
 from operators.controllers.base import Runtime
-from operators.controllers.decisions import SliceUsed, StillWaiting, Unallocatable
 from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord, AllocatorMark
 from operators.kube import (
     DEVICE_CLASSES,
@@ -577,7 +577,7 @@ def _decide(controller: allocation.AllocationController, index: int) -> tuple[st
     assert pod_ is not None and claim_ is not None
     for _ in range(20):
         try:
-            node_, chosen = controller._choose(pod_, [(pod_.claims[0], claim_)])
+            node_, chosen = controller.decider.choose(pod_, [(pod_.claims[0], claim_)])
             break
         except SliceUsed:
             continue  # a slow first decision (CEL compiled, traced) goes on, as in the loop

@@ -23,6 +23,7 @@ from operators.cache.core import (
     Pod,
     PodClaim,
 )
+from operators.cache.informer import Key
 
 REASON_DEVICES_CORRECTED = "DevicesAnnotationCorrected"
 """Event reason: a pod's devices annotation disagreed with its claims and was corrected."""
@@ -364,3 +365,20 @@ def plan_claim(
         remove_finalizer=releasing,
         delete=delete,
     )
+
+
+def pending(
+    entries: list[tuple[PodClaim, ResourceClaim]],
+) -> list[tuple[PodClaim, ResourceClaim]]:
+    """The entries whose claims are not allocated yet."""
+    return [(entry, claim) for entry, claim in entries if not is_allocated(claim)]
+
+
+def is_allocated(claim: ResourceClaim | None) -> bool:
+    """Whether the claim has an allocation (for whomever)."""
+    return claim is not None and claim.status is not None and claim.status.allocation is not None
+
+
+def claim_key(claim: ResourceClaim) -> Key:
+    """The claim's cache key."""
+    return Key(claim.metadata.namespace or "", claim.metadata.name or "")

@@ -62,7 +62,7 @@ async def test_the_allocation_write_records_the_claim_statuses() -> None:
     created = client.objects[RESOURCE_CLAIMS.path("ns", "p-dev-abcde")]
     allocation.runtime.cache[RESOURCE_CLAIMS].apply("ADDED", created)
     async with asyncio.TaskGroup() as writers:
-        allocation._writers = writers
+        allocation.commits.writers = writers
         assert await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5) == POD
     [annotations] = pod_writes(client)
     assert DEVICES_ANNOTATION in annotations
@@ -104,7 +104,7 @@ async def test_a_generated_claim_needs_no_finalizer_write_before_its_allocation(
     created = client.objects[RESOURCE_CLAIMS.path("ns", "p-dev-abcde")]
     allocation.runtime.cache[RESOURCE_CLAIMS].apply("ADDED", created)
     async with asyncio.TaskGroup() as writers:
-        allocation._writers = writers
+        allocation.commits.writers = writers
         await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
     writes = client.writes(RESOURCE_CLAIMS.path("ns", "p-dev-abcde"))
     assert [w.path.rsplit("/", 1)[-1] for w in writes] == ["status"]  # no finalizer patch
@@ -114,13 +114,13 @@ async def test_a_created_claim_wakes_its_pod_before_the_watch_shows_it() -> None
     client = FakeClient()
     claims, allocation = setup(client)
     async with asyncio.TaskGroup() as writers:
-        allocation._writers = writers
+        allocation.commits.writers = writers
         await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
     assert allocation.queue.due_in(POD) is None  # no claim yet: nothing to do
     await work_once(claims.queue, claims.sync)
     assert allocation.queue.due_in(POD) == 0.0  # woken by the claim controller's write
     async with asyncio.TaskGroup() as writers:
-        allocation._writers = writers
+        allocation.commits.writers = writers
         await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
     [annotations] = pod_writes(client)
     assert DEVICES_ANNOTATION in annotations
@@ -154,7 +154,7 @@ def status_writes(client: FakeClient) -> list[object]:
 
 async def allocate_once(allocation: AllocationController) -> Key | None:
     async with asyncio.TaskGroup() as writers:
-        allocation._writers = writers
+        allocation.commits.writers = writers
         return await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
 
 

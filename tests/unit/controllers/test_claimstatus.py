@@ -11,7 +11,8 @@ from operators.api.models import ResourceClaim
 from operators.api.podprotocol import DRALLOC, KUBERNETES
 from operators.cache.informer import Key
 from operators.controllers import claimstatus
-from operators.controllers.allocation import EXPLAIN_GRACE, AllocationController
+from operators.controllers.allocation import AllocationController
+from operators.controllers.allocation.decide import EXPLAIN_GRACE
 from operators.controllers.claims import ClaimController
 from operators.controllers.workqueue import work_once
 from operators.kube import (
@@ -107,11 +108,11 @@ def add_pod(controller: AllocationController, name: str, claims: dict[str, JsonD
 
 
 async def explain_now(controller: AllocationController, key: Key) -> None:
-    controller.explained_at.clear()  # skip the 10 s between explanations
-    controller.failing_since[key] = time.monotonic() - EXPLAIN_GRACE  # and the first wait
+    controller.decider.explained_at.clear()  # skip the 10 s between explanations
+    controller.decider.failing_since[key] = time.monotonic() - EXPLAIN_GRACE  # and the first wait
     controller.queue.add(key)
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         while controller.queue.due_in(key) == 0.0:
             await work_once(controller.queue, controller.sync)
 

@@ -15,11 +15,9 @@ from typing import Any
 from operators.cache.core import Pod, parse_pod
 from operators.cache.informer import Key
 from operators.controllers import podcondition
-from operators.controllers.allocation import (
-    CONDITION_TYPE,
-    EXPLAIN_GRACE,
-    AllocationController,
-)
+from operators.controllers.allocation import AllocationController
+from operators.controllers.allocation.decide import EXPLAIN_GRACE
+from operators.controllers.podcondition import CONDITION_TYPE
 from operators.controllers.workqueue import work_once
 from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, JsonDict
 
@@ -79,7 +77,7 @@ def unallocatable_pod() -> JsonDict:
 
 async def sync(controller: AllocationController, key: Key) -> None:
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         assert await asyncio.wait_for(work_once(controller.queue, controller.sync), 5) == key
 
 
@@ -111,7 +109,7 @@ async def test_the_unallocatable_condition_is_written_again_after_a_conflict() -
     put(controller.runtime, RESOURCE_CLAIMS, claim("ns", "c1"))
     put(controller.runtime, PODS, pod("ns", "p", [{"name": "dev", "resourceClaimName": "c1"}]))
     key = Key("ns", "p")
-    controller.failing_since[key] = -EXPLAIN_GRACE * 10  # past the grace period
+    controller.decider.failing_since[key] = -EXPLAIN_GRACE * 10  # past the grace period
     await sync(controller, key)
     writes = status_writes(client)
     assert len(writes) == 2, "the conflicting condition write was not retried"

@@ -12,12 +12,10 @@ import asyncio
 from typing import Any
 
 from operators.cache.informer import Key
-from operators.controllers.allocation import (
-    CONDITION_TYPE,
-    EXPLAIN_GRACE,
-    REASON_FAILED,
-    AllocationController,
-)
+from operators.controllers.allocation import AllocationController
+from operators.controllers.allocation.decide import EXPLAIN_GRACE
+from operators.controllers.allocation.reporting import REASON_FAILED
+from operators.controllers.podcondition import CONDITION_TYPE
 from operators.controllers.workqueue import work_once
 from operators.kube import PODS, RESOURCE_CLAIMS
 
@@ -45,7 +43,7 @@ async def test_a_missing_named_claim_is_reported_on_the_pod_after_a_grace() -> N
     due = controller.queue.due_in(POD)
     assert due is not None and due > 0  # looked at again later, not forgotten
 
-    controller.missing_since[POD] -= EXPLAIN_GRACE  # as if the grace had passed
+    controller.decider.missing_since[POD] -= EXPLAIN_GRACE  # as if the grace had passed
     await controller.sync(POD)
     [event] = client.events
     assert event["reason"] == REASON_FAILED and event["type_"] == "Warning"
@@ -58,10 +56,10 @@ async def test_a_missing_named_claim_is_reported_on_the_pod_after_a_grace() -> N
     put(controller.runtime, RESOURCE_CLAIMS, claim("ns", "gone"))
     assert controller.queue.due_in(POD) == 0
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         assert await asyncio.wait_for(work_once(controller.queue, controller.sync), 5) == POD
     assert client.writes(RESOURCE_CLAIMS.path("ns", "gone") + "/status")
-    assert POD not in controller.missing_since
+    assert POD not in controller.decider.missing_since
 
 
 async def test_a_deleted_pod_forgets_its_missing_claim() -> None:
@@ -70,6 +68,6 @@ async def test_a_deleted_pod_forgets_its_missing_claim() -> None:
     raw = pod("ns", "p", [{"name": "dev", "resourceClaimName": "gone"}])
     put(controller.runtime, PODS, raw)
     await controller.sync(POD)
-    assert POD in controller.missing_since
+    assert POD in controller.decider.missing_since
     controller.runtime.cache[PODS].apply("DELETED", raw)
-    assert POD not in controller.missing_since
+    assert POD not in controller.decider.missing_since

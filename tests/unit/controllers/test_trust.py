@@ -87,7 +87,7 @@ async def test_a_forged_devices_annotation_does_not_stop_allocation() -> None:
     put(runtime, PODS, bound_pod("p", NAMED, {DEVICES_ANNOTATION: FORGED}))
     assert allocation.queue.pending() == 1, "a bound pod with a devices annotation is skipped"
     async with asyncio.TaskGroup() as writers:
-        allocation._writers = writers
+        allocation.commits.writers = writers
         assert await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
     [status_write] = [
         c for c in client.writes(RESOURCE_CLAIMS.path("ns", "c")) if "status" in c.path
@@ -108,7 +108,7 @@ async def test_a_bound_pod_whose_claims_are_reserved_for_it_is_not_allocated_aga
     put(runtime, RESOURCE_CLAIMS, allocated(claim("ns", "c"), "p", "uid-p-p"))
     put(runtime, PODS, bound_pod("p", NAMED))
     async with asyncio.TaskGroup() as writers:
-        allocation._writers = writers
+        allocation.commits.writers = writers
         while allocation.queue.pending():
             await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
     assert client.writes("/") == []

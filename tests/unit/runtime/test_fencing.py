@@ -39,7 +39,9 @@ def test_a_record_without_a_lease_fences_nobody_and_stops_for_nobody() -> None:
     for fenced in (IN_CLUSTER, LAPTOP):
         assert not stands_down(fenced, solo)
         assert not stands_down(solo, fenced)
-    assert AllocationRecord.parse(AllocationRecord(solo, 1.0).render()) == AllocationRecord(solo, 1.0)
+    assert AllocationRecord.parse(AllocationRecord(solo, 1.0).render()) == AllocationRecord(
+        solo, 1.0
+    )
     assert solo.describe() == "laptop-solo (no leader election)"
 
 

@@ -20,7 +20,7 @@ from operators.controllers.allocation import AllocationController
 from operators.controllers.workqueue import work_once
 from operators.kube import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
-from .fakes import (
+from ..fakes import (
     DRIVER,
     FINALIZER,
     FakeClient,
@@ -31,7 +31,7 @@ from .fakes import (
     put,
     resource_slice,
 )
-from .fakes import one_device_cluster as _one_device_cluster
+from ..fakes import one_device_cluster as _one_device_cluster
 
 POD = Key("ns", "p")
 PIN = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}
@@ -55,7 +55,7 @@ def crashed_between_the_writes(client: FakeClient) -> AllocationController:
 
 async def sync(controller: AllocationController) -> None:
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         assert await asyncio.wait_for(work_once(controller.queue, controller.sync), 5) == POD
 
 

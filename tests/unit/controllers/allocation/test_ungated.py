@@ -26,7 +26,7 @@ from operators.controllers.workqueue import work_once
 from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord, AllocatorMark
 from operators.kube import NAMESPACES, PODS, RESOURCE_CLAIMS
 
-from .fakes import FakeClient, allocated, claim, namespace, one_device_cluster, pod, put
+from ..fakes import FakeClient, allocated, claim, namespace, one_device_cluster, pod, put
 
 POD = Key("ns", "p")
 ENTRY = [{"name": "dev", "resourceClaimName": "c"}]
@@ -51,7 +51,7 @@ def controller(client: FakeClient, ns: str = "ns", **settings: Any) -> Allocatio
 
 async def allocate_once(allocation: AllocationController) -> Key | None:
     async with asyncio.TaskGroup() as writers:
-        allocation._writers = writers
+        allocation.commits.writers = writers
         return await asyncio.wait_for(work_once(allocation.queue, allocation.sync), 5)
 
 

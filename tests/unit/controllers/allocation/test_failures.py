@@ -17,15 +17,11 @@ import aiohttp
 import pytest
 
 from operators.cache.informer import Key
-from operators.controllers import allocwrites
-from operators.controllers.allocation import (
-    EXPLAIN_GRACE,
-    REASON_FAILED,
-    RELIST_DELAY,
-    AllocationController,
-    StillWaiting,
-    Unallocatable,
-)
+from operators.controllers.allocation import AllocationController, writes
+from operators.controllers.allocation.controller import RELIST_DELAY
+from operators.controllers.allocation.decide import EXPLAIN_GRACE
+from operators.controllers.allocation.outcomes import StillWaiting, Unallocatable
+from operators.controllers.allocation.reporting import REASON_FAILED
 from operators.controllers.workqueue import work_once
 from operators.kube import (
     NAMESPACES,
@@ -36,7 +32,7 @@ from operators.kube import (
 )
 from operators.settings import FeatureGates
 
-from .fakes import (
+from ..fakes import (
     DRIVER,
     FakeClient,
     allocated,
@@ -68,7 +64,7 @@ def add_pod(controller: AllocationController, name: str, claim_name: str, **requ
 async def sync(controller: AllocationController, key: Key) -> None:
     """Take the pod from the queue, decide and write as the loop does (failures requeue)."""
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         taken = await asyncio.wait_for(work_once(controller.queue, controller.sync), 5)
         assert taken == key
 
@@ -187,7 +183,7 @@ async def test_an_unanswered_write_keeps_the_device_until_the_watch_says_it_fail
     assert controller.state.is_assumed(c1), (
         "the device was freed although the write may have landed"
     )
-    assert Key("ns", "c1") in controller.unanswered
+    assert Key("ns", "c1") in controller.writer.unanswered
 
     # Another pod wants the only device: it must wait.
     client.fail = lambda *_: None
@@ -195,16 +191,16 @@ async def test_an_unanswered_write_keeps_the_device_until_the_watch_says_it_fail
     waiting = controller.pods.get(second)
     assert waiting is not None
     with pytest.raises(StillWaiting):  # not explained before EXPLAIN_GRACE
-        controller._choose(waiting, controller._resolve_claims(waiting))
-    controller.failing_since[second] -= EXPLAIN_GRACE
+        controller.decider.choose(waiting, controller.decider.resolve_claims(waiting))
+    controller.decider.failing_since[second] -= EXPLAIN_GRACE
     with pytest.raises(Unallocatable, match="0/1 nodes"):
-        controller._choose(waiting, controller._resolve_claims(waiting))
+        controller.decider.choose(waiting, controller.decider.resolve_claims(waiting))
 
     # The watch shows a newer claim without an allocation: the write did not land.
     newer = claim("ns", "c1", rv="2000")
     newer["metadata"]["finalizers"] = ["resource.dralloc.dev/delete-protection"]
     controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", newer)
-    assert Key("ns", "c1") not in controller.unanswered
+    assert Key("ns", "c1") not in controller.writer.unanswered
     assert not controller.state.is_assumed(c1)
     assert controller.queue.due_in(first) == 0.0
 
@@ -215,7 +211,7 @@ async def test_an_unanswered_write_that_landed_is_found_by_a_live_read() -> None
     key = add_pod(controller, "p", "c1")
     fail_status_writes(client, ApiError(504, "Timeout", "etcdserver: request timed out"))
     await sync(controller, key)
-    assert Key("ns", "c1") in controller.unanswered
+    assert Key("ns", "c1") in controller.writer.unanswered
     # The pod waits for the answer instead of allocating the claim again.
     controller.queue.add(key)
     await sync(controller, key)
@@ -225,22 +221,22 @@ async def test_an_unanswered_write_that_landed_is_found_by_a_live_read() -> None
     landed = allocated(claim("ns", "c1", rv="2000"), "p", "uid-p-p")
     client.remember(RESOURCE_CLAIMS, landed)
     client.fail = lambda *_: None
-    task = asyncio.create_task(controller._confirm_unanswered())
+    task = asyncio.create_task(controller.writer.confirm_unanswered())
     try:
         for _ in range(50):
-            if Key("ns", "c1") not in controller.unanswered:
+            if Key("ns", "c1") not in controller.writer.unanswered:
                 break
             await asyncio.sleep(0.05)
     finally:
         task.cancel()
-    assert Key("ns", "c1") not in controller.unanswered, "the live read never settled it"
+    assert Key("ns", "c1") not in controller.writer.unanswered, "the live read never settled it"
     assert controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
     assert controller.queue.due_in(key) == 0.0
 
 
 async def confirm_rounds(controller: AllocationController, rounds: int = 5) -> None:
     """Let the live-read loop run a few periods (CONFIRM_PERIOD made short by the caller)."""
-    task = asyncio.create_task(controller._confirm_unanswered())
+    task = asyncio.create_task(controller.writer.confirm_unanswered())
     try:
         await asyncio.sleep(rounds * 0.01 + 0.02)
     finally:
@@ -252,13 +248,13 @@ async def unanswered_write(
 ) -> tuple[FakeClient, AllocationController]:
     """Pod p's write of claim c1 got no answer; the server answers again now; the live-read
     loop reads every 10 ms."""
-    monkeypatch.setattr(allocwrites, "CONFIRM_PERIOD", 0.01)
+    monkeypatch.setattr(writes, "CONFIRM_PERIOD", 0.01)
     client = FakeClient()
     controller = cluster(client)
     key = add_pod(controller, "p", "c1")
     fail_status_writes(client, aiohttp.ServerDisconnectedError())
     await sync(controller, key)
-    assert Key("ns", "c1") in controller.unanswered
+    assert Key("ns", "c1") in controller.writer.unanswered
     client.fail = lambda *_: None
     return client, controller
 
@@ -269,16 +265,18 @@ async def test_a_live_read_of_the_written_over_version_waits_until_the_server_gi
     # The server may still apply a write it has not answered (it works on a request for up
     # to its --request-timeout): a read of the very version written over says "not yet".
     _, controller = await unanswered_write(monkeypatch)
-    write = controller.unanswered[Key("ns", "c1")]
+    write = controller.writer.unanswered[Key("ns", "c1")]
     await confirm_rounds(controller)
-    assert controller.unanswered.get(Key("ns", "c1")) is write, "settled on a read of 'not yet'"
+    assert controller.writer.unanswered.get(Key("ns", "c1")) is write, (
+        "settled on a read of 'not yet'"
+    )
     assert controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
     # Once the server cannot be working on it any more, the same read settles it.
-    controller.unanswered[Key("ns", "c1")] = dataclasses.replace(
-        write, sent=write.sent - allocwrites.LANDING_BOUND - 1
+    controller.writer.unanswered[Key("ns", "c1")] = dataclasses.replace(
+        write, sent=write.sent - writes.LANDING_BOUND - 1
     )
     await confirm_rounds(controller)
-    assert Key("ns", "c1") not in controller.unanswered
+    assert Key("ns", "c1") not in controller.writer.unanswered
     assert not controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
 
 
@@ -298,17 +296,21 @@ async def test_a_slow_live_read_does_not_settle_a_newer_write_of_the_claim(
         return found
 
     client.get = slow_get  # type: ignore[method-assign]
-    task = asyncio.create_task(controller._confirm_unanswered())
+    task = asyncio.create_task(controller.writer.confirm_unanswered())
     try:
         await asyncio.sleep(0.05)
         # Meanwhile the claim was settled and a new write for it was sent, still unanswered.
-        newer = dataclasses.replace(controller.unanswered[Key("ns", "c1")], resource_version="2000")
-        controller.unanswered[Key("ns", "c1")] = newer
+        newer = dataclasses.replace(
+            controller.writer.unanswered[Key("ns", "c1")], resource_version="2000"
+        )
+        controller.writer.unanswered[Key("ns", "c1")] = newer
         answer.set()
         await asyncio.sleep(0.05)
     finally:
         task.cancel()
-    assert controller.unanswered.get(Key("ns", "c1")) is newer, "an old read settled a new write"
+    assert controller.writer.unanswered.get(Key("ns", "c1")) is newer, (
+        "an old read settled a new write"
+    )
     assert controller.state.is_assumed(controller.claims.get(Key("ns", "c1")))
 
 
@@ -335,7 +337,7 @@ async def test_a_refused_write_frees_the_device_and_tells_the_user() -> None:
     await sync(controller, key)
     c1 = controller.claims.get(Key("ns", "c1"))
     assert not controller.state.is_assumed(c1)
-    assert Key("ns", "c1") not in controller.unanswered
+    assert Key("ns", "c1") not in controller.writer.unanswered
     assert any("status.allocation: Invalid value" in m for m in messages(client, "p"))
     due = controller.queue.due_in(key)
     assert due is not None and due > 60
@@ -352,7 +354,7 @@ async def test_a_pod_without_room_is_explained_only_after_a_grace_period() -> No
     await sync(controller, second)
     assert messages(client, "q") == [], "explained before the grace period"
     assert second in controller.waiting
-    controller.failing_since[second] -= EXPLAIN_GRACE
+    controller.decider.failing_since[second] -= EXPLAIN_GRACE
     await sync(controller, second)
     assert messages(client, "q") and "0/1 nodes" in messages(client, "q")[0]
 
@@ -373,7 +375,7 @@ async def test_an_explanation_costs_one_search_over_every_node(monkeypatch: Any)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(controller.state, "find_node", counted)
-    controller.failing_since[second] -= EXPLAIN_GRACE
+    controller.decider.failing_since[second] -= EXPLAIN_GRACE
     await sync(controller, second)
     assert messages(client, "q") and "0/1 nodes" in messages(client, "q")[0]
     assert searches == [(True, True)], searches  # one search, explaining, nodes filtered
@@ -407,7 +409,7 @@ async def test_in_tree_claims_get_no_condition_written() -> None:
     assert allocation_writes(client) == [STATUS_PATH]
     second = Key("ns", "q")
     await sync(controller, second)
-    controller.failing_since[second] -= EXPLAIN_GRACE
+    controller.decider.failing_since[second] -= EXPLAIN_GRACE
     await sync(controller, second)
     assert messages(client, "q") and "0/1 nodes" in messages(client, "q")[0], "not explained"
     status_writes = [

@@ -17,13 +17,10 @@ When any member comes up in the queue, the whole gang is decided at once:
    members, or none; where a member belongs to a PodGroup, every gated member, or none
    (kube-scheduler 1.37 with GenericWorkload queues a PodGroup as one entity and keeps all of
    it waiting while any of its pods is gated, so a partial release would strand devices);
-3. the writes: first every placed member's claims (allocation and ``reservedFor``, each
-   conditional), and only when all of them landed, each member's pod (devices, pin, gate
-   removed). No pod is released while another member's claims are not written, nor while
-   a member is gone: right before the first gate is lifted every member is read live, and
-   one deleted (or finishing) in the meantime keeps the whole gang gated, to be decided
-   again. The gates are then lifted at once: a member deleted in that last round trip is
-   the one way left to run short, and the released members are told (``GangIncomplete``).
+3. the commit, on the path a single pod's takes (:mod:`.commit`): first every placed
+   member's claims, and only when all of them landed, each member's pod. No pod is released
+   while another member's claims are not written, nor while a member is gone (read live
+   right before the gates are lifted).
 
 A crash or a conflict between the claim writes leaves some members' claims allocated and
 reserved for their (still gated) pods. Truth lives in claims: the next decision reads those
@@ -50,32 +47,38 @@ import structlog
 from operators import metrics
 from operators.allocator.errors import DecisionTimeout
 from operators.allocator.gang import GangMember, GangPlacement, find_gang
-from operators.allocator.results import ClaimAllocation
-from operators.api.annotations import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, GangRef
-from operators.api.models import AllocationResult, ResourceClaim
+from operators.api.annotations import (
+    GANG_ANNOTATION,
+    GANG_SIZE_ANNOTATION,
+    SCHEDULING_GATE,
+    GangRef,
+)
+from operators.api.models import ResourceClaim
 from operators.api.podgroup import GROUP as WORKLOAD_GROUP
 from operators.api.podgroup import VERSION as WORKLOAD_VERSION
 from operators.api.podgroup import PodGroup, gang_too_large, resolve_gang
-from operators.cache.core import POD_GANG_INDEX, Pod, PodClaim, parse_pod
+from operators.cache.core import POD_GANG_INDEX, Pod
 from operators.cache.informer import Key
 from operators.controllers import claimrules, claimstatus, podcondition
-from operators.controllers.allocwrites import claim_key, is_allocated, pending
-from operators.controllers.decisions import (
+from operators.controllers.allocation.commit import Placed
+from operators.controllers.allocation.outcomes import (
     Candidates,
     ClaimBusy,
+    Entries,
     NotReady,
     StillWaiting,
     Unallocatable,
 )
-from operators.kube import POD_GROUPS, PODS, Conflict, NotFound
+from operators.controllers.claimrules import is_allocated, pending
+from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord
+from operators.kube import POD_GROUPS, Conflict, NotFound
 
 if TYPE_CHECKING:
-    from operators.controllers.allocation import AllocationController
+    from operators.controllers.allocation.controller import AllocationController
 
 log = structlog.get_logger(__name__)
 
 REASON_POD_GROUP_NOT_SERVED = "PodGroupNotServed"
-REASON_GANG_INCOMPLETE = "GangIncomplete"
 POD_GROUP_GRACE = 1.0
 """Seconds a pod whose PodGroup does not exist waits before it is told (the PodGroup may be
 created right after the pod, as workload controllers do)."""
@@ -84,8 +87,6 @@ GANG_SEARCH_EXTRA = 16
 """Members beyond the ones a gang still needs that its search looks at (first in name order),
 to choose from where members differ: a gang of 4 with 4,000 gated members costs a search over
 20 members' claims and node filters per decision, not over 4,000."""
-
-Entries = list[tuple[PodClaim, ResourceClaim]]
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,33 @@ def _member_gang(controller: AllocationController, pod: Pod) -> GangRef | None:
     return resolve_gang(pod.gang, pod.gang_error, pod.namespace, pod.pod_group, group)[0]
 
 
+def check_member_alone(pod: Pod, gang: GangRef) -> None:
+    """Raise :class:`Unallocatable` unless a gang member neither gated nor bound may be
+    allocated on its own.
+
+    One that passed the gate by may not: allocated alone, kube-scheduler would bind it while
+    the others wait (a gang released in part). One dralloc released with its gang (its
+    allocation record says so: only the operator may write it) and whose claims were cleared
+    since may, as any released pod: kube-scheduler's PostFilter clears a claim when its view
+    has no node for the pod (a node it has not seen yet), and the gang was placed already.
+    Unless the gang has a topology: placed alone, the member could land outside the value its
+    gang shares, so it is told instead."""
+    if AllocationRecord.parse(pod.annotations.get(ALLOCATED_BY_ANNOTATION)) is None:
+        raise Unallocatable(
+            f"gang {gang.name}: this member has no {SCHEDULING_GATE} gate (created while the "
+            "webhook was away, or the gate removed by hand); a gang is placed only while all "
+            "its members are gated, so this pod is not allocated alone: delete it and create "
+            "it again"
+        )
+    if gang.topology is not None:
+        raise Unallocatable(
+            f"gang {gang.name}: this member's claims were cleared after its gang was placed "
+            "(kube-scheduler does that to a pod it finds no node for); placed alone it could "
+            f"leave the {gang.topology.describe()} its gang shares, so it is not: delete it "
+            "and create it again (its controller, if it has one, makes it anew at the gate)"
+        )
+
+
 def member_changed(old: Pod | None, new: Pod | None) -> bool:
     """Whether a pod event may change its gang's decision, so that the other members must
     decide again: a member left (deleted, finished, moved to another gang) or was released,
@@ -195,7 +223,7 @@ def gang_members(
     finished by placing only the members still gated). A member without claims (a job's
     launcher) holds what it needs at once; one that passed the gate by with its claims not
     allocated for it holds nothing (it is not allocated alone: see
-    ``allocation._check_member_alone``), so it does not make up the gang's size."""
+    ``check_member_alone``), so it does not make up the gang's size."""
     keys = controller.pods.index_keys(POD_GANG_INDEX, (pod.namespace, gang.name))
     gated: list[tuple[Pod, GangRef]] = []
     released = 0
@@ -254,7 +282,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
     if whole:
         need = max(need, len(members))
     keys = [Key(m.namespace, m.name) for m in members]
-    if any(k in controller.in_flight or k in controller.written for k in keys):
+    if any(k in controller.commits.in_flight or k in controller.writer.written for k in keys):
         raise ClaimBusy()  # a member's writes are on their way: look again shortly
     for what, values in (
         ("gang size", {str(ref.size) for _, ref in named}),
@@ -293,8 +321,8 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
     own_reasons: set[str] = set()  # members told a reason of their own (kept, not overwritten)
     for member in searched:
         try:
-            entries = controller._resolve_claims(member)
-            ready.append(_Ready(member, entries, controller._candidates(member, entries)))
+            entries = controller.decider.resolve_claims(member)
+            ready.append(_Ready(member, entries, controller.decider.candidates(member, entries)))
         except (NotReady, StillWaiting):
             unready.append(member)  # its claims are still being created
         except Unallocatable as reason:
@@ -306,7 +334,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
         for r in ready
     ]
     try:
-        found: GangPlacement = await controller.decisions.run(
+        found: GangPlacement = await controller.thread.run(
             functools.partial(
                 find_gang,
                 controller.state,
@@ -370,7 +398,10 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
         controller.queue.retry(keys[0])  # safety net; cluster changes wake it sooner
         return
     by_name = {str(r.key): r for r in ready}
-    placed = [(by_name[p.member], p.node, list(p.allocations)) for p in found.placed]
+    placed = [
+        Placed(by_name[p.member].pod, by_name[p.member].entries, p.node, list(p.allocations))
+        for p in found.placed
+    ]
     left_out = [r.pod for r in ready if str(r.key) not in {p.member for p in found.placed}]
     if left_out or behind:
         # One stands for the gang among the pods cluster changes wake (its decision places
@@ -390,198 +421,10 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
     log.info(
         "gang placed",
         gang=f"{pod.namespace}/{gang.name}",
-        members=[str(r.key) for r, _, _ in placed],
+        members=[str(p.key) for p in placed],
         searches=found.searches,
     )
-    await _start_writes(controller, placed, f"{pod.namespace}/{gang.name}")
-
-
-async def _start_writes(
-    controller: AllocationController,
-    placed: list[tuple[_Ready, str, list[ClaimAllocation]]],
-    gang: str,
-) -> None:
-    """Count the gang's devices as used and hand its writes to a background task."""
-    await controller.slots.acquire()  # one slot for the gang: its writes run one by one
-    # A claim that members share comes once per member, with the same allocation.
-    decided = {result.claim: result for _, _, results in placed for result in results}
-    if not await controller.devices_free(placed[0][0].key, decided.values()):
-        controller.slots.release()
-        return
-    claim_keys: set[Key] = set()
-    for member, node, results in placed:
-        for (_, claim), chosen in zip(pending(member.entries), results, strict=True):
-            controller._mutate(controller.state.assume, claim, chosen)
-        controller.usage.assume(member.key, member.pod.needs, node)
-        claim_keys |= {Key(member.pod.namespace, c.metadata.name or "") for _, c in member.entries}
-        controller.in_flight.add(member.key)
-    controller.claims_in_flight |= claim_keys
-    assert controller._writers is not None
-    controller._writers.create_task(_commit(controller, placed, claim_keys, gang))
-
-
-async def _commit(
-    controller: AllocationController,
-    placed: list[tuple[_Ready, str, list[ClaimAllocation]]],
-    claim_keys: set[Key],
-    gang: str,
-) -> None:
-    """Every member's claims, then every member's pod. A failure before the pods leaves the
-    gang gated: the written claims are read back by the next decision."""
-    written: list[tuple[_Ready, str, dict[str, AllocationResult]]] = []
-    written_claims: set[Key] = set()
-    keys = [member.key for member, _, _ in placed]
-    departed: list[Key] = []
-    try:
-        try:
-            for member, node, results in placed:
-                entries, results = _after_earlier_writes(
-                    controller, member, results, written_claims
-                )
-                allocations = await controller._write_claims(member.pod, node, entries, results)
-                written.append((member, node, allocations))
-                written_claims |= {claim_key(claim) for _, claim in entries}
-        except BaseException:
-            for member, _, _ in placed[len(written) + 1 :]:  # never attempted
-                for _, claim in pending(member.entries):
-                    if claim_key(claim) not in written_claims:  # shared with a written one
-                        controller._mutate(controller.state.release, claim)
-            raise
-        departed = await _departed(controller, [member for member, _, _ in written])
-        if departed:
-            log.info(
-                "gang member left before the gang was released; deciding again",
-                members=[str(k) for k in keys], departed=[str(k) for k in departed],
-            )  # fmt: skip
-            written = []  # nothing released: the next decision sees the gang short
-        # Every gate at once: a member deleted between the live read above and its own pod
-        # write is the one way left to tear the gang, and that window is one round trip.
-        outcomes = await asyncio.gather(
-            *(_release(controller, *write) for write in written), return_exceptions=True
-        )
-        failed = [
-            (member, outcome)
-            for (member, _, _), outcome in zip(written, outcomes, strict=True)
-            if isinstance(outcome, BaseException)
-        ]
-        if failed:
-            lifted = [
-                member
-                for (member, _, _), outcome in zip(written, outcomes, strict=True)
-                if not isinstance(outcome, BaseException)
-            ]
-            if lifted:
-                await _report_torn(controller, gang, lifted, [m for m, _ in failed])
-            raise failed[0][1]
-    except asyncio.CancelledError:
-        for key in keys:
-            controller.usage.forget(key)
-        raise
-    except Exception as error:
-        await controller.runtime.refused_by_fencing(error, str(keys[0]))
-        log.warning("gang write failed", members=[str(k) for k in keys], error=str(error))
-        metrics.ALLOCATIONS.labels(result="error").inc()
-        for key in keys:
-            controller.usage.forget(key)
-        for key in keys:  # the next decision reads back what was written (see above)
-            controller.queue.retry_after_failure(key, error, controller=controller.name)
-    else:
-        if departed:
-            metrics.ALLOCATIONS.labels(result="gang-member-left").inc()
-            for key in keys:
-                controller.usage.forget(key)
-            return  # (finally requeues the members)
-        metrics.ALLOCATIONS.labels(result="allocated").inc(len(placed))
-        controller.allocated_pods += len(placed)
-        for member, _, _ in placed:
-            waited = metrics.age_seconds(member.pod.created)
-            if waited is not None:
-                metrics.GATED_SECONDS.observe(waited)
-        for key in keys:
-            controller.waiting.discard(key)
-            controller.queue.forget(key)
-    finally:
-        controller.in_flight.difference_update(keys)
-        controller.claims_in_flight -= claim_keys
-        controller.slots.release()
-        for key in keys:
-            controller.resync.discard(key)  # the watch of our own writes requeues them
-        for key in keys if departed else ():
-            controller.queue.add(key)  # its deletion came while in flight: decide again now
-
-
-async def _release(
-    controller: AllocationController,
-    member: _Ready,
-    node: str,
-    allocations: dict[str, AllocationResult],
-) -> None:
-    """The member's pod write: devices, pin, gate lifted."""
-    # The freshest view of the pod: our own condition writes (and the claim controller's)
-    # change it while the gang waits, and a stale version conflicts.
-    current = controller.pods.get(member.key)
-    pod = current if current is not None and current.uid == member.pod.uid else member.pod
-    await controller._write_pod(pod, node, member.entries, allocations)
-
-
-async def _report_torn(
-    controller: AllocationController, gang: str, lifted: list[_Ready], missing: list[_Ready]
-) -> None:
-    """Some members were released and others not (deleted or changed just then): the gang
-    runs short. Said on each released member, with what the user can do."""
-    names = ", ".join(member.pod.name for member in missing)
-    message = (
-        f"gang {gang}: released without {names} (deleted or changed while the gang's gates "
-        "were being lifted), so it runs short; delete the gang's pods to run it whole again"
-    )
-    metrics.ALLOCATIONS.labels(result="gang-torn").inc()
-    log.warning(
-        "gang released short", gang=gang, released=[str(m.key) for m in lifted],
-        missing=[str(m.key) for m in missing],
-    )  # fmt: skip
-    for member in lifted:
-        await controller.runtime.events.post(
-            member.pod.involved(), REASON_GANG_INCOMPLETE, message, warning=True
-        )
-
-
-async def _departed(controller: AllocationController, members: list[_Ready]) -> list[Key]:
-    """Members that are gone, read live (the cache may not have seen a deletion that landed
-    between the claim writes): deleted, replaced, being deleted or finished."""
-
-    async def gone(member: _Ready) -> bool:
-        try:
-            raw = await controller.client.get(PODS, member.pod.name, member.pod.namespace)
-        except NotFound:
-            return True
-        live = parse_pod(raw, controller.runtime.protocol)
-        return live.uid != member.pod.uid or live.deleting or live.done
-
-    found = await asyncio.gather(*(gone(member) for member in members))
-    return [member.key for member, is_gone in zip(members, found, strict=True) if is_gone]
-
-
-def _after_earlier_writes(
-    controller: AllocationController,
-    member: _Ready,
-    results: list[ClaimAllocation],
-    written_claims: set[Key],
-) -> tuple[Entries, list[ClaimAllocation]]:
-    """The member's entries and its claims' allocations to write, after the gang's earlier
-    members' writes: a claim shared with one of them is allocated already (the cache holds
-    the written claim), so this member only reserves it."""
-    if not written_claims.intersection(claim_key(claim) for _, claim in member.entries):
-        return member.entries, results
-    decided = {
-        claim_key(claim): result
-        for (_, claim), result in zip(pending(member.entries), results, strict=True)
-    }
-    entries: Entries = []
-    for entry, claim in member.entries:
-        key = claim_key(claim)
-        current = controller.claims.get(key) if key in written_claims else None
-        entries.append((entry, current if current is not None else claim))
-    return entries, [decided[claim_key(claim)] for _, claim in pending(entries)]
+    await controller.commits.start(placed, f"{pod.namespace}/{gang.name}")
 
 
 async def _give_back(controller: AllocationController, members: list[tuple[Pod, Entries]]) -> None:
@@ -592,7 +435,7 @@ async def _give_back(controller: AllocationController, members: list[tuple[Pod, 
             log.info("gang member gives back its devices", pod=pod.ref, claim=claim.metadata.name)
             with contextlib.suppress(Conflict, NotFound):
                 await claimstatus.release_claim(
-                    controller.client,
+                    controller.runtime.client,
                     controller.claims,
                     controller.runtime.protocol,
                     claim,
@@ -620,7 +463,7 @@ async def _tell_as_told(controller: AllocationController, pod: Pod, gang: GangRe
     elif Key(pod.namespace, pod.name) <= told.after or _holds_any(controller, pod):
         return False
     try:
-        entries = controller._resolve_claims(pod)
+        entries = controller.decider.resolve_claims(pod)
     except (NotReady, StillWaiting):
         return True  # its claims are still being created; its next event brings it back
     except Unallocatable as reason:
@@ -628,7 +471,7 @@ async def _tell_as_told(controller: AllocationController, pod: Pod, gang: GangRe
         return True
     await _give_back(controller, [(pod, entries)])
     with contextlib.suppress(Conflict, NotFound):
-        await controller._explain(pod, Unallocatable(told.message), events=False)
+        await controller.reporter.explain(pod, Unallocatable(told.message), events=False)
     return True
 
 
@@ -662,7 +505,7 @@ async def _wait_for_members(
     own_reasons: set[str] = set()  # members told a reason of their own (kept, not overwritten)
     for member in members:
         try:
-            entries = controller._resolve_claims(member)
+            entries = controller.decider.resolve_claims(member)
         except (NotReady, StillWaiting):
             continue  # its claims are still being created
         except Unallocatable as reason:
@@ -701,9 +544,9 @@ async def _tell_gang(
     that became first when another left has none yet); the recorder drops repeats."""
     for index, member in enumerate(pods):
         with contextlib.suppress(Conflict, NotFound):
-            await controller._explain(member, reason, events=False)
+            await controller.reporter.explain(member, reason, events=False)
         if index == 0:
-            await controller._post_events(member, reason)
+            await controller.reporter.post_events(member, reason)
 
 
 def _behind_words(gang: GangRef) -> str:
@@ -737,8 +580,8 @@ async def _tell_behind(
         running.cancel()
     if not stale:
         return
-    assert controller._writers is not None
-    controller.gangs_telling[key] = controller._writers.create_task(
+    assert controller.commits.writers is not None
+    controller.gangs_telling[key] = controller.commits.writers.create_task(
         _write_behind(controller, key, stale, reason)
     )
 
@@ -755,7 +598,7 @@ async def _write_behind(
     async def one(member: Pod) -> None:
         async with slots:
             try:
-                await controller._explain(member, reason, events=False)
+                await controller.reporter.explain(member, reason, events=False)
             except (Conflict, NotFound):
                 pass  # the member changed or left; its next decision tells it
             except Exception as error:  # each write fails alone; the others go on
@@ -781,7 +624,7 @@ async def _tell_all(
     """The reason on every member (condition and Event; unchanged reasons write nothing)."""
     for member in pods:
         with contextlib.suppress(Conflict, NotFound):
-            await controller._explain(member, reason)
+            await controller.reporter.explain(member, reason)
 
 
 async def _tell_not_served(controller: AllocationController, pod: Pod) -> None:

@@ -14,16 +14,13 @@ from typing import Any
 import pytest
 
 from operators.cache.informer import Key
-from operators.controllers.allocation import (
-    EXPLAIN_GRACE,
-    AllocationController,
-    StillWaiting,
-    Unallocatable,
-)
+from operators.controllers.allocation import AllocationController
+from operators.controllers.allocation.decide import EXPLAIN_GRACE
+from operators.controllers.allocation.outcomes import StillWaiting, Unallocatable
 from operators.controllers.workqueue import work_once
 from operators.kube import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, JsonDict
 
-from .fakes import FakeClient, claim, one_device_cluster, pod, put, resource_slice
+from ..fakes import FakeClient, claim, one_device_cluster, pod, put, resource_slice
 
 
 def sized(name: str, cpu: str) -> JsonDict:
@@ -55,7 +52,7 @@ def add_pod(controller: AllocationController, name: str, cpu: str, **spec: Any) 
 
 async def sync(controller: AllocationController, key: Key) -> None:
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         taken = await asyncio.wait_for(work_once(controller.queue, controller.sync), 5)
         assert taken == key
 
@@ -94,10 +91,10 @@ async def test_pods_decided_back_to_back_do_not_share_the_last_cpu() -> None:
     waiting = controller.pods.get(second)
     assert waiting is not None
     with pytest.raises(StillWaiting):
-        controller._choose(waiting, controller._resolve_claims(waiting))
-    controller.failing_since[second] -= EXPLAIN_GRACE
+        controller.decider.choose(waiting, controller.decider.resolve_claims(waiting))
+    controller.decider.failing_since[second] -= EXPLAIN_GRACE
     with pytest.raises(Unallocatable) as caught:
-        controller._choose(waiting, controller._resolve_claims(waiting))
+        controller.decider.choose(waiting, controller.decider.resolve_claims(waiting))
     assert caught.value.summary == "0/2 nodes: 2 Insufficient cpu"
     assert not [c for c in client.writes(PODS.path("ns", "second")) if "spec" in (c.body or {})]
 
@@ -118,7 +115,7 @@ async def test_a_pod_that_leaves_frees_its_cpu_and_wakes_waiting_pods() -> None:
     assert second not in controller.waiting  # woken: what the first pod held is free
     waiting = controller.pods.get(second)
     assert waiting is not None
-    node, _ = controller._choose(waiting, controller._resolve_claims(waiting))
+    node, _ = controller.decider.choose(waiting, controller.decider.resolve_claims(waiting))
     assert node == "n2"
 
 

@@ -13,8 +13,9 @@ sync reads as "already allocated, pin the pod there" and so finishes the job. A 
 that got no answer may still have been applied: its devices stay counted as used
 (:class:`UnansweredWrite`) until the watch or a live read tells which it was.
 
-:class:`ClaimWrites` is a part of the allocation controller (a mixin, for the file's sake):
-it uses the controller's client, caches, allocator state and bookkeeping.
+:class:`ClaimWriter` keeps what is being written (claims in flight, unanswered writes, pods
+whose own write the watch has not shown yet): the decision waits for those, and another
+controller asks :meth:`ClaimWriter.writing` before it undoes anything.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import contextlib
 import dataclasses
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
@@ -39,11 +40,14 @@ from operators.cache.core import (
     POD_CLAIMS_INDEX,
     SCHEDULING_GATE,
     Pod,
-    PodClaim,
 )
 from operators.cache.informer import Informer, Key, version_number
 from operators.controllers import claimrules, claimstatus, placement, podcondition
+from operators.controllers.allocation.outcomes import Entries
+from operators.controllers.allocation.reporting import Reporter
+from operators.controllers.allocation.thread import DecisionThread
 from operators.controllers.base import Runtime
+from operators.controllers.claimrules import claim_key, is_allocated, pending
 from operators.controllers.workqueue import WorkQueue
 from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord
 from operators.kube import (
@@ -77,44 +81,61 @@ class UnansweredWrite:
     only "not yet", until LANDING_BOUND has passed since."""
 
 
-class ClaimWrites:
-    """The write protocol of :class:`operators.controllers.allocation.AllocationController`."""
+class ClaimWriter:
+    """The allocation controller's write protocol, and what it is writing now."""
 
-    runtime: Runtime
-    client: KubeClient
-    pods: Informer[Pod]
-    claims: AssumeCache[ResourceClaim]
-    state: AllocatorState
-    queue: WorkQueue[Key]
-    unanswered: dict[Key, UnansweredWrite]
-    written: dict[Key, int]
-    claims_in_flight: set[Key]
-    _mutate: Callable[..., None]
-    _wake: Callable[[], None]
-    _set_condition: Callable[..., Any]
-
-    async def _write_all(
+    def __init__(
         self,
-        pod: Pod,
-        node: str,
-        entries: list[tuple[PodClaim, ResourceClaim]],
-        results: list[ClaimAllocation],
+        runtime: Runtime,
+        pods: Informer[Pod],
+        claims: AssumeCache[ResourceClaim],
+        state: AllocatorState,
+        decisions: DecisionThread,
+        queue: WorkQueue[Key],
+        reporter: Reporter,
+        wake: Callable[[], None],
     ) -> None:
-        """The writes, in order; an error releases what was assumed but not written."""
-        allocations = await self._write_claims(pod, node, entries, results)
-        await self._write_pod(pod, node, entries, allocations)
-        log.info(
-            "pod allocated",
-            pod=pod.ref,
-            node=node,
-            claims=[claim.metadata.name for _, claim in entries],
+        self.runtime = runtime
+        self.client: KubeClient = runtime.client
+        self.pods = pods
+        self.claims = claims
+        self.state = state
+        self.decisions = decisions
+        self.queue = queue
+        self.reporter = reporter
+        self.wake = wake
+        """Retries the pods waiting for room (devices of an unanswered write were freed)."""
+        self.claims_in_flight: set[Key] = set()
+        """Claims whose writes are under way: the decision waits for them (ClaimBusy)."""
+        self.unanswered: dict[Key, UnansweredWrite] = {}
+        """Claims whose allocation write got no answer; their devices stay counted as used."""
+        self.written: dict[Key, int] = {}
+        """Pods we wrote, by the resourceVersion the API returned: older cached versions of
+        them are stale, and acting on one would only produce a conflict."""
+
+    def writing(self, claim: Key, pods: Iterable[Key], pods_in_flight: set[Key]) -> bool:
+        """Whether a claim's allocation or its pods are still being written (the watch has
+        not shown the result yet)."""
+        return (
+            claim in self.claims_in_flight
+            or claim in self.unanswered
+            or any(pod in pods_in_flight or pod in self.written for pod in pods)
         )
 
-    async def _write_claims(
+    def saw_pod(self, key: Key, pod: Pod | None) -> None:
+        """The watch showed a version of a pod we wrote (None: it is gone)."""
+        written = self.written.get(key)
+        if written is not None and (pod is None or version_number(pod.resource_version) >= written):
+            del self.written[key]
+
+    def _mutate(self, change: Callable[..., object], *args: Any) -> None:
+        self.decisions.mutate(change, *args)
+
+    async def write_claims(
         self,
         pod: Pod,
         node: str,
-        entries: list[tuple[PodClaim, ResourceClaim]],
+        entries: Entries,
         results: list[ClaimAllocation],
     ) -> dict[str, AllocationResult]:
         """The claim writes (allocations and reservations), per pod entry name; an error
@@ -129,9 +150,9 @@ class ClaimWrites:
                 allocation = claim.status.allocation if claim.status else None
                 fresh = new.get(claim.metadata.name)
                 if fresh is not None:
-                    allocation = await self._write_allocation(pod, node, claim, fresh)
+                    allocation = await self.write_allocation(pod, node, claim, fresh)
                 elif not any(r.uid == pod.uid for r in claim.status.reserved_for):  # type: ignore[union-attr]
-                    await self._write_reservation(pod, claim)
+                    await self.write_reservation(pod, claim)
                 assert allocation is not None
                 allocations[entry.name] = allocation
         except BaseException as error:
@@ -146,7 +167,7 @@ class ClaimWrites:
                     # May have landed: keep its devices until we know (the watch may already
                     # have shown it while the write was in flight).
                     if (seen := self.claims.informer.get(key)) is not None:
-                        self._settle_if_newer(key, seen)
+                        self.settle_if_newer(key, seen)
                     continue
                 self.unanswered.pop(key, None)
                 if not self._write_landed(claim):
@@ -158,7 +179,7 @@ class ClaimWrites:
         current = self.claims.get(Key(claim.metadata.namespace or "", claim.metadata.name or ""))
         return current is not None and is_allocated(current)
 
-    def _settle_if_newer(self, key: Key, current: ResourceClaim | None) -> None:
+    def settle_if_newer(self, key: Key, current: ResourceClaim | None) -> None:
         """Settle an unanswered write by a claim (None: deleted) newer than its precondition."""
         unanswered = self.unanswered.get(key)
         if unanswered is not None and (
@@ -176,7 +197,7 @@ class ClaimWrites:
         landed = is_allocated(current)
         if not landed:
             self._mutate(self.state.release, unanswered.claim)
-            self._wake()
+            self.wake()
         elif current is not None:
             self._mutate(
                 self.state.landed, unanswered.claim, current.metadata.resource_version or ""
@@ -187,7 +208,7 @@ class ClaimWrites:
         for pod_key in self.pods.index_keys(POD_CLAIMS_INDEX, (key.namespace, key.name)):
             self.queue.add(pod_key)
 
-    async def _confirm_unanswered(self) -> None:
+    async def confirm_unanswered(self) -> None:
         """Read claims whose allocation write got no answer, until each is settled."""
         while True:
             await asyncio.sleep(CONFIRM_PERIOD)
@@ -219,7 +240,7 @@ class ClaimWrites:
                     self._settle_unanswered(key, read)  # the server has given up on it
                 # else: not applied yet, but the server may still be working on it
 
-    async def _write_allocation(
+    async def write_allocation(
         self, pod: Pod, node: str, claim: ResourceClaim, result: ClaimAllocation
     ) -> AllocationResult:
         namespace, name = claim.metadata.namespace or "", claim.metadata.name or ""
@@ -274,7 +295,7 @@ class ClaimWrites:
         assert stored.status is not None and stored.status.allocation is not None
         return stored.status.allocation
 
-    async def _write_reservation(self, pod: Pod, claim: ResourceClaim) -> None:
+    async def write_reservation(self, pod: Pod, claim: ResourceClaim) -> None:
         assert claim.status is not None
         reserved = [entry.to_kube() for entry in claim.status.reserved_for]
         reserved.append(consumer(pod))
@@ -287,11 +308,11 @@ class ClaimWrites:
             claimstatus.summarized({"reservedFor": reserved}, self.runtime.protocol),
         )
 
-    async def _write_pod(
+    async def write_pod(
         self,
         pod: Pod,
         node: str,
-        entries: list[tuple[PodClaim, ResourceClaim]],
+        entries: Entries,
         allocations: dict[str, AllocationResult],
     ) -> None:
         devices = format_pod_devices(
@@ -363,7 +384,7 @@ class ClaimWrites:
             )
         if podcondition.current(pod) is not None:
             with contextlib.suppress(Conflict, NotFound):
-                await self._set_condition(
+                await self.reporter.set_condition(
                     pod,
                     "True",
                     podcondition.REASON_ALLOCATED,
@@ -381,21 +402,6 @@ def merge(patch: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def pending(
-    entries: list[tuple[PodClaim, ResourceClaim]],
-) -> list[tuple[PodClaim, ResourceClaim]]:
-    """The entries whose claims are not allocated yet."""
-    return [(entry, claim) for entry, claim in entries if not is_allocated(claim)]
-
-
-def is_allocated(claim: ResourceClaim | None) -> bool:
-    return claim is not None and claim.status is not None and claim.status.allocation is not None
-
-
-def claim_key(claim: ResourceClaim) -> Key:
-    return Key(claim.metadata.namespace or "", claim.metadata.name or "")
 
 
 def consumer(pod: Pod) -> dict[str, str]:

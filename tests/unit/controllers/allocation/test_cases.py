@@ -16,12 +16,13 @@ from operators.api.annotations import CLAIM_STATUSES_ANNOTATION
 from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
 from operators.cache.informer import Key
 from operators.controllers import placement
-from operators.controllers.allocation import BUSY_DELAY, AllocationController
+from operators.controllers.allocation import AllocationController
+from operators.controllers.allocation.commit import BUSY_DELAY
 from operators.controllers.workqueue import work_once
 from operators.kube import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Conflict, JsonDict
 from operators.settings import NodePolicy
 
-from .fakes import (
+from ..fakes import (
     FakeClient,
     allocated,
     claim,
@@ -78,7 +79,7 @@ def add_pod(
 
 async def sync(controller: AllocationController, key: Key) -> None:
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         taken = await asyncio.wait_for(work_once(controller.queue, controller.sync), 5)
         assert taken == key
 
@@ -254,7 +255,7 @@ async def test_a_pod_whose_claim_is_being_written_for_another_pod_waits_for_it()
     first = add_pod(controller, "p", "c1", raw_claim=claim("ns", "c1"))
     second = add_pod(controller, "q", "c1", raw_claim=None)
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         assert await work_once(controller.queue, controller.sync) == first
         await asyncio.wait_for(client.held.wait(), 5)
         assert await work_once(controller.queue, controller.sync) == second
@@ -281,7 +282,7 @@ async def test_a_pod_that_changes_while_its_writes_are_in_flight_is_synced_again
     client.hold_path = RESOURCE_CLAIMS.path("ns", "c1") + "/status"
     key = add_pod(controller, "p", "c1", raw_claim=claim("ns", "c1"))
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         assert await work_once(controller.queue, controller.sync) == key
         await asyncio.wait_for(client.held.wait(), 5)
         changed = pod("ns", "p", [{"name": "dev", "resourceClaimName": "c1"}])
@@ -289,10 +290,10 @@ async def test_a_pod_that_changes_while_its_writes_are_in_flight_is_synced_again
         changed["metadata"]["labels"] = {"edited": "yes"}
         controller.runtime.cache[PODS].apply("MODIFIED", changed)
         assert await work_once(controller.queue, controller.sync) == key
-        assert key in controller.resync  # not decided again while its writes are in flight
+        assert key in controller.commits.resync  # not decided again while its writes are in flight
         assert client.attempts == 1
         client.release.set()
-    assert key not in controller.resync
+    assert key not in controller.commits.resync
     assert controller.queue.due_in(key) == 0.0  # looked at again, now the writes are done
 
 
@@ -353,7 +354,7 @@ async def test_a_stale_cached_pod_after_our_write_is_not_decided_again() -> None
     controller = cluster(client)
     key = add_pod(controller, "p", "c1", raw_claim=claim("ns", "c1"))
     await sync(controller, key)
-    written = controller.written[key]
+    written = controller.writer.written[key]
     writes = len(client.calls)
     stale = pod("ns", "p", [{"name": "dev", "resourceClaimName": "c1"}])
     stale["metadata"]["resourceVersion"] = "6"  # newer than what we read, older than ours
@@ -363,4 +364,4 @@ async def test_a_stale_cached_pod_after_our_write_is_not_decided_again() -> None
     ours = pod("ns", "p", [{"name": "dev", "resourceClaimName": "c1"}], gated=False)
     ours["metadata"]["resourceVersion"] = str(written)
     controller.runtime.cache[PODS].apply("MODIFIED", ours)
-    assert key not in controller.written
+    assert key not in controller.writer.written

@@ -1,6 +1,5 @@
 """Telling the user why a pod waits: its condition, its claims' conditions, Events on both.
 
-:class:`Explanations` is a part of the allocation controller (a mixin, for the file's sake).
 Each write happens only when what it says changes, so a waiting pod costs no writes while
 nothing changes.
 """
@@ -18,9 +17,9 @@ from operators.cache.assume import AssumeCache
 from operators.cache.core import Pod, PodClaim
 from operators.cache.informer import Key
 from operators.controllers import claimstatus, podcondition
-from operators.controllers.allocwrites import is_allocated
+from operators.controllers.allocation.outcomes import Unallocatable
 from operators.controllers.base import Runtime
-from operators.controllers.decisions import Unallocatable
+from operators.controllers.claimrules import is_allocated
 from operators.kube import Conflict, KubeClient, NotFound
 
 log = structlog.get_logger("operators.controllers.allocation")
@@ -29,36 +28,43 @@ REASON_FAILED = "FailedAllocation"
 MAX_DETAIL_LINES = 5  # per-node-group lines in the Event after the summary
 
 
-class Explanations:
-    """The reporting of :class:`operators.controllers.allocation.AllocationController`."""
+class Reporter:
+    """Where the allocation controller tells a pod's user what became of it."""
 
-    runtime: Runtime
-    client: KubeClient
-    claims: AssumeCache[ResourceClaim]
-    _claim_name: Callable[[Pod, PodClaim], str | None]
+    def __init__(
+        self,
+        runtime: Runtime,
+        claims: AssumeCache[ResourceClaim],
+        claim_name: Callable[[Pod, PodClaim], str | None],
+    ) -> None:
+        self.runtime = runtime
+        self.client: KubeClient = runtime.client
+        self.claims = claims
+        self.claim_name = claim_name
+        """The claim a pod's entry names, recorded or generated (see ``Decider.claim_name``)."""
 
-    async def _explain(self, pod: Pod, reason: Unallocatable, *, events: bool = True) -> None:
+    async def explain(self, pod: Pod, reason: Unallocatable, *, events: bool = True) -> None:
         """Tell the user why, where they look: pod and claim conditions, Events on both.
         Without ``events``, the conditions only (a gang's members: one of them carries the
         gang's Events)."""
-        await self._set_claim_conditions(pod, reason)
+        await self.set_claim_conditions(pod, reason)
         message = reason.summary
         current = podcondition.current(pod)
         if current is not None and current.get("message") == message:
             return  # unchanged: no write, no new Event
         log.info("pod not allocatable", pod=pod.ref, reason=message)
         if events:
-            await self._post_events(pod, reason)
+            await self.post_events(pod, reason)
         # A conflict means the pod changed; the next sync explains again if still needed.
         with contextlib.suppress(Conflict, NotFound):
-            await self._set_condition(pod, "False", "Unallocatable", message)
+            await self.set_condition(pod, "False", "Unallocatable", message)
 
-    async def _post_events(self, pod: Pod, reason: Unallocatable) -> None:
+    async def post_events(self, pod: Pod, reason: Unallocatable) -> None:
         message = reason.summary
         detailed = "\n".join([message, *reason.details[:MAX_DETAIL_LINES]])
         await self.runtime.events.post(pod.involved(), REASON_FAILED, detailed, warning=True)
         for entry in pod.claims:
-            name = self._claim_name(pod, entry)
+            name = self.claim_name(pod, entry)
             claim = self.claims.get(Key(pod.namespace, name)) if name else None
             if claim is not None and not is_allocated(claim):
                 await self.runtime.events.post(
@@ -68,13 +74,13 @@ class Explanations:
                     warning=True,
                 )
 
-    async def _set_claim_conditions(self, pod: Pod, reason: Unallocatable) -> None:
+    async def set_claim_conditions(self, pod: Pod, reason: Unallocatable) -> None:
         """Each waiting claim's Allocated=False condition, written only when it changes."""
         if not self.runtime.protocol.claim_conditions:
             return
         now = datetime.datetime.now(datetime.UTC)
         for entry in pod.claims:
-            name = self._claim_name(pod, entry)
+            name = self.claim_name(pod, entry)
             claim = self.claims.get(Key(pod.namespace, name)) if name else None
             message = reason.claims.get(str(Key(pod.namespace, name or "")))
             if claim is None or message is None or is_allocated(claim):
@@ -95,7 +101,7 @@ class Explanations:
                     {"conditions": updated_conditions},
                 )
 
-    async def _set_condition(
+    async def set_condition(
         self,
         pod: Pod,
         status: str,

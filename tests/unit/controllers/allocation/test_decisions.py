@@ -20,11 +20,13 @@ import pytest
 from operators import metrics
 from operators.allocator.errors import DecisionTimeout
 from operators.cache.informer import Key
-from operators.controllers.allocation import INLINE_SLICE, AllocationController, TooSlow
+from operators.controllers.allocation import AllocationController
+from operators.controllers.allocation.decide import INLINE_SLICE
+from operators.controllers.allocation.outcomes import TooSlow
 from operators.kube import RESOURCE_CLAIMS, RESOURCE_SLICES
 
-from .fakes import FakeClient, allocated, claim, one_device_cluster, put, resource_slice
-from .test_allocation_failures import add_pod, allocation_writes, sync
+from ..fakes import FakeClient, allocated, claim, one_device_cluster, put, resource_slice
+from .test_failures import add_pod, allocation_writes, sync
 
 
 def controller_with(client: FakeClient, **settings: Any) -> AllocationController:
@@ -80,7 +82,7 @@ async def test_the_event_loop_runs_while_a_decision_is_made(monkeypatch: Any) ->
     beat.cancel()
     # On the loop, the ticker would get no turn at all for 0.3 s.
     assert ticks >= 10, f"the event loop was stalled: {ticks} ticks in 0.3 s"
-    assert controller.allocated_pods == 1
+    assert controller.commits.allocated_pods == 1
 
 
 async def test_state_changes_wait_for_the_decision_and_keep_their_order(
@@ -101,7 +103,7 @@ async def test_state_changes_wait_for_the_decision_and_keep_their_order(
     release.set()
     await task
     assert set(controller.state.node_names()) == {"n1", "n3"}
-    assert controller.decisions.deferred == []
+    assert controller.thread.deferred == []
 
 
 async def test_a_cancelled_wait_does_not_unfreeze_the_state_early(monkeypatch: Any) -> None:
@@ -111,10 +113,8 @@ async def test_a_cancelled_wait_does_not_unfreeze_the_state_early(monkeypatch: A
     entered, release = block_decisions(controller, monkeypatch)
     pod = controller.pods.get(Key("ns", "p"))
     assert pod is not None
-    entries = controller._resolve_claims(pod)
-    waiter = asyncio.create_task(
-        controller._decide_off_loop(pod, entries, controller._candidates(pod, entries))
-    )
+    entries = controller.decider.resolve_claims(pod)
+    waiter = asyncio.create_task(controller.decider.decide_off_loop(pod, entries))
     while not entered.is_set():
         await asyncio.sleep(0.005)
     waiter.cancel()  # leadership lost, say
@@ -138,12 +138,12 @@ async def test_a_decision_over_budget_is_reported_and_backs_off() -> None:
     pod = controller.pods.get(key)
     assert pod is not None
     with pytest.raises(TooSlow, match=r"allocation search exceeded 1e-09s"):
-        controller._choose(pod, controller._resolve_claims(pod))
+        controller.decider.choose(pod, controller.decider.resolve_claims(pod))
     await sync(controller, key)
     assert any("allocation search exceeded" in e["message"] for e in client.events)
     assert key not in controller.waiting, "woken by every change, it would spend its budget again"
     assert controller.queue.due_in(key) > 0
-    assert controller.allocated_pods == 0
+    assert controller.commits.allocated_pods == 0
 
 
 def _two_devices() -> Any:
@@ -153,22 +153,22 @@ def _two_devices() -> Any:
 
 
 async def test_a_costly_decision_goes_in_slices_behind_the_other_pods(monkeypatch: Any) -> None:
-    from operators.controllers import allocation
+    from operators.controllers.allocation import decide
 
-    monkeypatch.setattr(allocation, "DECISION_SLICE", 1e-9)
+    monkeypatch.setattr(decide, "DECISION_SLICE", 1e-9)
     client = FakeClient()
     controller = controller_with(client, decision_budget=4e-9)
     controller.runtime.cache[RESOURCE_SLICES].apply("MODIFIED", _two_devices())
     key = add_pod(controller, "p", "c1", selectors=[{"cel": {"expression": "true"}}])
     await sync(controller, key)  # slice 1 (1e-9): back in the queue, nothing said yet
-    assert controller.decision_spent[key] == pytest.approx(1e-9)
+    assert controller.decider.decision_spent[key] == pytest.approx(1e-9)
     assert client.events == []
     assert controller.queue.due_in(key) == 0.0
     await sync(controller, key)  # slice 2, as long as all before it: 1e-9
-    assert controller.decision_spent[key] == pytest.approx(2e-9)
+    assert controller.decider.decision_spent[key] == pytest.approx(2e-9)
     await sync(controller, key)  # slice 3: 2e-9, and the budget is spent: the pod is told
     assert any("allocation search exceeded 4e-09s" in e["message"] for e in client.events)
-    assert key not in controller.decision_spent
+    assert key not in controller.decider.decision_spent
     assert controller.queue.due_in(key) > 0
 
 
@@ -177,8 +177,8 @@ async def test_a_quick_decision_is_made_on_the_loop_without_a_thread() -> None:
     controller = controller_with(client)
     key = add_pod(controller, "p", "c1")
     await sync(controller, key)
-    assert controller.allocated_pods == 1
-    assert controller.decisions._executor is None, "a hand-off for a decision of milliseconds"
+    assert controller.commits.allocated_pods == 1
+    assert controller.thread._executor is None, "a hand-off for a decision of milliseconds"
 
 
 async def test_a_pod_decided_while_the_thread_reads_sees_the_pods_decided_before_it() -> None:
@@ -190,9 +190,9 @@ async def test_a_pod_decided_while_the_thread_reads_sees_the_pods_decided_before
     first = add_pod(controller, "p1", "c1")
     second = add_pod(controller, "p2", "c2")
     release = threading.Event()
-    reading = asyncio.create_task(controller.decisions.run(release.wait, 5))
+    reading = asyncio.create_task(controller.thread.run(release.wait, 5))
     await asyncio.sleep(0.05)  # the read holds the thread
-    assert controller.decisions.busy
+    assert controller.thread.busy
 
     async def both() -> None:
         await sync(controller, first)
@@ -214,10 +214,10 @@ async def test_a_decision_waits_for_the_changes_deferred_while_the_thread_read()
     controller = controller_with(client)
     key = add_pod(controller, "p1", "c1")
     release = threading.Event()
-    reading = asyncio.create_task(controller.decisions.run(release.wait, 5))
+    reading = asyncio.create_task(controller.thread.run(release.wait, 5))
     await asyncio.sleep(0.05)  # the read holds the thread
     put(controller.runtime, RESOURCE_CLAIMS, allocated(claim("ns", "c9"), "other", "uid-other"))
-    assert controller.decisions.deferred, "the change waits for the read"
+    assert controller.thread.deferred, "the change waits for the read"
     clashes = metrics.ALLOCATIONS.labels(result="clash")._value.get()
     deciding = asyncio.create_task(sync(controller, key))
     await asyncio.sleep(0.2)
@@ -235,12 +235,12 @@ async def test_a_device_taken_while_the_pod_waits_for_a_write_slot_is_not_writte
     client = FakeClient()
     controller = controller_with(client)
     key = add_pod(controller, "p1", "c1")
-    controller.slots = asyncio.Semaphore(0)  # every write slot in use
+    controller.commits.slots = asyncio.Semaphore(0)  # every write slot in use
     deciding = asyncio.create_task(sync(controller, key))
     await asyncio.sleep(0.1)
     assert not deciding.done()
     put(controller.runtime, RESOURCE_CLAIMS, allocated(claim("ns", "c9"), "other", "uid-other"))
-    controller.slots.release()
+    controller.commits.slots.release()
     await deciding
     assert allocation_writes(client) == []
     assert controller.queue.pending() >= 1  # decided again soon

@@ -1,4 +1,4 @@
-"""allocgang: which pod events make a gang's other members decide again; a claim members share."""
+"""Gangs in the allocation controller: which pod events make a gang's other members decide again; a claim members share."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from operators.api.annotations import (
     GANG_ANNOTATION,
     GANG_SIZE_ANNOTATION,
     GANG_TOPOLOGY_ANNOTATION,
+    GangRef,
 )
 from operators.cache.core import SCHEDULING_GATE, Pod, parse_pod
 from operators.cache.informer import Key
-from operators.controllers import allocation, allocgang
-from operators.controllers.allocation import AllocationController
-from operators.controllers.allocgang import member_changed
+from operators.controllers.allocation import AllocationController, gangs
+from operators.controllers.allocation import decide as deciding
+from operators.controllers.allocation.gangs import member_changed
 from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiError, NotFound
 
-from .fakes import (
+from ..fakes import (
     DRIVER,
     FakeClient,
     allocated,
@@ -30,7 +31,7 @@ from .fakes import (
     put,
     resource_slice,
 )
-from .test_allocation_failures import allocation_results, allocation_writes, messages, sync
+from .test_failures import allocation_results, allocation_writes, messages, sync
 
 
 def member(gated: bool, phase: str = "Pending", gang: str = "train", **meta: Any) -> Pod:
@@ -179,7 +180,7 @@ def group_member(
 async def decide(controller: AllocationController, key: Key) -> None:
     """One decision for ``key`` (its gang's, if it has one), writes included."""
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         await controller.sync(key)
 
 
@@ -247,7 +248,7 @@ async def test_gang_annotations_win_over_the_pods_pod_group() -> None:
 async def test_a_pod_whose_pod_group_does_not_exist_waits_and_its_creation_wakes_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(allocgang, "POD_GROUP_GRACE", 0.0)
+    monkeypatch.setattr(gangs, "POD_GROUP_GRACE", 0.0)
     client = FakeClient()
     controller = group_cluster(client)
     w0 = group_member(controller, "w0")
@@ -305,7 +306,7 @@ async def test_where_pod_groups_are_not_served_the_pod_is_allocated_alone_and_to
     await decide(controller, w0)
     assert released(client) == ["w0"]
     [event] = [e for e in client.events if e["involved"]["metadata"]["name"] == "w0"]
-    assert event["reason"] == allocgang.REASON_POD_GROUP_NOT_SERVED
+    assert event["reason"] == gangs.REASON_POD_GROUP_NOT_SERVED
     assert "PodGroup" in event["message"] and GANG_ANNOTATION in event["message"]
 
 
@@ -474,7 +475,7 @@ async def test_a_member_keeps_its_own_reason_while_its_gang_waits(
 ) -> None:
     """w1 names a claim that does not exist: that is what it is told, decision after
     decision, not the gang's reason over it."""
-    monkeypatch.setattr(allocation, "EXPLAIN_GRACE", 0.0)  # told at once that it is missing
+    monkeypatch.setattr(deciding, "EXPLAIN_GRACE", 0.0)  # told at once that it is missing
     client = FakeClient()
     controller = group_cluster(client)
     for name, claim_name in (("w0", "c-w0"), ("w1", "missing")):
@@ -501,13 +502,13 @@ async def test_each_member_of_a_gang_too_small_yet_costs_one_condition_and_no_se
     client = FakeClient()
     controller = group_cluster(client)
     filtered: list[Key] = []
-    node_filter = controller._candidates
+    node_filter = controller.decider.candidates
 
     def counting(pod: Pod, entries: Any) -> Any:
         filtered.append(Key(pod.namespace, pod.name))
         return node_filter(pod, entries)
 
-    monkeypatch.setattr(controller, "_candidates", counting)
+    monkeypatch.setattr(controller.decider, "candidates", counting)
     members = 40
     for index in range(members):
         name = f"w{index:03d}"
@@ -603,17 +604,17 @@ async def test_a_small_gang_with_many_members_searches_a_few_and_tells_all(
         raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
         put(controller.runtime, PODS, raw)
     looked_at: list[str] = []
-    candidates = controller._candidates
+    candidates = controller.decider.candidates
 
     def counted(member: Pod, entries: Any) -> Any:
         looked_at.append(member.name)
         return candidates(member, entries)
 
-    monkeypatch.setattr(controller, "_candidates", counted)
+    monkeypatch.setattr(controller.decider, "candidates", counted)
     await sync(controller, Key("ns", "w00"))
-    assert looked_at == names[: 2 + allocgang.GANG_SEARCH_EXTRA]
+    assert looked_at == names[: 2 + gangs.GANG_SEARCH_EXTRA]
     assert allocation_writes(client) == []
-    searched = 2 + allocgang.GANG_SEARCH_EXTRA
+    searched = 2 + gangs.GANG_SEARCH_EXTRA
     for name in names[:searched]:
         said = condition_messages(client, name)[-1]
         assert said.startswith(
@@ -666,13 +667,13 @@ def count_claim_looks(
     controller: AllocationController, monkeypatch: pytest.MonkeyPatch
 ) -> list[str]:
     looked: list[str] = []
-    resolve = controller._resolve_claims
+    resolve = controller.decider.resolve_claims
 
     def counted(member: Pod) -> Any:
         looked.append(member.name)
         return resolve(member)
 
-    monkeypatch.setattr(controller, "_resolve_claims", counted)
+    monkeypatch.setattr(controller.decider, "resolve_claims", counted)
     return looked
 
 
@@ -727,7 +728,7 @@ async def test_a_newcomer_behind_a_searched_gang_that_did_not_fit_looks_at_itsel
         waiting_member(controller, f"w{index:02d}", size="2")
     looked = count_claim_looks(controller, monkeypatch)
     await decide(controller, Key("ns", "w00"))
-    searched = 2 + allocgang.GANG_SEARCH_EXTRA
+    searched = 2 + gangs.GANG_SEARCH_EXTRA
     assert len(looked) == searched
     reason = condition_messages(client, "w00")[-1]
     assert "at most 1 of the gang" in reason, reason
@@ -778,9 +779,9 @@ async def test_the_members_behind_a_search_are_told_in_the_background() -> None:
     names = [f"w{i:02d}" for i in range(40)]
     for name in names:
         waiting_member(controller, name, size="2")
-    searched = 2 + allocgang.GANG_SEARCH_EXTRA
+    searched = 2 + gangs.GANG_SEARCH_EXTRA
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         await controller.sync(Key("ns", "w00"))
         assert [n for n in names[searched:] if condition_messages(client, n)] == []
         assert all(condition_messages(client, n) for n in names[:searched])
@@ -799,12 +800,12 @@ async def test_a_later_decision_with_nobody_behind_stops_the_telling_still_going
         parse_pod(client.objects[PODS.path("ns", waiting_member(controller, f"w{i}").name)])
         for i in range(3)
     ]
-    gang = allocgang.GangRef("train", 2)
+    gang = GangRef("train", 2)
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
-        await allocgang._tell_behind(controller, "ns", gang, members)
+        controller.commits.writers = writers
+        await gangs._tell_behind(controller, "ns", gang, members)
         telling = controller.gangs_telling[("ns", "train")]
-        await allocgang._tell_behind(controller, "ns", gang, [])
+        await gangs._tell_behind(controller, "ns", gang, [])
     assert telling.cancelled()
     assert [m.name for m in members if condition_messages(client, m.name)] == []
 
@@ -826,7 +827,7 @@ async def test_a_failed_write_to_one_member_behind_leaves_the_others_told() -> N
 
     client.fail = fail
     await decide(controller, Key("ns", "w00"))
-    searched = 2 + allocgang.GANG_SEARCH_EXTRA
+    searched = 2 + gangs.GANG_SEARCH_EXTRA
     # Every member behind was written to; only the unlucky one's write failed.
     assert [n for n in names[searched:] if condition_messages(client, n)] == names[searched:]
     assert controller.gangs_telling == {}

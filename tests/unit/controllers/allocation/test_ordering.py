@@ -21,7 +21,7 @@ from operators.controllers.allocation import AllocationController
 from operators.controllers.workqueue import work_once
 from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, JsonDict, Resource
 
-from .fakes import FakeClient, claim, one_device_cluster, pod, put
+from ..fakes import FakeClient, claim, one_device_cluster, pod, put
 
 STATUS_PATH = RESOURCE_CLAIMS.path("ns", "c1") + "/status"
 C1 = Key("ns", "c1")
@@ -58,7 +58,7 @@ def setup() -> tuple[WatchFirstClient, AllocationController, Key]:
 
 async def sync(controller: AllocationController, key: Key) -> None:
     async with asyncio.TaskGroup() as writers:
-        controller._writers = writers
+        controller.commits.writers = writers
         assert await asyncio.wait_for(work_once(controller.queue, controller.sync), 5) == key
 
 
@@ -78,11 +78,11 @@ async def test_the_watch_showing_the_allocation_before_the_answer_is_a_success()
     errors_before = allocations("error")
     await sync(controller, key)
     assert allocations("error") == errors_before, "a landed write was counted as failed"
-    assert controller.allocated_pods == 1
+    assert controller.commits.allocated_pods == 1
     assert controller.queue.failures(key) == 0, "a landed write was retried"
     assert len([c for c in client.writes(STATUS_PATH) if "allocation" in c.body["status"]]) == 1
     assert client.writes(PODS.path("ns", "p")), "the pod write never happened"
-    assert controller.unanswered == {}
+    assert controller.writer.unanswered == {}
     assert devices_used(controller) == 1, "the device is not counted as used"
 
 
@@ -95,7 +95,7 @@ async def test_a_newer_claim_during_the_write_does_not_free_its_devices() -> Non
         newer = claim("ns", "c1", rv="5000")  # e.g. a label edit, without the allocation
         watch.apply("MODIFIED", newer)
         claim_now = controller.claims.get(C1)
-        seen.append(C1 in controller.unanswered and controller.state.is_assumed(claim_now))
+        seen.append(C1 in controller.writer.unanswered and controller.state.is_assumed(claim_now))
         seen.append(devices_used(controller) == 1)
 
     client.during = someone_else_wrote
@@ -104,7 +104,7 @@ async def test_a_newer_claim_during_the_write_does_not_free_its_devices() -> Non
     assert seen == [True, True], "the devices were freed while the write's answer was pending"
     # The answer (a conflict) decided: the devices are free again and the pod is requeued.
     assert devices_used(controller) == 0
-    assert controller.unanswered == {}
+    assert controller.writer.unanswered == {}
     assert controller.queue.due_in(key) is not None
 
 
@@ -115,7 +115,7 @@ async def test_an_unanswered_write_is_settled_by_what_the_watch_showed_meanwhile
     client.answer_error = aiohttp.ServerDisconnectedError()
     await sync(controller, key)
     # No live read needed: the watch already showed a newer claim without the allocation.
-    assert controller.unanswered == {}
+    assert controller.writer.unanswered == {}
     assert devices_used(controller) == 0
 
 
