@@ -24,11 +24,11 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
-import aiohttp
 import structlog
 
 from operators.cache.backoff import Backoff
 from operators.kube import (
+    REQUEST_ERRORS,
     UNREACHABLE_RETRY_CAP_S,
     ApiError,
     Gone,
@@ -342,7 +342,7 @@ class Informer(Generic[T]):
                     await self._not_served()
                 else:
                     await self._back_off(error)
-            except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as error:
+            except (*REQUEST_ERRORS, ValueError) as error:
                 if isinstance(error, ApiError) and error.status == 403 and self.forbidden_as_absent:
                     resource_version = ""
                     self.whole = False
