@@ -40,7 +40,7 @@ from operators.cache.informer import Key
 from operators.cel import parser as cel_parser
 from operators.controllers import allocation, claims, doubles, released, taints
 from operators.controllers.allocation.outcomes import SliceUsed, StillWaiting, Unallocatable
-from operators.controllers.base import Runtime
+from operators.controllers.runtime import Runtime
 from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord, AllocatorMark
 from operators.kube import (
     DEVICE_CLASSES,

@@ -12,4 +12,4 @@ __version__ = "0.1.0"
 # `kopf run -m operators` imports this package after kopf: register the controllers' handlers
 # then (and only then; importing the package elsewhere has no side effects).
 if "kopf" in _sys.modules and _sys.argv[1:2] == ["run"]:
-    import operators.runtime  # noqa: F401
+    import operators.process  # noqa: F401

@@ -1,6 +1,6 @@
 """``python -m operators``: run the dralloc operator (all controllers, webhook, leader election)."""
 
-from operators.runtime import main
+from operators.process import main
 
 if __name__ == "__main__":
     main()

@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(args_list)
     if args.command == "version":
         return _version(args.short)
-    from operators.toolkit.errors import ToolkitError
+    from operators.toolkit.usererrors import ToolkitError
 
     try:
         if args.command == "simulate":
@@ -192,9 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(operator_args: list[str]) -> int:
-    from operators import runtime
+    from operators import process
 
-    runtime.main(operator_args)
+    process.main(operator_args)
     return EXIT_OK
 
 
@@ -216,10 +216,10 @@ def _version(short: bool) -> int:
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from operators.toolkit.errors import ToolkitError
     from operators.toolkit.live import read_cluster
     from operators.toolkit.snapshot import build_snapshot
     from operators.toolkit.sources import read_objects
+    from operators.toolkit.usererrors import ToolkitError
 
     if bool(args.filename) == bool(args.live):
         raise ToolkitError("give a snapshot with -f PATH (repeatable) or --live, not both")
@@ -239,7 +239,7 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _features(text: str):  # type: ignore[no-untyped-def]
     from operators.allocator.features import GATE_TO_FIELD, Features
     from operators.settings import FeatureGates, SettingsError
-    from operators.toolkit.errors import ToolkitError
+    from operators.toolkit.usererrors import ToolkitError
 
     try:
         gates = FeatureGates.parse(text)
@@ -257,7 +257,6 @@ def _split_name(text: str, namespace: str) -> tuple[str, str]:
 def _simulate(args: argparse.Namespace) -> int:
     from operators.api.annotations import AnnotationError, GangTopology
     from operators.toolkit import render
-    from operators.toolkit.errors import ToolkitError
     from operators.toolkit.progress import Progress
     from operators.toolkit.simulate import (
         AddGang,
@@ -267,6 +266,7 @@ def _simulate(args: argparse.Namespace) -> int:
         simulate,
         work_size,
     )
+    from operators.toolkit.usererrors import ToolkitError
 
     scenarios: list[Scenario] = [_quota_scenario(path, args.namespace) for path in args.add_quota]
     if args.add_pods is not None:
@@ -319,8 +319,8 @@ def _quota_scenario(path: str, namespace: str) -> AddQuota:
     import yaml
 
     from operators.api import DeviceQuota, InvalidObjectError, parse_object
-    from operators.toolkit.errors import ToolkitError
     from operators.toolkit.simulate import AddQuota
+    from operators.toolkit.usererrors import ToolkitError
 
     try:
         body = yaml.safe_load(Path(path).read_text())
@@ -402,9 +402,9 @@ def _check(args: argparse.Namespace) -> int:
         render_report,
         tolerant_snapshot,
     )
-    from operators.toolkit.errors import ToolkitError
     from operators.toolkit.live import read_cluster
     from operators.toolkit.sources import read_objects
+    from operators.toolkit.usererrors import ToolkitError
 
     if bool(args.filename) == bool(args.live):
         raise ToolkitError("give a snapshot with -f PATH (repeatable) or --live, not both")

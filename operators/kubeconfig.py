@@ -4,7 +4,7 @@ service account.
 Read here rather than with kubernetes_asyncio's loader: that package is a generated client
 of some 850 modules, and kopf imports its models whenever it is installed, which cost the
 operator about 60 MiB of memory for what is a page of reading. Both the operator's own
-client (``operators.kube``) and kopf's (the login handler in ``operators.runtime``) take
+client (``operators.kube``) and kopf's (the login handler in ``operators.process``) take
 their credentials from :func:`load`.
 
 What is read, as kubectl reads it:

@@ -42,7 +42,7 @@ from operators.cache.core import SCHEDULING_GATE, Namespace
 from operators.cache.informer import Key
 from operators.cel.admission import Checked, invalid_message, refused_selectors
 from operators.certificates import build_self_signed_certificate
-from operators.controllers.base import MEMO_KEY, current_settings
+from operators.controllers.runtime import MEMO_KEY, current_settings
 from operators.kube import DEVICE_CLASSES, NAMESPACES
 from operators.settings import Settings
 

@@ -25,8 +25,8 @@ from operators.allocator.errors import (
     SearchAborted,
     SearchBudgetExceeded,
 )
-from operators.allocator.explain import Explanation, NodeReason, RequestFunnel
 from operators.allocator.features import Features
+from operators.allocator.funnel import Explanation, NodeReason, RequestFunnel
 from operators.allocator.nodes import NodeInfo, NodeSelector
 from operators.allocator.placement import POLICIES, Placement
 from operators.allocator.results import ClaimAllocation, ConfigResult, DeviceResult

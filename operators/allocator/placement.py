@@ -37,7 +37,7 @@ from operators.allocator.errors import (
     NodeAllocationError,
     SearchAborted,
 )
-from operators.allocator.explain import Explanation, NodeReason
+from operators.allocator.funnel import Explanation, NodeReason
 from operators.allocator.geometry import GeometryChoice, whole_devices_broken
 from operators.allocator.index import DeviceIndex, Signature
 from operators.allocator.nodes import NodeInfo

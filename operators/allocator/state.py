@@ -31,8 +31,8 @@ from operators.allocator.compiled import (
 )
 from operators.allocator.constraints import AttributePin
 from operators.allocator.errors import AllocationError
-from operators.allocator.explain import Explainer, Explanation
 from operators.allocator.features import Features
+from operators.allocator.funnel import Explainer, Explanation
 from operators.allocator.index import DeviceIndex
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.objects import as_dict, object_ref

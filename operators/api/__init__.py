@@ -12,7 +12,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from operators.api.base import SHARED_PARTS
-from operators.api.errors import FieldError, InvalidObjectError, describe
+from operators.api.fielderrors import FieldError, InvalidObjectError, describe
 from operators.api.models import (
     API_VERSION,
     GROUP,

@@ -36,7 +36,7 @@ from operators.api.base import (
     ShareID,
     scalar_items,
 )
-from operators.api.errors import describe, field_error
+from operators.api.fielderrors import describe, field_error
 from operators.api.limits import (
     DEVICE_MAX_DOMAIN_LENGTH,
     FULLY_QUALIFIED_NAME_PATTERN,

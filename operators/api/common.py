@@ -23,7 +23,7 @@ from operators.api.base import (
     RequestReference,
     cel_rules,
 )
-from operators.api.errors import field_error
+from operators.api.fielderrors import field_error
 from operators.api.quantity import Quantity
 
 GROUP: Final = "resource.dralloc.dev"

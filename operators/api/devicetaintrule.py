@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, model_validator
 from operators.api import limits
 from operators.api.base import DNSLabel, DriverName, KubeModel, PoolName, cel_rules, list_map
 from operators.api.common import API_VERSION, DeviceTaint, empty_tuple
-from operators.api.errors import field_error
+from operators.api.fielderrors import field_error
 from operators.api.meta import Condition, ObjectMeta
 
 

@@ -39,7 +39,7 @@ from pydantic import Field, ValidationError, model_validator
 from operators.api import limits
 from operators.api.base import SHARED_PARTS, DNSLabel, DNSSubdomain, KubeModel, LabelKey
 from operators.api.deviceclass import DeviceClass
-from operators.api.errors import describe
+from operators.api.fielderrors import describe
 from operators.api.models import GROUP
 from operators.api.quantity import Quantity, QuantityParseError
 

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from operators.api import annotations as ann
 from operators.api.base import SHARED_PARTS
 from operators.api.common import KUBERNETES_GROUP
-from operators.api.errors import describe
+from operators.api.fielderrors import describe
 from operators.api.limits import POD_RESOURCE_CLAIMS_MAX_SIZE
 from operators.api.models import GROUP
 

@@ -48,7 +48,7 @@ from operators.api.common import (
     empty_tuple,
     json_size,
 )
-from operators.api.errors import field_error
+from operators.api.fielderrors import field_error
 from operators.api.meta import Condition, NodeSelector, ObjectMeta
 from operators.api.quantity import Quantity
 

@@ -45,8 +45,8 @@ from operators.api.common import (
     empty_map,
     empty_tuple,
 )
-from operators.api.errors import field_error, key_path
-from operators.api.errors import prefixed as _prefixed
+from operators.api.fielderrors import field_error, key_path
+from operators.api.fielderrors import prefixed as _prefixed
 from operators.api.meta import NodeSelector, ObjectMeta
 from operators.api.quantity import Quantity
 from operators.api.semver import Semver

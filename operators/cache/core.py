@@ -114,7 +114,7 @@ class Pod:
     pod_group: str = ""
     """``spec.schedulingGroup.podGroupName``: the upstream Workload API's PodGroup of the
     pod's namespace (immutable). A gang where that PodGroup's policy is one and the gang
-    annotations name none (they win); see operators.controllers.allocation.gangs.gang_of."""
+    annotations name none (they win); see operators.controllers.allocation.gangdecision.gang_of."""
 
     @property
     def ref(self) -> str:

@@ -41,6 +41,13 @@ from operators.kube import (
 
 T = TypeVar("T")
 
+WATCH_ERRORS: tuple[type[Exception], ...] = (
+    *(e for e in REQUEST_ERRORS if issubclass(e, Exception)),
+    ValueError,
+)
+"""What a list or watch raises that backs off and tries again: the API server's answers and
+the transport's failures (see operators.kube), and a body that does not parse."""
+
 log = structlog.get_logger(__name__)
 
 NOT_SERVED_RECHECK = 60.0  # seconds between lists of an optional kind the server lacks
@@ -342,7 +349,7 @@ class Informer(Generic[T]):
                     await self._not_served()
                 else:
                     await self._back_off(error)
-            except (*REQUEST_ERRORS, ValueError) as error:
+            except WATCH_ERRORS as error:
                 if isinstance(error, ApiError) and error.status == 403 and self.forbidden_as_absent:
                     resource_version = ""
                     self.whole = False

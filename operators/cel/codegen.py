@@ -12,7 +12,7 @@ evaluation stops as soon as the count passes the limit. A second counter
 (``_work``, ``costs``) bounds the work dralloc's implementation does beyond
 what upstream charges (its list concatenation copies, upstream's is lazy), so
 a cost bomb is stopped without making the reported cost differ from upstream's. Operators and library functions are calls into
-``runtime`` and ``functions``, bound by name when the source is compiled.
+``semantics`` and ``functions``, bound by name when the source is compiled.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import analysis, ast, costs, functions, runtime, runtimecost
+from . import analysis, ast, costs, functions, runtimecost, semantics
 from .checker import Checked
 from .errors import CELCompileError, CELCostError, CELError, CELEvalError
 from .parser import RESERVED_WORDS
@@ -215,7 +215,7 @@ class _Codegen:
 
     def runtime_error(self, message: str) -> str:
         """An expression that raises an evaluation error when reached."""
-        return f"{self.helper('fail', runtime.fail)}({message!r})"
+        return f"{self.helper('fail', semantics.fail)}({message!r})"
 
     def charge(self, cost: int) -> None:
         """Add a fixed cost to what the current frame (program, loop body, branch) costs."""
@@ -328,10 +328,12 @@ class _Codegen:
                 return self.device_field(node)
         target = self.expr(node.operand)
         if node.optional:
-            call = f"{self.helper('optselect', runtime.optional_select)}({target}, {node.field!r})"
+            call = (
+                f"{self.helper('optselect', semantics.optional_select)}({target}, {node.field!r})"
+            )
             return self._optional_qualifier(call)
         self.charge(1)
-        return f"{self.helper('select', runtime.select)}({target}, {node.field!r})"
+        return f"{self.helper('select', semantics.select)}({target}, {node.field!r})"
 
     def _optional_qualifier(self, call: str) -> str:
         """``.?f`` or ``[?k]``: cel-go counts the qualifier only when it finds something."""
@@ -354,36 +356,36 @@ class _Codegen:
         # the indexed attribute in cel-go's plan: the variable itself is not counted.
         self.charge(-_folded_variable(node.index))
         if node.optional:
-            call = f"{self.helper('optindex', runtime.optional_index)}({target}, {key})"
+            call = f"{self.helper('optindex', semantics.optional_index)}({target}, {key})"
             return self._optional_qualifier(call)
         self.charge(1)
-        return f"{self.helper('index', runtime.index)}({target}, {key})"
+        return f"{self.helper('index', semantics.index)}({target}, {key})"
 
     def x_Unary(self, node: ast.Unary) -> str:
         if node.op == "-" and isinstance(node.operand, ast.Lit):
             try:
-                return self.x_Lit(ast.Lit(runtime.neg(node.operand.value), pos=node.pos))
+                return self.x_Lit(ast.Lit(semantics.neg(node.operand.value), pos=node.pos))
             except CELEvalError:
                 pass
         operand = self.expr(node.operand)
         self.charge(1)
         if node.op == "!":
-            return f"{self.helper('not', runtime.logical_not)}({operand})"
-        return f"{self.helper('neg', runtime.neg)}({operand})"
+            return f"{self.helper('not', semantics.logical_not)}({operand})"
+        return f"{self.helper('neg', semantics.neg)}({operand})"
 
     _BINARY: dict[str, tuple[str, Callable[..., Any]]] = {
-        "==": ("eq", runtime.equals),
-        "!=": ("ne", runtime.not_equals),
-        "<": ("lt", runtime.less),
-        "<=": ("le", runtime.less_equal),
-        ">": ("gt", runtime.greater),
-        ">=": ("ge", runtime.greater_equal),
-        "in": ("in", runtime.contains),
-        "+": ("add", runtime.add),
-        "-": ("sub", runtime.sub),
-        "*": ("mul", runtime.mul),
-        "/": ("div", runtime.div),
-        "%": ("mod", runtime.mod),
+        "==": ("eq", semantics.equals),
+        "!=": ("ne", semantics.not_equals),
+        "<": ("lt", semantics.less),
+        "<=": ("le", semantics.less_equal),
+        ">": ("gt", semantics.greater),
+        ">=": ("ge", semantics.greater_equal),
+        "in": ("in", semantics.contains),
+        "+": ("add", semantics.add),
+        "-": ("sub", semantics.sub),
+        "*": ("mul", semantics.mul),
+        "/": ("div", semantics.div),
+        "%": ("mod", semantics.mod),
     }
     _FAST_COMPARE = frozenset({"==", "!=", "<", "<=", ">", ">="})
 
@@ -422,7 +424,7 @@ class _Codegen:
         """``x in [constants]``: upstream makes it a set lookup, free of cost."""
         left = self.expr(node.left)
         right = self.expr(node.right)
-        return f"{self.helper('in', runtime.contains)}({left}, {right})"
+        return f"{self.helper('in', semantics.contains)}({left}, {right})"
 
     def _sized_binary(self, node: ast.Binary) -> Callable[[Any, Any], int] | None:
         """The operand-dependent cost of a binary operator; None when it is fixed (charged now)."""
@@ -514,7 +516,7 @@ class _Codegen:
     def x_Cond(self, node: ast.Cond) -> str:
         # Chains c1 ? a : c2 ? b : d are flattened the same way.
         result = self.tmp("r")
-        check = self.helper("condition", runtime.condition)
+        check = self.helper("condition", semantics.condition)
         self.emit("for _ in _ONCE:")
         with self.block():
             current: ast.Node = node
@@ -561,7 +563,7 @@ class _Codegen:
             self.charge(1)  # the device variable
             return "True"
         target = self.expr(operand)
-        return f"{self.helper('has', runtime.has_field)}({target}, {select.field!r})"
+        return f"{self.helper('has', semantics.has_field)}({target}, {select.field!r})"
 
     def x_ListLit(self, node: ast.ListLit) -> str:
         # A list of constants is built when upstream plans the program: no cost to run.
@@ -569,7 +571,7 @@ class _Codegen:
         if not any(optional for _, optional in node.elements):
             return "[" + ", ".join(self.expr(e) for e, _ in node.elements) + "]"
         items = ", ".join(f"({self.expr(e)}, {optional})" for e, optional in node.elements)
-        return f"{self.helper('list_opt', runtime.list_with_optionals)}(({items},))"
+        return f"{self.helper('list_opt', semantics.list_with_optionals)}(({items},))"
 
     def x_MapLit(self, node: ast.MapLit) -> str:
         self.charge(0 if self.optimize and _constant(node) else 30)
@@ -577,7 +579,7 @@ class _Codegen:
             items = ", ".join(
                 f"({self.expr(k)}, {self.expr(v)}, {optional})" for k, v, optional in node.entries
             )
-            return f"{self.helper('map_opt', runtime.map_with_optionals)}(({items},))"
+            return f"{self.helper('map_opt', semantics.map_with_optionals)}(({items},))"
         keys = [k.value for k, _, _ in node.entries if isinstance(k, ast.Lit)]
         if (
             len(keys) == len(node.entries)
@@ -593,7 +595,7 @@ class _Codegen:
                 + "}"
             )
         items = ", ".join(f"({self.expr(k)}, {self.expr(v)})" for k, v, _ in node.entries)
-        return f"{self.helper('build_map', runtime.build_map)}(({items}{',' if items else ''}))"
+        return f"{self.helper('build_map', semantics.build_map)}(({items}{',' if items else ''}))"
 
     def x_StructLit(self, node: ast.StructLit) -> str:
         raise self.error(node, f"unsupported: message construction ({node.type_name})")
@@ -679,7 +681,7 @@ class _Codegen:
         rng = self.tmp("rng")
         self.emit(f"{rng} = {self.expr(node.range)}")
         two = len(node.vars) == 2
-        iterate = runtime.iter_pairs if two else runtime.iter_range
+        iterate = semantics.iter_pairs if two else semantics.iter_range
         # The result expression, counted once the range is there: when the range fails,
         # cel-go's fold returns its error at once.
         self.charge_at(len(self.lines), _RESULT_COST.get(node.kind, 1))
@@ -755,7 +757,7 @@ class _Codegen:
                 self.emit(f"{err} = {bad}({value}, {kind!r})")
             return
         if kind == "exists_one":
-            check = self.helper("condition", runtime.condition)
+            check = self.helper("condition", semantics.condition)
             self.emit(f"if {check}({self.expr(node.args[0])}):")
             with self.block():
                 # The step's branch taken (``__result__ + 1``); the other costs nothing.
@@ -763,7 +765,7 @@ class _Codegen:
                 self.emit(f"{result} += 1")
             return
         if kind == "filter":
-            check = self.helper("condition", runtime.condition)
+            check = self.helper("condition", semantics.condition)
             self.emit(f"if {check}({self.expr(node.args[0])}):")
             with self.block():
                 self.charge_at(len(self.lines), _LOOP_COST[kind])
@@ -771,14 +773,14 @@ class _Codegen:
             return
         transform = node.args[-1]
         if len(node.args) == 2:
-            check = self.helper("condition", runtime.condition)
+            check = self.helper("condition", semantics.condition)
             self.emit(f"if not {check}({self.expr(node.args[0])}):")
             with self.block():
                 self.emit("continue")
         with self.frame() as taken:
             at = len(self.lines)
             if kind == "transformMap":
-                key = self.helper("map_key", runtime.map_key)
+                key = self.helper("map_key", semantics.map_key)
                 self.emit(f"{result}[{key}({names[0]})] = {self.expr(transform)}")
             else:
                 self.emit(f"{result}.append({self.expr(transform)})")
@@ -1022,7 +1024,7 @@ def _logical_finish(accumulated: Any, short: bool) -> bool:
         return short
     if isinstance(accumulated, CELEvalError):
         raise accumulated
-    runtime.no_overload("_&&_" if short is False else "_||_", accumulated)
+    semantics.no_overload("_&&_" if short is False else "_||_", accumulated)
 
 
 def _cost_exceeded() -> None:
@@ -1033,7 +1035,7 @@ def _not_bool(value: Any, macro: str) -> CELEvalError:
     if isinstance(value, CELEvalError):
         return value
     return CELEvalError(
-        f"found no matching overload for '{macro}' applied to '({runtime.type_name(value)})'"
+        f"found no matching overload for '{macro}' applied to '({semantics.type_name(value)})'"
     )
 
 

@@ -26,7 +26,7 @@ from operators.api.semver import Semver
 
 from .errors import CELEvalError
 from .regex import Regex, RegexSyntaxError, compile_regex
-from .runtime import (
+from .semantics import (
     add,
     equal_or_false,
     fail,

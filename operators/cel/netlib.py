@@ -12,7 +12,7 @@ import ipaddress
 from typing import Any
 
 from . import functions
-from .runtime import fail, no_overload
+from .semantics import fail, no_overload
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Interface = ipaddress.IPv4Interface | ipaddress.IPv6Interface

@@ -24,7 +24,7 @@ from . import types as celtypes
 from .codegen import Environment, generate
 from .errors import CELCompileError, CELEvalError
 from .parser import parse
-from .runtime import to_cel, to_python
+from .semantics import to_cel, to_python
 
 #: Upstream's per-evaluation runtime cost limit for device selectors.
 DEFAULT_COST_LIMIT = 1_000_000

@@ -120,7 +120,7 @@ class Optional:
             return False
         if not self.has or not other.has:
             return self.has == other.has
-        from .runtime import equals  # late import: runtime depends on this module
+        from .semantics import equals  # late import: runtime depends on this module
 
         return equals(self.value, other.value)
 

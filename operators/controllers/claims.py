@@ -51,8 +51,8 @@ from operators.cache.core import (
 )
 from operators.cache.informer import Change, Key
 from operators.controllers import claimrules, claimstatus, podcondition
-from operators.controllers.base import Runtime, register_controller
 from operators.controllers.claimrules import PodState
+from operators.controllers.runtime import Runtime, register_controller
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (
     DEVICE_CLASSES,

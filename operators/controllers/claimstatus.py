@@ -13,12 +13,12 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from operators.allocator.explain import Explanation
+from operators.allocator.funnel import Explanation
 from operators.api.meta import Condition
 from operators.api.models import ResourceClaim
 from operators.api.podprotocol import PodProtocol
 from operators.cache.assume import AssumeCache
-from operators.controllers import conditions, placement
+from operators.controllers import conditions, placerules
 from operators.kube import RESOURCE_CLAIMS, JsonDict, KubeClient
 
 CONDITION_TYPE = "Allocated"
@@ -104,7 +104,7 @@ def claim_messages(
                 reasons.append(OTHER_CLAIMS)
             else:
                 reasons.append(node.summary)
-        messages[ref] = placement.summarize(nodes_total, reasons)[:MAX_MESSAGE]
+        messages[ref] = placerules.summarize(nodes_total, reasons)[:MAX_MESSAGE]
     return messages
 
 

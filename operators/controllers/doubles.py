@@ -45,7 +45,7 @@ from operators.api.models import ResourceClaim
 from operators.cache.core import Pod
 from operators.cache.informer import Change, Key, version_number
 from operators.controllers import claimrules, claimstatus, conditions, podcondition
-from operators.controllers.base import Runtime, register_controller, retry_forever
+from operators.controllers.runtime import Runtime, register_controller, retry_forever
 from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_kind
 
 log = structlog.get_logger(__name__)

@@ -29,7 +29,7 @@ import structlog
 from operators.cache.core import DEVICES_ANNOTATION, Pod
 from operators.cache.informer import Change, Key
 from operators.controllers import podcondition
-from operators.controllers.base import Runtime, register_controller, retry_forever
+from operators.controllers.runtime import Runtime, register_controller, retry_forever
 from operators.kube import PODS, Conflict, NotFound, failure_kind
 
 log = structlog.get_logger(__name__)

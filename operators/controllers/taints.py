@@ -35,7 +35,7 @@ from operators.cache.core import POD_CLAIMS_INDEX, Pod
 from operators.cache.informer import Change, Key
 from operators.cache.kinds import has_status
 from operators.controllers import conditions, taintrules
-from operators.controllers.base import Runtime, register_controller, retry_forever
+from operators.controllers.runtime import Runtime, register_controller, retry_forever
 from operators.controllers.taintrules import ClaimEviction, DeviceId, EffectiveTaint
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.kube import (

@@ -14,10 +14,10 @@ from operators.api.annotations import GANG_SIZE_MAX
 from operators.api.extendedresources import backing_classes, class_mapping
 from operators.api.podgroup import gang_too_large
 from operators.toolkit.cluster import Cluster, DeviceLine, NodeVerdict
-from operators.toolkit.errors import ToolkitError
 from operators.toolkit.gangs import gang_key, place_gang
 from operators.toolkit.pods import PodClaim, PodInfo
 from operators.toolkit.snapshot import Snapshot
+from operators.toolkit.usererrors import ToolkitError
 
 POD_KINDS = ("pod", "pods", "po")
 CLAIM_KINDS = ("resourceclaim", "resourceclaims")

@@ -2,7 +2,7 @@
 
 ``dralloc simulate --add-gang N --template T`` adds N pods that must be placed together, and
 settling a snapshot places the pending members of each gang together, as the allocation
-controller does (:mod:`operators.controllers.allocation.gangs`). ``dralloc explain pod/...`` of a
+controller does (:mod:`operators.controllers.allocation.gangdecision`). ``dralloc explain pod/...`` of a
 gang member says what the gang as a whole gets.
 """
 

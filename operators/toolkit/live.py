@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from operators.api import podgroup
 from operators.kube import ApiError, Connection, KubeClient, NotFound, Resource
-from operators.toolkit.errors import ToolkitError
 from operators.toolkit.sources import RawObject, objects_from_documents
+from operators.toolkit.usererrors import ToolkitError
 
 DRA_KINDS = {
     "DeviceClass": ("deviceclasses", False),

@@ -40,7 +40,7 @@ from operators.api.extendedresources import (
 from operators.api.extendedresources import parse_annotation as parse_extended
 from operators.api.podgroup import pod_group_name
 from operators.scheduling.model import PodNeeds, parse_pod_needs
-from operators.toolkit.errors import ObjectRef, SnapshotError
+from operators.toolkit.usererrors import ObjectRef, SnapshotError
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 

@@ -18,10 +18,10 @@ from operators.allocator.features import Features
 from operators.api.annotations import GANG_SIZE_MAX, GangTopology
 from operators.api.podgroup import gang_too_large
 from operators.toolkit.cluster import Cluster, DeviceLine, Placement
-from operators.toolkit.errors import ObjectRef, ToolkitError
 from operators.toolkit.gangs import gang_key, place_gang
 from operators.toolkit.pods import PodClaim, PodInfo
 from operators.toolkit.snapshot import Snapshot
+from operators.toolkit.usererrors import ObjectRef, ToolkitError
 
 ProgressHook = Callable[[int], None]
 

@@ -27,9 +27,9 @@ from operators.api import (
 )
 from operators.api.podgroup import PodGroup, parse_pod_group, resolve_gang
 from operators.scheduling.model import LabelSelector, Node, parse_node
-from operators.toolkit.errors import ObjectRef, SnapshotError
 from operators.toolkit.pods import PodInfo, parse_pod
 from operators.toolkit.sources import RawObject
+from operators.toolkit.usererrors import ObjectRef, SnapshotError
 
 DRA_KINDS = frozenset(
     {

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from operators.toolkit.errors import ObjectRef, SnapshotError
+from operators.toolkit.usererrors import ObjectRef, SnapshotError
 
 SNAPSHOT_SUFFIXES = (".yaml", ".yml", ".json")
 

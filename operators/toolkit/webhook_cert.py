@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.kube import ApiError, Conflict, KubeClient, NotFound, Resource
-from operators.toolkit.errors import ToolkitError
+from operators.toolkit.usererrors import ToolkitError
 
 SECRETS = Resource("", "v1", "secrets", "Secret", True)
 MUTATING_WEBHOOKS = Resource(

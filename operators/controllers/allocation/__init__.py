@@ -5,7 +5,7 @@ One job per module, in the order a pod goes through them:
 
 - :mod:`.controller`: the watches keep the allocator state and the queue current; the worker
   takes one pod at a time and answers what its decision came to (:mod:`.outcomes`);
-- :mod:`.gangs`: a member of a gang is decided with its whole gang, all or nothing;
+- :mod:`.gangdecision`: a member of a gang is decided with its whole gang, all or nothing;
 - :mod:`.decide`: one pod's decision, its claims read, the node filter on the event loop and
   the device search in the decision thread (:mod:`.thread`);
 - :mod:`.commit`: the devices counted as used at once, then the writes in the background, on

@@ -1,6 +1,6 @@
 """Committing a decision: one path for a pod alone and for a gang.
 
-A decision places one pod, or the members of a gang (:mod:`.gangs`), each on a node with
+A decision places one pod, or the members of a gang (:mod:`.gangdecision`), each on a node with
 devices. Its commit:
 
 1. counts the devices (and each pod's cpu, ports and the like on its node) as used at once,
@@ -36,8 +36,8 @@ from operators.controllers.allocation.outcomes import Entries
 from operators.controllers.allocation.reporting import REASON_FAILED
 from operators.controllers.allocation.thread import DecisionThread
 from operators.controllers.allocation.writes import ClaimWriter
-from operators.controllers.base import Runtime
 from operators.controllers.claimrules import claim_key, pending
+from operators.controllers.runtime import Runtime
 from operators.controllers.workqueue import WorkQueue
 from operators.kube import PODS, FailureKind, NotFound, failure_kind
 from operators.scheduling.usage import ClusterUsage

@@ -10,7 +10,7 @@ claims exist. For each, the loop decides in two halves:
    policy, with a wall-clock budget spent in slices so that a costly pod never holds up the
    pods behind it for long (both halves: :mod:`.decide`).
 
-A gang is decided whole (:mod:`.gangs`). Then it commits (:mod:`.commit`, one path for a pod
+A gang is decided whole (:mod:`.gangdecision`). Then it commits (:mod:`.commit`, one path for a pod
 and a gang; the writes themselves in :mod:`.writes`: claims first, the pod last, each write
 conditional on what it read) or tells the user why not (:mod:`.reporting`). A conflict
 requeues at once, an unavailable API server with backoff, a refused write with an Event and a
@@ -52,7 +52,7 @@ from operators.cache.core import (
 )
 from operators.cache.informer import Change, Key
 from operators.controllers import claimrules
-from operators.controllers.allocation import gangs
+from operators.controllers.allocation import gangdecision
 from operators.controllers.allocation.commit import BUSY_DELAY, Commits, Placed
 from operators.controllers.allocation.decide import Decider
 from operators.controllers.allocation.outcomes import (
@@ -67,9 +67,9 @@ from operators.controllers.allocation.outcomes import (
 from operators.controllers.allocation.reporting import Reporter
 from operators.controllers.allocation.thread import DecisionThread
 from operators.controllers.allocation.writes import ClaimWriter
-from operators.controllers.base import Runtime, register_controller, retry_forever
 from operators.controllers.claimrules import is_allocated
 from operators.controllers.quotastatus import QuotaStatusWriter
+from operators.controllers.runtime import Runtime, register_controller, retry_forever
 from operators.controllers.workqueue import WorkQueue, run_workers
 from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord
 from operators.kube import (
@@ -153,9 +153,9 @@ class AllocationController:
         )  # fmt: skip
         self.pod_groups_told: set[str] = set()  # pod UIDs told no PodGroup is read here
         # What the last full look at a gang told every member, by (namespace, gang), while
-        # newcomers may be told the same without another (gangs.GangTold).
-        self.gangs_told: dict[tuple[str, str], gangs.GangTold] = {}
-        # Background tasks telling the members behind a gang's search (gangs).
+        # newcomers may be told the same without another (gangdecision.GangTold).
+        self.gangs_told: dict[tuple[str, str], gangdecision.GangTold] = {}
+        # Background tasks telling the members behind a gang's search (gangdecision).
         self.gangs_telling: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.pod_group_missing_since: dict[Key, float] = {}  # pods whose PodGroup is missing
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
@@ -315,7 +315,7 @@ class AllocationController:
         self.usage.update(change.key, pod.needs if pod is not None else None)
         if left and self.usage.node_of(change.key) != left:
             self._wake()  # what it held on its node is free for waiting pods
-        if gangs.member_changed(change.old, pod):
+        if gangdecision.member_changed(change.old, pod):
             self._gang_changed(change, pod)
         if pod is None:
             if change.old is not None:
@@ -332,17 +332,19 @@ class AllocationController:
     def _gang_changed(self, change: Change[Pod], pod: Pod | None) -> None:
         """A member left, was released, or came never gated (no claims): the gang decides
         again (and gives back what a gang that can no longer be completed holds), unless it
-        was told already and a gated one left (``gangs.gated_member_left``). One gated
+        was told already and a gated one left (``gangdecision.gated_member_left``). One gated
         member decides for all of them: requeueing each of a thousand members on each of a
         thousand departures (a namespace deleted) would cost a million."""
         changed = change.old if change.old is not None else pod
         assert changed is not None
         namespace, gang = changed.gang_keys()[0]
-        if gangs.told_already(self, namespace, gang) and gangs.gated_member_left(change.old, pod):
+        if gangdecision.told_already(self, namespace, gang) and gangdecision.gated_member_left(
+            change.old, pod
+        ):
             if change.key in self.waiting:
                 self._stand_in(namespace, gang, change.key)
             return
-        gangs.forget_told(self, namespace, gang)
+        gangdecision.forget_told(self, namespace, gang)
         # One that names the gang as the one that changed did (a member whose own
         # annotations are refused decides nothing for the gang); all where none does.
         others: list[Key] = []
@@ -459,14 +461,14 @@ class AllocationController:
             self.commits.resync.add(key)
             return
         try:
-            gang = await gangs.gang_of(self, pod) if pod.gated else None
+            gang = await gangdecision.gang_of(self, pod) if pod.gated else None
             if gang is not None:
-                await gangs.sync_gang(self, pod, gang)  # the whole gang, all or nothing
+                await gangdecision.sync_gang(self, pod, gang)  # the whole gang, all or nothing
                 return
             # (A member placed with its gang and released is done here: AlreadyAllocated.)
             entries = self.decider.resolve_claims(pod)
             if pod.gang is not None and not pod.gated and not pod.node_name:
-                gangs.check_member_alone(pod, pod.gang)
+                gangdecision.check_member_alone(pod, pod.gang)
             started = time.perf_counter()
             try:
                 node, results = self.decider.decide_now(pod, entries)

@@ -19,7 +19,7 @@ from operators.api.models import ResourceClaim
 from operators.cache.assume import AssumeCache
 from operators.cache.core import Namespace, Node, Pod, PodClaim
 from operators.cache.informer import Informer, Key
-from operators.controllers import claimrules, claimstatus, placement
+from operators.controllers import claimrules, claimstatus, placerules
 from operators.controllers.allocation.outcomes import (
     AlreadyAllocated,
     Candidates,
@@ -34,8 +34,8 @@ from operators.controllers.allocation.outcomes import (
 )
 from operators.controllers.allocation.thread import DecisionThread
 from operators.controllers.allocation.writes import ClaimWriter
-from operators.controllers.base import Runtime
 from operators.controllers.claimrules import claim_key, is_allocated, pending
+from operators.controllers.runtime import Runtime
 from operators.kube import NAMESPACES, NODES
 from operators.scheduling import filters
 from operators.scheduling.usage import ClusterUsage
@@ -245,7 +245,7 @@ class Decider:
             all_nodes = [(bound, NodeInfo(bound.name, bound.labels))] if bound is not None else []
             for node, info in all_nodes:
                 if any(not s.matches(info) for s in selectors):
-                    rejections.append(placement.REASON_CLAIM_ELSEWHERE)
+                    rejections.append(placerules.REASON_CLAIM_ELSEWHERE)
                 else:
                     candidates.append(node)
                     infos.append(info)
@@ -266,9 +266,9 @@ class Decider:
         def reasons(node: Node, info: NodeInfo) -> list[str]:
             found = pod_filter.reasons(node, info)
             if not found and any(not s.matches(info) for s in selectors):
-                found = [placement.REASON_CLAIM_ELSEWHERE]
+                found = [placerules.REASON_CLAIM_ELSEWHERE]
             if not found and node.name in refused:
-                found = [placement.REASON_REFUSED_HERE]
+                found = [placerules.REASON_REFUSED_HERE]
             return found
 
         if lazy and any(True for _ in pending(entries)):
@@ -310,7 +310,7 @@ class Decider:
         waiting_claims = [claim for _, claim in pending(entries)]
         if not waiting_claims:
             if not candidates.nodes:
-                raise Unallocatable(placement.summarize(total, rejections))
+                raise Unallocatable(placerules.summarize(total, rejections))
             return candidates.nodes[0].name, []
         # Explaining looks at every node and writes to the pod and its claims. A pod that
         # finds no room at first usually gets it moments later (devices of a pod that just
@@ -381,9 +381,9 @@ class Decider:
             )
         reasons = list(rejections)
         details: list[str] = []
-        claims = dict.fromkeys(refs, placement.summarize(total, reasons))
+        claims = dict.fromkeys(refs, placerules.summarize(total, reasons))
         if explanation is not None:
             reasons += [r.summary for r in explanation.reasons]
             details = explanation.lines()[1:]
             claims = claimstatus.claim_messages(explanation, refs, rejections, total)
-        raise Unallocatable(placement.summarize(total, reasons), details, claims=claims)
+        raise Unallocatable(placerules.summarize(total, reasons), details, claims=claims)

@@ -18,8 +18,8 @@ from operators.cache.core import Pod, PodClaim
 from operators.cache.informer import Key
 from operators.controllers import claimstatus, podcondition
 from operators.controllers.allocation.outcomes import Unallocatable
-from operators.controllers.base import Runtime
 from operators.controllers.claimrules import is_allocated
+from operators.controllers.runtime import Runtime
 from operators.kube import Conflict, KubeClient, NotFound
 
 log = structlog.get_logger("operators.controllers.allocation")

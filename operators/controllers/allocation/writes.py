@@ -42,12 +42,12 @@ from operators.cache.core import (
     Pod,
 )
 from operators.cache.informer import Informer, Key, version_number
-from operators.controllers import claimrules, claimstatus, placement, podcondition
+from operators.controllers import claimrules, claimstatus, placerules, podcondition
 from operators.controllers.allocation.outcomes import Entries
 from operators.controllers.allocation.reporting import Reporter
 from operators.controllers.allocation.thread import DecisionThread
-from operators.controllers.base import Runtime
 from operators.controllers.claimrules import claim_key, is_allocated, pending
+from operators.controllers.runtime import Runtime
 from operators.controllers.workqueue import WorkQueue
 from operators.fencing import ALLOCATED_BY_ANNOTATION, AllocationRecord
 from operators.kube import (
@@ -358,7 +358,7 @@ class ClaimWriter:
             if protocol.pins_node:
                 patch["spec"]["affinity"] = {
                     "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": placement.pin_affinity(
+                        "requiredDuringSchedulingIgnoredDuringExecution": placerules.pin_affinity(
                             pod.required_affinity, node
                         )
                     }

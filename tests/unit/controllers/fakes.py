@@ -20,7 +20,7 @@ from operators.cache.core import (
     FINALIZER,
     SCHEDULING_GATE,
 )
-from operators.controllers.base import Runtime
+from operators.controllers.runtime import Runtime
 from operators.kube import (
     DEVICE_CLASSES,
     DRALLOC_GROUP,

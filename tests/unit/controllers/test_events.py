@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from operators.controllers import base
-from operators.controllers.base import EventRecorder
+from operators.controllers import runtime
+from operators.controllers.runtime import EventRecorder
 from operators.kube import ApiError, JsonDict
 
 from .fakes import FakeClient
@@ -57,7 +57,7 @@ async def test_post_sends_one_event_for_repeats(monkeypatch: Any) -> None:
     client = FakeClient()
     events = EventRecorder(client, repeat_after=600.0)  # type: ignore[arg-type]
     clock = [100.0]
-    monkeypatch.setattr(base, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(runtime, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     for _ in range(3):
         await events.post(involved("u1"), "R", "no room", warning=True)
     await events.post(involved("u1"), "R", "allocated")

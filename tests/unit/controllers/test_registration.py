@@ -7,8 +7,8 @@ from typing import Any
 import kopf
 import pytest
 
-import operators.runtime  # noqa: F401  (imports every controller module, as kopf run does)
-from operators.controllers.base import MEMO_KEY
+import operators.process  # noqa: F401  (imports every controller module, as kopf run does)
+from operators.controllers.runtime import MEMO_KEY
 
 from .fakes import FakeClient, runtime
 

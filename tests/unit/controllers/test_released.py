@@ -112,7 +112,7 @@ async def test_an_owned_pod_bound_meanwhile_is_not_deleted(monkeypatch: Any) -> 
 
 
 def test_refused_nodes_are_remembered_per_controller_for_a_while() -> None:
-    from operators.controllers.placement import RecentRefusals
+    from operators.controllers.placerules import RecentRefusals
 
     refusals = RecentRefusals()
     refusals.add("ns", "ReplicaSet/rs", "n1", until=100.0)

@@ -80,7 +80,7 @@ def write(
 
 
 def test_the_operators_own_writes_pass(policy: dict[str, Any]) -> None:
-    """Each write the controllers make today (allocwrites, claims, released, podcondition,
+    """Each write the controllers make today (allocation.writes, claims, released, podcondition,
     taints and doubles)."""
     old = gated_pod()
     allocated = copy.deepcopy(old)

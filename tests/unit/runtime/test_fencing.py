@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from operators.controllers.base import Runtime
+from operators.controllers.runtime import Runtime
 from operators.fencing import NOT_THE_HOLDER, AllocationRecord, AllocatorMark, stands_down
 from operators.kube import LEASES, ApiError, FailureKind, failure_kind, passing_refusal
 from operators.settings import Settings
@@ -157,10 +157,10 @@ async def test_refusals_that_go_on_while_holding_the_lease_name_the_stale_parame
     after half a minute of such refusals the log says so, and what to do."""
     from structlog.testing import capture_logs
 
-    from operators.controllers import base
+    from operators.controllers import runtime as runtime_module
 
     clock = [1000.0]
-    monkeypatch.setattr(base.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(runtime_module.time, "monotonic", lambda: clock[0])
     runtime, _ = fenced_runtime("pod-a")
     with capture_logs() as logs:
         for _ in range(8):

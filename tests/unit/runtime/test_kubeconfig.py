@@ -374,8 +374,8 @@ def test_in_a_pod_the_service_account_is_used(tmp_path: Path) -> None:
 async def test_kopfs_login_gets_the_same_credentials(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from operators import runtime
-    from operators.controllers import base
+    from operators import process
+    from operators.controllers import runtime
 
     path = write(
         tmp_path / "config",
@@ -384,8 +384,10 @@ async def test_kopfs_login_gets_the_same_credentials(
         [context("ctx", "c", "u", namespace="ns")],
         "ctx",
     )
-    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path), identity="t"))
-    info = await runtime.login(memo=kopf.Memo())
+    monkeypatch.setattr(
+        runtime, "_configured_settings", Settings(kubeconfig=str(path), identity="t")
+    )
+    info = await process.login(memo=kopf.Memo())
     assert (info.server, info.ca_data, info.scheme, info.token, info.default_namespace) == (
         "https://k:6443",
         CERT,
@@ -394,10 +396,10 @@ async def test_kopfs_login_gets_the_same_credentials(
         "ns",
     )
     monkeypatch.setattr(
-        base, "_configured_settings", Settings(kubeconfig=str(tmp_path / "x"), identity="t")
+        runtime, "_configured_settings", Settings(kubeconfig=str(tmp_path / "x"), identity="t")
     )
-    with pytest.raises(runtime.kopf.LoginError, match="x"):
-        await runtime.login(memo=kopf.Memo())
+    with pytest.raises(process.kopf.LoginError, match="x"):
+        await process.login(memo=kopf.Memo())
 
 
 async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
@@ -406,8 +408,8 @@ async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
     """kopf logs in while the startup handlers make dralloc's client: the exec plugin runs
     once for both. kopf logs in again when its token was refused: the plugin runs again,
     unless dralloc's client has renewed the token since."""
-    from operators import runtime
-    from operators.controllers import base
+    from operators import process
+    from operators.controllers import runtime
 
     runs = tmp_path / "runs"
     command = plugin(
@@ -424,10 +426,12 @@ async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
         [context("ctx", "c", "u")],
         "ctx",
     )
-    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path), identity="t"))
+    monkeypatch.setattr(
+        runtime, "_configured_settings", Settings(kubeconfig=str(path), identity="t")
+    )
     monkeypatch.setenv("KUBECONFIG", str(path))  # the same file, whoever reads which
     memo = kopf.Memo()
-    info, ours = await asyncio.gather(runtime.login(memo=memo), base.runtime_from(memo))
+    info, ours = await asyncio.gather(process.login(memo=memo), runtime.runtime_from(memo))
     try:
         assert runs.read_text() == "."
         assert info.token == "token-1"
@@ -435,7 +439,7 @@ async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
         assert source is not None
         first = source.current
         assert first.headers == {"Authorization": "Bearer token-1"}
-        assert (await runtime.login(memo=memo)).token == "token-2"  # kopf's was refused
+        assert (await process.login(memo=memo)).token == "token-2"  # kopf's was refused
         assert runs.read_text() == ".."
         # dralloc's client, refused later with token-1, takes token-2 without a run.
         assert (await source.renew(first)).headers == {"Authorization": "Bearer token-2"}
@@ -450,8 +454,8 @@ async def test_kopf_is_never_handed_back_the_credentials_it_was_refused(
     """A token file read again may hold the refused token still (not rotated yet): kopf
     would drop an answer equal to the refused one and never ask again, so it is told to
     retry instead, and gets the new token once the file has it."""
-    from operators import runtime
-    from operators.controllers import base
+    from operators import process
+    from operators.controllers import runtime
 
     token = tmp_path / "token"
     token.write_text("token-1")
@@ -462,13 +466,15 @@ async def test_kopf_is_never_handed_back_the_credentials_it_was_refused(
         [context("ctx", "c", "u")],
         "ctx",
     )
-    monkeypatch.setattr(base, "_configured_settings", Settings(kubeconfig=str(path), identity="t"))
+    monkeypatch.setattr(
+        runtime, "_configured_settings", Settings(kubeconfig=str(path), identity="t")
+    )
     memo = kopf.Memo()
-    assert (await runtime.login(memo=memo)).token == "token-1"
+    assert (await process.login(memo=memo)).token == "token-1"
     with pytest.raises(kopf.TemporaryError):
-        await runtime.login(memo=memo)  # refused, and the file has nothing newer
+        await process.login(memo=memo)  # refused, and the file has nothing newer
     token.write_text("token-2")
-    assert (await runtime.login(memo=memo)).token == "token-2"
+    assert (await process.login(memo=memo)).token == "token-2"
 
 
 def test_base64_data_may_be_wrapped_as_in_a_yaml_block(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from operators import metrics
-from operators.controllers.base import Runtime
+from operators.controllers.runtime import Runtime
 from operators.settings import Settings
 
 from ..controllers.fakes import FakeClient

@@ -13,13 +13,14 @@ import kopf
 import pytest
 
 from operators.api.extendedresources import ENTRY_NAME, EXTENDED_RESOURCES_ANNOTATION
-from operators.controllers import base
-from operators.controllers.base import MEMO_KEY
+from operators.controllers import runtime
+from operators.controllers.runtime import MEMO_KEY
 from operators.kube import DEVICE_CLASSES, NAMESPACES
 from operators.settings import Settings
 from operators.webhooks import add_scheduling_gate
 
-from ..controllers.fakes import FakeClient, device_class, namespace, runtime
+from ..controllers import fakes
+from ..controllers.fakes import FakeClient, device_class, namespace
 
 GPU = "example.com/gpu"
 GATE = "resource.dralloc.dev/allocation"
@@ -44,8 +45,8 @@ def new_pod(ns: str = "ns", **annotations: str) -> dict[str, Any]:
 @pytest.fixture
 def memo(monkeypatch: pytest.MonkeyPatch) -> kopf.Memo:
     settings = dataclasses.replace(Settings(), api_group="resource.k8s.io")
-    monkeypatch.setattr(base, "_configured_settings", settings)
-    made = runtime(FakeClient(), api_group="resource.k8s.io")
+    monkeypatch.setattr(runtime, "_configured_settings", settings)
+    made = fakes.runtime(FakeClient(), api_group="resource.k8s.io")
     made.cache[NAMESPACES].apply("ADDED", namespace("ns"))
     gpu = device_class()
     gpu["spec"]["extendedResourceName"] = GPU

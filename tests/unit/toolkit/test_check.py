@@ -12,9 +12,9 @@ import pytest
 
 from operators import cli
 from operators.toolkit import check
-from operators.toolkit.errors import ObjectRef
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import RawObject, objects_from_documents
+from operators.toolkit.usererrors import ObjectRef
 
 API = "resource.dralloc.dev/v1"
 DRIVER = "gpu.example.com"

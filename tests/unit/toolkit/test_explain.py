@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from operators.toolkit.errors import ToolkitError
 from operators.toolkit.explain import explain, parse_subject
 from operators.toolkit.snapshot import build_snapshot
 from operators.toolkit.sources import read_objects
+from operators.toolkit.usererrors import ToolkitError
 
 from .conftest import INTREE, find, load_items
 
@@ -68,8 +68,8 @@ def test_subject_errors() -> None:
 
 
 def test_a_pod_with_an_empty_claims_list_is_explained_as_asking_for_nothing() -> None:
-    from operators.toolkit.errors import ObjectRef
     from operators.toolkit.sources import RawObject
+    from operators.toolkit.usererrors import ObjectRef
 
     body = {
         "apiVersion": "v1",
@@ -134,8 +134,8 @@ def test_a_quota_in_the_snapshot_is_named_where_it_refuses(
 def test_a_pod_asking_for_a_dra_extended_resource_without_a_claim_is_explained(
     group: str, reason: str
 ) -> None:
-    from operators.toolkit.errors import ObjectRef
     from operators.toolkit.sources import RawObject
+    from operators.toolkit.usererrors import ObjectRef
 
     device_class = {
         "apiVersion": f"{group}/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"},

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from operators.api.annotations import GangTopology
-from operators.toolkit.errors import SnapshotError, ToolkitError
 from operators.toolkit.explain import explain
 from operators.toolkit.simulate import AddGang, AddPods, simulate
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import read_objects
+from operators.toolkit.usererrors import SnapshotError, ToolkitError
 
 from .conftest import INTREE, find, load_items
 

@@ -18,7 +18,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from operators.toolkit.errors import ToolkitError
 from operators.toolkit.live import (
     CORE_KINDS,
     DRA_KINDS,
@@ -29,6 +28,7 @@ from operators.toolkit.live import (
     read_cluster,
 )
 from operators.toolkit.snapshot import DRA_KINDS as SNAPSHOT_DRA_KINDS
+from operators.toolkit.usererrors import ToolkitError
 
 
 @dataclass

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from operators.toolkit.errors import ToolkitError
 from operators.toolkit.simulate import (
     AddPods,
     AddQuota,
@@ -22,6 +21,7 @@ from operators.toolkit.simulate import (
 )
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import read_objects
+from operators.toolkit.usererrors import ToolkitError
 
 from .conftest import INTREE, find, load_items
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from operators.toolkit.errors import SnapshotError
 from operators.toolkit.snapshot import build_snapshot
 from operators.toolkit.sources import read_objects
+from operators.toolkit.usererrors import SnapshotError
 
 from .conftest import FIXTURES, INTREE, find, load_items
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.toolkit.errors import SnapshotError
 from operators.toolkit.sources import read_objects
+from operators.toolkit.usererrors import SnapshotError
 
 from .conftest import FIXTURES, INTREE
 

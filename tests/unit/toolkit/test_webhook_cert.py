@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 
 from operators.kube import Conflict, NotFound, Resource
-from operators.toolkit.errors import ToolkitError
+from operators.toolkit.usererrors import ToolkitError
 from operators.toolkit.webhook_cert import ensure_webhook_certificate, service_hostnames
 
 NOW = datetime.datetime.now(datetime.UTC)

@@ -15,7 +15,7 @@ import pytest
 from operators.api.annotations import CLAIM_STATUSES_ANNOTATION
 from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
 from operators.cache.informer import Key
-from operators.controllers import placement
+from operators.controllers import placerules
 from operators.controllers.allocation import AllocationController
 from operators.controllers.allocation.commit import BUSY_DELAY
 from operators.controllers.workqueue import work_once
@@ -138,7 +138,7 @@ async def test_a_pod_bound_where_its_allocated_claim_cannot_be_is_refused() -> N
     await sync(controller, Key("ns", "p"))
     assert claim_status_writes(client, "c1") == []
     (message,) = pod_messages(client, "p")
-    assert placement.REASON_CLAIM_ELSEWHERE in message and "0/1 nodes" in message
+    assert placerules.REASON_CLAIM_ELSEWHERE in message and "0/1 nodes" in message
 
 
 # --- the reservedFor limit ----------------------------------------------------------------

@@ -5,31 +5,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.controllers import placement
+from operators.controllers import placerules
 
 
 def test_summary_orders_by_count_then_reason() -> None:
     reasons = ['no free device of class "a100" (need 2)'] * 480 + ["node affinity mismatch"] * 20
-    assert placement.summarize(500, reasons) == (
+    assert placerules.summarize(500, reasons) == (
         '0/500 nodes: 480 no free device of class "a100" (need 2), 20 node affinity mismatch'
     )
-    assert placement.summarize(3, ["b", "a", "c"]) == "0/3 nodes: 1 a, 1 b, 1 c"
-    assert placement.summarize(0, []) == "0/0 nodes: no nodes in the cluster"
+    assert placerules.summarize(3, ["b", "a", "c"]) == "0/3 nodes: 1 a, 1 b, 1 c"
+    assert placerules.summarize(0, []) == "0/0 nodes: no nodes in the cluster"
 
 
 def test_pin_affinity_adds_to_every_term() -> None:
     requirement = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
-    assert placement.pin_affinity(None, "n1") == {
+    assert placerules.pin_affinity(None, "n1") == {
         "nodeSelectorTerms": [{"matchFields": [requirement]}]
     }
     existing: dict[str, Any] = {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
         {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]},
     ]}  # fmt: skip
-    pinned = placement.pin_affinity(existing, "n1")
+    pinned = placerules.pin_affinity(existing, "n1")
     assert all(requirement in term["matchFields"] for term in pinned["nodeSelectorTerms"])
     assert (
         pinned["nodeSelectorTerms"][0]["matchExpressions"]
         == existing["nodeSelectorTerms"][0]["matchExpressions"]
     )
-    assert placement.pin_affinity(pinned, "n1") == pinned  # idempotent
+    assert placerules.pin_affinity(pinned, "n1") == pinned  # idempotent

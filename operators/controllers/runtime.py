@@ -24,7 +24,7 @@ from operators import gcpause, metrics
 from operators.api.podprotocol import PodProtocol, protocol_for
 from operators.cache.kinds import FORBIDDEN_AS_ABSENT, OPTIONAL, OTHER_VERSIONS, parsers
 from operators.cache.shared import SharedCache
-from operators.controllers import placement
+from operators.controllers import placerules
 from operators.credentials import CredentialSource
 from operators.fencing import AllocationRecord, AllocatorMark, stands_down
 from operators.kube import (
@@ -124,7 +124,7 @@ class Runtime:
         self._stale_refusal_since = 0.0
         self._stale_refusal_last = -1e9
         self._live_allocators: dict[AllocatorMark, tuple[bool, float]] = {}
-        self.refusals = placement.RecentRefusals()
+        self.refusals = placerules.RecentRefusals()
         self._checks: set[asyncio.Task[None]] = set()
         self.elector: LeaderElector | None = None
         if settings.leader_election:

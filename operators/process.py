@@ -28,7 +28,7 @@ from operators.controllers import (  # noqa: F401  (handlers)
     released,
     taints,
 )
-from operators.controllers.base import (
+from operators.controllers.runtime import (
     MEMO_KEY,
     Runtime,
     configure,

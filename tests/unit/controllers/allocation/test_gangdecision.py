@@ -15,9 +15,9 @@ from operators.api.annotations import (
 )
 from operators.cache.core import SCHEDULING_GATE, Pod, parse_pod
 from operators.cache.informer import Key
-from operators.controllers.allocation import AllocationController, gangs
+from operators.controllers.allocation import AllocationController, gangdecision
 from operators.controllers.allocation import decide as deciding
-from operators.controllers.allocation.gangs import member_changed
+from operators.controllers.allocation.gangdecision import member_changed
 from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiError, NotFound
 
 from ..fakes import (
@@ -248,7 +248,7 @@ async def test_gang_annotations_win_over_the_pods_pod_group() -> None:
 async def test_a_pod_whose_pod_group_does_not_exist_waits_and_its_creation_wakes_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gangs, "POD_GROUP_GRACE", 0.0)
+    monkeypatch.setattr(gangdecision, "POD_GROUP_GRACE", 0.0)
     client = FakeClient()
     controller = group_cluster(client)
     w0 = group_member(controller, "w0")
@@ -306,7 +306,7 @@ async def test_where_pod_groups_are_not_served_the_pod_is_allocated_alone_and_to
     await decide(controller, w0)
     assert released(client) == ["w0"]
     [event] = [e for e in client.events if e["involved"]["metadata"]["name"] == "w0"]
-    assert event["reason"] == gangs.REASON_POD_GROUP_NOT_SERVED
+    assert event["reason"] == gangdecision.REASON_POD_GROUP_NOT_SERVED
     assert "PodGroup" in event["message"] and GANG_ANNOTATION in event["message"]
 
 
@@ -612,9 +612,9 @@ async def test_a_small_gang_with_many_members_searches_a_few_and_tells_all(
 
     monkeypatch.setattr(controller.decider, "candidates", counted)
     await sync(controller, Key("ns", "w00"))
-    assert looked_at == names[: 2 + gangs.GANG_SEARCH_EXTRA]
+    assert looked_at == names[: 2 + gangdecision.GANG_SEARCH_EXTRA]
     assert allocation_writes(client) == []
-    searched = 2 + gangs.GANG_SEARCH_EXTRA
+    searched = 2 + gangdecision.GANG_SEARCH_EXTRA
     for name in names[:searched]:
         said = condition_messages(client, name)[-1]
         assert said.startswith(
@@ -728,7 +728,7 @@ async def test_a_newcomer_behind_a_searched_gang_that_did_not_fit_looks_at_itsel
         waiting_member(controller, f"w{index:02d}", size="2")
     looked = count_claim_looks(controller, monkeypatch)
     await decide(controller, Key("ns", "w00"))
-    searched = 2 + gangs.GANG_SEARCH_EXTRA
+    searched = 2 + gangdecision.GANG_SEARCH_EXTRA
     assert len(looked) == searched
     reason = condition_messages(client, "w00")[-1]
     assert "at most 1 of the gang" in reason, reason
@@ -779,7 +779,7 @@ async def test_the_members_behind_a_search_are_told_in_the_background() -> None:
     names = [f"w{i:02d}" for i in range(40)]
     for name in names:
         waiting_member(controller, name, size="2")
-    searched = 2 + gangs.GANG_SEARCH_EXTRA
+    searched = 2 + gangdecision.GANG_SEARCH_EXTRA
     async with asyncio.TaskGroup() as writers:
         controller.commits.writers = writers
         await controller.sync(Key("ns", "w00"))
@@ -803,9 +803,9 @@ async def test_a_later_decision_with_nobody_behind_stops_the_telling_still_going
     gang = GangRef("train", 2)
     async with asyncio.TaskGroup() as writers:
         controller.commits.writers = writers
-        await gangs._tell_behind(controller, "ns", gang, members)
+        await gangdecision._tell_behind(controller, "ns", gang, members)
         telling = controller.gangs_telling[("ns", "train")]
-        await gangs._tell_behind(controller, "ns", gang, [])
+        await gangdecision._tell_behind(controller, "ns", gang, [])
     assert telling.cancelled()
     assert [m.name for m in members if condition_messages(client, m.name)] == []
 
@@ -827,7 +827,7 @@ async def test_a_failed_write_to_one_member_behind_leaves_the_others_told() -> N
 
     client.fail = fail
     await decide(controller, Key("ns", "w00"))
-    searched = 2 + gangs.GANG_SEARCH_EXTRA
+    searched = 2 + gangdecision.GANG_SEARCH_EXTRA
     # Every member behind was written to; only the unlucky one's write failed.
     assert [n for n in names[searched:] if condition_messages(client, n)] == names[searched:]
     assert controller.gangs_telling == {}
