@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from operators import __version__
+from operators.groups import API_GROUPS
 
 if TYPE_CHECKING:  # the commands import what they need when they run (a quick --help)
     from operators.toolkit.simulate import AddQuota
@@ -145,7 +146,7 @@ def _snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--kubeconfig", help="kubeconfig for --live (default: $KUBECONFIG)")
     source.add_argument("--context", help="kubeconfig context for --live")
     source.add_argument(
-        "--api-group", choices=["resource.dralloc.dev", "resource.k8s.io"],
+        "--api-group", choices=list(API_GROUPS),
         help="DRA API group to read with --live (default: dralloc's if installed)",
     )  # fmt: skip
     parser.add_argument("-n", "--namespace", default="default", help="namespace of names given")

@@ -32,6 +32,7 @@ import aiohttp
 
 from operators import metrics
 from operators.credentials import Auth, CredentialSource
+from operators.groups import GROUP, VERSION
 
 JsonDict = dict[str, Any]
 
@@ -39,8 +40,8 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
-DRALLOC_GROUP = "resource.dralloc.dev"
-DRALLOC_VERSION = "v1"
+DRALLOC_GROUP = GROUP
+DRALLOC_VERSION = VERSION
 
 
 @dataclasses.dataclass(frozen=True)

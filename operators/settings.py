@@ -22,10 +22,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from operators.api.annotations import GANG_SIZE_MAX
+from operators.groups import API_GROUPS
 
 ENV_PREFIX = "DRALLOC_"
-API_GROUPS = ("resource.dralloc.dev", "resource.k8s.io")
-"""The API modes: dralloc's CRDs (the default) and in-tree DRA."""
 DEFAULT_LEASE_NAMESPACE = "dralloc-system"
 """The operator's namespace in manifests/base, and where every operator's Lease lives."""
 

@@ -25,11 +25,12 @@ from operators.api.base import (
 )
 from operators.api.fielderrors import field_error
 from operators.api.quantity import Quantity
+from operators.groups import API_GROUPS as API_GROUPS
+from operators.groups import GROUP as GROUP
+from operators.groups import KUBERNETES_GROUP as KUBERNETES_GROUP
+from operators.groups import VERSION as VERSION
 
-GROUP: Final = "resource.dralloc.dev"
-VERSION: Final = "v1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
-KUBERNETES_GROUP: Final = "resource.k8s.io"
 KUBERNETES_API_VERSION: Final = f"{KUBERNETES_GROUP}/{VERSION}"
 
 AllocationMode = Literal["ExactCount", "All"]

@@ -25,6 +25,7 @@ handed to whatever reads or writes pods; nothing else asks which mode it is in.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -79,6 +80,9 @@ class PodProtocol:
     :mod:`operators.controllers.released`, as on our CRDs. A pod that passed the gate by
     (:attr:`allocates_ungated`) cannot be pinned: a pod's affinity may change only while it
     is gated."""
+    extended_resources: bool = False
+    """Whether pods may ask for devices as extended resources (KEP-5004): dralloc's webhook
+    turns them into a claim of the pod in in-tree mode only."""
     allocates_ungated: bool = False
     """Whether dralloc allocates the claims of a pod that is neither gated nor bound (it
     passed the gate by).
@@ -111,6 +115,27 @@ class PodProtocol:
             return ann.parse_pod_claims(text), ""
         except ann.AnnotationError as error:
             return (), str(error)
+
+    def claims_text(self, raw: Mapping[str, Any]) -> tuple[str, str]:
+        """The pod's claim entries as JSON text (the annotation as written, or
+        ``spec.resourceClaims`` rendered), and the field they come from, for messages."""
+        if self.claims_in_spec:
+            return json.dumps((raw.get("spec") or {}).get("resourceClaims") or []), (
+                "spec.resourceClaims"
+            )
+        annotations = (raw.get("metadata") or {}).get("annotations") or {}
+        where = f"metadata.annotations[{ann.CLAIMS_ANNOTATION}]"
+        return str(annotations.get(ann.CLAIMS_ANNOTATION) or "[]"), where
+
+    def statuses_text(self, raw: Mapping[str, Any]) -> tuple[str | None, str]:
+        """The recorded claim names as JSON text (None: nothing recorded), and the field they
+        come from, for messages."""
+        if self.claims_in_spec:
+            statuses = (raw.get("status") or {}).get("resourceClaimStatuses") or []
+            return json.dumps(statuses), "status.resourceClaimStatuses"
+        annotations = (raw.get("metadata") or {}).get("annotations") or {}
+        where = f"metadata.annotations[{ann.CLAIM_STATUSES_ANNOTATION}]"
+        return annotations.get(ann.CLAIM_STATUSES_ANNOTATION), where
 
     def asks_for_claims(self, raw: Mapping[str, Any]) -> bool:
         """Whether a pod opted in (with an empty or malformed request too)."""
@@ -199,6 +224,7 @@ KUBERNETES: Final = PodProtocol(
     claims_in_spec=True,
     claim_conditions=False,
     pins_node=True,
+    extended_resources=True,
     allocates_ungated=True,
 )
 """The in-tree kinds, as the kubelet, kube-scheduler and kube-controller-manager read them."""

@@ -49,12 +49,11 @@ from typing import Final, Literal
 from operators.api import Quantity, ResourceClaim, ResourceSlice
 from operators.api.annotations import (
     DEVICES_ANNOTATION,
-    FINALIZER,
-    KUBERNETES_FINALIZER,
     AnnotationError,
     parse_pod_devices,
 )
-from operators.api.models import KUBERNETES_GROUP, Device
+from operators.api.models import Device
+from operators.api.podprotocol import DRALLOC, PROTOCOLS
 from operators.cel import CELError, compile_selector
 from operators.cel.admission import Checked, refused_selectors, selector_paths
 from operators.toolkit.pods import PodInfo
@@ -452,8 +451,7 @@ def _finalizers(
         if claim.status is None or claim.status.allocation is None:
             continue
         examined += 1
-        in_tree = claim.api_version.split("/")[0] == KUBERNETES_GROUP
-        wanted = KUBERNETES_FINALIZER if in_tree else FINALIZER
+        wanted = PROTOCOLS.get(claim.api_version.split("/")[0], DRALLOC).finalizer
         if wanted not in (claim.metadata.finalizers or ()):
             found.append(
                 Violation(

@@ -13,6 +13,7 @@ from operators.allocator.features import Features
 from operators.api.annotations import GANG_SIZE_MAX
 from operators.api.extendedresources import backing_classes, class_mapping
 from operators.api.podgroup import gang_too_large
+from operators.api.podprotocol import PROTOCOLS
 from operators.toolkit.cluster import Cluster, DeviceLine, NodeVerdict
 from operators.toolkit.gangs import gang_key, place_gang
 from operators.toolkit.pods import PodClaim, PodInfo
@@ -71,7 +72,7 @@ def explain(
         extended = _extended_resources(snapshot, pod)
         if not pod.claims and extended:
             raise ToolkitError(_extended_reason(key, snapshot, extended))
-        if not pod.claims and pod.protocol == "dralloc":
+        if not pod.claims and not pod.protocol.claims_in_spec:
             raise ToolkitError(
                 f"Pod {key} asks for no claims (resource.dralloc.dev/claims is an empty list): "
                 "it is not gated, and kube-scheduler places it like any other pod"
@@ -128,7 +129,8 @@ def _extended_resources(snapshot: Snapshot, pod: PodInfo) -> list[str]:
 
 def _extended_reason(key: str, snapshot: Snapshot, extended: list[str]) -> str:
     asked = ", ".join(extended)
-    if "resource.k8s.io" not in snapshot.api_groups:
+    protocols = [PROTOCOLS[group] for group in snapshot.api_groups if group in PROTOCOLS]
+    if not any(protocol.extended_resources for protocol in protocols):
         return (
             f"Pod {key} asks for {asked} as extended resources: dralloc serves DRA extended "
             "resources in in-tree mode only (its webhook turns them into a claim of the pod); "

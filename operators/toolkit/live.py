@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from operators.api import podgroup
+from operators.groups import API_GROUPS
 from operators.kube import ApiError, Connection, KubeClient, NotFound, Resource
 from operators.toolkit.sources import RawObject, objects_from_documents
 from operators.toolkit.usererrors import ToolkitError
@@ -37,7 +38,7 @@ WORKLOAD_KINDS = {"PodGroup": ("podgroups", True)}
 """scheduling.k8s.io/v1beta1, upstream's Workload API: PodGroups that make gangs (optional:
 a cluster without the GenericWorkload gate, or an account that may not read them, has none)."""
 CORE_KINDS = {"Pod": ("pods", True), "Node": ("nodes", False), "Namespace": ("namespaces", False)}
-GROUPS = ("resource.dralloc.dev", "resource.k8s.io")
+GROUPS = API_GROUPS
 DRA_VERSION = "v1"
 PAGE_SIZE = 500
 

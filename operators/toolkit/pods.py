@@ -21,8 +21,6 @@ from typing import Any
 
 from operators.allocator.nodes import NodeSelector, NodeSelectorError
 from operators.api.annotations import (
-    CLAIM_STATUSES_ANNOTATION,
-    CLAIMS_ANNOTATION,
     DEVICES_ANNOTATION,
     SCHEDULING_GATE,
     AnnotationError,
@@ -39,6 +37,7 @@ from operators.api.extendedresources import (
 )
 from operators.api.extendedresources import parse_annotation as parse_extended
 from operators.api.podgroup import pod_group_name
+from operators.api.podprotocol import DRALLOC, KUBERNETES, PodProtocol
 from operators.scheduling.model import PodNeeds, parse_pod_needs
 from operators.toolkit.usererrors import ObjectRef, SnapshotError
 
@@ -97,8 +96,8 @@ class PodInfo:
     """``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`` as given."""
     tolerations: tuple[Toleration, ...] = ()
     gated: bool = False
-    protocol: str = "dralloc"
-    """``dralloc`` (annotations) or ``in-tree`` (pod.spec.resourceClaims)."""
+    protocol: PodProtocol = DRALLOC
+    """How the pod asks for claims: dralloc's annotations or ``spec.resourceClaims``."""
     needs: PodNeeds | None = None
     """What the scheduler's filters read; None for pods the toolkit makes up itself."""
     devices_annotation: str | None = None
@@ -171,18 +170,10 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     annotations = meta.get("annotations") or {}
-    if CLAIMS_ANNOTATION in annotations:
-        protocol = "dralloc"
-        claims_text = annotations[CLAIMS_ANNOTATION]
-        statuses_text = annotations.get(CLAIM_STATUSES_ANNOTATION)
-        where = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
-        status_where = f"metadata.annotations[{CLAIM_STATUSES_ANNOTATION}]"
-    else:
-        protocol = "in-tree"
-        claims_text = json.dumps(spec.get("resourceClaims") or [])
-        statuses_text = json.dumps(status.get("resourceClaimStatuses") or [])
-        where = "spec.resourceClaims"
-        status_where = "status.resourceClaimStatuses"
+    # A snapshot may hold pods of both modes: one that asks by annotation is dralloc's.
+    protocol = DRALLOC if DRALLOC.asks_for_claims(body) else KUBERNETES
+    claims_text, where = protocol.claims_text(body)
+    statuses_text, status_where = protocol.statuses_text(body)
     try:
         entries = parse_pod_claims(claims_text)
     except AnnotationError as exc:
@@ -201,7 +192,7 @@ def parse_pod(ref: ObjectRef, body: Mapping[str, Any]) -> PodInfo:
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
     gates = [g.get("name") for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
-    extended = _extended_claim(annotations) if protocol == "in-tree" else {}
+    extended = _extended_claim(annotations) if protocol.extended_resources else {}
     return PodInfo(
         ref=ref,
         namespace=str(meta.get("namespace") or "default"),

@@ -50,3 +50,35 @@ def test_names_per_mode() -> None:
     assert protocol_for("resource.k8s.io") is KUBERNETES
     with pytest.raises(ValueError, match="expected one of"):
         protocol_for("resource.example.com")
+
+
+def test_each_mode_says_where_a_pod_asks_and_records_its_claims() -> None:
+    """The toolkit reads a snapshot's pods through these (strictly, naming the field)."""
+    from operators.api.podprotocol import DRALLOC, KUBERNETES
+
+    entries = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+    statuses = [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
+    in_tree = {"spec": {"resourceClaims": entries}, "status": {"resourceClaimStatuses": statuses}}
+    text, where = KUBERNETES.claims_text(in_tree)
+    assert (json.loads(text), where) == (entries, "spec.resourceClaims")
+    recorded, where = KUBERNETES.statuses_text(in_tree)
+    assert recorded is not None and json.loads(recorded) == statuses
+    assert where == "status.resourceClaimStatuses"
+    annotated = {
+        "metadata": {
+            "annotations": {
+                "resource.dralloc.dev/claims": json.dumps(entries),
+                "resource.dralloc.dev/claim-statuses": json.dumps(statuses),
+            }
+        }
+    }
+    text, where = DRALLOC.claims_text(annotated)
+    assert (json.loads(text), where) == (
+        entries,
+        "metadata.annotations[resource.dralloc.dev/claims]",
+    )
+    assert DRALLOC.statuses_text({"metadata": {}}) == (
+        None,
+        "metadata.annotations[resource.dralloc.dev/claim-statuses]",
+    )
+    assert KUBERNETES.extended_resources and not DRALLOC.extended_resources

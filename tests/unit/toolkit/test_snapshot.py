@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from operators.api.podprotocol import DRALLOC, KUBERNETES
 from operators.toolkit.snapshot import build_snapshot
 from operators.toolkit.sources import read_objects
 from operators.toolkit.usererrors import SnapshotError
@@ -21,7 +22,7 @@ def test_intree_snapshot_is_indexed() -> None:
     assert snapshot.node_names == ["node-a", "node-b", "node-c"]
     assert snapshot.skipped == {"Deployment": 1}
     west = snapshot.pods["team-a/west-pair"]
-    assert west.protocol == "in-tree"
+    assert west.protocol is KUBERNETES
     assert west.claims[0].template_name == "numa-pair"
     assert west.node_selector == {"zone": "west"}
     assert snapshot.nodes["node-c"].taints[0].effect == "NoSchedule"
@@ -33,7 +34,7 @@ def test_examples_are_a_valid_dralloc_snapshot() -> None:
     assert snapshot.nodes == {}
     assert snapshot.node_names == ["kwok-node-0", "kwok-node-1"]  # from the slices
     assert snapshot.admin_namespaces == {"dralloc-monitoring"}
-    assert all(p.protocol == "dralloc" for p in snapshot.pods.values())
+    assert all(p.protocol is DRALLOC for p in snapshot.pods.values())
 
 
 def test_bad_field_names_file_object_and_field_path() -> None:
