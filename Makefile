@@ -46,8 +46,8 @@ image:
 	testbed/image
 
 lint: deps
-	$(BIN)/ruff check operators tests bench robustness
-	$(BIN)/ruff format --check operators tests bench robustness
+	$(BIN)/ruff check operators tests bench robustness scripts
+	$(BIN)/ruff format --check operators tests bench robustness scripts
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
