@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 ## WORKERS: pytest-xdist workers of `make test`; each starts control planes of its own
 WORKERS ?= 2
 
-.PHONY: test deps testbed image lint unit e2e matrix crds chart-files demo bench robustness celdiff clean
+.PHONY: test deps docs testbed image lint unit e2e matrix crds chart-files demo bench robustness celdiff clean
 
 ## test: install everything the tests need (Python deps, testbed binaries), lint, then run every test
 ## (lint failures do not hide test results: both run, either one fails the target)
@@ -50,6 +50,11 @@ lint: deps
 	$(BIN)/ruff format --check operators tests bench robustness scripts
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict --quiet
+
+## docs: the documentation site (README.md is the landing page; docs/ the rest) into .site/
+docs: deps
+	$(BIN)/mkdocs build --strict
 
 unit: deps
 	$(BIN)/pytest tests/unit tests/conformance

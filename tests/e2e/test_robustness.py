@@ -8,7 +8,7 @@ revision, bound pods have their devices, gangs whole, quotas kept, every pod bou
 explained at the end).
 
 Its summary (seed, faults fired, violations, figures) is printed as ``[robustness]`` lines
-(``-rP``). The long run is ``python -m robustness`` (README, "Robustness").
+(``-rP``). The long run is ``python -m robustness`` (docs/development.md "Robustness: `make robustness`").
 """
 
 from __future__ import annotations
