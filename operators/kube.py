@@ -8,6 +8,12 @@ write carrying a precondition (``resourceVersion`` in a merge patch or a JSON-pa
 come from ``operators.kubeconfig``; ``operators.credentials`` keeps the credentials current
 (a request refused with 401 is sent once more when they were renewed).
 
+Under the client, a :class:`Transport` carries one :class:`Request` and opens its
+:class:`Response`, the httpx way: the verbs, the API mode, preconditions, credentials and errors
+are the client's; connections, TLS and timeouts the transport's (:class:`AiohttpTransport` for
+the API server; the controllers' unit tests put an in-memory API server of their own there, so
+they run the real client, group rewrite included, in both modes).
+
 The API mode is a setting of this seam: controllers name the DRA kinds by dralloc's group
 (:data:`RESOURCE_CLAIMS` and the rest), and a client made with ``api_group="resource.k8s.io"``
 sends every such request to the in-tree kinds instead (same schema, other group).
@@ -26,7 +32,8 @@ import enum
 import json
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Final, Literal, TypeGuard
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Final, Literal, Protocol, TypeGuard
 
 import aiohttp
 
@@ -272,6 +279,103 @@ class Connection:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One HTTP request to the API server, as the client has made it."""
+
+    method: str
+    path: str
+    params: Mapping[str, str] | None = None
+    body: str | None = None
+    """JSON text (see :func:`json_body`), or None."""
+    headers: Mapping[str, str] | None = None
+    """Content type and the renewable credentials' headers (fixed ones are the transport's)."""
+    ssl_context: ssl.SSLContext | bool | None = None
+    """TLS for this request when the credentials carry a client certificate of their own."""
+    timeout: float | None = None
+    """Seconds for the whole request; None for a stream (a watch), bounded by ``read_timeout``."""
+    read_timeout: float | None = None
+    """Seconds between two reads of a stream before the connection counts as dead."""
+
+
+class Response(Protocol):
+    """An open response: its status, then its body whole or line by line (a watch)."""
+
+    @property
+    def status(self) -> int: ...
+
+    async def text(self) -> str: ...
+
+    def lines(self) -> AsyncIterator[bytes]: ...
+
+
+class Transport(Protocol):
+    """Sends a request and opens its response; raises one of :data:`TRANSPORT_ERRORS` when
+    no answer comes back."""
+
+    def send(self, request: Request) -> AbstractAsyncContextManager[Response]: ...
+
+    async def close(self) -> None: ...
+
+
+class _AiohttpResponse:
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    @property
+    def status(self) -> int:
+        return self._response.status
+
+    async def text(self) -> str:
+        return await self._response.text()
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        async for line in self._response.content:
+            yield line
+
+
+class AiohttpTransport:
+    """The API server over one aiohttp session (connection pool) per client."""
+
+    def __init__(self, connection: Connection, *, user_agent: str, connect_timeout: float) -> None:
+        # Renewable credentials go with each request (the client's); fixed ones with the
+        # session.
+        fixed = connection.headers if connection.credentials is None else {}
+        self._connect_timeout = connect_timeout
+        self._session = aiohttp.ClientSession(
+            base_url=connection.server,
+            headers={**fixed, "User-Agent": user_agent, "Accept": "application/json"},
+            connector=aiohttp.TCPConnector(ssl=connection.ssl_context, limit=64),
+            read_bufsize=4 * 1024 * 1024,  # watch lines can be as large as a ResourceSlice
+        )
+
+    @asynccontextmanager
+    async def send(self, request: Request) -> AsyncIterator[Response]:
+        timeout = aiohttp.ClientTimeout(
+            total=request.timeout,
+            connect=self._connect_timeout if request.timeout is None else None,
+            sock_read=request.read_timeout,
+        )
+        # A client certificate of the credentials' goes with the request: aiohttp pools
+        # connections by TLS context, so none made with an old certificate is reused.
+        extra: dict[str, Any] = {}
+        if request.ssl_context is not None:
+            extra["ssl"] = request.ssl_context
+        async with self._session.request(
+            request.method,
+            request.path,
+            params=request.params,
+            data=request.body,
+            headers=request.headers,
+            timeout=timeout,
+            **extra,
+        ) as response:
+            yield _AiohttpResponse(response)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
 def json_body(body: Any) -> str:
     """A request body as the API server would encode it itself: compact, and with ``<``,
     ``>`` and ``&`` escaped (the only characters Go's encoder escapes besides what JSON
@@ -298,6 +402,7 @@ class KubeClient:
         request_timeout: float = 30.0,
         user_agent: str = "dralloc",
         api_group: str = DRALLOC_GROUP,
+        transport: Transport | None = None,
     ) -> None:
         self.connection = connection
         self.request_timeout = request_timeout
@@ -306,13 +411,8 @@ class KubeClient:
         # Discovery: the resource names a group version serves (subresources included).
         self._discovered: dict[str, frozenset[str]] = {}
         self._credentials = connection.credentials
-        # Renewable credentials go with each request (see _auth); fixed ones with the session.
-        fixed = connection.headers if self._credentials is None else {}
-        self._session = aiohttp.ClientSession(
-            base_url=connection.server,
-            headers={**fixed, "User-Agent": user_agent, "Accept": "application/json"},
-            connector=aiohttp.TCPConnector(ssl=connection.ssl_context, limit=64),
-            read_bufsize=4 * 1024 * 1024,  # watch lines can be as large as a ResourceSlice
+        self.transport: Transport = transport or AiohttpTransport(
+            connection, user_agent=user_agent, connect_timeout=request_timeout
         )
 
     @classmethod
@@ -320,7 +420,7 @@ class KubeClient:
         return cls(await Connection.load(kubeconfig), **kwargs)
 
     async def close(self) -> None:
-        await self._session.close()
+        await self.transport.close()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -359,13 +459,16 @@ class KubeClient:
         return renewed
 
     @staticmethod
-    def _with(auth: Auth | None, headers: Mapping[str, str] | None) -> dict[str, Any]:
-        """The keyword arguments of one aiohttp request that carry ``auth``. Its TLS context
-        goes too: an exec plugin may give a new client certificate (aiohttp pools connections
-        by context, so none made with an old certificate is reused)."""
+    def _with(auth: Auth | None, request: Request) -> Request:
+        """``request`` carrying ``auth``: its headers, and its TLS context (an exec plugin
+        may give a new client certificate)."""
         if auth is None:
-            return {"headers": headers}
-        return {"headers": {**auth.headers, **(headers or {})}, "ssl": auth.ssl_context}
+            return request
+        return dataclasses.replace(
+            request,
+            headers={**auth.headers, **(request.headers or {})},
+            ssl_context=auth.ssl_context,
+        )
 
     async def request(
         self,
@@ -378,13 +481,12 @@ class KubeClient:
     ) -> JsonDict:
         data = None if body is None else json_body(body)
         headers = {"Content-Type": content_type} if data is not None else None
+        request = Request(method, path, params, data, headers, timeout=self.request_timeout)
         auth = await self._auth()
-        status, text = await self._send(method, path, params, data, self._with(auth, headers))
+        status, text = await self._send(self._with(auth, request))
         if status == 401 and (renewed := await self._renewed(auth)) is not None:
             # Refused with credentials that have been renewed since: once more with the new.
-            status, text = await self._send(
-                method, path, params, data, self._with(renewed, headers)
-            )
+            status, text = await self._send(self._with(renewed, request))
         payload: Any
         try:
             payload = json.loads(text) if text else {}
@@ -394,25 +496,15 @@ class KubeClient:
             raise ApiError.from_status(status, payload)
         return payload if isinstance(payload, dict) else {}
 
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        params: Mapping[str, str] | None,
-        data: str | None,
-        auth: Mapping[str, Any],
-    ) -> tuple[int, str]:
-        timeout = aiohttp.ClientTimeout(total=self.request_timeout)
+    async def _send(self, request: Request) -> tuple[int, str]:
         try:
-            async with self._session.request(
-                method, path, params=params, data=data, timeout=timeout, **auth
-            ) as response:
+            async with self.transport.send(request) as response:
                 status = response.status
                 text = await response.text()
-        except (aiohttp.ClientError, TimeoutError):
-            metrics.API_REQUESTS.labels(method=method, code="error").inc()
+        except TRANSPORT_ERRORS:
+            metrics.API_REQUESTS.labels(method=request.method, code="error").inc()
             raise
-        metrics.API_REQUESTS.labels(method=method, code=str(status)).inc()
+        metrics.API_REQUESTS.labels(method=request.method, code=str(status)).inc()
         return status, text
 
     async def serves_subresource(self, resource: Resource, subresource: str) -> bool | None:
@@ -424,7 +516,7 @@ class KubeClient:
         if names is None:
             try:
                 listing = await self.request("GET", base)
-            except (ApiError, aiohttp.ClientError, TimeoutError):
+            except REQUEST_ERRORS:
                 return None
             names = frozenset(
                 str(r.get("name", ""))
@@ -487,16 +579,14 @@ class KubeClient:
         }
         # No total timeout; the read timeout notices a dead connection (bookmarks arrive
         # about once a minute, and the server ends the request after timeout_seconds).
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=self.request_timeout, sock_read=timeout_seconds + 30
+        request = Request(
+            "GET", resource.path(namespace), params, read_timeout=timeout_seconds + 30
         )
         # The credentials as they are at this (re)connect; a refusal renews them and the
         # watch is opened once more with the new ones, as a request is sent once more.
         auth = await self._auth()
         for last_try in (False, True):
-            async with self._session.get(
-                resource.path(namespace), params=params, timeout=timeout, **self._with(auth, None)
-            ) as response:
+            async with self.transport.send(self._with(auth, request)) as response:
                 if response.status == 401 and not last_try:
                     renewed = await self._renewed(auth)
                     if renewed is not None:
@@ -509,7 +599,7 @@ class KubeClient:
                     except ValueError:
                         payload = text
                     raise ApiError.from_status(response.status, payload)
-                async for line in response.content:
+                async for line in response.lines():
                     if not line.strip():
                         continue
                     event = json.loads(line)

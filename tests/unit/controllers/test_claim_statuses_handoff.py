@@ -59,7 +59,7 @@ async def test_the_allocation_write_records_the_claim_statuses() -> None:
 
     # The watch shows the claim; the allocation controller finds it through its owner, and
     # one pod write carries everything.
-    created = client.objects[RESOURCE_CLAIMS.path("ns", "p-dev-abcde")]
+    created = client.objects[client.path(RESOURCE_CLAIMS, "ns", "p-dev-abcde")]
     allocation.runtime.cache[RESOURCE_CLAIMS].apply("ADDED", created)
     async with asyncio.TaskGroup() as writers:
         allocation.commits.writers = writers
@@ -101,7 +101,7 @@ async def test_a_generated_claim_needs_no_finalizer_write_before_its_allocation(
     client = FakeClient()
     claims, allocation = setup(client)
     await work_once(claims.queue, claims.sync)
-    created = client.objects[RESOURCE_CLAIMS.path("ns", "p-dev-abcde")]
+    created = client.objects[client.path(RESOURCE_CLAIMS, "ns", "p-dev-abcde")]
     allocation.runtime.cache[RESOURCE_CLAIMS].apply("ADDED", created)
     async with asyncio.TaskGroup() as writers:
         allocation.commits.writers = writers
@@ -168,7 +168,7 @@ async def test_in_tree_the_allocation_records_the_statuses_in_a_write_of_its_own
     await work_once(claims.queue, claims.sync)
     assert len(client.writes(RESOURCE_CLAIMS.path("ns"))) == 1  # the claim was created
     assert client.writes(PODS.path("ns", "p")) == []  # the pod is left to the allocation
-    created = client.objects[RESOURCE_CLAIMS.path("ns", "p-dev-abcde")]
+    created = client.objects[client.path(RESOURCE_CLAIMS, "ns", "p-dev-abcde")]
     allocation.runtime.cache[RESOURCE_CLAIMS].apply("ADDED", created)
     assert await allocate_once(allocation) == POD
     recorded = [{"name": "dev", "resourceClaimName": "p-dev-abcde"}]

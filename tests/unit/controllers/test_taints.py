@@ -32,6 +32,7 @@ from operators.settings import EvictionMode
 
 from .fakes import (
     DRIVER,
+    Call,
     FakeClient,
     allocated,
     claim,
@@ -135,7 +136,7 @@ class BudgetGuarded(FakeClient):
     async def request(self, method: str, path: str, **kwargs: Any) -> JsonDict:
         if path.endswith("/eviction") and path.split("/")[-2] in self.protected:
             await self.answer.wait()
-            self._answer(method, path, kwargs.get("body"))
+            self.calls.append(Call(method, path, kwargs.get("body")))
             raise ApiError(
                 429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
                 causes=("The disruption budget pdb needs 1 healthy pods",),
@@ -248,7 +249,7 @@ async def test_a_pod_still_there_is_marked_and_deleted_with_its_uid() -> None:
     path = PODS.path("ns", "p0")
     assert [(c.method, c.path) for c in client.calls] == [
         ("GET", path),
-        ("POST", "/api/v1/events"),
+        ("POST", "/api/v1/namespaces/ns/events"),
         ("PATCH", path + "/status"),
         ("DELETE", path),
     ]

@@ -57,7 +57,7 @@ class Elector:
 
 
 def test_a_recent_winning_record_fences_once_and_old_ones_are_history() -> None:
-    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), FakeClient())  # type: ignore[arg-type]
+    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), FakeClient())
     runtime.elector = Elector()  # type: ignore[assignment]
     assert runtime.mark == IN_CLUSTER
     old = AllocationRecord(LAPTOP, time.time() - 3 * runtime.settings.lease_duration)
@@ -72,7 +72,7 @@ def test_a_recent_winning_record_fences_once_and_old_ones_are_history() -> None:
 
 def fenced_runtime(holder: str | None) -> tuple[Runtime, FakeClient]:
     client = FakeClient()
-    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), client)  # type: ignore[arg-type]
+    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), client)
     runtime.elector = Elector()  # type: ignore[assignment]
     if holder is not None:
         client.objects[LEASES.path("dralloc-system", "dralloc-operator")] = {

@@ -69,7 +69,7 @@ class CountingController:
 
 
 async def test_the_controllers_stop_and_start_again_with_the_lease(monkeypatch: Any) -> None:
-    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), FakeClient())  # type: ignore[arg-type]
+    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), FakeClient())
     elector = FlakyElector(terms=3)
     runtime.elector = elector  # type: ignore[assignment]
 
@@ -118,7 +118,7 @@ async def test_a_fence_stops_the_running_controllers(monkeypatch: Any) -> None:
 
     from operators.fencing import AllocationRecord, AllocatorMark
 
-    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), FakeClient())  # type: ignore[arg-type]
+    runtime = Runtime(dataclasses.replace(Settings(), leader_election=False), FakeClient())
 
     class Leading:
         namespace, name, identity, term = "zzz", "dralloc-operator", "me", 0
