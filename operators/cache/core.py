@@ -51,16 +51,14 @@ __all__ = [
     "POD_CLAIM_NAME_ANNOTATION",
     "POD_GANG_INDEX",
     "SCHEDULING_GATE",
-    "ClaimStatus",
     "Namespace",
     "Node",
     "Pod",
-    "PodClaim",
+    "PodResourceClaim",
+    "PodResourceClaimStatus",
     "parse_node",
 ]
 
-PodClaim = PodResourceClaim
-ClaimStatus = PodResourceClaimStatus
 
 POD_GANG_INDEX = "pod-gang"
 """Pods by the (namespace, gang name) of their gang annotation or PodGroup (Pod.gang_keys)."""
@@ -73,7 +71,7 @@ POD_CLAIMS_INDEX = "pod-claims"
 """The pod index every controller shares: pods by the (namespace, name) of their claims."""
 
 
-def render_claim_statuses(statuses: tuple[ClaimStatus, ...]) -> str:
+def render_claim_statuses(statuses: tuple[PodResourceClaimStatus, ...]) -> str:
     """The canonical JSON of the claim-statuses annotation (stable: no update loops)."""
     return format_claim_statuses(statuses)
 
@@ -93,9 +91,9 @@ class Pod:
     required_affinity: Mapping[str, Any] | None
     conditions: tuple[Mapping[str, Any], ...]
     """Only those of :data:`KEPT_CONDITIONS`."""
-    claims: tuple[PodClaim, ...]
+    claims: tuple[PodResourceClaim, ...]
     claims_error: str
-    claim_statuses: tuple[ClaimStatus, ...]
+    claim_statuses: tuple[PodResourceClaimStatus, ...]
     needs: PodNeeds
     """What kube-scheduler's filters read (requests, ports, inter-pod rules, ...)."""
     controller: str = ""
@@ -133,7 +131,7 @@ class Pod:
         """Upstream's rule: finished, or being deleted before it was ever scheduled."""
         return self.phase in ("Succeeded", "Failed") or (self.deleting and not self.node_name)
 
-    def claim_name(self, pod_claim: PodClaim) -> str | None:
+    def claim_name(self, pod_claim: PodResourceClaim) -> str | None:
         """The ResourceClaim name an entry refers to, if known yet."""
         if pod_claim.resource_claim_name is not None:
             return pod_claim.resource_claim_name
@@ -234,7 +232,7 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
 
 
 def _extended_claim(
-    annotations: Mapping[str, str], claims: tuple[PodClaim, ...], protocol: PodProtocol
+    annotations: Mapping[str, str], claims: tuple[PodResourceClaim, ...], protocol: PodProtocol
 ) -> tuple[ExtendedClaim | None, str]:
     """The annotation's claim if the pod's own entry names it (in-tree only)."""
     text = annotations.get(EXTENDED_RESOURCES_ANNOTATION)

@@ -18,10 +18,10 @@ from operators.api.extendedresources import ExtendedClaim
 from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.cache.core import (
-    ClaimStatus,
     Namespace,
     Pod,
-    PodClaim,
+    PodResourceClaim,
+    PodResourceClaimStatus,
 )
 from operators.cache.informer import Key
 
@@ -193,7 +193,7 @@ def generated_claim_name(
 
 def own_claim(
     pod: Pod,
-    entry: PodClaim,
+    entry: PodResourceClaim,
     get: Callable[[str], ResourceClaim | None],
     owned: Iterable[ResourceClaim],
     protocol: PodProtocol = DRALLOC,
@@ -239,7 +239,7 @@ def claim_problem(claim: ResourceClaim | None, pod_uid: str) -> str:
 
 
 def devices_annotation(
-    pod: Pod, claims: Iterable[tuple[PodClaim, ResourceClaim | None]]
+    pod: Pod, claims: Iterable[tuple[PodResourceClaim, ResourceClaim | None]]
 ) -> str | None:
     """What the pod's devices annotation must say, from its claims (the truth): every entry's
     devices when each of the pod's own claims is allocated and reserved for it, else None
@@ -262,19 +262,22 @@ def devices_annotation(
 
 
 def merged_statuses(
-    current: Iterable[ClaimStatus], updates: dict[str, str | None], order: Iterable[str]
-) -> tuple[ClaimStatus, ...]:
+    current: Iterable[PodResourceClaimStatus], updates: dict[str, str | None], order: Iterable[str]
+) -> tuple[PodResourceClaimStatus, ...]:
     """Claim statuses in the pod's claim order: existing entries updated, new ones added."""
     by_name = {status.name: status.resource_claim_name for status in current}
     by_name.update(updates)
     ordered = [name for name in order if name in by_name]
     extra = sorted(name for name in by_name if name not in set(ordered))
     return tuple(
-        ClaimStatus(name=name, resource_claim_name=by_name[name]) for name in [*ordered, *extra]
+        PodResourceClaimStatus(name=name, resource_claim_name=by_name[name])
+        for name in [*ordered, *extra]
     )
 
 
-def statuses_update(pod: Pod, updates: dict[str, str | None]) -> tuple[ClaimStatus, ...] | None:
+def statuses_update(
+    pod: Pod, updates: dict[str, str | None]
+) -> tuple[PodResourceClaimStatus, ...] | None:
     """The pod's claim statuses with ``updates`` merged in, or None if that is what is
     recorded already (or there is nothing to record): the write both the claim controller
     and the allocation controller make, each only when it changes something."""
@@ -368,8 +371,8 @@ def plan_claim(
 
 
 def pending(
-    entries: list[tuple[PodClaim, ResourceClaim]],
-) -> list[tuple[PodClaim, ResourceClaim]]:
+    entries: list[tuple[PodResourceClaim, ResourceClaim]],
+) -> list[tuple[PodResourceClaim, ResourceClaim]]:
     """The entries whose claims are not allocated yet."""
     return [(entry, claim) for entry, claim in entries if not is_allocated(claim)]
 

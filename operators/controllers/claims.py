@@ -46,7 +46,7 @@ from operators.cache.core import (
     POD_CLAIMS_INDEX,
     Namespace,
     Pod,
-    PodClaim,
+    PodResourceClaim,
     parse_pod,
 )
 from operators.cache.informer import Change, Key
@@ -548,7 +548,7 @@ class ClaimController:
         wall = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.recreated_for[owner] = (wall, now)
 
-    def _own_claim(self, pod: Pod, entry: PodClaim) -> ResourceClaim | None:
+    def _own_claim(self, pod: Pod, entry: PodResourceClaim) -> ResourceClaim | None:
         """The claim of one pod entry, if it is the pod's own (see claimrules.own_claim)."""
         return claimrules.own_claim(
             pod,

@@ -48,7 +48,7 @@ from operators.cache.core import (
     Namespace,
     Node,
     Pod,
-    PodClaim,
+    PodResourceClaim,
 )
 from operators.cache.informer import Change, Key
 from operators.controllers import claimrules
@@ -417,7 +417,7 @@ class AllocationController:
         """Change the allocator state, after the running decision if there is one."""
         self.thread.mutate(change, *args)
 
-    def _claim_name(self, pod: Pod, entry: PodClaim) -> str | None:
+    def _claim_name(self, pod: Pod, entry: PodResourceClaim) -> str | None:
         return self.decider.claim_name(pod, entry)
 
     # --- the loop --------------------------------------------------------------------------

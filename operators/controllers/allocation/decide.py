@@ -17,7 +17,7 @@ from operators.allocator.state import AllocatorState
 from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
 from operators.api.models import ResourceClaim
 from operators.cache.assume import AssumeCache
-from operators.cache.core import Namespace, Node, Pod, PodClaim
+from operators.cache.core import Namespace, Node, Pod, PodResourceClaim
 from operators.cache.informer import Informer, Key
 from operators.controllers import claimrules, claimstatus, placerules
 from operators.controllers.allocation.outcomes import (
@@ -165,7 +165,7 @@ class Decider:
             f'namespace "{pod.namespace}"'
         )
 
-    def claim_name(self, pod: Pod, entry: PodClaim) -> str | None:
+    def claim_name(self, pod: Pod, entry: PodResourceClaim) -> str | None:
         """The claim an entry refers to: recorded on the pod, or generated for it (found
         through its owner while the pod does not record it yet).
 

@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 
 from operators.allocator.nodes import NodeInfo
 from operators.api.models import ResourceClaim
-from operators.cache.core import Node, PodClaim
+from operators.cache.core import Node, PodResourceClaim
 from operators.controllers import claimstatus
 
-Entries = list[tuple[PodClaim, ResourceClaim]]
+Entries = list[tuple[PodResourceClaim, ResourceClaim]]
 """A pod's claim entries, each with the claim it names, in the pod's order."""
 
 

@@ -14,7 +14,7 @@ import structlog
 
 from operators.api.models import ResourceClaim
 from operators.cache.assume import AssumeCache
-from operators.cache.core import Pod, PodClaim
+from operators.cache.core import Pod, PodResourceClaim
 from operators.cache.informer import Key
 from operators.controllers import claimstatus, podcondition
 from operators.controllers.allocation.outcomes import Unallocatable
@@ -35,7 +35,7 @@ class Reporter:
         self,
         runtime: Runtime,
         claims: AssumeCache[ResourceClaim],
-        claim_name: Callable[[Pod, PodClaim], str | None],
+        claim_name: Callable[[Pod, PodResourceClaim], str | None],
     ) -> None:
         self.runtime = runtime
         self.client: KubeClient = runtime.client

@@ -11,7 +11,7 @@ from operators.api.models import ResourceClaim, ResourceClaimTemplate
 from operators.api.podprotocol import DRALLOC, KUBERNETES
 from operators.cache.core import (
     FINALIZER,
-    ClaimStatus,
+    PodResourceClaimStatus,
     parse_namespace,
     parse_pod,
     render_claim_statuses,
@@ -110,11 +110,11 @@ def test_admin_access_rule(admin: bool, gate: bool, labels: dict[str, str], expe
 
 
 def test_statuses_keep_pod_order_and_render_stably() -> None:
-    current = (ClaimStatus(name="b", resource_claim_name="web-b-1"),)
+    current = (PodResourceClaimStatus(name="b", resource_claim_name="web-b-1"),)
     merged = claimrules.merged_statuses(current, {"a": "web-a-2"}, ["a", "b"])
     assert merged == (
-        ClaimStatus(name="a", resource_claim_name="web-a-2"),
-        ClaimStatus(name="b", resource_claim_name="web-b-1"),
+        PodResourceClaimStatus(name="a", resource_claim_name="web-a-2"),
+        PodResourceClaimStatus(name="b", resource_claim_name="web-b-1"),
     )
     assert render_claim_statuses(merged) == render_claim_statuses(
         claimrules.merged_statuses(merged, {}, ["a", "b"])

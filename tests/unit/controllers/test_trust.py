@@ -20,7 +20,7 @@ from operators.api.models import ResourceClaim
 from operators.cache.core import (
     CLAIM_STATUSES_ANNOTATION,
     DEVICES_ANNOTATION,
-    PodClaim,
+    PodResourceClaim,
     parse_pod,
 )
 from operators.cache.informer import Key
@@ -253,7 +253,7 @@ def test_own_claim_ignores_a_recorded_name_the_pod_does_not_own() -> None:
                   {CLAIM_STATUSES_ANNOTATION: statuses})
     )  # fmt: skip
     victim = model(victim_claim())
-    entry = PodClaim(name="dev", resource_claim_template_name="one")
+    entry = PodResourceClaim(name="dev", resource_claim_template_name="one")
     lookup = {"victim-dev-abcde": victim}.get
     assert claimrules.own_claim(attacker, entry, lookup, []) is None
     # Its own generated claim is found through its owner even when the record is wrong.
