@@ -119,12 +119,15 @@ def test_a_disruption_budget_holds_the_eviction_until_it_allows_it(
 
     message = wait_for("the budget to refuse the eviction", refusal, timeout=40)
     assert "The disruption budget keep-one needs 1 healthy pods" in message, message
-    condition = wait_for(
-        "the rule to count the refused eviction",
-        lambda: rule_condition(testbed, rules, rule["metadata"]["name"], "PodsPendingEviction"),
-        timeout=30,
-    )
-    assert "1 eviction refused by a disruption budget (retrying)" in condition["message"]
+    counted = "1 eviction refused by a disruption budget (retrying)"
+
+    def refusal_counted() -> dict[str, Any] | None:
+        # The Event comes first; the rule's status is written on its own schedule after it
+        # (the condition read at once may still be the one written before the refusal).
+        found = rule_condition(testbed, rules, rule["metadata"]["name"], "PodsPendingEviction")
+        return found if found is not None and counted in found["message"] else None
+
+    wait_for("the rule to count the refused eviction", refusal_counted, timeout=30)
     still = get(testbed, "pod", "guarded-0", namespace)
     assert still is not None and still["metadata"]["uid"] == uid
 

@@ -164,6 +164,32 @@ async def test_a_slot_held_by_an_eviction_a_budget_refuses_is_free_at_once_for_t
     assert evicted == [PODS.path("ns", "p0") + "/eviction", PODS.path("ns", "p1") + "/eviction"]
 
 
+async def test_an_eviction_the_api_server_refuses_uses_no_slot() -> None:
+    """With one eviction a minute: the first pod's eviction is refused (its namespace is being
+    deleted), which is no eviction, so the next pod goes at once; an attempt that got no answer
+    (it may have happened) keeps its slot."""
+    terminating = ApiError(403, "Forbidden", "namespace ns is being terminated")
+    for mode in (EvictionMode.EVICT, EvictionMode.DELETE):
+        client = FakeClient()
+        controller, _ = cluster(client, 3, max_evictions_per_minute=1, eviction_mode=mode)
+        client.fail = lambda method, path, _body: (
+            terminating if method != "GET" and "/p0" in path and "events" not in path else None
+        )
+        with pytest.raises(ApiError):
+            await controller.sync(Key("ns", "p0"))
+        await controller.sync(Key("ns", "p1"))
+        assert controller.evictions == 1, mode
+        client.fail = lambda method, path, _body: (
+            TimeoutError() if method != "GET" and "/p1" in path and "events" not in path else None
+        )
+        controller.limiter.recent.clear()
+        with pytest.raises(TimeoutError):
+            await controller.sync(Key("ns", "p1"))
+        await controller.sync(Key("ns", "p2"))
+        due = controller.queue.due_in(Key("ns", "p2"))
+        assert due is not None and due > 50.0, (mode, due)
+
+
 async def test_an_eviction_that_found_its_pod_gone_uses_no_slot() -> None:
     client = FakeClient()
     controller, _ = cluster(client, 2, max_evictions_per_minute=1)
