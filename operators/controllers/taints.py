@@ -256,13 +256,14 @@ class TaintController:
             self._give_back(slot)
             self.queue.retry(key)  # with this pod's backoff
             return
-        except ApiError:
-            # Answered with a refusal (403 in a namespace being deleted, 429 from the server's
-            # priority and fairness, ...): no eviction happened, so it uses no slot; else a
-            # few refused retries fill the minute and pods that can go wait for nothing (seen
-            # in e2e: two refused attempts in a terminating namespace held free pods 57 s).
-            # Without an answer the eviction may have happened, and the slot stays taken.
-            self._give_back(slot)
+        except ApiError as error:
+            # Refused (403 in a namespace being deleted, 429 from the server's priority and
+            # fairness, ...): no eviction happened, so it uses no slot; else a few refused
+            # retries fill the minute and pods that can go wait for nothing (seen in e2e: two
+            # refused attempts in a terminating namespace held free pods 57 s). A 5xx, like
+            # no answer at all, may come after the eviction was applied: the slot stays taken.
+            if 400 <= error.status < 500:
+                self._give_back(slot)
             raise
         if not evicted:  # gone, replaced or being deleted meanwhile: no slot used
             self._give_back(slot)

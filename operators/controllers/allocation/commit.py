@@ -151,8 +151,10 @@ class Commits:
         gated: the written claims are read back by the next decision."""
         keys = [p.key for p in placed]
         departed: list[Key] = []
+        attempted: list[Placed] = []  # the pod whose write failed is the last
+        done = False
         try:
-            written = await self._write_claims(placed)
+            written = await self._write_claims(placed, attempted)
             if gang is not None:
                 departed = await self._departed([p for p, _ in written])
                 if departed:
@@ -161,13 +163,14 @@ class Commits:
                         members=[str(k) for k in keys], departed=[str(k) for k in departed],
                     )  # fmt: skip
                     written = []  # nothing released: the next decision sees the gang short
-            await self._release_all(written, gang)
+            await self._release_all(written, gang, attempted)
+            done = True
         except asyncio.CancelledError:
             for key in keys:
                 self.usage.forget(key)  # the pod counts where the watch says (pinned or not)
             raise
         except Exception as error:
-            await self._failed(placed, gang, error)
+            await self._failed(placed, gang, error, attempted[-1] if attempted else placed[0])
         else:
             if departed:
                 metrics.ALLOCATIONS.labels(result="gang-member-left").inc()
@@ -188,28 +191,36 @@ class Commits:
             self.writer.claims_in_flight -= claim_keys
             self.slots.release()
             for key in keys:
-                if key in self.resync or departed:
-                    # It came up while in flight (its deletion, say): decide again now.
-                    self.resync.discard(key)
+                # It came up while in flight (its deletion, say): decide again now, once it is
+                # written or a member left; after a failure its retry keeps the backoff.
+                if departed or (done and key in self.resync):
                     self.queue.add(key)
+                self.resync.discard(key)
 
     async def _write_claims(
-        self, placed: list[Placed]
+        self, placed: list[Placed], attempted: list[Placed]
     ) -> list[tuple[Placed, dict[str, AllocationResult]]]:
-        """Each pod's claim writes, one pod after another; a failure gives back what was
-        counted for the pods not attempted (the writer gives back the failed pod's)."""
+        """Each pod's claim writes, one pod after another (each appended to ``attempted``
+        first); a failure gives back what was counted for the pods not attempted. The failed
+        pod's claims are its writer's to give back, or to keep while the write is unanswered
+        (it may have landed), so a claim it shares with a pod not attempted is left to it."""
         written: list[tuple[Placed, dict[str, AllocationResult]]] = []
-        written_claims: set[Key] = set()
+        handled: set[Key] = set()  # claims written, or left to the failed pod's writer
         try:
             for p in placed:
-                entries, results = self._after_earlier_writes(p, written_claims)
+                attempted.append(p)
+                entries, results = self._after_earlier_writes(p, handled)
                 allocations = await self.writer.write_claims(p.pod, p.node, entries, results)
                 written.append((p, allocations))
-                written_claims |= {claim_key(claim) for _, claim in entries}
+                handled |= {claim_key(claim) for _, claim in entries}
         except BaseException:
-            for p in placed[len(written) + 1 :]:  # never attempted
+            if len(attempted) > len(written):
+                handled |= {claim_key(claim) for _, claim in attempted[-1].entries}
+            for p in placed[len(attempted) :]:  # never attempted
                 for _, claim in pending(p.entries):
-                    if claim_key(claim) not in written_claims:  # shared with a written one
+                    key = claim_key(claim)
+                    if key not in handled and key not in self.writer.unanswered:
+                        handled.add(key)  # a claim two of them share is given back once
                         self.thread.mutate(self.state.release, claim)
             raise
         return written
@@ -249,9 +260,13 @@ class Commits:
         return [member.key for member, is_gone in zip(members, found, strict=True) if is_gone]
 
     async def _release_all(
-        self, written: list[tuple[Placed, dict[str, AllocationResult]]], gang: str | None
+        self,
+        written: list[tuple[Placed, dict[str, AllocationResult]]],
+        gang: str | None,
+        attempted: list[Placed],
     ) -> None:
-        """Every pod written at once: devices, pin, gate lifted."""
+        """Every pod written at once: devices, pin, gate lifted (the first that failed is
+        appended to ``attempted``)."""
         outcomes = await asyncio.gather(
             *(self._release(p, allocations, gang) for p, allocations in written),
             return_exceptions=True,
@@ -260,6 +275,7 @@ class Commits:
             p for (p, _), o in zip(written, outcomes, strict=True) if isinstance(o, BaseException)
         ]
         if failed:
+            attempted.append(failed[0])
             lifted = [
                 p
                 for (p, _), o in zip(written, outcomes, strict=True)
@@ -307,22 +323,24 @@ class Commits:
                 member.pod.involved(), REASON_GANG_INCOMPLETE, message, warning=True
             )
 
-    async def _failed(self, placed: list[Placed], gang: str | None, error: Exception) -> None:
-        """A write failed: what was counted for the pods is forgotten, and they are decided
-        again after a backoff (the next decision reads back what was written)."""
+    async def _failed(
+        self, placed: list[Placed], gang: str | None, error: Exception, failing: Placed
+    ) -> None:
+        """A write failed (``failing``'s): what was counted for the pods is forgotten, and
+        they are decided again after a backoff (the next decision reads back what was
+        written)."""
         keys = [p.key for p in placed]
         kind = failure_kind(error)
         metrics.ALLOCATIONS.labels(result=_FAILURE_RESULT.get(kind, "error")).inc()
-        first = placed[0]
         if gang is not None:
             log.warning("gang write failed", members=[str(k) for k in keys], error=str(error))
-        if await self.runtime.refused_by_fencing(error, first.pod.ref):
+        if await self.runtime.refused_by_fencing(error, failing.pod.ref):
             pass  # not this replica's to allocate (it stops), or retried soon
         elif kind is FailureKind.REJECTED:
             await self.runtime.events.post(
-                first.pod.involved(),
+                failing.pod.involved(),
                 REASON_FAILED,
-                f"the API server refused the allocation on node {first.node}: {error}",
+                f"the API server refused the allocation on node {failing.node}: {error}",
                 warning=True,
             )
         for key in keys:

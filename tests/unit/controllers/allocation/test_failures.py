@@ -343,6 +343,21 @@ async def test_a_refused_write_frees_the_device_and_tells_the_user() -> None:
     assert due is not None and due > 60
 
 
+async def test_a_pod_that_came_up_while_its_write_failed_keeps_its_backoff() -> None:
+    """A pod that came up in the queue while its writes were in flight (its claim's watch
+    event, say) is decided again at once when they landed; after a failure, its retry keeps
+    the backoff (an immediate requeue sent a refused write and its Event twice)."""
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1")
+    fail_status_writes(client, ApiError(422, "Invalid", "status.allocation: Invalid value"))
+    controller.commits.resync.add(key)
+    await sync(controller, key)
+    due = controller.queue.due_in(key)
+    assert due is not None and due > 60, due
+    assert key not in controller.commits.resync
+
+
 # --- explaining -----------------------------------------------------------------------------
 
 

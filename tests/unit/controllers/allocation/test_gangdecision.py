@@ -90,6 +90,57 @@ async def test_members_sharing_a_claim_allocate_it_once_and_both_reserve_it() ->
         assert not written["spec"].get("schedulingGates"), f"{name} still gated"
 
 
+async def test_a_shared_claim_whose_write_got_no_answer_stays_counted_for_the_members_after() -> (
+    None
+):
+    """The first member's allocation of the shared claim gets no answer (it may have landed):
+    its writer keeps the device counted until that is known, and the member not attempted
+    after it must not give the same claim back (a pod deciding next then got the device the
+    unanswered write may hold)."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    put(controller.runtime, RESOURCE_CLAIMS, claim("ns", "shared"))
+    for name in ("w0", "w1"):
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": "shared"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+        put(controller.runtime, PODS, raw)
+    status_path = RESOURCE_CLAIMS.path("ns", "shared") + "/status"
+    client.fail = lambda method, path, _body: (
+        TimeoutError() if method == "PATCH" and path == status_path else None
+    )
+    await decide(controller, Key("ns", "w0"))
+    assert Key("ns", "shared") in controller.writer.unanswered
+    client.fail = lambda _method, _path, _body: None
+    put(controller.runtime, RESOURCE_CLAIMS, claim("ns", "other"))
+    put(controller.runtime, PODS, pod("ns", "p", [{"name": "dev", "resourceClaimName": "other"}]))
+    await decide(controller, Key("ns", "p"))
+    taken = [path for path, _ in allocation_results(client) if "/other/" in path]
+    assert taken == [], "the device an unanswered write may hold was handed out again"
+
+
+async def test_a_refused_gang_write_is_told_on_the_member_whose_write_it_was() -> None:
+    client = FakeClient()
+    controller = group_cluster(client)
+    for name in ("w0", "w1"):
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+        put(controller.runtime, PODS, raw)
+    refused = RESOURCE_CLAIMS.path("ns", "c-w1") + "/status"
+    client.fail = lambda method, path, _body: (
+        ApiError(422, "Invalid", "status.allocation: Invalid value")
+        if method == "PATCH" and path == refused
+        else None
+    )
+    await decide(controller, Key("ns", "w0"))
+    told = [
+        e["involved"]["metadata"]["name"]
+        for e in client.events
+        if e["reason"] == "FailedAllocation"
+    ]
+    assert told == ["w1"], told
+
+
 # --- topology by device attribute ---------------------------------------------------------
 
 
