@@ -312,7 +312,7 @@ class ClaimController:
                 await self._correct_devices_annotation(pod, pod.resource_version)
             return
         updates: dict[str, str | None] = {}
-        refused = False
+        refused = ""  # why a claim could not be made, told on the pod's condition below
         for pod_claim in pod.claims:
             if pod_claim.resource_claim_template_name is None:
                 continue
@@ -321,27 +321,21 @@ class ClaimController:
                     pod, pod_claim.name, pod_claim.resource_claim_template_name
                 )
             except ClaimError as error:
+                refused = f"PodResourceClaim {pod_claim.name}: {error}"
                 await self.runtime.events.post(
-                    pod.involved(),
-                    REASON_FAILED_CREATION,
-                    f"PodResourceClaim {pod_claim.name}: {error}",
-                    warning=True,
+                    pod.involved(), REASON_FAILED_CREATION, refused, warning=True
                 )
                 log.info("claim not created", pod=pod.ref, claim=pod_claim.name, error=str(error))
-                refused = True
                 break
         if pod.extended is not None and not refused:
             try:
                 await self._ensure_extended_claim(pod, pod.extended)
             except ClaimError as error:
+                refused = f"PodResourceClaim {ENTRY_NAME} ({pod.extended.describe()}): {error}"
                 await self.runtime.events.post(
-                    pod.involved(),
-                    REASON_FAILED_CREATION,
-                    f"PodResourceClaim {ENTRY_NAME} ({pod.extended.describe()}): {error}",
-                    warning=True,
+                    pod.involved(), REASON_FAILED_CREATION, refused, warning=True
                 )
                 log.info("claim not created", pod=pod.ref, claim=ENTRY_NAME, error=str(error))
-                refused = True
         statuses = claimrules.statuses_update(pod, updates)
         version = pod.resource_version
         if statuses is not None:
@@ -362,6 +356,19 @@ class ClaimController:
             await self._reserve_for_bound_pod(pod)
             await self._correct_devices_annotation(pod, version)
         if refused:
+            # On the pod's condition too, where the user looks: the allocation waits for the
+            # claim without a word (seen in the robustness suite: an in-tree pod whose
+            # recorded claim was deleted stayed pending with an Event only).
+            await podcondition.set_condition(
+                self.client,
+                pod,
+                "False",
+                REASON_FAILED_CREATION,
+                refused,
+                still_needed=podcondition.no_devices,
+                protocol=self.protocol,
+                resource_version=version,
+            )
             # The user may fix it without an event we watch (an RBAC rule, a quota).
             self.queue.add_after(("pod", key), REFUSED_RETRY_DELAY)
 

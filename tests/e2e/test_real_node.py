@@ -307,6 +307,11 @@ def import_operator_image(testbed: Testbed) -> str:
     return ref
 
 
+ADMITTED_IN_A_ROW = 6
+"""Dry-run admissions in a row before the webhook counts as reachable: with two replicas
+behind the Service and the route to one of them stale, six in a row pass once in 64."""
+
+
 def rolled_out(testbed: Testbed) -> list[dict[str, Any]]:
     """The certificate Job done, the Deployment rolled out, two Ready replicas, one of them
     holding the Lease; returns the replicas' pods."""
@@ -329,9 +334,27 @@ def rolled_out(testbed: Testbed) -> list[dict[str, Any]]:
         ),
         timeout=120,
     )
-    # Ready replicas are not yet a reachable webhook: kube-proxy programs the Service's new
-    # endpoints a moment later (seen: "connection refused" on the first apply after an
-    # install, under load). A pod that asks for devices, either way, dry-run until admitted.
+    # Ready replicas are not yet a reachable webhook: the Service's endpoints still list the
+    # replaced replicas for a moment, and kube-proxy programs the new ones later still (seen:
+    # "connection refused" on the first apply after an install, and after an upgrade a call
+    # that timed out on a gone replica while the next one was admitted, under load). So the
+    # endpoints first, then a pod that asks for devices, dry-run until admitted several
+    # times in a row (each call may go to either replica).
+    names = {p["metadata"]["name"] for p in pods}
+
+    def endpoints_are_the_replicas() -> bool:
+        slices = testbed.get(
+            "endpointslices", "-n", OPERATOR_NAMESPACE,
+            "-l", "kubernetes.io/service-name=dralloc-webhook",
+        ) or {}  # fmt: skip
+        targets = {
+            (endpoint.get("targetRef") or {}).get("name")
+            for item in slices.get("items") or []
+            for endpoint in item.get("endpoints") or []
+        }
+        return targets == names
+
+    wait_for("the webhook's endpoints to be the replicas", endpoints_are_the_replicas, timeout=60)
     probe = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -346,13 +369,16 @@ def rolled_out(testbed: Testbed) -> list[dict[str, Any]]:
         },
     }
 
+    in_a_row = [0]
+
     def admitted() -> bool:
         answer = testbed.kubectl(
             "create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False
         )
-        return answer.returncode == 0
+        in_a_row[0] = in_a_row[0] + 1 if answer.returncode == 0 else 0
+        return in_a_row[0] >= ADMITTED_IN_A_ROW
 
-    wait_for("the webhook to admit pods", admitted, timeout=60, interval=1)
+    wait_for("the webhook to admit pods", admitted, timeout=90, interval=0.5)
     return pods
 
 

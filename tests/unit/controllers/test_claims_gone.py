@@ -125,8 +125,16 @@ async def test_a_deleted_generated_claim_in_tree_is_told_not_made_again(api_grou
     await controller.sync_pod(Key("ns", "p"))
     created = [c for c in client.calls if c.method == "POST" and "resourceclaims" in c.path]
     told = [e["message"] for e in client.events if e["involved"]["metadata"]["name"] == "p"]
+    conditions = [
+        condition
+        for call in client.writes(PODS.path("ns", "p") + "/status")
+        for condition in call.body["status"].get("conditions") or ()
+    ]
     if api_group == "resource.k8s.io":
         assert created == []
         assert any("ns/p-dev-gone, made for this entry, was deleted" in m for m in told), told
+        # Where the user looks too: the allocation waits for the claim without a word.
+        [condition] = conditions
+        assert condition["status"] == "False" and "was deleted" in condition["message"]
     else:
-        assert len(created) == 1 and told == []
+        assert len(created) == 1 and told == [] and conditions == []
