@@ -180,9 +180,9 @@ class FailureKind(enum.Enum):
     """The request itself was refused (400, 403, 422, ...): say why; retrying soon is futile."""
 
 
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, TimeoutError, OSError)
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (aiohttp.ClientError, TimeoutError, OSError)
 """What a request raises when no answer came back (connection refused or reset, timeout)."""
-REQUEST_ERRORS: tuple[type[BaseException], ...] = (ApiError, *TRANSPORT_ERRORS)
+REQUEST_ERRORS: tuple[type[Exception], ...] = (ApiError, *TRANSPORT_ERRORS)
 """Everything a request raises that is no bug of ours."""
 
 

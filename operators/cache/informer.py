@@ -41,10 +41,7 @@ from operators.kube import (
 
 T = TypeVar("T")
 
-WATCH_ERRORS: tuple[type[Exception], ...] = (
-    *(e for e in REQUEST_ERRORS if issubclass(e, Exception)),
-    ValueError,
-)
+WATCH_ERRORS: tuple[type[Exception], ...] = (*REQUEST_ERRORS, ValueError)
 """What a list or watch raises that backs off and tries again: the API server's answers and
 the transport's failures (see operators.kube), and a body that does not parse."""
 

@@ -128,9 +128,6 @@ class ClaimWriter:
         if written is not None and (pod is None or version_number(pod.resource_version) >= written):
             del self.written[key]
 
-    def _mutate(self, change: Callable[..., object], *args: Any) -> None:
-        self.decisions.mutate(change, *args)
-
     async def write_claims(
         self,
         pod: Pod,
@@ -171,7 +168,7 @@ class ClaimWriter:
                     continue
                 self.unanswered.pop(key, None)
                 if not self._write_landed(claim):
-                    self._mutate(self.state.release, claim)
+                    self.decisions.mutate(self.state.release, claim)
             raise
         return allocations
 
@@ -196,10 +193,10 @@ class ClaimWriter:
             return
         landed = is_allocated(current)
         if not landed:
-            self._mutate(self.state.release, unanswered.claim)
+            self.decisions.mutate(self.state.release, unanswered.claim)
             self.wake()
         elif current is not None:
-            self._mutate(
+            self.decisions.mutate(
                 self.state.landed, unanswered.claim, current.metadata.resource_version or ""
             )
         # If it landed, the devices stay assumed until the watch shows the allocation (a
@@ -290,7 +287,7 @@ class ClaimWriter:
             subresource="status",
         )
         self.unanswered.pop(key, None)  # answered: it landed, whatever the watch showed first
-        self._mutate(self.state.landed, claim, str(updated["metadata"]["resourceVersion"]))
+        self.decisions.mutate(self.state.landed, claim, str(updated["metadata"]["resourceVersion"]))
         stored = self.claims.assume(updated)
         assert stored.status is not None and stored.status.allocation is not None
         return stored.status.allocation

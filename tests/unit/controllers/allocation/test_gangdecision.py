@@ -68,17 +68,23 @@ def test_leaving_or_being_released_wakes_the_gang() -> None:
 # --- a claim the members share ------------------------------------------------------------
 
 
+def train_members(controller: AllocationController, claims: dict[str, str]) -> None:
+    """Gated members of gang "train" (size 2), each naming its claim, which exists."""
+    for claim_name in sorted(set(claims.values())):
+        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", claim_name))
+    for name, claim_name in claims.items():
+        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": claim_name}])
+        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+        put(controller.runtime, PODS, raw)
+
+
 async def test_members_sharing_a_claim_allocate_it_once_and_both_reserve_it() -> None:
     """Two gang members name the same ResourceClaim. Its allocation is written once; the
     second member only adds itself to reservedFor (a second allocation write would replace
     the first member's devices, or conflict on the server)."""
     client = FakeClient()
     controller = AllocationController(one_device_cluster(client))
-    put(controller.runtime, RESOURCE_CLAIMS, claim("ns", "shared"))
-    for name in ("w0", "w1"):
-        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": "shared"}])
-        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
-        put(controller.runtime, PODS, raw)
+    train_members(controller, {"w0": "shared", "w1": "shared"})
     await sync(controller, Key("ns", "w0"))
     assert [path for path, _ in allocation_results(client)] == [
         RESOURCE_CLAIMS.path("ns", "shared") + "/status"
@@ -99,11 +105,7 @@ async def test_a_shared_claim_whose_write_got_no_answer_stays_counted_for_the_me
     unanswered write may hold)."""
     client = FakeClient()
     controller = AllocationController(one_device_cluster(client))
-    put(controller.runtime, RESOURCE_CLAIMS, claim("ns", "shared"))
-    for name in ("w0", "w1"):
-        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": "shared"}])
-        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
-        put(controller.runtime, PODS, raw)
+    train_members(controller, {"w0": "shared", "w1": "shared"})
     status_path = RESOURCE_CLAIMS.path("ns", "shared") + "/status"
     client.fail = lambda method, path, _body: (
         TimeoutError() if method == "PATCH" and path == status_path else None
@@ -121,11 +123,7 @@ async def test_a_shared_claim_whose_write_got_no_answer_stays_counted_for_the_me
 async def test_a_refused_gang_write_is_told_on_the_member_whose_write_it_was() -> None:
     client = FakeClient()
     controller = group_cluster(client)
-    for name in ("w0", "w1"):
-        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
-        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
-        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
-        put(controller.runtime, PODS, raw)
+    train_members(controller, {"w0": "c-w0", "w1": "c-w1"})
     refused = RESOURCE_CLAIMS.path("ns", "c-w1") + "/status"
     client.fail = lambda method, path, _body: (
         ApiError(422, "Invalid", "status.allocation: Invalid value")
@@ -444,11 +442,7 @@ async def test_a_member_deleted_before_the_release_keeps_the_whole_gang_gated() 
     and the members are decided again."""
     client = FakeClient()
     controller = group_cluster(client, devices=2)
-    for name in ("w0", "w1"):
-        put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"c-{name}"))
-        raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"c-{name}"}])
-        raw["metadata"]["annotations"] |= {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
-        put(controller.runtime, PODS, raw)
+    train_members(controller, {"w0": "c-w0", "w1": "c-w1"})
     del client.objects[PODS.path("ns", "w1")]  # deleted on the server, not yet in the cache
     await decide(controller, Key("ns", "w0"))
     assert len(allocation_writes(client)) == 2, "the gang was decided and its claims written"
