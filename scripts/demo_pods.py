@@ -2,7 +2,8 @@
 on standard input.
 
 ``python scripts/demo_pods.py``        the table: namespace, pod, node, devices
-``python scripts/demo_pods.py wait``   exit 0 once every pod that should have devices has them
+``python scripts/demo_pods.py wait``   exit 0 once every pod that should have devices has them,
+                                       and every pod meant to wait was told why
 
 Some examples are meant to wait (a DeviceQuota that is full, say): they carry the annotation
 ``examples.dralloc.dev/waits`` with the reason, are not waited for, and are listed in one line
@@ -31,10 +32,13 @@ class Report:
     """Pods that should have devices and have none yet."""
     meant_to_wait: list[str]
     """One line per pod that waits as its example means it to: why, and what it was told."""
+    untold: list[str]
+    """Pods meant to wait that the operator has not told why yet (it explains a pod that
+    waits after a short grace, not at once)."""
 
     @property
     def done(self) -> bool:
-        return not self.waiting and len(self.rows) > 0
+        return not self.waiting and not self.untold and len(self.rows) > 0
 
     def table(self) -> str:
         rows = [("NAMESPACE", "POD", "NODE", "DEVICES"), *self.rows]
@@ -50,6 +54,7 @@ def report(pods: Sequence[Mapping[str, Any]]) -> Report:
     rows: list[tuple[str, str, str, str]] = []
     waiting: list[str] = []
     meant: list[str] = []
+    untold: list[str] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
@@ -69,7 +74,10 @@ def report(pods: Sequence[Mapping[str, Any]]) -> Report:
         placed = bool(devices) and node != "-"
         why = annotations.get(WAITS)
         if not placed and why:
-            told = _condition_message(pod) or "not told anything yet"
+            told = _condition_message(pod)
+            if not told:
+                untold.append(ref)
+            told = told or "not told anything yet"
             meant.append(f"{ref} waits, as its example means it to ({why}); dralloc says: {told}")
             shown = "(waits: see below)"
         else:
@@ -77,7 +85,7 @@ def report(pods: Sequence[Mapping[str, Any]]) -> Report:
                 waiting.append(ref)
             shown = ", ".join(devices) or "(waiting)"
         rows.append((str(meta.get("namespace")), str(meta.get("name")), node, shown))
-    return Report(rows, waiting, meant)
+    return Report(rows, waiting, meant, untold)
 
 
 def _condition_message(pod: Mapping[str, Any]) -> str:

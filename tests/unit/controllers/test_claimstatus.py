@@ -170,8 +170,8 @@ async def test_deallocation_drops_the_condition() -> None:
     raw = allocated(claim("ns", "c1"), "gone", "uid-gone")
     raw["status"]["conditions"] = [condition("Allocated", "True", "Allocated", "on node n1")]
     put(controller.runtime, RESOURCE_CLAIMS, raw)
-    controller.deleted_pod_uids["uid-gone"] = None
-    await controller.sync_claim(Key("ns", "c1"))
+    controller.releaser.pod_deleted("uid-gone")
+    await controller.releaser.sync(Key("ns", "c1"))
     [release, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
     assert release.body["status"]["allocation"] is None
     assert release.body["status"]["conditions"] is None
@@ -183,8 +183,8 @@ async def test_deallocation_drops_driver_device_status() -> None:
     raw = allocated(claim("ns", "c1"), "gone", "uid-gone")
     raw["status"]["devices"] = [{"driver": DRIVER, "pool": "n1", "device": "dev-0"}]
     put(controller.runtime, RESOURCE_CLAIMS, raw)
-    controller.deleted_pod_uids["uid-gone"] = None
-    await controller.sync_claim(Key("ns", "c1"))
+    controller.releaser.pod_deleted("uid-gone")
+    await controller.releaser.sync(Key("ns", "c1"))
     [release, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
     assert release.body["status"]["allocation"] is None
     assert release.body["status"]["devices"] is None
@@ -270,8 +270,8 @@ async def test_deallocation_drops_the_device_list() -> None:
     raw = allocated(claim("ns", "c1"), "gone", "uid-gone")
     raw["status"]["allocatedDevices"] = "dev-0"
     put(controller.runtime, RESOURCE_CLAIMS, raw)
-    controller.deleted_pod_uids["uid-gone"] = None
-    await controller.sync_claim(Key("ns", "c1"))
+    controller.releaser.pod_deleted("uid-gone")
+    await controller.releaser.sync(Key("ns", "c1"))
     [release, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
     assert release.body["status"]["allocatedDevices"] is None
     assert release.body["status"]["reservedForNames"] is None
@@ -286,8 +286,8 @@ async def test_a_trimmed_reservation_rewrites_the_consumers_names() -> None:
     raw["status"]["reservedFor"].append({"resource": "pods", "name": "gone", "uid": "uid-gone"})
     raw["status"]["reservedForNames"] = "kept,gone"
     put(controller.runtime, RESOURCE_CLAIMS, raw)
-    controller.deleted_pod_uids["uid-gone"] = None
-    await controller.sync_claim(Key("ns", "c1"))
+    controller.releaser.pod_deleted("uid-gone")
+    await controller.releaser.sync(Key("ns", "c1"))
     [trim, *_] = client.writes(RESOURCE_CLAIMS.path("ns", "c1") + "/status")
     assert [r["name"] for r in trim.body["status"]["reservedFor"]] == ["kept"]
     assert trim.body["status"]["reservedForNames"] == "kept"

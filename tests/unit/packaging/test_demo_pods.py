@@ -1,5 +1,5 @@
-"""scripts/demo_pods.py: the demo ends once the examples that should get devices have them, and
-lists those meant to wait in a line each instead of waiting for them."""
+"""scripts/demo_pods.py: the demo ends once the examples that should get devices have them and
+those meant to wait were told why, and lists the latter in a line each."""
 
 from __future__ import annotations
 
@@ -60,6 +60,16 @@ def test_a_pod_that_should_have_devices_keeps_the_demo_waiting() -> None:
     found = module.report([example_pod("one-gpu", placed=False), example_pod("b", placed=True)])
     assert not found.done and found.waiting == ["ex/one-gpu"]
     assert not module.report([]).done, "no example pod at all is not done"
+
+
+def test_a_pod_meant_to_wait_keeps_the_demo_waiting_until_it_is_told_why() -> None:
+    """The operator explains a waiting pod after a short grace: a demo that ended before it
+    printed 'not told anything yet' where the reason belongs (seen in `make demo`)."""
+    module = demo_pods()
+    pods = [example_pod("one-gpu", placed=True), example_pod("trio", placed=False, waits="full")]
+    found = module.report(pods)
+    assert not found.done and found.untold == ["ex/trio"]
+    assert "not told anything yet" in found.meant_to_wait[0]
 
 
 def test_every_example_pod_that_cannot_get_devices_says_so() -> None:

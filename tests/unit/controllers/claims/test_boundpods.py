@@ -15,7 +15,7 @@ from operators.cache.informer import Key
 from operators.controllers.claims import ClaimController
 from operators.kube import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, JsonDict
 
-from .fakes import FakeClient, allocated, claim, one_device_cluster, pod, put, template
+from ..fakes import FakeClient, allocated, claim, one_device_cluster, pod, put, template
 
 
 class RecordingClient(FakeClient):

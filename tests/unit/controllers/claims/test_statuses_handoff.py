@@ -18,7 +18,7 @@ from operators.controllers.claims import STATUSES_DEFER, ClaimController
 from operators.controllers.workqueue import work_once
 from operators.kube import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 
-from .fakes import FakeClient, one_device_cluster, pod, put, template
+from ..fakes import FakeClient, one_device_cluster, pod, put, template
 
 POD = Key("ns", "p")
 ENTRY = [{"name": "dev", "resourceClaimTemplateName": "one"}]

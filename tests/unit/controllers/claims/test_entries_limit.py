@@ -21,7 +21,7 @@ from operators.controllers.podcondition import CONDITION_TYPE
 from operators.controllers.workqueue import work_once
 from operators.kube import NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 
-from .fakes import FakeClient, namespace, pod, put, runtime, template
+from ..fakes import FakeClient, namespace, pod, put, runtime, template
 
 POD: WorkKey = ("pod", Key("ns", "p"))
 

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from operators.cache.informer import Key
-from operators.controllers.claims import (
+from operators.controllers.claims.controller import (
     REASON_FAILED_CREATION,
     REFUSED_RETRY_DELAY,
     ClaimController,
@@ -28,7 +28,7 @@ from operators.kube import (
     JsonDict,
 )
 
-from .fakes import FakeClient, namespace, pod, put, runtime, template
+from ..fakes import FakeClient, namespace, pod, put, runtime, template
 
 POD: WorkKey = ("pod", Key("ns", "p"))
 CLAIMS_PATH = RESOURCE_CLAIMS.path("ns")

@@ -12,7 +12,7 @@ from operators.controllers.claims import ClaimController
 from operators.controllers.workqueue import work_once
 from operators.kube import PODS, RESOURCE_CLAIMS, ApiError, NotFound
 
-from .fakes import FakeClient, allocated, claim, put, runtime
+from ..fakes import FakeClient, allocated, claim, put, runtime
 
 ROUTE_404 = NotFound(404, "NotFound", "the server could not find the requested resource")
 
@@ -34,7 +34,7 @@ async def test_a_finalizer_patch_refused_by_the_route_hides_nothing(answer: str)
     raw = allocated(claim("ns", "c1"), "gone", "uid-gone")
     raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     put(controller.runtime, RESOURCE_CLAIMS, raw)
-    controller.deleted_pod_uids["uid-gone"] = None
+    controller.releaser.pod_deleted("uid-gone")
     real = client.merge_patch
     failing = True
 
@@ -47,7 +47,7 @@ async def test_a_finalizer_patch_refused_by_the_route_hides_nothing(answer: str)
 
     client.merge_patch = patch  # type: ignore[method-assign]
     key = Key("ns", "c1")
-    await controller.sync_claim(key)
+    await controller.releaser.sync(key)
     assert controller.runtime.cache[RESOURCE_CLAIMS].get(key) is not None
     if answer == "object":
         assert controller.claims.get(key) is None  # gone: hidden until the watch says so
@@ -58,7 +58,7 @@ async def test_a_finalizer_patch_refused_by_the_route_hides_nothing(answer: str)
     later["metadata"]["resourceVersion"] = "99"
     controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", later)
     before = len(client.writes(RESOURCE_CLAIMS.path("ns", "c1")))
-    await controller.sync_claim(key)
+    await controller.releaser.sync(key)
     assert len(client.writes(RESOURCE_CLAIMS.path("ns", "c1"))) == before + 1  # retried
 
 
@@ -84,7 +84,7 @@ async def test_kube_schedulers_extended_resource_claim_goes_with_its_pod() -> No
     ]
     put(controller.runtime, RESOURCE_CLAIMS, raw)
     key = Key("ns", "x-extended-resources-abcde")
-    await controller.sync_claim(key)  # its pod runs: nothing to do
+    await controller.releaser.sync(key)  # its pod runs: nothing to do
     assert client.writes(RESOURCE_CLAIMS.path("ns", key.name)) == []
     while controller.queue.pending():
         await work_once(controller.queue, controller.sync)
@@ -103,7 +103,7 @@ async def test_a_deleted_generated_claim_in_tree_is_told_not_made_again(api_grou
     and nothing is created. In CRD mode the annotation may name a new claim: one is made."""
     from operators.kube import NAMESPACES, RESOURCE_CLAIM_TEMPLATES
 
-    from .fakes import namespace, pod, template
+    from ..fakes import namespace, pod, template
 
     client = FakeClient()
     controller = ClaimController(runtime(client, api_group=api_group, allocation_controller=False))

@@ -17,7 +17,7 @@ from operators.controllers.claims import REASON_EXTENDED_NOT_SERVED, ClaimContro
 from operators.controllers.workqueue import work_once
 from operators.kube import DEVICE_CLASSES, NAMESPACES, PODS, RESOURCE_CLAIMS
 
-from .fakes import FakeClient, device_class, namespace, put, runtime
+from ..fakes import FakeClient, device_class, namespace, put, runtime
 
 GPU = "example.com/gpu"
 IN_TREE = "resource.k8s.io"
