@@ -113,6 +113,8 @@ class Pod:
     """``spec.schedulingGroup.podGroupName``: the upstream Workload API's PodGroup of the
     pod's namespace (immutable). A gang where that PodGroup's policy is one and the gang
     annotations name none (they win); see operators.controllers.allocation.gangdecision.gang_of."""
+    protocol: PodProtocol = DRALLOC
+    """How the pod asks for claims (the operator's mode; in a snapshot, the pod's own)."""
 
     @property
     def ref(self) -> str:
@@ -125,6 +127,11 @@ class Pod:
     @property
     def gated(self) -> bool:
         return SCHEDULING_GATE in self.scheduling_gates
+
+    @property
+    def active(self) -> bool:
+        """Neither finished nor being deleted: a pod that may still hold or want devices."""
+        return not self.deleting and self.phase not in ("Succeeded", "Failed")
 
     @property
     def done(self) -> bool:
@@ -228,6 +235,7 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
         pod_group=pod_group_name(spec),
         extended=extended,
         extended_error=extended_error,
+        protocol=protocol,
     )
 
 

@@ -54,9 +54,9 @@ from operators.api.annotations import (
 )
 from operators.api.models import Device
 from operators.api.podprotocol import DRALLOC, PROTOCOLS
+from operators.cache.core import Pod
 from operators.cel import CELError, compile_selector
 from operators.cel.admission import Checked, refused_selectors, selector_paths
-from operators.toolkit.pods import PodInfo
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import RawObject
 
@@ -474,11 +474,11 @@ def _gated_pods(
             continue
         examined += 1
         for entry in pod.claims:
-            name = pod.generated_claim_name(entry)
+            name = pod.claim_name(entry)
             if name is None:
                 continue  # a template claim not generated yet: the claim controller's turn
             if f"{pod.namespace}/{name}" not in snapshot.claims:
-                how = "named" if entry.claim_name else "generated"
+                how = "named" if entry.resource_claim_name else "generated"
                 found.append(
                     Violation(
                         GATED_POD_CLAIM_MISSING,
@@ -500,7 +500,7 @@ def _bound_pods(
             continue
         examined += 1
         for entry in pod.claims:
-            name = pod.generated_claim_name(entry)
+            name = pod.claim_name(entry)
             problem = ""
             claim = snapshot.claims.get(f"{pod.namespace}/{name}") if name else None
             if name is None:
@@ -529,7 +529,7 @@ def _devices_annotations(
     examined = 0
     for key in sorted(snapshot.pods):
         pod = snapshot.pods[key]
-        if pod.devices_annotation is None or not pod.active:
+        if DEVICES_ANNOTATION not in pod.annotations or not pod.active:
             continue
         examined += 1
         for problem in _annotation_problems(snapshot, pod):
@@ -537,20 +537,22 @@ def _devices_annotations(
     return found, examined
 
 
-def _annotation_problems(snapshot: Snapshot, pod: PodInfo) -> list[str]:
+def _annotation_problems(snapshot: Snapshot, pod: Pod) -> list[str]:
     """How a pod's devices annotation disagrees with its claims (empty: it agrees)."""
     try:
-        listed = {item.name: item for item in parse_pod_devices(pod.devices_annotation)}
+        listed = {
+            item.name: item for item in parse_pod_devices(pod.annotations.get(DEVICES_ANNOTATION))
+        }
     except AnnotationError as error:
         return [f"annotation {DEVICES_ANNOTATION} is not valid: {'; '.join(error.problems)}"]
     problems: list[str] = []
     for entry in pod.claims:
         item = listed.pop(entry.name, None)
-        name = pod.generated_claim_name(entry)
+        name = pod.claim_name(entry)
         claim = snapshot.claims.get(f"{pod.namespace}/{name}") if name else None
         if claim is None:
             problem = f"claim {name} does not exist" if name else "has no claim"
-        elif entry.template_name is not None and not _owned_by(claim, pod.uid):
+        elif entry.resource_claim_template_name is not None and not _owned_by(claim, pod.uid):
             problem = f"claim {name} was not generated for this pod (another pod owns it)"
         elif claim.status is None or claim.status.allocation is None:
             problem = f"claim {name} is not allocated"

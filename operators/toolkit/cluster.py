@@ -18,9 +18,10 @@ from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.state import AllocatorState
 from operators.api.annotations import GANG_SIZE_MAX
+from operators.cache.core import Pod
 from operators.scheduling import filters
 from operators.scheduling.usage import ClusterUsage
-from operators.toolkit.pods import PodInfo
+from operators.toolkit.pods import own_claim_spec
 from operators.toolkit.snapshot import NodeEntry, Snapshot
 
 JsonDict = dict[str, Any]
@@ -113,31 +114,33 @@ class Cluster:
                     if r.get("resource") == "pods"
                 }
                 self.consumers[key] = pods
-        self.pods: dict[str, PodInfo] = dict(snapshot.pods)
+        self.pods: dict[str, Pod] = dict(snapshot.pods)
         self.node_names = snapshot.node_names
         # cpu, memory, ports, ... held per node, so "does it fit" means what kube-scheduler
         # would say, and moves with every simulated placement and eviction.
         self.usage = ClusterUsage()
         for key, pod in self.pods.items():
-            self.usage.update(key, pod.scheduling_needs())
+            self.usage.update(key, pod.needs)
 
     # --- claims of a pod -----------------------------------------------------------------
 
-    def resolve(self, pod: PodInfo) -> tuple[list[ClaimUse], str]:
+    def resolve(self, pod: Pod) -> tuple[list[ClaimUse], str]:
         """The pod's claims, or an empty list and the reason they cannot be resolved."""
         uses: list[ClaimUse] = []
         for entry in pod.claims:
-            name = pod.generated_claim_name(entry)
+            name = pod.claim_name(entry)
+            named = entry.resource_claim_name is not None
             if name:
                 key = f"{pod.namespace}/{name}"
                 body = self.claims.get(key)
                 if body is None:
-                    if entry.claim_name:
+                    if named:
                         return [], f"claim {entry.name}: ResourceClaim {key} not found"
                 else:
-                    uses.append(ClaimUse(entry.name, key, body, generated=not entry.claim_name))
+                    uses.append(ClaimUse(entry.name, key, body, generated=not named))
                     continue
-            if entry.spec is not None:  # a copy's own claim, as the claim controller makes it
+            spec = own_claim_spec(pod, entry)
+            if spec is not None:  # a copy's own claim, as the claim controller makes it
                 claim_name = f"{pod.name}-{entry.name}"
                 key = f"{pod.namespace}/{claim_name}"
                 self.claims.setdefault(key, {
@@ -145,11 +148,11 @@ class Cluster:
                     "kind": "ResourceClaim",
                     "metadata": {"name": claim_name, "namespace": pod.namespace,
                                  "uid": f"simulated-{pod.namespace}-{claim_name}"},
-                    "spec": dict(entry.spec),
+                    "spec": dict(spec),
                 })  # fmt: skip
                 uses.append(ClaimUse(entry.name, key, self.claims[key], generated=True))
                 continue
-            template_key = f"{pod.namespace}/{entry.template_name}"
+            template_key = f"{pod.namespace}/{entry.resource_claim_template_name}"
             template = self.snapshot.templates.get(template_key)
             if template is None:
                 return [], f"claim {entry.name}: ResourceClaimTemplate {template_key} not found"
@@ -171,7 +174,7 @@ class Cluster:
         problem = self._admin_access_problem(pod, uses)
         return (uses, "") if not problem else ([], problem)
 
-    def _admin_access_problem(self, pod: PodInfo, uses: Iterable[ClaimUse]) -> str:
+    def _admin_access_problem(self, pod: Pod, uses: Iterable[ClaimUse]) -> str:
         if pod.namespace not in self.snapshot.namespaces:
             return ""  # namespace not in the snapshot: its labels are unknown
         if pod.namespace in self.snapshot.admin_namespaces:
@@ -188,20 +191,20 @@ class Cluster:
 
     # --- placement -----------------------------------------------------------------------
 
-    def evaluate(self, pod: PodInfo, *, every_node: bool = False) -> Placement:
+    def evaluate(self, pod: Pod, *, every_node: bool = False) -> Placement:
         """Where the pod's claims go: the allocator's ``find_node`` picks among the nodes the
         pod may use. With ``every_node`` each node also gets its own verdict (for explain).
         """
         uses, problem = self.resolve(pod)
         if problem:
-            return Placement(pod.key, None, reason=problem)
+            return Placement(pod.ref, None, reason=problem)
         allocated = [u for u in uses if u.key in self.allocations]
         pending = [u for u in uses if u.key not in self.allocations]
         candidates, excluded, problem = self.candidates(pod, uses)
         if problem:
-            return Placement(pod.key, None, reason=problem)
+            return Placement(pod.ref, None, reason=problem)
         held = tuple(line for u in allocated for line in lines_of(u.key, self.allocations[u.key]))
-        placement = Placement(pod.key, None)
+        placement = Placement(pod.ref, None)
         allocations: dict[str, dict[str, Any]] = {}
         if not pending:
             if candidates:
@@ -252,7 +255,7 @@ class Cluster:
         return placement
 
     def candidates(
-        self, pod: PodInfo, uses: list[ClaimUse]
+        self, pod: Pod, uses: list[ClaimUse]
     ) -> tuple[list[NodeInfo], dict[str, NodeVerdict], str]:
         """The nodes the pod may use (scheduler filters, its allocated claims' nodes), the
         verdicts on the others, or a problem that rules out every node."""
@@ -267,11 +270,11 @@ class Cluster:
         excluded: dict[str, NodeVerdict] = {}
         candidates: list[NodeInfo] = []
         pod_filter = filters.prepare(
-            pod.scheduling_needs(),
+            pod.needs,
             self.usage,
             [e.view for e in self.snapshot.nodes.values() if e.view is not None],
             lambda ns: self.snapshot.namespace_labels.get(ns, {}),
-            key=pod.key,
+            key=pod.ref,
         )
         for name in self.node_names:
             verdict = self._node_filter(pod_filter, name, pinned)
@@ -343,16 +346,16 @@ class Cluster:
                 )
         return fitting
 
-    def commit(self, pod: PodInfo, placement: Placement) -> None:
+    def commit(self, pod: Pod, placement: Placement) -> None:
         """Record a successful placement, as the operator's writes would."""
         uses, _ = self.resolve(pod)
         for key, allocation in placement.allocations.items():
             self._record(key, allocation)
         for use in uses:
-            self.consumers.setdefault(use.key, set()).add(pod.key)
-        self.pods[pod.key] = pod
+            self.consumers.setdefault(use.key, set()).add(pod.ref)
+        self.pods[pod.ref] = pod
         if placement.node is not None and not pod.node_name:
-            self.usage.assume(pod.key, pod.scheduling_needs(), placement.node)
+            self.usage.assume(pod.ref, pod.needs, placement.node)
 
     def _record(self, key: str, allocation: ClaimAllocation) -> None:
         self.state.assume(self.claims[key], allocation)
@@ -376,7 +379,7 @@ class Cluster:
         self.usage.update(pod_key, None)
         return freed
 
-    def pod_is_allocated(self, pod: PodInfo) -> bool:
+    def pod_is_allocated(self, pod: Pod) -> bool:
         uses, problem = self.resolve(pod)
         return not problem and all(u.key in self.allocations for u in uses)
 

@@ -14,9 +14,10 @@ from operators.api.annotations import GANG_SIZE_MAX
 from operators.api.extendedresources import backing_classes, class_mapping
 from operators.api.podgroup import gang_too_large
 from operators.api.podprotocol import PROTOCOLS
+from operators.cache.core import Pod
 from operators.toolkit.cluster import Cluster, DeviceLine, NodeVerdict
 from operators.toolkit.gangs import gang_key, place_gang
-from operators.toolkit.pods import PodClaim, PodInfo
+from operators.toolkit.pods import made_up
 from operators.toolkit.snapshot import Snapshot
 from operators.toolkit.usererrors import ToolkitError
 
@@ -100,25 +101,15 @@ def explain(
     # An unallocated claim is explained through a pod that uses it, or on its own.
     using = [p for p in snapshot.pods.values() if _uses(cluster, p, key)]
     if using:
-        return _explain_pod(cluster, sorted(using, key=lambda p: p.key)[0], f"resourceclaim/{key}")
-    stand_in = PodInfo(
-        ref=snapshot.ref("ResourceClaim", key),
-        namespace=namespace,
-        name=f"(any pod using {name})",
-        uid="",
-        node_name=None,
-        phase="Pending",
-        deleting=False,
-        claims=(PodClaim(name="claim", claim_name=name),),
-        claim_statuses={},
+        return _explain_pod(cluster, sorted(using, key=lambda p: p.ref)[0], f"resourceclaim/{key}")
+    stand_in = made_up(
+        namespace, f"(any pod using {name})", [{"name": "claim", "resourceClaimName": name}]
     )
     return _explain_pod(cluster, stand_in, f"resourceclaim/{key}")
 
 
-def _extended_resources(snapshot: Snapshot, pod: PodInfo) -> list[str]:
+def _extended_resources(snapshot: Snapshot, pod: Pod) -> list[str]:
     """``resource (DeviceClass class)`` for each DRA extended resource the pod asks for."""
-    if pod.needs is None:
-        return []
     mapping = class_mapping(backing_classes(snapshot.device_classes.values()))
     return [
         f"{name} (DeviceClass {mapping[name]})"
@@ -144,13 +135,11 @@ def _extended_reason(key: str, snapshot: Snapshot, extended: list[str]) -> str:
     )
 
 
-def _uses(cluster: Cluster, pod: PodInfo, claim_key: str) -> bool:
-    return any(
-        f"{pod.namespace}/{pod.generated_claim_name(entry)}" == claim_key for entry in pod.claims
-    )
+def _uses(cluster: Cluster, pod: Pod, claim_key: str) -> bool:
+    return any(f"{pod.namespace}/{pod.claim_name(entry)}" == claim_key for entry in pod.claims)
 
 
-def _explain_pod(cluster: Cluster, pod: PodInfo, subject: str) -> Explanation:
+def _explain_pod(cluster: Cluster, pod: Pod, subject: str) -> Explanation:
     uses, problem = cluster.resolve(pod)
     claims = tuple(u.key for u in uses)
     if problem:
@@ -166,9 +155,10 @@ def _explain_pod(cluster: Cluster, pod: PodInfo, subject: str) -> Explanation:
             placement.devices,
             tuple(placement.verdicts),
         )
-    if pod.gang_problem:  # its PodGroup is missing, or dralloc cannot follow it
-        return Explanation(subject, "pending", pod.gang_problem, claims, None, (), ())
-    too_large = gang_too_large(pod.gang, cluster.max_gang_size) if pod.gang else None
+    gang_ref, gang_problem = cluster.snapshot.gang_of(pod)
+    if gang_problem:  # its PodGroup is missing, or dralloc cannot follow it
+        return Explanation(subject, "pending", gang_problem, claims, None, (), ())
+    too_large = gang_too_large(gang_ref, cluster.max_gang_size) if gang_ref else None
     if too_large:
         return Explanation(subject, "pending", too_large, claims, None, (), ())
     placement = cluster.evaluate(pod, every_node=True)
@@ -198,34 +188,36 @@ def _explain_pod(cluster: Cluster, pod: PodInfo, subject: str) -> Explanation:
     )
 
 
-def _gang_view(cluster: Cluster, pod: PodInfo) -> str:
+def _gang_view(cluster: Cluster, pod: Pod) -> str:
     """What the joint search says about the pod's gang: its waiting members together (the
     nodes above are what the pod could get alone, if the gang did not bind it)."""
-    key = gang_key(pod)
-    if key is None or pod.gang is None:
+    key = gang_key(cluster, pod)
+    gang, _ = cluster.snapshot.gang_of(pod)
+    if key is None or gang is None:
         return ""
     members = [
         p
         for p in cluster.pods.values()
-        if gang_key(p) == key and p.active and p.claims and not cluster.pod_is_allocated(p)
+        if gang_key(cluster, p) == key and p.active and p.claims and not cluster.pod_is_allocated(p)
     ]
-    if pod.key not in {m.key for m in members}:
+    if pod.ref not in {m.ref for m in members}:
         members.append(pod)
-    members.sort(key=lambda p: p.key)
+    members.sort(key=lambda p: p.ref)
     placed = sum(
-        1 for p in cluster.pods.values() if gang_key(p) == key and cluster.pod_is_allocated(p)
+        1
+        for p in cluster.pods.values()
+        if gang_key(cluster, p) == key and cluster.pod_is_allocated(p)
     )
-    need = max(pod.gang.size - placed, 1)
+    need = max(gang.size - placed, 1)
     if any(p.pod_group for p in members):
         need = max(need, len(members))  # a PodGroup's waiting members: all or none
     head = (
-        f"{pod.gang.label}: {len(members) + placed} of {pod.gang.size} members present"
-        f" ({placed} allocated)"
+        f"{gang.label}: {len(members) + placed} of {gang.size} members present ({placed} allocated)"
     )
-    outcome = place_gang(cluster, members, need, pod.gang.topology)
+    outcome = place_gang(cluster, members, need, gang.topology)
     if not outcome.placements:
         return f"{head}; the members cannot be placed together: {outcome.reason}"
-    mine = next((p for p in outcome.placements if p.pod == pod.key), None)
+    mine = next((p for p in outcome.placements if p.pod == pod.ref), None)
     where = (
         f"this pod on node {mine.node}" if mine is not None and mine.node else "without this pod"
     )

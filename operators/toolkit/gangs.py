@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from operators.allocator.gang import GangMember, GangPlacement, find_gang
 from operators.api.annotations import GangTopology
+from operators.cache.core import Pod
 from operators.toolkit.cluster import Cluster, Placement, lines_of
-from operators.toolkit.pods import PodInfo
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class GangOutcome:
 
 
 def place_gang(
-    cluster: Cluster, pods: list[PodInfo], need: int, topology: GangTopology | None = None
+    cluster: Cluster, pods: list[Pod], need: int, topology: GangTopology | None = None
 ) -> GangOutcome:
     """Placements for at least ``need`` of ``pods`` at once, or none (nothing recorded:
     ``Cluster.commit`` each placement to keep it)."""
@@ -37,10 +37,10 @@ def place_gang(
         if not problem:
             candidates, _, problem = cluster.candidates(pod, uses)
         if problem:
-            return GangOutcome((), f"member {pod.key}: {problem}", 0)
+            return GangOutcome((), f"member {pod.ref}: {problem}", 0)
         pending = [u for u in uses if u.key not in cluster.allocations]
-        pending_of[pod.key] = [u.key for u in pending]
-        members.append(GangMember(pod.key, [u.body for u in pending], candidates))
+        pending_of[pod.ref] = [u.key for u in pending]
+        members.append(GangMember(pod.ref, [u.body for u in pending], candidates))
     found: GangPlacement = find_gang(
         cluster.state, members, need, cluster.policy, topology=topology
     )
@@ -63,6 +63,7 @@ def place_gang(
     return GangOutcome(tuple(placements), "", found.searches)
 
 
-def gang_key(pod: PodInfo) -> str | None:
+def gang_key(cluster: Cluster, pod: Pod) -> str | None:
     """``namespace/gang`` of a gang member (None for a pod in no gang)."""
-    return f"{pod.namespace}/{pod.gang.name}" if pod.gang is not None else None
+    gang, _ = cluster.snapshot.gang_of(pod)
+    return f"{pod.namespace}/{gang.name}" if gang is not None else None

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from operators.allocator.compiled import Taint, Toleration
 from operators.allocator.features import Features
 from operators.api.annotations import GANG_SIZE_MAX, GangTopology
 from operators.api.podgroup import gang_too_large
+from operators.cache.core import Pod
 from operators.toolkit.cluster import Cluster, DeviceLine, Placement
 from operators.toolkit.gangs import gang_key, place_gang
-from operators.toolkit.pods import PodClaim, PodInfo
+from operators.toolkit.pods import copy_of, made_up
 from operators.toolkit.snapshot import Snapshot
-from operators.toolkit.usererrors import ObjectRef, ToolkitError
+from operators.toolkit.usererrors import ToolkitError
 
 ProgressHook = Callable[[int], None]
 
@@ -156,57 +157,59 @@ def simulate(
             "and pod node selectors and node taints are not checked"
         )
 
-    def place(pod: PodInfo, origin: str) -> bool:
+    def place(pod: Pod, origin: str) -> bool:
         result: Placement = cluster.evaluate(pod)
         if result.node is None:
-            pending.append(PodOutcome(pod.key, origin, None, reason=result.reason))
+            pending.append(PodOutcome(pod.ref, origin, None, reason=result.reason))
             tick(1)
             return False
         cluster.commit(pod, result)
-        placed.append(PodOutcome(pod.key, origin, result.node, result.devices))
+        placed.append(PodOutcome(pod.ref, origin, result.node, result.devices))
         tick(1)
         return True
 
     def place_together(
-        pods: list[PodInfo], need: int, origin: str, topology: GangTopology | None = None
+        pods: list[Pod], need: int, origin: str, topology: GangTopology | None = None
     ) -> bool:
         outcome = place_gang(cluster, pods, need, topology)
         done = {p.pod for p in outcome.placements}
-        by_key = {pod.key: pod for pod in pods}
+        by_key = {pod.ref: pod for pod in pods}
         for result in outcome.placements:
             cluster.commit(by_key[result.pod], result)
             placed.append(PodOutcome(result.pod, origin, result.node, result.devices))
         for pod in pods:
-            if pod.key not in done:
+            if pod.ref not in done:
                 reason = outcome.reason or "the gang was placed without this member"
-                pending.append(PodOutcome(pod.key, origin, None, reason=reason))
+                pending.append(PodOutcome(pod.ref, origin, None, reason=reason))
         tick(len(pods))
         return bool(outcome.placements)
 
     # 1. Settle: pods of the snapshot that wait for devices (a gang's members together).
-    gangs: dict[str, list[PodInfo]] = {}
+    gangs: dict[str, list[Pod]] = {}
     for pod in _waiting_pods(cluster):
-        key = gang_key(pod)
-        if pod.gang_problem:  # its PodGroup is missing, or dralloc cannot follow it
-            pending.append(PodOutcome(pod.key, "pending", None, reason=pod.gang_problem))
+        key = gang_key(cluster, pod)
+        _, gang_problem = snapshot.gang_of(pod)
+        if gang_problem:  # its PodGroup is missing, or dralloc cannot follow it
+            pending.append(PodOutcome(pod.ref, "pending", None, reason=gang_problem))
             tick(1)
         elif key is None:
             place(pod, "pending")
         else:
             gangs.setdefault(key, []).append(pod)
     for members in gangs.values():
-        largest = max((m.gang for m in members if m.gang is not None), key=lambda g: g.size)
+        member_gangs = [g for g in (snapshot.gang_of(m)[0] for m in members) if g is not None]
+        largest = max(member_gangs, key=lambda g: g.size)
         size = largest.size
         too_large = gang_too_large(largest, max_gang_size)
         if too_large:
-            pending.extend(PodOutcome(m.key, "pending", None, reason=too_large) for m in members)
+            pending.extend(PodOutcome(m.ref, "pending", None, reason=too_large) for m in members)
             tick(len(members))
             continue
         if any(m.pod_group for m in members):
             # As the operator: kube-scheduler queues a PodGroup's pods as one, so every
             # waiting member is placed, or none.
             size = max(size, len(members))
-        topology = next((m.gang.topology for m in members if m.gang and m.gang.topology), None)
+        topology = next((g.topology for g in member_gangs if g.topology), None)
         place_together(members, size, "pending", topology)
     # With a scenario, only its own pods decide: a pod of the snapshot that cannot be placed
     # anyway (e.g. it asks for more than any node has) says nothing about the what-if.
@@ -262,13 +265,13 @@ def work_size(snapshot: Snapshot, scenarios: list[Scenario]) -> int:
     return waiting + added
 
 
-def _waiting_pods(cluster: Cluster) -> list[PodInfo]:
+def _waiting_pods(cluster: Cluster) -> list[Pod]:
     pods = [p for p in cluster.pods.values() if p.active and p.claims]
     waiting = [p for p in pods if not cluster.pod_is_allocated(p)]
-    return sorted(waiting, key=lambda p: p.key)
+    return sorted(waiting, key=lambda p: p.ref)
 
 
-def _new_pods(cluster: Cluster, scenario: AddPods) -> list[PodInfo]:
+def _new_pods(cluster: Cluster, scenario: AddPods) -> list[Pod]:
     if scenario.count < 1:
         raise ToolkitError("the number of pods to add must be at least 1")
     if scenario.template:
@@ -278,16 +281,10 @@ def _new_pods(cluster: Cluster, scenario: AddPods) -> list[PodInfo]:
             raise ToolkitError(
                 f"ResourceClaimTemplate {key} is not in the snapshot (known: {known})"
             )
-        base = PodInfo(
-            ref=ObjectRef("scenario", kind="Pod", namespace=scenario.namespace),
-            namespace=scenario.namespace,
-            name=scenario.template,
-            uid="",
-            node_name=None,
-            phase="Pending",
-            deleting=False,
-            claims=(PodClaim(name="claim", template_name=scenario.template),),
-            claim_statuses={},
+        base = made_up(
+            scenario.namespace,
+            scenario.template,
+            [{"name": "claim", "resourceClaimTemplateName": scenario.template}],
         )
         stem = scenario.template
     else:
@@ -299,25 +296,10 @@ def _new_pods(cluster: Cluster, scenario: AddPods) -> list[PodInfo]:
             raise ToolkitError(f"Pod {key} uses no claims; nothing to simulate")
         base = found
         stem = found.name
-    pods = []
-    for index in range(scenario.count):
-        name = f"{stem}-sim-{index}"
-        pods.append(
-            replace(
-                base,
-                name=name,
-                uid=f"simulated-{scenario.namespace}-{name}",
-                node_name=None,
-                phase="Pending",
-                claim_statuses={},
-                claims=tuple(entry.for_copy() for entry in base.claims),
-                ref=ObjectRef("scenario", kind="Pod", namespace=scenario.namespace, name=name),
-            )
-        )
-    return pods
+    return [copy_of(base, f"{stem}-sim-{index}") for index in range(scenario.count)]
 
 
-def _taint(cluster: Cluster, scenario: TaintDevice, evictions: list[Eviction]) -> list[PodInfo]:
+def _taint(cluster: Cluster, scenario: TaintDevice, evictions: list[Eviction]) -> list[Pod]:
     driver, pool, device = scenario.parts
     known = {
         f"{s.spec.driver}/{s.spec.pool.name}/{d.name}"
@@ -339,7 +321,7 @@ def _taint(cluster: Cluster, scenario: TaintDevice, evictions: list[Eviction]) -
         return []
     taint = Taint(scenario.key, scenario.value, scenario.effect)
     shown = f"{scenario.key}:{scenario.effect}"
-    victims: dict[str, PodInfo] = {}
+    victims: dict[str, Pod] = {}
     room = {key: budget.allowed for key, budget in cluster.snapshot.budgets.items()}
     for claim_key, allocation in sorted(cluster.allocations.items()):
         for result in (allocation.get("devices") or {}).get("results") or []:
@@ -362,12 +344,12 @@ def _taint(cluster: Cluster, scenario: TaintDevice, evictions: list[Eviction]) -
     return list(victims.values())
 
 
-def _refusing_budget(cluster: Cluster, pod: PodInfo | None, room: dict[str, int]) -> str:
+def _refusing_budget(cluster: Cluster, pod: Pod | None, room: dict[str, int]) -> str:
     """The first budget covering the pod that has no disruption left (as the Eviction API
     decides); otherwise every covering budget spends one."""
     if pod is None:
         return ""
-    labels = pod.scheduling_needs().labels
+    labels = pod.labels
     covering = [
         key
         for key, b in sorted(cluster.snapshot.budgets.items())
@@ -393,6 +375,6 @@ def _tolerated(tolerations: list[dict[str, object]], taint: Taint) -> bool:
     )
 
 
-def _recreated(pod: PodInfo) -> PodInfo:
+def _recreated(pod: Pod) -> Pod:
     """The replacement a controller would create: same claims, new generated claims."""
-    return replace(pod, name=f"{pod.name}-new", node_name=None, phase="Pending", claim_statuses={})
+    return copy_of(pod, f"{pod.name}-new", keep_claims=True)

@@ -8,7 +8,6 @@ are counted and skipped, so a whole ``kubectl get all -A -o yaml`` can be fed in
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,9 +24,11 @@ from operators.api import (
     parse_object,
     podgroup,
 )
-from operators.api.podgroup import PodGroup, parse_pod_group, resolve_gang
+from operators.api.annotations import GangRef
+from operators.api.podgroup import PodGroup, parse_pod_group
+from operators.cache.core import Pod
 from operators.scheduling.model import LabelSelector, Node, parse_node
-from operators.toolkit.pods import PodInfo, parse_pod
+from operators.toolkit.pods import gang_of, parse_pod
 from operators.toolkit.sources import RawObject
 from operators.toolkit.usererrors import ObjectRef, SnapshotError
 
@@ -108,7 +109,7 @@ class Snapshot:
     templates: Mapping[str, ResourceClaimTemplate]
     """Keyed ``namespace/name``."""
     taint_rules: Mapping[str, DeviceTaintRule]
-    pods: Mapping[str, PodInfo]
+    pods: Mapping[str, Pod]
     """Keyed ``namespace/name``."""
     nodes: Mapping[str, NodeEntry]
     admin_namespaces: frozenset[str]
@@ -130,6 +131,11 @@ class Snapshot:
     """Upstream Workload API PodGroups (scheduling.k8s.io/v1beta1), keyed ``namespace/name``:
     the gangs of the pods that join them."""
     """Labels of every Namespace seen (inter-pod affinity namespace selectors read them)."""
+
+    def gang_of(self, pod: Pod) -> tuple[GangRef | None, str]:
+        """The pod's gang and why it cannot be decided ('' = it can), as the operator
+        resolves it (see operators.toolkit.pods.gang_of)."""
+        return gang_of(pod, self.pod_groups)
 
     def ref(self, kind: str, key: str) -> ObjectRef:
         return self.refs.get((kind, key), ObjectRef("snapshot", kind=kind, name=key))
@@ -174,7 +180,7 @@ def build_snapshot(
     quotas: dict[str, DeviceQuota] = {}
     budgets: dict[str, Budget] = {}
     pod_groups: dict[str, PodGroup] = {}
-    pods: dict[str, PodInfo] = {}
+    pods: dict[str, Pod] = {}
     nodes: dict[str, NodeEntry] = {}
     admin_namespaces: set[str] = set()
     namespaces: set[str] = set()
@@ -218,8 +224,8 @@ def build_snapshot(
                     templates[key] = model
         elif kind == "Pod" and raw.api_version == "v1":
             pod = parse_pod(ref, body)
-            remember(kind, pod.key, ref)
-            pods[pod.key] = pod
+            remember(kind, pod.ref, ref)
+            pods[pod.ref] = pod
         elif kind == "PodDisruptionBudget" and raw.api_version == "policy/v1":
             budget = parse_budget(body)
             key = f"{budget.namespace}/{budget.name}"
@@ -253,8 +259,6 @@ def build_snapshot(
             if on_invalid is None:
                 raise
             on_invalid(error)
-    for key, pod in pods.items():
-        pods[key] = _with_pod_group(pod, pod_groups)
     return Snapshot(
         device_classes=classes,
         resource_slices=slices,
@@ -273,16 +277,6 @@ def build_snapshot(
         api_groups=frozenset(groups),
         skipped=dict(skipped),
     )
-
-
-def _with_pod_group(pod: PodInfo, pod_groups: Mapping[str, PodGroup]) -> PodInfo:
-    """The pod with its gang resolved as the operator resolves it (annotations first, else
-    its PodGroup's gang; a missing PodGroup or one dralloc cannot follow is its problem)."""
-    if pod.gang is not None or not pod.pod_group:
-        return pod
-    group = pod_groups.get(f"{pod.namespace}/{pod.pod_group}")
-    gang, problem = resolve_gang(None, "", pod.namespace, pod.pod_group, group)
-    return dataclasses.replace(pod, gang=gang, gang_problem=problem)
 
 
 def _parse_dra(raw: RawObject) -> Any:

@@ -238,9 +238,9 @@ def test_gang_annotations_win_over_the_pod_group(write_snapshot: Callable[..., P
     snapshot = build_snapshot(
         read_objects([write_snapshot(items + pods + [pod_group("train", 4)])])
     )
-    member = snapshot.pods["team-a/w0"]
-    assert member.gang is not None and (member.gang.name, member.gang.size) == ("other", 2)
-    assert not member.gang.pod_group
+    gang, problem = snapshot.gang_of(snapshot.pods["team-a/w0"])
+    assert gang is not None and (gang.name, gang.size) == ("other", 2) and not problem
+    assert not gang.pod_group
     result = explain(snapshot, "pod/w0", "team-a")
     assert result.gang.startswith('gang "other"')
 

@@ -23,8 +23,8 @@ def test_intree_snapshot_is_indexed() -> None:
     assert snapshot.skipped == {"Deployment": 1}
     west = snapshot.pods["team-a/west-pair"]
     assert west.protocol is KUBERNETES
-    assert west.claims[0].template_name == "numa-pair"
-    assert west.node_selector == {"zone": "west"}
+    assert west.claims[0].resource_claim_template_name == "numa-pair"
+    assert west.needs.node_selector == {"zone": "west"}
     assert snapshot.nodes["node-c"].taints[0].effect == "NoSchedule"
 
 
