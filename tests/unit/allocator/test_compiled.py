@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from operators.allocator import compiled
-from operators.allocator.compiled import SpecCache, compile_claim
+from operators.allocator.compiled import ClaimSpecParts, SpecCache, compile_claim
 from operators.api import parse_object
 
 
@@ -25,7 +26,12 @@ def claim(name: str, count: int = 1) -> dict[str, Any]:
 def test_equal_specs_are_compiled_once_and_claims_keep_their_own_metadata(monkeypatch: Any) -> None:
     calls: list[object] = []
     real = compiled._compile_spec
-    monkeypatch.setattr(compiled, "_compile_spec", lambda spec: calls.append(spec) or real(spec))
+
+    def counted(spec: Mapping[str, Any]) -> ClaimSpecParts:
+        calls.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(compiled, "_compile_spec", counted)
     cache = SpecCache()
     a, b = parse_object(claim("a")), parse_object(claim("b"))
     first, second = compile_claim(a, cache), compile_claim(b, cache)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -273,7 +274,7 @@ def test_a_gang_whose_shared_claim_fits_once_but_not_twice_is_placed() -> None:
 NVL = "attribute:gpu.example.com/nvlinkDomain"
 
 
-def domains(**nodes: list[str | None]) -> AllocatorState:
+def domains(**nodes: Sequence[str | None]) -> AllocatorState:
     """node name -> the NVLink domain of each "small" GPU (None: without the attribute)."""
     state = AllocatorState()
     for node, values in nodes.items():
@@ -356,10 +357,8 @@ def test_devices_without_the_attribute_are_not_used() -> None:
     # node-a (listed first) has four GPUs without the attribute: a plain first-fit gang
     # goes there, a gang kept together by the attribute does not, and nodes that reach no
     # device with the value are not even searched.
-    state = domains(
-        **{"node-a": [None] * 4, "node-b": ["A", None, "A"]},
-        **{f"node-x{i}": [None] * 2 for i in range(30)},
-    )
+    listed: dict[str, list[str | None]] = {"node-a": [None] * 4, "node-b": ["A", None, "A"]}
+    state = domains(**listed, **{f"node-x{i}": [None] * 2 for i in range(30)})
     order = ["node-a", *(f"node-x{i}" for i in range(30)), "node-b"]
     plain = find_gang(state, domain_gang(state, 2, order), need=2, policy="first-fit")
     assert plain.fits and {p.node for p in plain.placed} == {"node-a"}
@@ -391,7 +390,12 @@ def test_a_shared_claim_under_an_attribute_topology_is_allocated_once() -> None:
     # w0 and w2 share a one-GPU claim, w1 has its own. node-a (no attribute) is first in
     # first-fit order; B has the most GPUs: the shared claim gets one B GPU, once, and
     # both sharers go where it is.
-    state = domains(**{"node-a": [None, None], "node-b": ["A"], "node-c": ["B", "B"]})
+    layout: dict[str, list[str | None]] = {
+        "node-a": [None, None],
+        "node-b": ["A"],
+        "node-c": ["B", "B"],
+    }
+    state = domains(**layout)
     nodes = [NodeInfo(n) for n in sorted(state.node_names())]
     shared = wants("shared", "small")
     gang = [
@@ -408,7 +412,8 @@ def test_a_shared_claim_under_an_attribute_topology_is_allocated_once() -> None:
     assert len(set(used_devices(result))) == 2  # the shared claim's GPU, and w1's
     assert not any(state.is_assumed(c) for m in gang for c in m.claims)
     # Under A (one GPU) the gang does not fit: the shared claim counts once, w1 needs a second.
-    state = domains(**{"node-a": [None, None], "node-b": ["A"]})
+    layout = {"node-a": [None, None], "node-b": ["A"]}
+    state = domains(**layout)
     nodes = [NodeInfo(n) for n in sorted(state.node_names())]
     gang = [GangMember(m.name, m.claims, nodes) for m in gang]
     assert not find_gang(state, gang, need=3, topology=NVL).fits
@@ -460,8 +465,8 @@ def test_random_attribute_topologies_fit_exactly_when_one_value_alone_fits(seed:
     assert result.fits == bool(fits_alone), (layout, counts, need, result.reason)
     if result.fits:
         assert len(result.placed) >= need
-        values = used_domains(state, result)
-        assert len(values) == 1 and values <= set(fits_alone)
+        used = used_domains(state, result)
+        assert len(used) == 1 and used <= set(fits_alone)
         assert len(set(used_devices(result))) == len(used_devices(result))
 
 

@@ -78,8 +78,9 @@ def state_with(policy: str, slices: list[dict[str, Any]], used: list[str]) -> Al
 
 
 def chosen(state: AllocatorState, kind: str) -> str:
-    [allocation] = state.allocate([claim("c", kind)], "node-a") or [None]
-    assert allocation is not None
+    found = state.allocate([claim("c", kind)], "node-a")
+    assert found is not None
+    [allocation] = found
     return allocation.devices[0].device
 
 
@@ -161,8 +162,10 @@ def test_pack_places_a_slice_where_it_blocks_no_bigger_partition(
     # aligned 2g; at slice 2 it breaks nothing that is not broken already.
     state = state_with(policy, mig_gpu(), [])
     state.allocated.add(UsedDevice(device=(DRIVER, "node-a", "1g-3")))
-    [small] = state.allocate([claim("c1", "quarter")], "node-a") or [None]
-    assert small is not None and small.devices[0].device == device
+    found = state.allocate([claim("c1", "quarter")], "node-a")
+    assert found is not None
+    [small] = found
+    assert small.devices[0].device == device
     state.assume(claim("c1", "quarter"), small)
     half = state.allocate([claim("c2", "half")], "node-a")
     assert (half is not None) is half_fits
@@ -201,6 +204,7 @@ def test_pack_takes_a_claims_devices_from_one_numa_node(
         "metadata": {"name": "c", "namespace": "ns"},
         "spec": {"devices": {"requests": [request]}},
     }
-    [allocation] = state.allocate([body], "node-a") or [None]
-    assert allocation is not None
+    found = state.allocate([body], "node-a")
+    assert found is not None
+    [allocation] = found
     assert [d.device for d in allocation.devices] == expected

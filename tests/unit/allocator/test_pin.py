@@ -3,6 +3,7 @@ with a device-attribute topology searches under)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ def gpu(name: str, domain: str | int | None) -> dict[str, Any]:
     return {"name": name, "attributes": attributes}
 
 
-def cluster(**nodes: list[str | int | None]) -> AllocatorState:
+def cluster(**nodes: Sequence[str | int | None]) -> AllocatorState:
     state = AllocatorState()
     for node, domains in nodes.items():
         state.upsert_slice(node_slice(node, [gpu(f"d{i}", d) for i, d in enumerate(domains)]))
@@ -62,7 +63,8 @@ def test_a_pinned_search_takes_only_devices_with_the_value() -> None:
 
 
 def test_a_pin_compares_typed_values() -> None:
-    state = cluster(**{"node-a": ["1", 1]})
+    domains: list[str | int | None] = ["1", 1]
+    state = cluster(**{"node-a": domains})
     claim = claim_of("c", request(1))
     assert devices_of(state.find_node([claim], ["node-a"], "first-fit", pin=pin(1))) == ["d1"]
     assert devices_of(state.find_node([claim], ["node-a"], "first-fit", pin=pin("1"))) == ["d0"]

@@ -131,7 +131,7 @@ def test_capacity_of_whole_devices_is_summed() -> None:
 def test_consumable_capacity_counts_what_the_share_consumes() -> None:
     state = cluster(nodes=1, models=("a100",), shared=True, memory="160Gi")
     state.upsert_quota(quota(capacity={"memory": "160Gi"}))
-    share = {"capacity": {"requests": {"memory": "40Gi"}}}
+    share: dict[str, Any] = {"capacity": {"requests": {"memory": "40Gi"}}}
     for i in range(2):
         assert place(state, claim(f"s{i}", 1, **share)).node is not None
     assert used(state).capacity == {"memory": 80 * 2**30 * 10**9}
@@ -403,7 +403,7 @@ def test_a_watch_behind_our_write_does_not_lift_its_quota_charge() -> None:
 
 def test_a_share_decided_again_while_the_watch_shows_the_old_one_counts_both() -> None:
     state = cluster(nodes=1, models=("a100", "a100"), shared=True, memory="160Gi")
-    share = {"capacity": {"requests": {"memory": "40Gi"}}}
+    share: dict[str, Any] = {"capacity": {"requests": {"memory": "40Gi"}}}
     old = state.find_node([claim("a", 1, **share)], NODES).allocations[0]
     state.upsert_claim(at_version(claim("a", 1, **share), 11, old))
     given_back = at_version(claim("a", 1, **share), 12)

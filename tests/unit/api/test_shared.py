@@ -223,14 +223,16 @@ def test_a_shared_part_holds_nothing_of_its_input() -> None:
 
 def test_keys() -> None:
     assert scalar_items({"int": 1}) != scalar_items({"int": True})
-    for unkeyed in ({"int": 1.0}, {1: "x"}, {"s": ["a"]}):
+    not_scalars: tuple[dict[Any, Any], ...] = ({"int": 1.0}, {1: "x"}, {"s": ["a"]})
+    for unkeyed in not_scalars:
         with pytest.raises(TypeError):
             scalar_items(unkeyed)
     value = {"b": [1, 1.0, True, None, "\ud800"], "a": {"x": -0.0}}
     assert json_copy(json_text(value)) == value
     assert list(json_copy(json_text(value))) == ["b", "a"]
     assert json_text({"x": 0.0}) != json_text({"x": -0.0})
-    for unkeyed in ({1: "x"}, {"t": (1,)}, {"n": json}):
+    not_json: tuple[dict[Any, Any], ...] = ({1: "x"}, {"t": (1,)}, {"n": json})
+    for unkeyed in not_json:
         with pytest.raises(TypeError):
             json_text(unkeyed)
     deep: Any = []
@@ -276,7 +278,7 @@ def test_a_copy_with_changes_leaves_the_shared_set_alone() -> None:
 def test_every_model_is_frozen_as_sharing_its_set_of_fields_needs() -> None:
     from operators.api.base import KubeModel
 
-    def subclasses(cls: type) -> list[type]:
+    def subclasses(cls: type[KubeModel]) -> list[type[KubeModel]]:
         return [cls, *(s for sub in cls.__subclasses__() for s in subclasses(sub))]
 
     models = subclasses(KubeModel)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_without_go_the_profile_says_why(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 
 def test_the_parts_table_has_a_column_per_profiled_system() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"workload": "w", "system": "in-tree", "apiserverMsPerPod": {"total": 37.4, "  a": 2.0}},
         {"workload": "w", "system": "dralloc", "apiserverMsPerPod": {"total": 40.1, "  a": 3.85}},
         {"workload": "w", "system": "pods without claims", "apiserverMsPerPod": {}},

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 from bench import report
 from bench.level2 import cpu_seconds
@@ -32,7 +33,7 @@ def test_cpu_seconds_counts_a_busy_process_and_this_one_and_skips_the_gone() -> 
 
 
 def test_the_cpu_table_has_a_column_per_process_and_a_total() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "workload": "w",
             "system": "in-tree",

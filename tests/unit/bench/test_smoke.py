@@ -50,7 +50,7 @@ def test_dralloc_replay_places_every_pod() -> None:
 def test_roomy_quotas_check_every_pod_and_change_no_placement() -> None:
     scenario = expand(load("template_fast"))
     without = level1.run_dralloc(scenario)
-    replay = level1.DrallocReplay(scenario, quotas=True)
+    replay = level1.DrallocReplay(scenario, quotas="roomy")
     placements: list[tuple[str, str]] = []
     replay.run(scenario.init_steps, placements)
     replay.run(scenario.measure_steps, placements)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from typing import Any
+from typing import Any, cast
 
 from operators.api.models import ResourceClaim
 from operators.api.podprotocol import DRALLOC, KUBERNETES
@@ -299,7 +299,9 @@ def _crd_rules_pass(status: dict[str, Any]) -> list[str]:
     from operators.cel.program import evaluate
 
     stored = {k: v for k, v in status.items() if v is not None}  # merge-patch nulls drop
-    rules = ResourceClaimStatus.model_config["json_schema_extra"]["x-kubernetes-validations"]
+    extra = ResourceClaimStatus.model_config["json_schema_extra"]
+    assert isinstance(extra, dict)
+    rules = cast(list[dict[str, str]], extra["x-kubernetes-validations"])  # the CRD's JSON
     return [
         r["message"]
         for r in rules

@@ -49,6 +49,12 @@ class Writer:
         return {}
 
 
+class _Controller(DoubleAllocationController):
+    """The controller under test, with the allocation controller's stand-in at hand."""
+
+    writer: Writer
+
+
 def _double(
     client: FakeClient,
     *,
@@ -57,12 +63,12 @@ def _double(
     owned: bool = False,
     generated: bool = True,
     c2_reserved: list[dict[str, Any]] | None = None,
-) -> Any:
+) -> _Controller:
     """c1 (pod "first", bound, seen first) and c2 (pod "second") hold the same device."""
     runtime = one_device_cluster(client)
     writer = Writer()
     runtime.add(writer)
-    controller = DoubleAllocationController(runtime)
+    controller = _Controller(runtime)
     controller.writer = writer
     first = pod("ns", "first", [{"name": "d", "resourceClaimName": "c1"}], gated=False)
     first["spec"]["nodeName"] = "n1"

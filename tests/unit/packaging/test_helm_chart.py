@@ -607,7 +607,7 @@ def test_one_list_of_operator_identities_feeds_the_identity_and_the_fencing() ->
     assert (
         admit(claim_writes, {}, operation="DELETE", obj=None, old=users_claim(), user="bob") is None
     )
-    refused = run(
+    templated = run(
         helm(), "template", "dralloc", CHART, "--set", "allocationPolicy.operatorUsers={a\\,b}"
     )
-    assert refused.returncode != 0 and "/allocationPolicy/operatorUsers/0" in refused.stderr
+    assert templated.returncode != 0 and "/allocationPolicy/operatorUsers/0" in templated.stderr

@@ -8,8 +8,9 @@ import json
 import ssl
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -371,6 +372,16 @@ def test_in_a_pod_the_service_account_is_used(tmp_path: Path) -> None:
         kubeconfig.load(environ=env, service_account=tmp_path / "absent")
 
 
+async def login(memo: kopf.Memo) -> kopf.ConnectionInfo:
+    """dralloc's login handler, called as kopf calls it (it reads the memo only)."""
+    from operators import process
+
+    # kopf.on.login types the handler as kopf's generic ActivityFn (every keyword of an
+    # activity required, any result): this one is async and returns a ConnectionInfo.
+    handler = cast(Callable[..., Awaitable[kopf.ConnectionInfo]], process.login)
+    return await handler(memo=memo)
+
+
 async def test_kopfs_login_gets_the_same_credentials(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -387,7 +398,7 @@ async def test_kopfs_login_gets_the_same_credentials(
     monkeypatch.setattr(
         runtime, "_configured_settings", Settings(kubeconfig=str(path), identity="t")
     )
-    info = await process.login(memo=kopf.Memo())
+    info = await login(kopf.Memo())
     assert (info.server, info.ca_data, info.scheme, info.token, info.default_namespace) == (
         "https://k:6443",
         CERT,
@@ -399,7 +410,7 @@ async def test_kopfs_login_gets_the_same_credentials(
         runtime, "_configured_settings", Settings(kubeconfig=str(tmp_path / "x"), identity="t")
     )
     with pytest.raises(process.kopf.LoginError, match="x"):
-        await process.login(memo=kopf.Memo())
+        await login(kopf.Memo())
 
 
 async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
@@ -408,7 +419,6 @@ async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
     """kopf logs in while the startup handlers make dralloc's client: the exec plugin runs
     once for both. kopf logs in again when its token was refused: the plugin runs again,
     unless dralloc's client has renewed the token since."""
-    from operators import process
     from operators.controllers import runtime
 
     runs = tmp_path / "runs"
@@ -431,7 +441,7 @@ async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
     )
     monkeypatch.setenv("KUBECONFIG", str(path))  # the same file, whoever reads which
     memo = kopf.Memo()
-    info, ours = await asyncio.gather(process.login(memo=memo), runtime.runtime_from(memo))
+    info, ours = await asyncio.gather(login(memo), runtime.runtime_from(memo))
     try:
         assert runs.read_text() == "."
         assert info.token == "token-1"
@@ -439,7 +449,7 @@ async def test_one_load_serves_both_clients_and_kopfs_login_after_a_401_renews(
         assert source is not None
         first = source.current
         assert first.headers == {"Authorization": "Bearer token-1"}
-        assert (await process.login(memo=memo)).token == "token-2"  # kopf's was refused
+        assert (await login(memo)).token == "token-2"  # kopf's was refused
         assert runs.read_text() == ".."
         # dralloc's client, refused later with token-1, takes token-2 without a run.
         assert (await source.renew(first)).headers == {"Authorization": "Bearer token-2"}
@@ -454,7 +464,6 @@ async def test_kopf_is_never_handed_back_the_credentials_it_was_refused(
     """A token file read again may hold the refused token still (not rotated yet): kopf
     would drop an answer equal to the refused one and never ask again, so it is told to
     retry instead, and gets the new token once the file has it."""
-    from operators import process
     from operators.controllers import runtime
 
     token = tmp_path / "token"
@@ -470,11 +479,11 @@ async def test_kopf_is_never_handed_back_the_credentials_it_was_refused(
         runtime, "_configured_settings", Settings(kubeconfig=str(path), identity="t")
     )
     memo = kopf.Memo()
-    assert (await process.login(memo=memo)).token == "token-1"
+    assert (await login(memo)).token == "token-1"
     with pytest.raises(kopf.TemporaryError):
-        await process.login(memo=memo)  # refused, and the file has nothing newer
+        await login(memo)  # refused, and the file has nothing newer
     token.write_text("token-2")
-    assert (await process.login(memo=memo)).token == "token-2"
+    assert (await login(memo)).token == "token-2"
 
 
 def test_base64_data_may_be_wrapped_as_in_a_yaml_block(tmp_path: Path) -> None:

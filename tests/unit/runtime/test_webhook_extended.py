@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import jsonpatch
 import kopf
@@ -60,9 +61,12 @@ def memo(monkeypatch: pytest.MonkeyPatch) -> kopf.Memo:
 
 async def admitted(pod: dict[str, Any], memo: kopf.Memo) -> dict[str, Any]:
     """The pod as the API server stores it after the webhook's JSON patch."""
-    body = kopf.Body(copy.deepcopy(pod))
+    body = kopf.Body(cast(kopf.RawBody, copy.deepcopy(pod)))
     patch = kopf.Patch(body=body)
-    await add_scheduling_gate(body=body, patch=patch, memo=memo)
+    # kopf.on.mutate types the handler as kopf's generic WebhookFn (every keyword of a
+    # webhook required, any result): this one is async and reads these three only.
+    handler = cast(Callable[..., Awaitable[None]], add_scheduling_gate)
+    await handler(body=body, patch=patch, memo=memo)
     ops = patch.as_json_patch()
     result: dict[str, Any] = jsonpatch.apply_patch(pod, ops)
     return result

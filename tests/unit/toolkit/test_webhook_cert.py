@@ -152,7 +152,9 @@ async def test_the_selector_webhooks_get_the_ca_too(api: FakeApi) -> None:
     vwc = Resource(
         "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "VWC", False
     )
-    hooks = [{"name": n, "clientConfig": {}} for n in ("classes", "claims", "templates")]
+    hooks: list[dict[str, Any]] = [
+        {"name": n, "clientConfig": {}} for n in ("classes", "claims", "templates")
+    ]
     api.put(vwc, {"metadata": {"name": "dralloc"}, "webhooks": hooks})
     outcome = await ensure(api)
     assert outcome.webhooks_patched == 4

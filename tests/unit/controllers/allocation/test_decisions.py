@@ -142,7 +142,8 @@ async def test_a_decision_over_budget_is_reported_and_backs_off() -> None:
     await sync(controller, key)
     assert any("allocation search exceeded" in e["message"] for e in client.events)
     assert key not in controller.waiting, "woken by every change, it would spend its budget again"
-    assert controller.queue.due_in(key) > 0
+    due = controller.queue.due_in(key)
+    assert due is not None and due > 0
     assert controller.commits.allocated_pods == 0
 
 
@@ -169,7 +170,8 @@ async def test_a_costly_decision_goes_in_slices_behind_the_other_pods(monkeypatc
     await sync(controller, key)  # slice 3: 2e-9, and the budget is spent: the pod is told
     assert any("allocation search exceeded 4e-09s" in e["message"] for e in client.events)
     assert key not in controller.decider.decision_spent
-    assert controller.queue.due_in(key) > 0
+    due = controller.queue.due_in(key)
+    assert due is not None and due > 0
 
 
 async def test_a_quick_decision_is_made_on_the_loop_without_a_thread() -> None:

@@ -33,7 +33,7 @@ class WatchFirstClient(FakeClient):
 
     def __init__(self) -> None:
         super().__init__()
-        self.during: Callable[[JsonDict], None] | None = None
+        self.during: Callable[[JsonDict], object] | None = None
         self.answer_error: BaseException | None = None
 
     async def merge_patch(
@@ -126,7 +126,9 @@ async def test_a_watch_that_skips_our_allocation_and_shows_a_later_release_frees
     # (released meanwhile) and never the allocated one: the assumption must end there.
     _, controller, key = setup()
     await sync(controller, key)
-    written = int(controller.claims.get(C1).metadata.resource_version or 0)
+    allocated = controller.claims.get(C1)
+    assert allocated is not None
+    written = int(allocated.metadata.resource_version or 0)
     assert devices_used(controller) == 1
     released = claim("ns", "c1", rv=str(written + 10))
     controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", released)

@@ -154,7 +154,7 @@ async def test_a_gang_member_placed_with_its_gang_and_released_is_left_alone() -
 LEADER = AllocatorMark("ns/lease", "op-0", 1)
 
 
-def released_member(by: AllocatorMark = LEADER, **annotations: str) -> dict[str, Any]:
+def released_member(by: AllocatorMark = LEADER, /, **annotations: str) -> dict[str, Any]:
     """A member of gang "train" that dralloc released with its gang (its allocation record),
     its claim no longer allocated."""
     member = ungated_pod()

@@ -10,7 +10,7 @@ import pytest
 from operators.cache.informer import Key
 from operators.controllers.claims import ClaimController
 from operators.controllers.workqueue import work_once
-from operators.kube import PODS, RESOURCE_CLAIMS, ApiError, NotFound
+from operators.kube import PODS, RESOURCE_CLAIMS, ApiError, JsonDict, NotFound, Resource
 
 from ..fakes import FakeClient, allocated, claim, put, runtime
 
@@ -38,14 +38,15 @@ async def test_a_finalizer_patch_refused_by_the_route_hides_nothing(answer: str)
     real = client.merge_patch
     failing = True
 
-    async def patch(resource: Any, name: str, body: Any, **kw: Any) -> Any:
-        if failing and "finalizers" in (body.get("metadata") or {}):
+    async def refusing(resource: Resource, name: str, patch: JsonDict, **kw: Any) -> JsonDict:
+        if failing and "finalizers" in (patch.get("metadata") or {}):
             if answer == "route":  # e.g. a kind briefly not served by one API server
                 raise ROUTE_404
             raise NotFound(404, "NotFound", f"resourceclaims {name!r} not found", name=name)
-        return await real(resource, name, body, **kw)
+        return await real(resource, name, patch, **kw)
 
-    client.merge_patch = patch  # type: ignore[method-assign]
+    # A stand-in for this one client's method (its signature is still checked).
+    client.merge_patch = refusing  # type: ignore[method-assign]
     key = Key("ns", "c1")
     await controller.releaser.sync(key)
     assert controller.runtime.cache[RESOURCE_CLAIMS].get(key) is not None

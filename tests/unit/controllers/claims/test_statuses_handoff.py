@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from operators.cache.core import CLAIM_STATUSES_ANNOTATION, DEVICES_ANNOTATION
 from operators.cache.informer import Key
 from operators.controllers.allocation import AllocationController
 from operators.controllers.claims import STATUSES_DEFER, ClaimController
 from operators.controllers.workqueue import work_once
-from operators.kube import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+from operators.kube import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, JsonDict
 
 from ..fakes import FakeClient, one_device_cluster, pod, put, template
 
@@ -129,7 +130,7 @@ async def test_a_created_claim_wakes_its_pod_before_the_watch_shows_it() -> None
 # --- in-tree: the statuses live in the pod's status subresource ---------------------------
 
 
-def in_tree_pod(**status: object) -> dict[str, object]:
+def in_tree_pod(**status: Any) -> JsonDict:
     raw = pod("ns", "p", [])
     del raw["metadata"]["annotations"]
     raw["spec"]["resourceClaims"] = ENTRY
@@ -138,7 +139,7 @@ def in_tree_pod(**status: object) -> dict[str, object]:
     return raw
 
 
-def in_tree(client: FakeClient, **settings: object) -> AllocationController:
+def in_tree(client: FakeClient, **settings: Any) -> AllocationController:
     runtime = one_device_cluster(client, api_group="resource.k8s.io", **settings)
     runtime.cache[RESOURCE_CLAIM_TEMPLATES].apply("ADDED", template("ns", "one"))
     return AllocationController(runtime)
