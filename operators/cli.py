@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a DeviceQuota manifest to add before the other scenarios (repeatable)",
     )  # fmt: skip
     simulate.add_argument(
+        "--preemption", action="store_true",
+        help="preempt lower-priority pods for a pod that fits nowhere, as the operator's "
+        "--preemption (without it a pending pod is told what it would preempt)",
+    )  # fmt: skip
+    simulate.add_argument(
         "--progress", choices=["auto", "always", "never"], default="auto",
         help="progress bar on stderr (auto: on a terminal, for runs over half a second)",
     )  # fmt: skip
@@ -308,6 +313,7 @@ def _simulate(args: argparse.Namespace) -> int:
             device_policy=args.device_policy,
             progress=bar.advance,
             max_gang_size=args.max_gang_size,
+            preemption=args.preemption,
         )
     print(render.simulation(report, args.output))
     return EXIT_OK if report.fits else EXIT_DOES_NOT_FIT

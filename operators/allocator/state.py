@@ -369,6 +369,10 @@ class AllocatorState:
         change is never written."""
         return self.allocated.clashes(u for a in allocations for u in a.usage())
 
+    def usage_of(self, claim: ClaimLike) -> tuple[UsedDevice, ...]:
+        """What the claim counts as holding now (its watched and its assumed allocation)."""
+        return self._effective(claim_key(claim))
+
     def is_assumed(self, claim: ClaimLike) -> bool:
         return claim_key(claim) in self._assumed
 

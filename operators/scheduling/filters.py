@@ -25,7 +25,7 @@ from typing import Any
 from operators.allocator.nodes import NodeInfo
 from operators.scheduling.model import AffinityTerm, Node, PodNeeds, SpreadConstraint
 from operators.scheduling.resources import insufficient
-from operators.scheduling.usage import ClusterUsage
+from operators.scheduling.usage import ClusterUsage, NodeTotals
 
 REASON_NODE_NAME = "node(s) didn't match the requested node name"
 REASON_UNSCHEDULABLE = "node(s) were unschedulable"
@@ -106,8 +106,11 @@ class PodFilter:
     anti_counts: Mapping[TopologyPair, int] = dataclasses.field(default_factory=dict)
     first_of_group: bool = False
 
-    def reasons(self, node: Node, info: NodeInfo | None = None) -> list[str]:
-        """Why the scheduler would not bind the pod to ``node`` (empty: it would)."""
+    def reasons(
+        self, node: Node, info: NodeInfo | None = None, totals: NodeTotals | None = None
+    ) -> list[str]:
+        """Why the scheduler would not bind the pod to ``node`` (empty: it would). ``totals``:
+        what the node's pods hold, if not what ``usage`` counts (preemption's what-if)."""
         pod = self.pod
         if pod.node_name and pod.node_name != node.name:
             return [REASON_NODE_NAME]
@@ -119,7 +122,7 @@ class PodFilter:
         if taint is not None:
             return [taint_reason(taint)]
         reasons: list[str] = []
-        totals = self.usage.on_node(node.name)
+        totals = totals if totals is not None else self.usage.on_node(node.name)
         # A pod we assumed here already counts here (a retry): not twice.
         here = self.key is not None and self.key in totals.members
         if self.check_resources and node.allocatable:

@@ -156,6 +156,12 @@ class PodNeeds:
     """The one node its required node affinity allows by name (dralloc's pin), if any."""
     released: bool = False
     """dralloc allocated it and lifted its gate (it carries dralloc's devices annotation)."""
+    priority: int = 0
+    """``spec.priority`` (admission resolves the PriorityClass into it; none is 0)."""
+    preempts: bool = True
+    """Whether it may preempt pods of lower priority (``preemptionPolicy`` is not Never)."""
+    started: str = ""
+    """``status.startTime`` ('' = not started): among equals, the earlier is kept."""
 
     @property
     def placed_node(self) -> str:
@@ -225,7 +231,15 @@ def parse_pod_needs(raw: Mapping[str, Any]) -> PodNeeds:
         ),
         pinned_node=_pinned_node(node_affinity),
         released=DEVICES_ANNOTATION in (metadata.get("annotations") or {}),
+        priority=_priority(spec.get("priority")),
+        preempts=spec.get("preemptionPolicy") != "Never",
+        started=str(status.get("startTime") or ""),
     )
+
+
+def _priority(value: Any) -> int:
+    """An int32 as the API server stores it; anything else reads as no priority (0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 _SHARED_TOLERATIONS: dict[str, tuple[Mapping[str, Any], ...]] = {}

@@ -18,6 +18,7 @@ from operators.cache.core import Pod
 from operators.toolkit.cluster import Cluster, DeviceLine, NodeVerdict
 from operators.toolkit.gangs import gang_key, place_gang
 from operators.toolkit.pods import made_up
+from operators.toolkit.preempt import in_play, preemption_for
 from operators.toolkit.snapshot import Snapshot
 from operators.toolkit.usererrors import ToolkitError
 
@@ -37,6 +38,9 @@ class Explanation:
     nodes: tuple[NodeVerdict, ...]
     gang: str = ""
     """For a gang member: what the gang as a whole gets (the joint search's answer)."""
+    preemption: str = ""
+    """For a pod that fits nowhere: which lower-priority pods it would preempt, or why none
+    ('' when the question does not arise)."""
 
 
 def parse_subject(text: str) -> tuple[str, str]:
@@ -185,6 +189,27 @@ def _explain_pod(cluster: Cluster, pod: Pod, subject: str) -> Explanation:
         placement.devices,
         tuple(placement.verdicts),
         gang,
+        _preemption_view(cluster, pod) if status == "pending" and not fitting else "",
+    )
+
+
+def _preemption_view(cluster: Cluster, pod: Pod) -> str:
+    """What priority preemption would do for a pod no node can take now."""
+    if not in_play(cluster, pod):
+        return ""  # no priorities in use: nothing to say
+    choice = preemption_for(cluster, pod)
+    chosen = choice.victims
+    if chosen is None:
+        return f"preemption: none: {choice.reason} (priority {pod.needs.priority})"
+    victims = ", ".join(f"{p.ref} (priority {p.priority})" for p in chosen.pods)
+    budgets = (
+        f"; {chosen.violations} eviction(s) against a PodDisruptionBudget"
+        if chosen.violations
+        else ""
+    )
+    return (
+        f"preemption: would preempt {victims} on node {chosen.node}{budgets} "
+        f"(this pod's priority: {pod.needs.priority}; the operator does with --preemption)"
     )
 
 

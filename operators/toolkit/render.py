@@ -61,6 +61,20 @@ def simulation(report: SimulationReport, fmt: str = "table") -> str:
                     [[e.pod, e.claim, e.device, e.taint] for e in report.evictions],
                 )
             )
+    if report.preemptions:
+        out += ["", "PREEMPTED"]
+        rows = [
+            [victim, str(priority), f"{p.pod} ({p.priority})", p.node]
+            for p in report.preemptions
+            for victim, priority in zip(p.victims, p.victim_priorities, strict=True)
+        ]
+        out.append(table(["POD", "PRIORITY", "FOR (PRIORITY)", "NODE"], rows))
+        violating = sum(p.budget_violations for p in report.preemptions)
+        if violating:
+            out.append(
+                f"{violating} of these evictions violate a PodDisruptionBudget: no node "
+                "needed fewer (as kube-scheduler's preemption)"
+            )
     if report.placed:
         out += ["", "PLACED"]
         rows = []
@@ -80,7 +94,13 @@ def simulation(report: SimulationReport, fmt: str = "table") -> str:
     out += [
         "",
         f"result: {verdict} ({len(report.placed)} placed, {len(report.pending)} pending, "
-        f"{len(report.evictions)} evicted) in {report.seconds:.2f}s",
+        f"{len(report.evictions)} evicted"
+        + (
+            f", {sum(len(p.victims) for p in report.preemptions)} preempted"
+            if report.preemptions
+            else ""
+        )
+        + f") in {report.seconds:.2f}s",
     ]
     return "\n".join(out)
 
@@ -91,6 +111,8 @@ def explanation(result: Explanation, fmt: str = "table") -> str:
     out = [f"{result.subject}: {result.status}", f"  {result.summary}"]
     if result.gang:
         out.append(f"  {result.gang}")
+    if result.preemption:
+        out.append(f"  {result.preemption}")
     if result.claims:
         out.append(f"  claims: {', '.join(result.claims)}")
     if result.devices:

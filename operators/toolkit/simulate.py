@@ -1,8 +1,12 @@
 """What-if scenarios on a snapshot: add N pods like a template, taint a device.
 
-Every run first settles the snapshot (pods that are pending get placed, in a stable order,
-as the operator would), then applies the scenario and reports what fits where, what is
-evicted, and what stays pending with the allocator's reason. ``fits`` is False when a pod
+Every run first settles the snapshot (pods that are pending get placed, the higher priority
+first and then in a stable order, as the operator would), then applies the scenario and
+reports what fits where, what is evicted, and what stays pending with the allocator's reason.
+A pod that fits nowhere is told what priority preemption would do for it (which lower-priority
+pods it would preempt, or why none); with ``preemption`` it is done: the victims go, the pod
+takes its place, and the victims come back as pending pods (as their controllers would make
+them again). ``fits`` is False when a pod
 the scenario is about (added, or evicted and recreated) finds no node: the CLI turns that
 into a non-zero exit status.
 """
@@ -21,6 +25,7 @@ from operators.cache.core import Pod
 from operators.toolkit.cluster import Cluster, DeviceLine, Placement
 from operators.toolkit.gangs import gang_key, place_gang
 from operators.toolkit.pods import copy_of, made_up
+from operators.toolkit.preempt import in_play, preemption_for
 from operators.toolkit.snapshot import Snapshot
 from operators.toolkit.usererrors import ToolkitError
 
@@ -121,6 +126,21 @@ class Eviction:
 
 
 @dataclass(frozen=True)
+class Preemption:
+    """Lower-priority pods preempted for a pod's devices."""
+
+    pod: str
+    priority: int
+    node: str
+    victims: tuple[str, ...]
+    """``namespace/name`` of each victim, the most important first."""
+    victim_priorities: tuple[int, ...]
+    budget_violations: int = 0
+    """How many of the evictions a PodDisruptionBudget does not allow (upstream preempts
+    them all the same when no node needs fewer)."""
+
+
+@dataclass(frozen=True)
 class SimulationReport:
     scenario: str
     snapshot: str
@@ -130,6 +150,7 @@ class SimulationReport:
     fits: bool
     seconds: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    preemptions: tuple[Preemption, ...] = ()
 
 
 def simulate(
@@ -141,9 +162,11 @@ def simulate(
     device_policy: str = "first-fit",
     progress: ProgressHook | None = None,
     max_gang_size: int = GANG_SIZE_MAX,
+    preemption: bool = False,
 ) -> SimulationReport:
     """``max_gang_size``: the operator's setting; a larger gang is left pending with the
-    operator's words, never placed."""
+    operator's words, never placed. ``preemption``: the operator's setting; without it, a pod
+    that could preempt is only told what it would preempt."""
     started = time.monotonic()
     cluster = Cluster(snapshot, features, policy, device_policy, max_gang_size=max_gang_size)
     tick = progress or (lambda _n: None)
@@ -157,16 +180,62 @@ def simulate(
             "and pod node selectors and node taints are not checked"
         )
 
+    preemptions: list[Preemption] = []
+
     def place(pod: Pod, origin: str) -> bool:
         result: Placement = cluster.evaluate(pod)
         if result.node is None:
-            pending.append(PodOutcome(pod.ref, origin, None, reason=result.reason))
+            reason, victims = _preempt(cluster, pod, result.reason, apply=preemption)
+            if victims is not None:
+                preemptions.append(victims)
+                result = cluster.evaluate(pod)
+        if result.node is None:
+            pending.append(PodOutcome(pod.ref, origin, None, reason=reason))
             tick(1)
             return False
         cluster.commit(pod, result)
         placed.append(PodOutcome(pod.ref, origin, result.node, result.devices))
         tick(1)
+        if result.node is not None and preemptions and preemptions[-1].pod == pod.ref:
+            for victim in preemptions[-1].victims:  # made again by their controllers
+                again = victims_pods.pop(victim, None)
+                if again is not None:
+                    place(_recreated(again), "preempted")
         return True
+
+    victims_pods: dict[str, Pod] = {}
+
+    def _preempt(
+        cluster: Cluster, pod: Pod, reason: str, *, apply: bool
+    ) -> tuple[str, Preemption | None]:
+        """The pending reason, with what preemption would do; with ``apply`` the victims
+        are released and the preemption returned."""
+        if not in_play(cluster, pod):
+            return reason, None
+        choice = preemption_for(cluster, pod)
+        chosen = choice.victims
+        if chosen is None:
+            return f"{reason} No preemption: {choice.reason}.", None
+        refs = tuple(p.ref for p in chosen.pods)
+        if not apply:
+            return (
+                f"{reason} Preemption (off) would preempt {', '.join(refs)} on node {chosen.node}.",
+                None,
+            )
+        for ref in refs:
+            victim = cluster.pods.get(ref)
+            if victim is not None:
+                victims_pods[ref] = victim
+            cluster.release_pod(ref)
+        record = Preemption(
+            pod.ref,
+            pod.needs.priority,
+            chosen.node,
+            refs,
+            tuple(p.priority for p in chosen.pods),
+            chosen.violations,
+        )
+        return reason, record
 
     def place_together(
         pods: list[Pod], need: int, origin: str, topology: GangTopology | None = None
@@ -255,6 +324,7 @@ def simulate(
         fits=fits,
         seconds=round(time.monotonic() - started, 3),
         notes=tuple(notes),
+        preemptions=tuple(preemptions),
     )
 
 
@@ -268,7 +338,7 @@ def work_size(snapshot: Snapshot, scenarios: list[Scenario]) -> int:
 def _waiting_pods(cluster: Cluster) -> list[Pod]:
     pods = [p for p in cluster.pods.values() if p.active and p.claims]
     waiting = [p for p in pods if not cluster.pod_is_allocated(p)]
-    return sorted(waiting, key=lambda p: p.ref)
+    return sorted(waiting, key=lambda p: (-p.needs.priority, p.ref))
 
 
 def _new_pods(cluster: Cluster, scenario: AddPods) -> list[Pod]:

@@ -1,0 +1,97 @@
+"""One node with some pods gone, as preemption asks about it: their devices freed in the
+allocator's what-if, and their share of the node's resources and host ports given back.
+
+A claim is freed only when every pod holding it (its ``reservedFor``) is among the pods gone:
+a claim a victim shares with a pod that stays keeps its devices. The pods' other effects on
+the preemptor (inter-pod affinity, topology spread) are left as they are: removing a victim
+never makes those rules stricter, and upstream's preemption too gives up on a preemptor that
+fails only for its affinity to lower-priority pods.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable, Hashable, Mapping, Sequence
+
+from operators.allocator.nodes import NodeInfo
+from operators.allocator.state import ClaimLike
+from operators.allocator.whatif import FreedDevices
+from operators.scheduling.filters import PodFilter
+from operators.scheduling.model import Node, PodNeeds
+from operators.scheduling.preemption import Unit, VictimPod
+from operators.scheduling.usage import NodeTotals
+
+
+@dataclasses.dataclass(frozen=True)
+class Holdings:
+    """What the units hold: claims, with how many of each unit's pods reserve them, and the
+    number of pods reserving each claim in all."""
+
+    claims_of: Mapping[str, Mapping[str, int]]
+    """Unit key -> claim key -> how many of its pods reserve it."""
+    holders: Mapping[str, int]
+    """Claim key -> how many pods reserve it (units' or not)."""
+
+
+class NodeWhatIf:
+    """:class:`operators.scheduling.preemption.WhatIf` for the preemptor on one node."""
+
+    def __init__(
+        self,
+        freed: FreedDevices,
+        claims: Sequence[ClaimLike],
+        node: Node | None,
+        info: NodeInfo,
+        pod_filter: PodFilter | None,
+        totals: NodeTotals,
+        holdings: Holdings,
+        member: Callable[[VictimPod], Hashable] = lambda pod: pod.ref,
+    ) -> None:
+        """``member``: a victim's key among ``totals.members`` (the usage's pod keys)."""
+        self.freed = freed
+        self.claims = claims
+        self.node = node
+        self.info = info
+        self.pod_filter = pod_filter
+        self.holdings = holdings
+        self.totals = NodeTotals(
+            dict(totals.requested),
+            totals.pods,
+            collections.Counter(totals.ports),
+            dict(totals.members),
+        )
+        self.member = member
+        self.gone: collections.Counter[str] = collections.Counter()
+        self.away: dict[Hashable, PodNeeds] = {}
+
+    def remove(self, unit: Unit) -> None:
+        for claim, pods in self.holdings.claims_of.get(unit.key, {}).items():
+            self.gone[claim] += pods
+            if self.gone[claim] == self.holdings.holders.get(claim, 0):
+                self.freed.free(claim)
+        for pod in unit.pods:
+            key = self.member(pod)
+            needs = self.totals.members.get(key)
+            if needs is not None:
+                self.away[key] = needs
+                self.totals.remove(key, needs)
+
+    def restore(self, unit: Unit) -> None:
+        for claim, pods in self.holdings.claims_of.get(unit.key, {}).items():
+            if self.gone[claim] == self.holdings.holders.get(claim, 0):
+                self.freed.hold(claim)
+            self.gone[claim] -= pods
+        for pod in unit.pods:
+            key = self.member(pod)
+            needs = self.away.pop(key, None)
+            if needs is not None:
+                self.totals.add(key, needs)
+
+    def fits(self) -> bool:
+        pod_filter, node = self.pod_filter, self.node
+        if pod_filter is not None and node is not None:
+            blocked = pod_filter.reasons(node, self.info, self.totals)
+            if blocked:
+                return False
+        return self.freed.fits(self.claims, self.info)

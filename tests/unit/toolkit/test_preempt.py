@@ -1,0 +1,203 @@
+"""Priority preemption on the in-tree fixture (fixtures/intree-cluster.yaml): node-a's trainer
+(priority 0) holds gpu-0..2, node-b's four GPUs are held by four pods of priority 500 here,
+node-c is tainted. A pod of priority 1000 that needs a NUMA pair fits nowhere until someone
+goes: the trainer (one victim of priority 0) is cheaper than two of node-b's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operators.toolkit.explain import explain
+from operators.toolkit.render import simulation
+from operators.toolkit.simulate import simulate
+from operators.toolkit.snapshot import Snapshot, build_snapshot
+from operators.toolkit.sources import read_objects
+
+from .conftest import find, load_items
+
+
+def holder(name: str, node: str, device: str, priority: int, **labels: str) -> list[dict[str, Any]]:
+    """A running pod of ``priority`` on ``node`` and its claim, allocated ``device``."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"{name}-gpu", "namespace": "team-a", "uid": f"uid-claim-{name}"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": "gpu.example.com", "pool": node,
+                         "device": device}
+                    ]
+                },
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+            },
+            "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-pod-{name}"}],
+        },
+    }  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a", "uid": f"uid-pod-{name}",
+                     "labels": labels},
+        "spec": {"nodeName": node, "priority": priority,
+                 "containers": [{"name": "main", "image": "pause"}],
+                 "resourceClaims": [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]},
+        "status": {"phase": "Running", "startTime": "2026-12-01T00:00:00Z"},
+    }  # fmt: skip
+    return [claim, pod]
+
+
+def vip(priority: int = 1000, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "vip", "namespace": "team-a", "uid": "uid-pod-vip"},
+        "spec": {"priority": priority, "containers": [{"name": "main", "image": "pause"}],
+                 "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "numa-pair"}],
+                 **spec},
+        "status": {"phase": "Pending"},
+    }  # fmt: skip
+
+
+@pytest.fixture
+def full(write_snapshot: Callable[..., Path]) -> Callable[..., Snapshot]:
+    def make(
+        pod: dict[str, Any],
+        *extra: dict[str, Any],
+        trainer: int = 0,
+        others: int = 500,
+        node_a_cpu: str = "",
+        shared_trainer_claim: bool = False,
+    ) -> Snapshot:
+        items = [i for i in load_items() if i["metadata"]["name"] != "west-pair"]
+        if shared_trainer_claim:
+            reserved = find(items, "ResourceClaim", "trainer-gpus")["status"]["reservedFor"]
+            reserved.append({"resource": "pods", "name": "keeper", "uid": "uid-pod-keeper"})
+        if node_a_cpu:
+            node_a = find(items, "Node", "node-a")
+            node_a["status"] = {"allocatable": {"cpu": node_a_cpu, "pods": "110"}}
+        find(items, "Pod", "trainer")["spec"]["priority"] = trainer
+        find(items, "Pod", "trainer")["metadata"]["labels"] = {"app": "trainer"}
+        for i in range(4):
+            items += holder(f"b{i}", "node-b", f"gpu-{i}", others)
+        return build_snapshot(read_objects([write_snapshot([*items, pod, *extra])]))
+
+    return make
+
+
+def test_explain_names_the_cheapest_victims(full: Callable[..., Snapshot]) -> None:
+    result = explain(full(vip()), "pod/vip", "team-a")
+    assert result.status == "pending"
+    assert "would preempt team-a/trainer (priority 0) on node node-a" in result.preemption
+
+
+def test_simulate_preempts_with_the_setting_and_only_tells_without_it(
+    full: Callable[..., Snapshot],
+) -> None:
+    snapshot = full(vip())
+    told = simulate(snapshot, [])
+    [waiting] = [p for p in told.pending if p.pod == "team-a/vip"]
+    assert "Preemption (off) would preempt team-a/trainer on node node-a" in waiting.reason
+    assert not told.preemptions
+    done = simulate(snapshot, [], preemption=True)
+    [preemption] = done.preemptions
+    assert (preemption.pod, preemption.node, preemption.victims) == (
+        "team-a/vip",
+        "node-a",
+        ("team-a/trainer",),
+    )
+    [placed] = [p for p in done.placed if p.pod == "team-a/vip"]
+    assert placed.node == "node-a"
+    assert {d.device.rsplit("/", 1)[1] for d in placed.devices} <= {"gpu-0", "gpu-1", "gpu-2"}
+    # The trainer comes back (its controller makes it again) and waits: nothing is free.
+    [again] = [p for p in done.pending if p.origin == "preempted"]
+    assert again.pod == "team-a/trainer-new"
+    assert "PREEMPTED" in simulation(done) and "1 preempted" in simulation(done)
+
+
+def test_equal_priority_waits_and_says_what_it_would_take(full: Callable[..., Snapshot]) -> None:
+    result = explain(full(vip(priority=0)), "pod/vip", "team-a")
+    assert "it would need to preempt 1 pod(s) of priority 0 or more" in result.preemption
+    # Where nobody uses priorities, nothing is said about them.
+    report = simulate(full(vip(priority=0), others=0), [], preemption=True)
+    assert not report.preemptions
+    [waiting] = [p for p in report.pending if p.pod == "team-a/vip"]
+    assert "preempt" not in waiting.reason
+    assert not explain(full(vip(priority=0), others=0), "pod/vip", "team-a").preemption
+    equal = simulate(full(vip(priority=500), trainer=500), [], preemption=True)
+    assert not equal.preemptions
+    [waiting] = [p for p in equal.pending if p.pod == "team-a/vip"]
+    assert "it would need to preempt 1 pod(s) of priority 500 or more" in waiting.reason
+
+
+def test_a_pod_with_preemption_policy_never_waits(full: Callable[..., Snapshot]) -> None:
+    snapshot = full(vip(preemptionPolicy="Never"))
+    assert not simulate(snapshot, [], preemption=True).preemptions
+    assert "preemptionPolicy is Never" in explain(snapshot, "pod/vip", "team-a").preemption
+
+
+def test_a_victim_a_budget_protects_is_passed_over_for_another_node(
+    full: Callable[..., Snapshot],
+) -> None:
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "trainer", "namespace": "team-a", "generation": 1},
+        "spec": {"selector": {"matchLabels": {"app": "trainer"}}},
+        "status": {"disruptionsAllowed": 0, "observedGeneration": 1},
+    }
+    report = simulate(full(vip(), budget), [], preemption=True)
+    preemption = report.preemptions[0]
+    assert preemption.pod == "team-a/vip"
+    assert preemption.node == "node-b" and len(preemption.victims) == 2
+    assert preemption.budget_violations == 0
+    # The two come back at priority 500: one fits node-a's free GPU, the other has only the
+    # trainer to preempt, and does so against its budget (no node needs fewer).
+    later = report.preemptions[1:]
+    assert [p.victims for p in later] == [("team-a/trainer",)]
+    assert later[0].budget_violations == 1
+
+
+def test_the_victims_free_the_nodes_cpu_too(full: Callable[..., Snapshot]) -> None:
+    """node-a has 4 cpus, all requested by a priority-0 pod without devices: the trainer's
+    GPUs alone do not make room for a pod that also wants a cpu; both go."""
+    hog = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "hog", "namespace": "team-a", "uid": "uid-pod-hog"},
+        "spec": {"nodeName": "node-a", "containers": [
+            {"name": "main", "image": "pause", "resources": {"requests": {"cpu": "4"}}}]},
+        "status": {"phase": "Running"},
+    }  # fmt: skip
+    wants_cpu = vip()
+    wants_cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    report = simulate(full(wants_cpu, hog, node_a_cpu="4"), [], preemption=True)
+    first = report.preemptions[0]
+    assert first.node == "node-a"
+    assert sorted(first.victims) == ["team-a/hog", "team-a/trainer"]
+
+
+def test_a_claim_shared_with_a_pod_that_stays_is_not_freed(
+    full: Callable[..., Snapshot],
+) -> None:
+    """The trainer's claim is reserved for a priority-2000 pod as well: preempting the trainer
+    would free nothing, so the two of node-b go instead."""
+    keeper = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "keeper", "namespace": "team-a", "uid": "uid-pod-keeper"},
+        "spec": {"nodeName": "node-a", "priority": 2000,
+                 "containers": [{"name": "main", "image": "pause"}],
+                 "resourceClaims": [{"name": "gpus", "resourceClaimName": "trainer-gpus"}]},
+        "status": {"phase": "Running"},
+    }  # fmt: skip
+    report = simulate(full(vip(), keeper, shared_trainer_claim=True), [], preemption=True)
+    first = report.preemptions[0]
+    assert first.node == "node-b" and len(first.victims) == 2
