@@ -102,6 +102,9 @@ DEVICE_QUOTAS = Resource(
 # gangs (operators/api/podgroup.py). Not a DRA kind: the same group in both API modes.
 POD_GROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True)
 
+# Read to choose preemption victims as kube-scheduler does (the fewest budget violations).
+DISRUPTION_BUDGETS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True)
+
 
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"  # policy/v1's cause of a refused eviction
 

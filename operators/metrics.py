@@ -31,6 +31,14 @@ EVICTION_LATENCY = Histogram(
     "Seconds from a taint becoming effective to the pod deletion call.",
     buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240),
 )
+PREEMPTIONS = Counter(
+    "dralloc_preemptions_total",
+    "Preemptions made for a pod's devices (each removes one or more lower-priority pods).",
+)
+PREEMPTION_VICTIMS = Counter(
+    "dralloc_preemption_victims_total",
+    "Pods removed by preemption for another pod's devices.",
+)
 ALLOCATIONS = Counter(
     "dralloc_pod_allocations_total",
     "Pod allocation attempts by the allocator loop, by result.",

@@ -271,6 +271,31 @@ class Settings:
         default=10, metadata=_doc("Concurrent pod evictions (upstream ConcurrentSyncs).")
     )
 
+    # --- priority preemption ----------------------------------------------------------------
+    preemption: bool = dataclasses.field(
+        default=False,
+        metadata=_doc(
+            "Preempt lower-priority pods that hold the devices a pod needs when it fits no "
+            "node (kube-scheduler's preemption does not free devices): victims chosen as "
+            "kube-scheduler's DefaultPreemption chooses, a gang whole, equal priority never; "
+            "removed as eviction_mode says, their devices nominated for the pod meanwhile."
+        ),
+    )
+    preemption_max_victims: int = dataclasses.field(
+        default=16,
+        metadata=_doc(
+            "The most pods one preemption may remove (a gang counts all its members); a "
+            "choice that needs more is not made, and the pod is told so."
+        ),
+    )
+    preemption_device_classes: str = dataclasses.field(
+        default="",
+        metadata=_doc(
+            "Comma-separated DeviceClasses whose devices preemption may free ('' = all): a "
+            "pod preempts only if every device it still needs is of one of them."
+        ),
+    )
+
     # --- leader election -------------------------------------------------------------------
     leader_election: bool = dataclasses.field(
         default=True,
@@ -391,6 +416,11 @@ class Settings:
         return frozenset(n.strip() for n in self.unserved_namespaces.split(",") if n.strip())
 
     @functools.cached_property
+    def preemption_classes(self) -> frozenset[str]:
+        """The DeviceClasses of ``preemption_device_classes`` (empty: every class)."""
+        return frozenset(n.strip() for n in self.preemption_device_classes.split(",") if n.strip())
+
+    @functools.cached_property
     def scheduler_classes(self) -> frozenset[str]:
         """:attr:`scheduler_extended_classes` as a set."""
         return frozenset(n.strip() for n in self.scheduler_extended_classes.split(",") if n.strip())
@@ -425,6 +455,8 @@ class Settings:
             raise SettingsError(f"max_gang_size must be from 1 to {GANG_SIZE_MAX}")
         if self.max_evictions_per_minute < 0:
             raise SettingsError("max_evictions_per_minute must be >= 0")
+        if self.preemption_max_victims < 1:
+            raise SettingsError("preemption_max_victims must be >= 1")
         if not self.lease_duration > self.renew_deadline > self.retry_period > 0:
             raise SettingsError("need lease_duration > renew_deadline > retry_period > 0")
         if self.gc_young_threshold < 1:

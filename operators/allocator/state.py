@@ -59,6 +59,8 @@ from operators.allocator.search import DEFAULT_BUDGET, Search, SearchInputs
 from operators.allocator.selectors import SelectorEvaluator
 
 ClaimLike = Any  # a ResourceClaim model, its dict, or a CompiledClaim
+NOMINATION_PREFIX = "nominated:"
+"""Keys of nominations among the assumed usage (no claim key has a colon)."""
 NodeLike = Any  # NodeInfo, a Node dict/model, or a node name
 
 
@@ -368,6 +370,24 @@ class AllocatorState:
         it right before they assume, so that a decision made on a state that missed a
         change is never written."""
         return self.allocated.clashes(u for a in allocations for u in a.usage())
+
+    # --- nominations -------------------------------------------------------------------------
+
+    def nominate(self, owner: str, allocations: Iterable[ClaimAllocation]) -> None:
+        """Hold devices for a pod that preempted for them (``owner``: ``namespace/name``)
+        until it takes them or gives them up: every search counts them as used, the
+        preemptor's own too (it frees its nomination in a what-if, see allocator.whatif).
+        Held beside the victims' claims while those still hold the devices, so that none
+        of them is free for anyone else in between. No quota is charged for a nomination."""
+        usage = tuple(item for allocation in allocations for item in allocation.usage())
+        self._set_usage(self._assumed, NOMINATION_PREFIX + owner, usage or None)
+
+    def drop_nomination(self, owner: str) -> None:
+        self._set_usage(self._assumed, NOMINATION_PREFIX + owner, None)
+
+    def nominated(self, owner: str) -> tuple[UsedDevice, ...]:
+        """The devices held for ``owner`` (empty: none)."""
+        return self._assumed.get(NOMINATION_PREFIX + owner, ())
 
     def usage_of(self, claim: ClaimLike) -> tuple[UsedDevice, ...]:
         """What the claim counts as holding now (its watched and its assumed allocation)."""

@@ -14,8 +14,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from operators.allocator.allocated import AllocatedDevices
-from operators.allocator.errors import AllocationError, NodeAllocationError
+from operators.allocator.errors import AllocationError
 from operators.allocator.nodes import NodeInfo
+from operators.allocator.results import ClaimAllocation
 from operators.allocator.search import Search
 from operators.allocator.state import AllocatorState, ClaimLike
 
@@ -41,10 +42,13 @@ class FreedDevices:
         for item in self.state.usage_of(claim):
             self.allocated.add(item)
 
-    def fits(self, claims: Sequence[ClaimLike], node: NodeInfo) -> bool:
-        """Whether ``claims`` (none allocated yet) can all be allocated on ``node`` now."""
-        if not claims:
-            return True
+    def free_nomination(self, owner: str) -> None:
+        """Count the devices nominated for ``owner`` as free: its own decision."""
+        for item in self.state.nominated(owner):
+            self.allocated.remove(item)
+
+    def allocate(self, claims: Sequence[ClaimLike], node: NodeInfo) -> list[ClaimAllocation] | None:
+        """The allocation of ``claims`` on ``node`` as things stand here (None: no fit)."""
         self.searches += 1
         state = self.state
         inputs = dataclasses.replace(state.search_inputs(), allocated=self.allocated)
@@ -55,6 +59,10 @@ class FreedDevices:
             inputs=inputs,
         )
         try:
-            return search.run() is not None
-        except (AllocationError, NodeAllocationError):
-            return False
+            return search.run()
+        except AllocationError:
+            return None
+
+    def fits(self, claims: Sequence[ClaimLike], node: NodeInfo) -> bool:
+        """Whether ``claims`` (none allocated yet) can all be allocated on ``node`` now."""
+        return not claims or self.allocate(claims, node) is not None

@@ -28,6 +28,7 @@ from operators.kube import (
     DEVICE_CLASSES,
     DEVICE_QUOTAS,
     DEVICE_TAINT_RULES,
+    DISRUPTION_BUDGETS,
     NAMESPACES,
     NODES,
     POD_GROUPS,
@@ -37,6 +38,7 @@ from operators.kube import (
     RESOURCE_SLICES,
     Resource,
 )
+from operators.scheduling.budgets import parse_budget
 
 
 def parsers(protocol: PodProtocol = DRALLOC) -> Mapping[Resource, Parser[Any]]:
@@ -46,6 +48,7 @@ def parsers(protocol: PodProtocol = DRALLOC) -> Mapping[Resource, Parser[Any]]:
         NODES: parse_node,
         NAMESPACES: functools.partial(parse_namespace, protocol=protocol),
         POD_GROUPS: parse_pod_group,
+        DISRUPTION_BUDGETS: parse_budget,
         **_DRA_PARSERS,
     }
 
@@ -62,7 +65,9 @@ _DRA_PARSERS: Mapping[Resource, Parser[Any]] = {
 }
 
 
-OPTIONAL: frozenset[Resource] = frozenset({DEVICE_TAINT_RULES, DEVICE_QUOTAS, POD_GROUPS})
+OPTIONAL: frozenset[Resource] = frozenset(
+    {DEVICE_TAINT_RULES, DEVICE_QUOTAS, POD_GROUPS, DISRUPTION_BUDGETS}
+)
 """Kinds a server may not serve: DeviceQuota where its CRD is not installed (an in-tree
 install from before quotas existed; no quota then applies); in-tree DeviceTaintRule reached resource.k8s.io/v1 only in
 Kubernetes 1.37 (1.36 serves v1beta2 behind an off-by-default gate, 1.33-1.35 v1alpha3);
@@ -70,10 +75,11 @@ PodGroups only where the Workload API is on (GenericWorkload gate and
 ``--runtime-config=scheduling.k8s.io/v1beta1=true``, off by default in 1.37).
 Missing at every version of :data:`OTHER_VERSIONS`, they read as empty (with a warning)."""
 
-FORBIDDEN_AS_ABSENT: frozenset[Resource] = frozenset({POD_GROUPS})
+FORBIDDEN_AS_ABSENT: frozenset[Resource] = frozenset({POD_GROUPS, DISRUPTION_BUDGETS})
 """Optional kinds that also read as empty (rechecked like a kind not served) where the
-operator's role may not list them: a role from before PodGroups were read must not keep
-the operator from starting, and without them pods are allocated as before (one by one).
+operator's role may not list them: a role from before PodGroups (or budgets) were read must
+not keep the operator from starting; without PodGroups pods are allocated as before (one by
+one), without budgets preemption weighs none (as with none in the cluster).
 Not so for taint rules or quotas: dropping those would hand out devices they hold back."""
 
 OTHER_VERSIONS: Mapping[Resource, tuple[str, ...]] = {DEVICE_TAINT_RULES: ("v1beta2", "v1alpha3")}

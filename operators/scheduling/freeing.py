@@ -2,17 +2,20 @@
 allocator's what-if, and their share of the node's resources and host ports given back.
 
 A claim is freed only when every pod holding it (its ``reservedFor``) is among the pods gone:
-a claim a victim shares with a pod that stays keeps its devices. The pods' other effects on
-the preemptor (inter-pod affinity, topology spread) are left as they are: removing a victim
-never makes those rules stricter, and upstream's preemption too gives up on a preemptor that
-fails only for its affinity to lower-priority pods.
+a claim a victim shares with a pod that stays keeps its devices, and so does a claim the
+preemptor itself uses (:func:`holdings` counts it as held for good). The pods' other effects
+on the preemptor are left as they were before any was removed: a pod the preemptor's required
+affinity asks for is never a victim (removing it would leave the preemptor unplaceable, which
+upstream's what-if finds by running its filters again), and the relief that removing a victim
+would give to topology spread or anti-affinity is not counted (a node that only that relief
+would open is not chosen).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.state import ClaimLike
@@ -32,6 +35,30 @@ class Holdings:
     """Unit key -> claim key -> how many of its pods reserve it."""
     holders: Mapping[str, int]
     """Claim key -> how many pods reserve it (units' or not)."""
+
+
+def holdings(
+    claims_of: Mapping[str, Mapping[str, int]],
+    reserved: Mapping[str, int],
+    kept: Iterable[str] = (),
+) -> Holdings:
+    """The units' claims (unit key -> claim -> how many of its pods reserve it) and how many
+    pods reserve each; ``kept``: claims the preemptor uses itself, never freed."""
+    holders = dict(reserved)
+    for claim in kept:
+        holders[claim] = holders.get(claim, 0) + 1  # a holder that never goes
+    return Holdings(claims_of, holders)
+
+
+def attracts(
+    preemptor: PodNeeds,
+    namespace: str,
+    labels: Mapping[str, str],
+    namespace_labels: Mapping[str, str],
+) -> bool:
+    """Whether the preemptor's required pod affinity asks for a pod like this one (such a
+    pod is not preempted: the preemptor would need it where it goes)."""
+    return any(term.matches(namespace, labels, namespace_labels) for term in preemptor.affinity)
 
 
 class NodeWhatIf:

@@ -237,9 +237,15 @@ def parse_pod_needs(raw: Mapping[str, Any]) -> PodNeeds:
     )
 
 
+INT32 = 2**31
+
+
 def _priority(value: Any) -> int:
-    """An int32 as the API server stores it; anything else reads as no priority (0)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """An int32 as the API server stores it (a snapshot's out of range is clamped); anything
+    else reads as no priority (0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        return 0
+    return max(-INT32, min(INT32 - 1, int(value)))
 
 
 _SHARED_TOLERATIONS: dict[str, tuple[Mapping[str, Any], ...]] = {}

@@ -17,25 +17,31 @@ The choice is upstream's:
   lowest sum of priorities, the fewest victims, the latest start of the highest-priority
   victims, and then the first node in the caller's order.
 
+Budgets as upstream weighs them: each candidate pod, the most important first, spends one of
+every budget covering it until one goes below zero (a violation); pods without labels, and
+budgets with an empty selector, count for nothing; a unit with a violating pod is reprieved
+first. The violations charged to a node are those of the victims chosen.
+
 Beyond upstream: on a node with at most :data:`EXACT_UNITS` units, every set of them is weighed
 too, in the same order, and the best that fits wins (the greedy reprieve can keep more victims
-than needed; with few units the exact answer costs a few searches). Budget violations are
-counted on the victims chosen (upstream counts them on every candidate first, which can charge
-a victim for a budget only another candidate uses up).
+than needed; with few units the exact answer costs a few searches, fewer as sets that failed
+rule out their subsets). Every node is weighed, where upstream samples a share of them.
 
 A unit is one pod, or a gang's every member wherever it runs (a gang is preempted whole, or
-not at all). Equal priority never preempts.
+not at all), of the priority of its most important member. Equal priority never preempts. A
+node where pods on their way out free enough needs no victims at all (``NodeVictims`` with no
+units): the caller holds those devices for the pod.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Protocol
 
-EXACT_UNITS = 8
-"""On a node with at most this many units, every set of them is weighed (2**8 at most)."""
+EXACT_UNITS = 6
+"""On a node with at most this many units, every set of them is weighed (2**6 at most)."""
 PRIORITY_OFFSET = 2**31
 """Added to each priority before summing, as upstream: negative priorities sum as costs too."""
 
@@ -135,20 +141,31 @@ class NodeVictims:
         )
 
 
-def violations(units: Iterable[Unit], budgets: Sequence[DisruptionBudget]) -> int:
-    """The evictions of these units' pods, the most important first, that a budget does not
-    allow (each covering budget spends one per pod; one below zero is a violation)."""
+def violating_pods(units: Iterable[Unit], budgets: Sequence[DisruptionBudget]) -> dict[str, int]:
+    """Unit key -> how many of its pods' evictions a budget does not allow, the units taken
+    the most important first and sharing the budgets' allowances (upstream's
+    FilterVictimsWithPDBViolation: a pod spends one of each covering budget in turn, and is
+    violating at the first that goes below zero; a pod without labels spends nothing)."""
     left = [budget.allowed for budget in budgets]
-    count = 0
+    out: dict[str, int] = {}
     for unit in sorted(units, key=more_important):
+        count = 0
         for pod in unit.pods:
-            violating = False
+            if not pod.labels:
+                continue
             for i, budget in enumerate(budgets):
                 if budget.covers(pod.namespace, pod.labels):
                     left[i] -= 1
-                    violating = violating or left[i] < 0
-            count += violating
-    return count
+                    if left[i] < 0:
+                        count += 1
+                        break
+        out[unit.key] = count
+    return out
+
+
+def violations(units: Iterable[Unit], budgets: Sequence[DisruptionBudget]) -> int:
+    """How many of these units' pods' evictions a budget does not allow, together."""
+    return sum(violating_pods(units, budgets).values())
 
 
 def victims_on_node(
@@ -162,8 +179,6 @@ def victims_on_node(
     """The victims on ``node`` among ``units`` (all of lower priority than the preemptor), or
     None if the preemptor does not fit even without all of them. ``what_if`` starts with
     every unit in place and is left so."""
-    if not units:
-        return None
     ordered = sorted(units, key=more_important)
     for unit in ordered:
         what_if.remove(unit)
@@ -171,8 +186,11 @@ def victims_on_node(
         for unit in ordered:
             what_if.restore(unit)
         return None
-    violating = [u for u in ordered if violations([u], budgets)]
-    kept = [u for u in ordered if u not in violating]
+    if not ordered:
+        return NodeVictims(node, (), 0)  # what is on its way out frees enough
+    flagged = violating_pods(ordered, budgets)
+    violating = [u for u in ordered if flagged[u.key]]
+    kept = [u for u in ordered if not flagged[u.key]]
     victims: list[Unit] = []
     for unit in [*violating, *kept]:
         what_if.restore(unit)
@@ -182,8 +200,8 @@ def victims_on_node(
     for unit in victims:
         what_if.restore(unit)
     greedy = _node_victims(node, victims, budgets)
-    if len(ordered) > exact_units or len(victims) <= 1:
-        return greedy  # one victim is as few as it gets (every unit alone was weighed)
+    if len(ordered) > exact_units or not victims:
+        return greedy
     return _exact(node, ordered, what_if, budgets, greedy)
 
 
@@ -208,9 +226,13 @@ def _exact(
         for subset in itertools.combinations(units, size)
     ]
     best = greedy.cost()
+    failed: list[frozenset[str]] = []
     for candidate in sorted(candidates, key=NodeVictims.cost):
         if candidate.cost() >= best:
             break
+        keys = frozenset(u.key for u in candidate.units)
+        if any(keys <= earlier for earlier in failed):
+            continue  # fewer removed than a set that did not make room: no room either
         for unit in candidate.units:
             what_if.remove(unit)
         fits = what_if.fits()
@@ -218,6 +240,7 @@ def _exact(
             what_if.restore(unit)
         if fits:
             return candidate
+        failed.append(keys)
     return greedy
 
 
@@ -247,29 +270,37 @@ def choose(
     budgets: Sequence[DisruptionBudget] = (),
     *,
     exact_units: int = EXACT_UNITS,
+    freeing: Collection[str] = frozenset(),
 ) -> Choice:
     """The victims for a pod of ``priority`` among ``nodes`` (those its other filters allow,
-    in the caller's order); ``units_on(node)`` are the units holding something there."""
+    in the caller's order); ``units_on(node)`` are the units holding something there.
+    ``freeing``: nodes where pods on their way out hold devices (the what-if counts them
+    free), weighed even with no unit to remove."""
     candidates: list[NodeVictims] = []
-    blocked_by: list[NodeVictims] = []
     for node in nodes:
-        units = units_on(node)
-        lower = [u for u in units if u.priority < priority]
+        lower = [u for u in units_on(node) if u.priority < priority]
+        if not lower and node not in freeing:
+            continue
         found = victims_on_node(node, lower, what_if(node), budgets, exact_units=exact_units)
         if found is not None:
             candidates.append(found)
-        elif len(lower) < len(units):
-            # What it would take if priority were no object: said, not done.
-            needed = victims_on_node(node, units, what_if(node), budgets, exact_units=0)
-            if needed is not None:
-                blocked_by.append(needed)
     chosen = pick(candidates)
     if chosen is not None:
         return Choice(chosen)
+    # What it would take if priority were no object: said, not done.
+    blocked_by: list[NodeVictims] = []
+    for node in nodes:
+        units = units_on(node)
+        if any(u.priority >= priority for u in units):
+            needed = victims_on_node(node, units, what_if(node), budgets, exact_units=0)
+            if needed is not None and needed.units:
+                blocked_by.append(needed)
     if not blocked_by:
         return Choice(None, "preempting lower-priority pods would not make room on any node")
     least = min(blocked_by, key=lambda v: sum(1 for p in v.pods if p.priority >= priority))
     held = [p for p in least.pods if p.priority >= priority]
+    if not held:
+        return Choice(None, "preempting lower-priority pods would not make room on any node")
     lowest = min(p.priority for p in held)
     return Choice(
         None,

@@ -99,6 +99,7 @@ def copy_of(pod: Pod, name: str, *, keep_claims: bool = False) -> Pod:
         gated=True,
         terminal=False,
         deleting=False,
+        started="",
     )
     return dataclasses.replace(
         pod,

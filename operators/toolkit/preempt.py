@@ -2,20 +2,22 @@
 preempt for its devices, with the same choice the operator makes
 (:mod:`operators.scheduling.preemption`).
 
-The units are the snapshot's running pods, a gang's members together (a gang is preempted
-whole). Pods being deleted are on their way out already and are nobody's victims.
+The units are the snapshot's running pods that ask for devices, a gang's members together (a
+gang is preempted whole), as the operator may delete only pods that ask for devices (its pod
+writes policy); pods without devices are kube-scheduler's own preemption's. Pods being deleted
+are on their way out already and are nobody's victims.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from operators.allocator.nodes import NodeSelector, NodeSelectorError
 from operators.allocator.whatif import FreedDevices
 from operators.cache.core import Pod
 from operators.scheduling import filters
-from operators.scheduling.freeing import Holdings, NodeWhatIf
+from operators.scheduling.freeing import Holdings, NodeWhatIf, attracts, holdings
 from operators.scheduling.preemption import Choice, Unit, VictimPod, choose
 from operators.toolkit.cluster import Cluster, node_info
 
@@ -30,13 +32,16 @@ def started_at(text: str, now: float) -> float:
         return now
 
 
-def units(cluster: Cluster, now: float) -> dict[str, Unit]:
-    """Every running pod as a unit of its own, or with its gang's other members."""
+def units(cluster: Cluster, now: float, preemptor: Pod | None = None) -> dict[str, Unit]:
+    """Every running pod as a unit of its own, or with its gang's other members; a gang with
+    a member the preemptor's required affinity asks for is none."""
     groups: dict[str, list[VictimPod]] = {}
     gang_keys: set[str] = set()
+    needed: set[str] = set()
+    labels_of = cluster.snapshot.namespace_labels
     for key, pod in sorted(cluster.pods.items()):
         node = cluster.usage.node_of(key)
-        if not node or pod.deleting or not pod.active:
+        if not node or pod.deleting or not pod.active or not pod.claims:
             continue
         victim = VictimPod(
             pod.namespace,
@@ -52,23 +57,32 @@ def units(cluster: Cluster, now: float) -> dict[str, Unit]:
         if gang is not None:
             gang_keys.add(unit_key)
         groups.setdefault(unit_key, []).append(victim)
-    return {key: Unit(key, tuple(pods), gang=key in gang_keys) for key, pods in groups.items()}
+        if preemptor is not None and attracts(
+            preemptor.needs, pod.namespace, pod.labels, labels_of.get(pod.namespace, {})
+        ):
+            needed.add(unit_key)
+    return {
+        key: Unit(key, tuple(pods), gang=key in gang_keys)
+        for key, pods in groups.items()
+        if key not in needed
+    }
 
 
-def holdings(cluster: Cluster, by_key: Mapping[str, Unit]) -> Holdings:
+def held(cluster: Cluster, by_key: Mapping[str, Unit], kept: Iterable[str]) -> Holdings:
+    """What the units hold; ``kept``: the preemptor's own allocated claims (never freed)."""
     unit_of = {pod.ref: unit.key for unit in by_key.values() for pod in unit.pods}
     claims_of: dict[str, dict[str, int]] = {}
-    holders: dict[str, int] = {}
+    reserved: dict[str, int] = {}
     for claim, consumers in cluster.consumers.items():
         if claim not in cluster.allocations:
             continue
-        holders[claim] = len(consumers)
+        reserved[claim] = len(consumers)
         for pod_key in consumers:
             unit = unit_of.get(pod_key)
             if unit is not None:
                 mine = claims_of.setdefault(unit, {})
                 mine[claim] = mine.get(claim, 0) + 1
-    return Holdings(claims_of, holders)
+    return holdings(claims_of, reserved, kept)
 
 
 def in_play(cluster: Cluster, pod: Pod) -> bool:
@@ -98,8 +112,8 @@ def preemption_for(cluster: Cluster, pod: Pod, now: float | None = None) -> Choi
             except NodeSelectorError as error:
                 return Choice(None, f"claim {use.key}: {error}")
     moment = now if now is not None else datetime.datetime.now(datetime.UTC).timestamp()
-    by_key = units(cluster, moment)
-    held = holdings(cluster, by_key)
+    by_key = units(cluster, moment, pod)
+    holding: Holdings = held(cluster, by_key, [u.key for u in uses if u.key in cluster.allocations])
     on_node: dict[str, list[Unit]] = {}
     for unit in by_key.values():
         for node in sorted({p.node for p in unit.pods}):
@@ -129,7 +143,7 @@ def preemption_for(cluster: Cluster, pod: Pod, now: float | None = None) -> Choi
             node_info(entry, name),
             pod_filter,
             cluster.usage.on_node(name),
-            held,
+            holding,
         )
 
     return choose(

@@ -184,26 +184,37 @@ def simulate(
 
     def place(pod: Pod, origin: str) -> bool:
         result: Placement = cluster.evaluate(pod)
+        reason = result.reason
         if result.node is None:
             reason, victims = _preempt(cluster, pod, result.reason, apply=preemption)
             if victims is not None:
                 preemptions.append(victims)
                 result = cluster.evaluate(pod)
+                reason = result.reason  # (if it still does not fit: why, now)
         if result.node is None:
             pending.append(PodOutcome(pod.ref, origin, None, reason=reason))
-            tick(1)
-            return False
-        cluster.commit(pod, result)
-        placed.append(PodOutcome(pod.ref, origin, result.node, result.devices))
+        else:
+            cluster.commit(pod, result)
+            placed.append(PodOutcome(pod.ref, origin, result.node, result.devices))
         tick(1)
-        if result.node is not None and preemptions and preemptions[-1].pod == pod.ref:
-            for victim in preemptions[-1].victims:  # made again by their controllers
-                again = victims_pods.pop(victim, None)
-                if again is not None:
-                    place(_recreated(again), "preempted")
-        return True
+        if preemptions and preemptions[-1].pod == pod.ref and victims_pods:
+            recreate(list(preemptions[-1].victims))
+        return result.node is not None
 
     victims_pods: dict[str, Pod] = {}
+
+    def recreate(refs: list[str]) -> None:
+        """The victims as their controllers make them again: pending, a gang's together."""
+        again = [_recreated(p) for p in (victims_pods.pop(r, None) for r in refs) if p]
+        together: dict[str, list[Pod]] = {}
+        for pod in again:
+            key = gang_key(cluster, pod)
+            if key is None:
+                place(pod, "preempted")
+            else:
+                together.setdefault(key, []).append(pod)
+        for members in together.values():
+            place_together(members, len(members), "preempted")
 
     def _preempt(
         cluster: Cluster, pod: Pod, reason: str, *, apply: bool
@@ -253,8 +264,11 @@ def simulate(
         tick(len(pods))
         return bool(outcome.placements)
 
-    # 1. Settle: pods of the snapshot that wait for devices (a gang's members together).
+    # 1. Settle: pods of the snapshot that wait for devices (a gang's members together), the
+    # higher priority first (a gang by its most important member); at one priority, single
+    # pods before gangs, each in name order.
     gangs: dict[str, list[Pod]] = {}
+    turns: list[tuple[int, int, str, Pod | None]] = []
     for pod in _waiting_pods(cluster):
         key = gang_key(cluster, pod)
         _, gang_problem = snapshot.gang_of(pod)
@@ -262,10 +276,19 @@ def simulate(
             pending.append(PodOutcome(pod.ref, "pending", None, reason=gang_problem))
             tick(1)
         elif key is None:
-            place(pod, "pending")
+            turns.append((-pod.needs.priority, 0, pod.ref, pod))
         else:
             gangs.setdefault(key, []).append(pod)
+    by_first: dict[str, list[Pod]] = {}
     for members in gangs.values():
+        first = min(m.ref for m in members)
+        by_first[first] = members
+        turns.append((-max(m.needs.priority for m in members), 1, first, None))
+    for _, _, first, single in sorted(turns, key=lambda t: (t[0], t[1], t[2])):
+        if single is not None:
+            place(single, "pending")
+            continue
+        members = by_first[first]
         member_gangs = [g for g in (snapshot.gang_of(m)[0] for m in members) if g is not None]
         largest = max(member_gangs, key=lambda g: g.size)
         size = largest.size

@@ -27,7 +27,8 @@ from operators.api import (
 from operators.api.annotations import GangRef
 from operators.api.podgroup import PodGroup, parse_pod_group
 from operators.cache.core import Pod
-from operators.scheduling.model import LabelSelector, Node, parse_node
+from operators.scheduling.budgets import Budget, parse_budget
+from operators.scheduling.model import Node, parse_node
 from operators.toolkit.pods import gang_of, parse_pod
 from operators.toolkit.sources import RawObject
 from operators.toolkit.usererrors import ObjectRef, SnapshotError
@@ -64,38 +65,6 @@ class NodeEntry:
     body: Mapping[str, Any] = field(default_factory=dict)
     view: Node | None = None
     """What the scheduler's filters read (labels, taints, allocatable), from ``body``."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A PodDisruptionBudget as far as an eviction asks it: whose pods, how many may go."""
-
-    namespace: str
-    name: str
-    selector: LabelSelector | None
-    allowed: int
-    """status.disruptionsAllowed; 0 while the disruption controller has not processed the
-    budget's current generation (the API server then refuses every eviction it covers)."""
-
-    def covers(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        return (
-            namespace == self.namespace
-            and self.selector is not None
-            and self.selector.matches(labels)
-        )
-
-
-def parse_budget(body: Mapping[str, Any]) -> Budget:
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    processed = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
-    spec = body.get("spec") or {}
-    return Budget(
-        str(meta.get("namespace") or "default"),
-        str(meta.get("name") or ""),
-        LabelSelector.parse(spec.get("selector")),
-        int(status.get("disruptionsAllowed") or 0) if processed and status else 0,
-    )
 
 
 @dataclass(frozen=True)

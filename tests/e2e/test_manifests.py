@@ -112,6 +112,8 @@ COMMON_ALLOWED: list[Access] = [
     # allocator: Workload API PodGroups name gangs (where the API server serves them)
     *[(verb, "podgroups.scheduling.k8s.io", "") for verb in ("list", "watch")],
     ("get", "podgroups.scheduling.k8s.io", "team-a"),
+    # allocator: PodDisruptionBudgets weigh preemption victims
+    *[(verb, "poddisruptionbudgets.policy", "") for verb in ("list", "watch")],
     # allocator: pod annotations, node affinity, lifting the gate
     ("patch", "pods", "team-a"),
     # allocator and taint controller: pod conditions (DisruptionTarget before an eviction)
@@ -142,6 +144,7 @@ COMMON_DENIED: list[Access] = [
     ("patch", "nodes", ""),
     # PodGroups are read only; nothing else of the Workload API
     ("create", "podgroups.scheduling.k8s.io", "team-a"),
+    ("create", "poddisruptionbudgets.policy", "team-a"),
     ("patch", "podgroups.scheduling.k8s.io/status", "team-a"),
     ("list", "workloads.scheduling.k8s.io", ""),
     ("list", "priorityclasses.scheduling.k8s.io", ""),

@@ -83,6 +83,7 @@ NEEDED_EVERYWHERE: Final[dict[str, set[str]]] = {
     "nodes": {"get", "list", "watch"},
     "namespaces": {"get", "list", "watch"},
     "podgroups.scheduling.k8s.io": {"get", "list", "watch"},
+    "poddisruptionbudgets.policy": {"get", "list", "watch"},
     "events": {"create"},
     "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},
 }

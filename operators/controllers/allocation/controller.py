@@ -64,6 +64,7 @@ from operators.controllers.allocation.outcomes import (
     TooSlow,
     Unallocatable,
 )
+from operators.controllers.allocation.preemption import Preemption
 from operators.controllers.allocation.reporting import Reporter
 from operators.controllers.allocation.thread import DecisionThread
 from operators.controllers.allocation.writes import ClaimWriter
@@ -151,6 +152,13 @@ class AllocationController:
             runtime, self.pods, self.state, self.usage, self.thread, self.writer, self.queue,
             self.waiting, self.name,
         )  # fmt: skip
+        self.preemption: Preemption | None = None
+        """Priority preemption for devices (``--preemption``)."""
+        if self.settings.preemption:
+            self.preemption = Preemption(
+                runtime, self.state, self.usage, self.pods, self.claims, self.thread,
+                self.decider,
+            )  # fmt: skip
         self.pod_groups_told: set[str] = set()  # pod UIDs told no PodGroup is read here
         # What the last full look at a gang told every member, by (namespace, gang), while
         # newcomers may be told the same without another (gangdecision.GangTold).
@@ -324,6 +332,8 @@ class AllocationController:
             self.waiting.discard(change.key)
             self.writer.saw_pod(change.key, None)
             self.decider.forget(change.key)
+            if self.preemption is not None:
+                self.preemption.forget(change.key)
             return
         self.writer.saw_pod(change.key, pod)
         if self._wants_allocation(pod):
@@ -454,12 +464,15 @@ class AllocationController:
         if pod is None or not self._wants_allocation(pod):
             self.queue.forget(key)
             self.waiting.discard(key)
+            if self.preemption is not None:
+                self.preemption.forget(key)
             return
         if key in self.writer.written:
             return  # our own write is on its way through the watch; its event requeues
         if key in self.commits.in_flight:
             self.commits.resync.add(key)
             return
+        entries: list[tuple[PodResourceClaim, ResourceClaim]] = []
         try:
             gang = await gangdecision.gang_of(self, pod) if pod.gated else None
             if gang is not None:
@@ -470,10 +483,16 @@ class AllocationController:
             if pod.gang is not None and not pod.gated and not pod.node_name:
                 gangdecision.check_member_alone(pod, pod.gang)
             started = time.perf_counter()
-            try:
-                node, results = self.decider.decide_now(pod, entries)
-            except NeedsThread:
-                node, results = await self.decider.decide_off_loop(pod, entries)
+            nominated = None
+            if self.preemption is not None:
+                nominated = await self.preemption.decide_nominated(pod, entries)
+            if nominated is not None:
+                node, results = nominated  # the devices it preempted for are free now
+            else:
+                try:
+                    node, results = self.decider.decide_now(pod, entries)
+                except NeedsThread:
+                    node, results = await self.decider.decide_off_loop(pod, entries)
             metrics.ALLOCATION_SECONDS.observe(time.perf_counter() - started)
         except NotReady:
             return  # an event about the missing claim will requeue it
@@ -496,11 +515,18 @@ class AllocationController:
             return
         except Unallocatable as reason:
             metrics.ALLOCATIONS.labels(result="unallocatable").inc()
+            told = reason
+            if self.preemption is not None and entries:
+                told = await self.preemption.after_no_fit(pod, entries, reason)
             self.waiting.add(key)
             with contextlib.suppress(Conflict, NotFound):
-                await self.reporter.explain(pod, reason)
+                await self.reporter.explain(pod, told)
+            if self.preemption is not None:
+                await self.preemption.announce(pod)
             self.queue.retry(key)  # safety net; cluster changes wake it sooner
             return
+        if self.preemption is not None:
+            self.preemption.taken(key)  # what was held for it is its own allocation now
         await self.commits.start([Placed(pod, entries, node, results)])
 
 

@@ -52,9 +52,14 @@ class ClaimBusy(Exception):
     """A claim of the pod is being written for another pod; look again in a moment."""
 
 
+POD_REASON_UNALLOCATABLE = "Unallocatable"
+
+
 class Unallocatable(Exception):
     """No node fits now: a one-line summary (pod condition), per-node-group details (Event),
-    and what each claim concerned is told (its condition; by claim ``namespace/name``)."""
+    and what each claim concerned is told (its condition; by claim ``namespace/name``).
+    ``pod_reason``: the pod condition's reason; any other than Unallocatable (a preemptor
+    waiting for its victims) is told in a Normal Event of that reason, not a warning."""
 
     def __init__(
         self,
@@ -63,12 +68,14 @@ class Unallocatable(Exception):
         *,
         reason: str = claimstatus.REASON_UNSCHEDULABLE,
         claims: dict[str, str] | None = None,
+        pod_reason: str = POD_REASON_UNALLOCATABLE,
     ) -> None:
         super().__init__(summary)
         self.summary = summary
         self.details = details or []
         self.reason = reason
         self.claims = claims or {}
+        self.pod_reason = pod_reason
 
 
 class NeedsThread(Exception):

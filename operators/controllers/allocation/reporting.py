@@ -17,7 +17,7 @@ from operators.cache.assume import AssumeCache
 from operators.cache.core import Pod, PodResourceClaim
 from operators.cache.informer import Key
 from operators.controllers import claimstatus, podcondition
-from operators.controllers.allocation.outcomes import Unallocatable
+from operators.controllers.allocation.outcomes import POD_REASON_UNALLOCATABLE, Unallocatable
 from operators.controllers.claimrules import is_allocated
 from operators.controllers.runtime import Runtime
 from operators.kube import Conflict, KubeClient, NotFound
@@ -57,11 +57,14 @@ class Reporter:
             await self.post_events(pod, reason)
         # A conflict means the pod changed; the next sync explains again if still needed.
         with contextlib.suppress(Conflict, NotFound):
-            await self.set_condition(pod, "False", "Unallocatable", message)
+            await self.set_condition(pod, "False", reason.pod_reason, message)
 
     async def post_events(self, pod: Pod, reason: Unallocatable) -> None:
         message = reason.summary
         detailed = "\n".join([message, *reason.details[:MAX_DETAIL_LINES]])
+        if reason.pod_reason != POD_REASON_UNALLOCATABLE:
+            await self.runtime.events.post(pod.involved(), reason.pod_reason, detailed)
+            return  # it is on its way: nothing for its claims to say
         await self.runtime.events.post(pod.involved(), REASON_FAILED, detailed, warning=True)
         for entry in pod.claims:
             name = self.claim_name(pod, entry)

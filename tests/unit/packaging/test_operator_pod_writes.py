@@ -103,6 +103,18 @@ def test_the_operators_own_writes_pass(policy: dict[str, Any]) -> None:
     ]
     told["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
     assert write(policy, bound, told, status=True) is None
+    # a preemptor's nominated node (an unbound pod that asks for devices), and a victim's
+    # DisruptionTarget with preemption's reason
+    waiting = gated_pod()
+    nominated = copy.deepcopy(waiting)
+    nominated["status"]["nominatedNodeName"] = "n1"
+    assert write(policy, waiting, nominated, status=True) is None
+    victim = copy.deepcopy(bound)
+    victim["status"]["conditions"] = [
+        *bound["status"]["conditions"],
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},
+    ]
+    assert write(policy, bound, victim, status=True) is None
     # in-tree, the claim statuses of a gated pod before its gate goes
     gated = gated_pod()
     recorded = copy.deepcopy(gated)
@@ -137,7 +149,7 @@ def test_the_operators_own_writes_pass(policy: dict[str, Any]) -> None:
         (lambda p: p["status"].update(initContainerStatuses=[{"name": "i", "ready": True}]), True, "status container statuses"),
         (lambda p: p["status"].update(extendedResourceClaimStatus={"resourceClaimName": "x"}), True, "status.extendedResourceClaimStatus"),
         (lambda p: p["status"].update(resourceClaimStatuses=[{"name": "gpu"}]), True, "status.resourceClaimStatuses"),
-        (lambda p: p["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}), True, "status.conditions"),
+        (lambda p: p["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}), True, "status.conditions"),
     ],
 )  # fmt: skip
 def test_anything_else_the_operator_writes_is_refused_by_name(
@@ -203,6 +215,13 @@ def test_only_pods_that_ask_for_devices_may_be_deleted_or_marked_for_disruption(
         marked = copy.deepcopy(pod)
         marked["status"]["conditions"].append(target)
         assert (write(policy, pod, marked, status=True) is None) is allowed
+    # A nominated node too: a pod that asks for no devices is no preemptor of dralloc's.
+    unbound = bystander()
+    del unbound["spec"]["nodeName"]
+    nominated = copy.deepcopy(unbound)
+    nominated["status"]["nominatedNodeName"] = "n1"
+    refused = write(policy, unbound, nominated, status=True)
+    assert refused is not None and "status.nominatedNodeName" in refused
 
 
 def test_only_its_own_gate_may_go(policy: dict[str, Any]) -> None:

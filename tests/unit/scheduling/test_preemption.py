@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from operators.scheduling.preemption import (
     Choice,
-    NodeVictims,
     Unit,
     VictimPod,
     choose,
+    victims_on_node,
     violations,
 )
 
@@ -160,6 +160,42 @@ def test_exact_weighing_keeps_fewer_victims_than_the_greedy_reprieve() -> None:
 # --- against a brute-force reference ----------------------------------------------------
 
 
+def true_violations(units: Sequence[Unit], budgets: Sequence[Budget]) -> int:
+    """Upstream's counting, written out again: pods the most important first (priority, a gang
+    before a pod, the larger gang, the earlier start), each spending one of each budget that
+    covers it until one goes below zero; pods without labels spend nothing."""
+    order = sorted(
+        units, key=lambda u: (-max(p.priority for p in u.pods), -u.gang, -len(u.pods),
+                              min(p.started for p in u.pods))
+    )  # fmt: skip
+    left = [b.allowed for b in budgets]
+    count = 0
+    for unit in order:
+        for p in unit.pods:
+            if not p.labels:
+                continue
+            for i, b in enumerate(budgets):
+                if b.covers(p.namespace, p.labels):
+                    left[i] -= 1
+                    if left[i] < 0:
+                        count += 1
+                        break
+    return count
+
+
+def reference_cost(units: Sequence[Unit], budgets: Sequence[Budget]) -> tuple:
+    """kube-scheduler's pickOneNodeForPreemption order, written out again."""
+    pods = [p for u in units for p in u.pods]
+    top = max(p.priority for p in pods)
+    return (
+        true_violations(units, budgets),
+        top,
+        sum(p.priority + 2**31 for p in pods),
+        len(pods),
+        -min(p.started for p in pods if p.priority == top),
+    )
+
+
 def reference(
     priority: int,
     totals: Mapping[str, int],
@@ -167,9 +203,10 @@ def reference(
     units: Sequence[Unit],
     held: Mapping[str, Mapping[str, int]],
     budgets: Sequence[Budget],
-) -> NodeVictims | None:
-    """Every set of lower-priority units on every node: the cheapest that frees enough."""
-    best: NodeVictims | None = None
+) -> tuple | None:
+    """Every set of lower-priority units on every node: the cost of the cheapest that frees
+    enough (None: none does)."""
+    best: tuple | None = None
     for node, total in totals.items():
         used = sum(h.get(node, 0) for h in held.values())
         here = [u for u in units if held[u.key].get(node, 0) and u.priority < priority]
@@ -178,9 +215,9 @@ def reference(
                 freed = sum(held[u.key][node] for u in subset)
                 if total - used + freed < need:
                     continue
-                option = NodeVictims(node, subset, violations(subset, budgets))
-                if best is None or option.cost() < best.cost():
-                    best = option
+                cost = reference_cost(subset, budgets)
+                if best is None or cost < best:
+                    best = cost
     return best
 
 
@@ -190,22 +227,37 @@ def clusters(draw: st.DrawFn) -> tuple[int, dict[str, int], int, list[Unit], dic
     totals = {n: draw(st.integers(1, 6)) for n in nodes}
     units: list[Unit] = []
     held: dict[str, dict[str, int]] = {}
-    for i in range(draw(st.integers(0, 7))):
-        node = draw(st.sampled_from(nodes))
-        left = totals[node] - sum(h.get(node, 0) for h in held.values())
-        if left <= 0:
+    for i in range(draw(st.integers(0, 6))):
+        members = draw(st.integers(1, 2))  # 2: a gang, its members on any nodes
+        priority = draw(st.sampled_from([-5, 0, 10, 100, 1000]))
+        pods: list[VictimPod] = []
+        holds: dict[str, int] = {}
+        for m in range(members):
+            node = draw(st.sampled_from(nodes))
+            left = totals[node] - sum(h.get(node, 0) for h in held.values()) - holds.get(node, 0)
+            if left <= 0:
+                continue
+            holds[node] = holds.get(node, 0) + draw(st.integers(1, left))
+            pods.append(
+                pod(
+                    f"p{i}-{m}",
+                    node,
+                    priority,
+                    started=draw(st.sampled_from([1.0, 2.0, 3.0])),
+                    app=draw(st.sampled_from(["", "db", "web"])),
+                )
+            )
+        if not pods:
             continue
-        count = draw(st.integers(1, left))
-        p = pod(
-            f"p{i}",
-            node,
-            draw(st.sampled_from([0, 10, 100, 1000])),
-            started=draw(st.sampled_from([1.0, 2.0, 3.0])),
-            app=draw(st.sampled_from(["", "db", "web"])),
-        )
-        units.append(single(p))
-        held[p.ref] = {node: count}
-    budgets = [Budget("ns", app, draw(st.integers(0, 2))) for app in ("db", "web")]
+        unit = Unit(f"u{i}", tuple(pods), gang=members > 1) if members > 1 else single(pods[0])
+        units.append(unit)
+        held[unit.key] = holds
+    # Two budgets may cover one pod ("db" pods are covered by both).
+    budgets = [
+        Budget("ns", "db", draw(st.integers(0, 2))),
+        Budget("ns", "web", draw(st.integers(0, 2))),
+        Budget("ns", "db", draw(st.integers(0, 2))),
+    ]
     need = draw(st.integers(1, max(totals.values())))
     return draw(st.sampled_from([10, 100, 1000, 2000])), totals, need, units, held, budgets
 
@@ -224,7 +276,7 @@ def test_the_choice_costs_what_the_brute_force_optimum_costs(case: tuple) -> Non
         assert choice.victims is None and choice.reason
         return
     assert choice.victims is not None, choice.reason
-    assert choice.victims.cost() == best.cost()
+    assert reference_cost(choice.victims.units, budgets) == best
 
 
 @settings(max_examples=300, deadline=None)
@@ -243,6 +295,7 @@ def test_the_greedy_reprieve_alone_frees_enough_and_keeps_no_victim_it_does_not_
     chosen = choice.victims
     assert chosen is not None
     node = chosen.node
+    assert chosen.violations == true_violations(chosen.units, budgets)
     assert all(u.priority < priority for u in chosen.units)
     used = sum(h.get(node, 0) for h in held.values())
     freed = [held[u.key].get(node, 0) for u in chosen.units]
@@ -250,3 +303,70 @@ def test_the_greedy_reprieve_alone_frees_enough_and_keeps_no_victim_it_does_not_
     for i, unit in enumerate(chosen.units):
         others = sum(freed) - freed[i]
         assert crowded[node] - used + others < need, f"{unit.key} was not needed"
+
+
+def test_a_pod_spends_budgets_until_the_first_it_violates_and_unlabelled_pods_none() -> None:
+    """Upstream's counting: X (covered by a spent budget and by one with room) violates
+    once and spends nothing more, so Y still fits the second budget; a pod without labels
+    is covered by nobody."""
+    x = single(VictimPod("ns", "x", "n1", 0, 0.0, {"app": "db"}))
+    y = single(VictimPod("ns", "y", "n1", 0, 1.0, {"app": "web"}))
+    budgets: list[Budget | BudgetBoth] = [Budget("ns", "db", 0), BudgetBoth("ns", 1)]
+    assert violations([x, y], budgets) == 1
+    bare = single(VictimPod("ns", "bare", "n1", 0, 0.0, {}))
+    assert violations([bare], [BudgetBoth("ns", 0)]) == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetBoth:
+    """A budget over the "db" and the "web" pods."""
+
+    namespace: str
+    allowed: int
+
+    def covers(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        return namespace == self.namespace and labels.get("app") in ("db", "web")
+
+
+def test_a_node_where_pods_on_their_way_out_free_enough_needs_no_victims() -> None:
+    held = {"ns/low": {"n1": 1}}
+    found = victims_on_node("n1", [], Devices("n1", 2, 1, held))
+    assert found is not None and not found.units and found.violations == 0
+    assert victims_on_node("n1", [], Devices("n1", 1, 1, held)) is None
+
+
+def test_weighing_every_set_leaves_the_what_if_as_it_found_it() -> None:
+    units = [single(pod(f"p{i}", "n1", 0, started=float(i))) for i in range(4)]
+    held = {u.key: {"n1": 1} for u in units}
+    what_if = Devices("n1", 4, 2, held)
+    found = victims_on_node("n1", units, what_if)
+    assert found is not None and len(found.units) == 2
+    assert what_if.free == 0, "every unit is counted as in place again"
+
+
+def test_the_greedy_reprieve_takes_budget_violating_units_back_first() -> None:
+    """Upstream's order: the unit a budget protects is reprieved before a more important one,
+    so the unprotected one goes."""
+    older = pod("older", "n1", 0, started=0.0)
+    protected = pod("protected", "n1", 0, started=5.0, app="db")
+    held = {older.ref: {"n1": 1}, protected.ref: {"n1": 1}}
+    units = [single(older), single(protected)]
+    choice = run(1000, {"n1": 2}, 1, units, held, [Budget("ns", "db", 0)], exact_units=0)
+    assert names(choice) == ["older"]
+
+
+def test_a_gang_is_more_important_than_a_pod_of_its_priority() -> None:
+    """At one priority and start, a gang is reprieved before a single pod (upstream's rank)."""
+    alone = pod("alone", "n1", 0)
+    gang = Unit("gang:ns/g", (pod("g0", "n1", 0), pod("g1", "n1", 0)), gang=True)
+    held = {alone.ref: {"n1": 1}, gang.key: {"n1": 2}}
+    assert names(run(1000, {"n1": 3}, 1, [single(alone), gang], held, exact_units=0)) == ["alone"]
+
+
+def test_negative_priorities_sum_as_costs_too() -> None:
+    """One victim of priority -5 costs less than two, as upstream offsets priorities before
+    summing them (without the offset two negative ones would sum lower)."""
+    a, b, c = pod("a", "n1", -5), pod("b", "n2", -5), pod("c", "n2", -5)
+    held = {a.ref: {"n1": 2}, b.ref: {"n2": 1}, c.ref: {"n2": 1}}
+    units = [single(a), single(b), single(c)]
+    assert names(run(0, {"n1": 2, "n2": 2}, 2, units, held)) == ["a"]

@@ -166,19 +166,14 @@ def test_a_victim_a_budget_protects_is_passed_over_for_another_node(
 
 
 def test_the_victims_free_the_nodes_cpu_too(full: Callable[..., Snapshot]) -> None:
-    """node-a has 4 cpus, all requested by a priority-0 pod without devices: the trainer's
-    GPUs alone do not make room for a pod that also wants a cpu; both go."""
-    hog = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "hog", "namespace": "team-a", "uid": "uid-pod-hog"},
-        "spec": {"nodeName": "node-a", "containers": [
-            {"name": "main", "image": "pause", "resources": {"requests": {"cpu": "4"}}}]},
-        "status": {"phase": "Running"},
-    }  # fmt: skip
+    """node-a has 4 cpus, all requested by a priority-0 pod holding gpu-3: the trainer's GPUs
+    alone make a NUMA pair but no cpu for a pod that also wants one; both go (the two of
+    node-b would be a priority of 500)."""
+    hog = holder("hog", "node-a", "gpu-3", 0)
+    hog[1]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4"}}
     wants_cpu = vip()
     wants_cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
-    report = simulate(full(wants_cpu, hog, node_a_cpu="4"), [], preemption=True)
+    report = simulate(full(wants_cpu, *hog, node_a_cpu="4"), [], preemption=True)
     first = report.preemptions[0]
     assert first.node == "node-a"
     assert sorted(first.victims) == ["team-a/hog", "team-a/trainer"]
@@ -201,3 +196,12 @@ def test_a_claim_shared_with_a_pod_that_stays_is_not_freed(
     report = simulate(full(vip(), keeper, shared_trainer_claim=True), [], preemption=True)
     first = report.preemptions[0]
     assert first.node == "node-b" and len(first.victims) == 2
+
+
+def test_a_claim_the_preemptor_uses_itself_is_not_freed(full: Callable[..., Snapshot]) -> None:
+    """vip shares the trainer's claim and wants a NUMA pair besides: preempting the trainer
+    would free nothing vip does not hold already (it would need 5 of node-a's 4 GPUs)."""
+    shares = vip()
+    shares["spec"]["resourceClaims"].append({"name": "shared", "resourceClaimName": "trainer-gpus"})
+    result = explain(full(shares), "pod/vip", "team-a")
+    assert "team-a/trainer" not in result.preemption, result.preemption

@@ -1,0 +1,144 @@
+"""Priority preemption in the allocation controller, against the fake API server: node n1's one
+device is held by a running pod of priority 0; a gated pod of priority 1000 wants it.
+
+The victim gets upstream's DisruptionTarget and is deleted by UID, with an Event naming the
+preemptor; the preemptor gets its nominatedNodeName and is told what it waits for; the device
+is held for it while the victim goes (another pod does not get it), and it takes the device
+once the victim's claim is released."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from operators.cache.informer import Key
+from operators.controllers.allocation import AllocationController
+from operators.controllers.allocation.decide import EXPLAIN_GRACE
+from operators.controllers.allocation.preemption import DISRUPTION_REASON, REASON_PREEMPTING
+from operators.kube import PODS, RESOURCE_CLAIMS, JsonDict
+
+from ..fakes import FakeClient, allocated, claim, one_device_cluster, pod, put
+
+
+def running(name: str, priority: int) -> JsonDict:
+    raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"{name}-claim"}], gated=False)
+    raw["spec"].update(nodeName="n1", priority=priority)
+    raw["status"] = {"phase": "Running", "startTime": "2026-12-01T00:00:00Z"}
+    return raw
+
+
+def waiting(name: str, priority: int, **spec: Any) -> JsonDict:
+    raw = pod("ns", name, [{"name": "dev", "resourceClaimName": f"{name}-claim"}])
+    raw["spec"].update(priority=priority, **spec)
+    return raw
+
+
+def cluster(client: FakeClient, victim_priority: int = 0, **settings: Any) -> AllocationController:
+    controller = AllocationController(
+        one_device_cluster(client, preemption=True, requeue_base_delay=1.0, **settings)
+    )
+    runtime = controller.runtime
+    put(runtime, RESOURCE_CLAIMS, allocated(claim("ns", "low-claim"), "low", "uid-p-low"))
+    put(runtime, PODS, running("low", victim_priority))
+    return controller
+
+
+def add_waiting(controller: AllocationController, name: str, priority: int, **spec: Any) -> Key:
+    put(controller.runtime, RESOURCE_CLAIMS, claim("ns", f"{name}-claim"))
+    put(controller.runtime, PODS, waiting(name, priority, **spec))
+    return Key("ns", name)
+
+
+async def sync(controller: AllocationController, key: Key) -> None:
+    """Decide for ``key`` as the loop does, past the grace before a pod is explained."""
+    controller.decider.failing_since[key] = -EXPLAIN_GRACE - 1.0
+    async with asyncio.TaskGroup() as writers:
+        controller.commits.writers = writers
+        await asyncio.wait_for(controller.sync(key), 5)
+
+
+def allocations(client: FakeClient, claim_name: str) -> list[JsonDict]:
+    """The allocations written to a claim."""
+    return [
+        c.body["status"]["allocation"]
+        for c in client.writes(RESOURCE_CLAIMS.path("ns", claim_name) + "/status")
+        if (c.body.get("status") or {}).get("allocation")
+    ]
+
+
+def condition(client: FakeClient, name: str) -> JsonDict:
+    """The pod's DevicesAllocated condition as last written."""
+    found = [
+        c
+        for call in client.writes(PODS.path("ns", name) + "/status")
+        for c in (call.body.get("status") or {}).get("conditions") or []
+        if c["type"] == "resource.dralloc.dev/DevicesAllocated"
+    ]
+    assert found, [c.path for c in client.calls]
+    return found[-1]
+
+
+async def test_the_lower_priority_holder_goes_and_its_device_is_held_for_the_preemptor() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    vip = add_waiting(controller, "vip", 1000)
+    await sync(controller, vip)
+    low_path = PODS.path("ns", "low")
+    marks = [c for c in client.calls if c.method == "PATCH" and c.path == low_path + "/status"]
+    assert marks and marks[0].body["status"]["conditions"][0]["reason"] == DISRUPTION_REASON
+    deletes = [c for c in client.calls if c.method == "DELETE" and c.path == low_path]
+    assert len(deletes) == 1
+    preempted = [e for e in client.events if e["reason"] == "Preempted"]
+    assert preempted and "ns/vip (priority 1000)" in preempted[0]["message"]
+    nominated = [
+        c.body["status"].get("nominatedNodeName")
+        for c in client.writes(PODS.path("ns", "vip") + "/status")
+    ]
+    assert "n1" in nominated
+    told = condition(client, "vip")
+    assert told["reason"] == REASON_PREEMPTING and "ns/low (priority 0)" in told["message"]
+    assert controller.state.nominated("ns/vip"), "the device is held for the preemptor"
+
+    # The victim goes and its claim is released: a third pod does not get the device.
+    controller.runtime.cache[PODS].apply("DELETED", running("low", 0))
+    released = claim("ns", "low-claim", rv="11")
+    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", released)
+    other = add_waiting(controller, "other", 0)
+    await sync(controller, other)
+    assert not allocations(client, "other-claim")
+    assert "preempt" not in condition(client, "other")["message"], "priority 0: nothing said"
+    # The preemptor takes it, and what was held for it is its allocation now.
+    await sync(controller, vip)
+    [written] = allocations(client, "vip-claim")
+    assert written["devices"]["results"][0]["device"] == "dev-0"
+    assert not controller.state.nominated("ns/vip")
+
+
+async def test_equal_priority_never_preempts_and_says_what_it_would_take() -> None:
+    client = FakeClient()
+    controller = cluster(client, victim_priority=1000)
+    vip = add_waiting(controller, "vip", 1000)
+    await sync(controller, vip)
+    assert not [c for c in client.calls if c.method == "DELETE"]
+    told = condition(client, "vip")
+    assert "it would need to preempt 1 pod(s) of priority 1000 or more" in told["message"]
+
+
+async def test_a_pod_whose_preemption_policy_is_never_waits() -> None:
+    client = FakeClient()
+    controller = cluster(client)
+    vip = add_waiting(controller, "vip", 1000, preemptionPolicy="Never")
+    await sync(controller, vip)
+    assert not [c for c in client.calls if c.method == "DELETE"]
+    assert "preemptionPolicy is Never" in condition(client, "vip")["message"]
+
+
+async def test_without_the_setting_nobody_is_preempted() -> None:
+    client = FakeClient()
+    made = AllocationController(one_device_cluster(client, requeue_base_delay=1.0))
+    put(made.runtime, RESOURCE_CLAIMS, allocated(claim("ns", "low-claim"), "low", "uid-p-low"))
+    put(made.runtime, PODS, running("low", 0))
+    vip = add_waiting(made, "vip", 1000)
+    await sync(made, vip)
+    assert made.preemption is None
+    assert not [c for c in client.calls if c.method == "DELETE"]
