@@ -36,6 +36,7 @@ units): the caller holds those devices for the pod.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Protocol
@@ -44,6 +45,20 @@ EXACT_UNITS = 6
 """On a node with at most this many units, every set of them is weighed (2**6 at most)."""
 PRIORITY_OFFSET = 2**31
 """Added to each priority before summing, as upstream: negative priorities sum as costs too."""
+
+
+def started_at(text: str, now: float) -> float:
+    """``status.startTime`` as seconds since the epoch (``now`` if the pod has not started,
+    or the time is not one: upstream's rule); a time without a zone is UTC."""
+    if not text:
+        return now
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return now
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,18 +18,8 @@ from operators.allocator.whatif import FreedDevices
 from operators.cache.core import Pod
 from operators.scheduling import filters
 from operators.scheduling.freeing import Holdings, NodeWhatIf, attracts, holdings
-from operators.scheduling.preemption import Choice, Unit, VictimPod, choose
+from operators.scheduling.preemption import EXACT_UNITS, Choice, Unit, VictimPod, choose, started_at
 from operators.toolkit.cluster import Cluster, node_info
-
-
-def started_at(text: str, now: float) -> float:
-    """``status.startTime`` as seconds (``now`` if the pod has not started: as upstream)."""
-    if not text:
-        return now
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return now
 
 
 def units(cluster: Cluster, now: float, preemptor: Pod | None = None) -> dict[str, Unit]:
@@ -95,8 +85,11 @@ def in_play(cluster: Cluster, pod: Pod) -> bool:
     )
 
 
-def preemption_for(cluster: Cluster, pod: Pod, now: float | None = None) -> Choice:
-    """What preempting lower-priority pods would do for ``pod``, which fits no node now."""
+def preemption_for(
+    cluster: Cluster, pod: Pod, now: float | None = None, *, exact_units: int = EXACT_UNITS
+) -> Choice:
+    """What preempting lower-priority pods would do for ``pod``, which fits no node now.
+    ``exact_units``: see operators.scheduling.preemption (0: upstream's greedy reprieve only)."""
     if not pod.needs.preempts:
         return Choice(None, "its preemptionPolicy is Never")
     uses, problem = cluster.resolve(pod)
@@ -152,4 +145,5 @@ def preemption_for(cluster: Cluster, pod: Pod, now: float | None = None) -> Choi
         lambda name: on_node.get(name, []),
         what_if,
         list(snapshot.budgets.values()),
+        exact_units=exact_units,
     )

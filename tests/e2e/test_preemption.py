@@ -4,7 +4,8 @@ A node with one device, held by a pod of a low PriorityClass: a pod of a high cl
 The victim is held in Terminating by a finalizer of the test (its grace period, as long as
 the test likes): meanwhile the preemptor is told what it waits for and its nominated node, and
 a third pod asking for the same device does not get it once it is free. Pods of equal
-priority, or with ``preemptionPolicy: Never``, wait and say why.
+priority, or with ``preemptionPolicy: Never``, wait and say why; a holder a disruption budget
+protects is passed over while another exists; a gang goes whole.
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ def operator(
 
 @pytest.fixture(scope="module")
 def classes(testbed: Testbed) -> dict[str, str]:
-    """PriorityClasses of this module: low (0), high (1000), high that never preempts."""
+    """PriorityClasses of this module: low (0), mid (100), high (1000), high that never
+    preempts."""
     prefix = unique_name("e2e-prio")
     made = {
         "low": (0, "PreemptLowerPriority"),
+        "mid": (100, "PreemptLowerPriority"),
         "high": (1000, "PreemptLowerPriority"),
         "never": (1000, "Never"),
     }
@@ -80,6 +83,16 @@ def gpu_pod(
     )
     body["metadata"].update(metadata)
     return body
+
+
+def on_node(node: str) -> dict[str, Any]:
+    """Required node affinity to one node, by name."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
 
 
 def condition(testbed: Testbed, namespace: str, name: str) -> dict[str, Any]:
@@ -178,3 +191,54 @@ def test_a_pod_that_never_preempts_waits(
     told(testbed, namespace, "polite", "preemptionPolicy is Never")
     holder = get(testbed, "pod", "holder", namespace) or {}
     assert not holder["metadata"].get("deletionTimestamp")
+
+
+def test_a_victim_a_budget_protects_is_passed_over_while_another_exists(
+    testbed: Testbed, operator: OperatorProcess, namespace: str, classes: dict[str, str]
+) -> None:
+    """Two nodes of one device: the lower-priority holder is covered by a
+    PodDisruptionBudget with no disruption left, so the other node's holder goes."""
+    pool = make_pool(testbed, 2, 1, prefix="preempt-pdb")
+    testbed.apply(template(namespace, "one", pool))
+    testbed.apply(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-db", "namespace": namespace},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+        }
+    )
+    db = gpu_pod(namespace, "db", pool, classes["low"])
+    db["metadata"]["labels"] = {"app": "db"}
+    db["spec"]["affinity"] = on_node(pool.nodes[0])
+    testbed.apply(db)
+    batch = gpu_pod(namespace, "batch", pool, classes["mid"])
+    batch["spec"]["affinity"] = on_node(pool.nodes[1])
+    testbed.apply(batch)
+    wait_bound(testbed, namespace, "db")
+    wait_bound(testbed, namespace, "batch")
+    testbed.apply(gpu_pod(namespace, "urgent", pool, classes["high"]))
+    assert wait_bound(testbed, namespace, "urgent") == pool.nodes[1]
+    db_now = get(testbed, "pod", "db", namespace) or {}
+    assert not db_now["metadata"].get("deletionTimestamp"), "the budget's pod stays"
+
+
+def test_a_gang_is_preempted_whole(
+    testbed: Testbed, operator: OperatorProcess, namespace: str, classes: dict[str, str]
+) -> None:
+    """A node of two devices, held by a gang of two: a pod that needs one device takes the
+    whole gang with it (a gang member never runs without its gang)."""
+    pool = make_pool(testbed, 1, 2, prefix="preempt-gang")
+    testbed.apply(template(namespace, "one", pool))
+    gang = {f"{GROUP}/gang": "train", f"{GROUP}/gang-size": "2"}
+    for name in ("w0", "w1"):
+        member = gpu_pod(namespace, name, pool, classes["low"])
+        member["metadata"]["annotations"].update(gang)
+        testbed.apply(member)
+    wait_bound(testbed, namespace, "w0")
+    wait_bound(testbed, namespace, "w1")
+    testbed.apply(gpu_pod(namespace, "urgent", pool, classes["high"]))
+    wait_bound(testbed, namespace, "urgent")
+    for name in ("w0", "w1"):
+        left = get(testbed, "pod", name, namespace)
+        assert left is None or left["metadata"].get("deletionTimestamp"), name

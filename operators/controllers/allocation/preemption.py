@@ -50,7 +50,7 @@ from operators.controllers.runtime import Runtime
 from operators.kube import DISRUPTION_BUDGETS, PODS, ApiError, Conflict, NotFound
 from operators.scheduling import filters
 from operators.scheduling.freeing import Holdings, NodeWhatIf, attracts, holdings
-from operators.scheduling.preemption import Choice, NodeVictims, Unit, VictimPod, choose
+from operators.scheduling.preemption import Choice, NodeVictims, Unit, VictimPod, choose, started_at
 from operators.scheduling.usage import ClusterUsage, NodeTotals
 from operators.settings import EvictionMode
 
@@ -78,16 +78,6 @@ class Nomination:
     """When the last victim was seen gone (monotonic; None: some are still there)."""
     announced: bool = False
     """Whether the pod's nominatedNodeName was written."""
-
-
-def started_at(text: str, now: float) -> float:
-    """``status.startTime`` as seconds (``now`` if not started: upstream's rule)."""
-    if not text:
-        return now
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return now
 
 
 class Preemption:
