@@ -14,7 +14,7 @@ from operators.api.annotations import GANG_SIZE_MAX
 from operators.api.extendedresources import backing_classes, class_mapping
 from operators.api.podgroup import gang_too_large
 from operators.api.podprotocol import PROTOCOLS
-from operators.cache.core import Pod
+from operators.cache.core import DEVICES_ALLOCATED_CONDITION, Pod
 from operators.toolkit.cluster import Cluster, DeviceLine, NodeVerdict
 from operators.toolkit.gangs import gang_key, place_gang
 from operators.toolkit.pods import made_up
@@ -194,7 +194,18 @@ def _explain_pod(cluster: Cluster, pod: Pod, subject: str) -> Explanation:
 
 
 def _preemption_view(cluster: Cluster, pod: Pod) -> str:
-    """What priority preemption would do for a pod no node can take now."""
+    """What priority preemption would do for a pod no node can take now, or, for a pod the
+    operator preempted for, what it is doing (its condition, and the node nominated)."""
+    under_way = next(
+        (
+            c
+            for c in pod.conditions
+            if c.get("type") == DEVICES_ALLOCATED_CONDITION and c.get("reason") == "Preempting"
+        ),
+        None,
+    )
+    if under_way is not None:
+        return f"preemption: under way: {under_way.get('message', '')}"
     if not in_play(cluster, pod):
         return ""  # no priorities in use: nothing to say
     choice = preemption_for(cluster, pod)

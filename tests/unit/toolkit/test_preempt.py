@@ -205,3 +205,19 @@ def test_a_claim_the_preemptor_uses_itself_is_not_freed(full: Callable[..., Snap
     shares["spec"]["resourceClaims"].append({"name": "shared", "resourceClaimName": "trainer-gpus"})
     result = explain(full(shares), "pod/vip", "team-a")
     assert "team-a/trainer" not in result.preemption, result.preemption
+
+
+def test_explain_says_a_preemption_the_operator_made_is_under_way(
+    full: Callable[..., Snapshot],
+) -> None:
+    waiting = vip()
+    waiting["status"]["conditions"] = [
+        {
+            "type": "resource.dralloc.dev/DevicesAllocated",
+            "status": "False",
+            "reason": "Preempting",
+            "message": "preempting 1 lower-priority pod(s) on node node-a: team-a/trainer",
+        }
+    ]
+    result = explain(full(waiting), "pod/vip", "team-a")
+    assert result.preemption.startswith("preemption: under way: preempting 1")
