@@ -26,6 +26,13 @@ class Budget:
     """status.disruptionsAllowed; 0 while the disruption controller has not processed the
     budget's current generation (the API server then refuses every eviction it covers)."""
 
+    @property
+    def weighs_on_preemption(self) -> bool:
+        """Whether preemption counts this budget: upstream's preemption takes a budget with
+        a null or empty selector to match nothing (the Eviction API takes an empty one to
+        match every pod of the namespace, which :meth:`covers` follows)."""
+        return self.selector is not None and bool(self.selector.requirements)
+
     def covers(self, namespace: str, labels: Mapping[str, str]) -> bool:
         return (
             namespace == self.namespace

@@ -110,6 +110,8 @@ def copy_of(pod: Pod, name: str, *, keep_claims: bool = False) -> Pod:
         deleting=False,
         claims=claims,
         claim_statuses=(),
+        conditions=(),
+        created="",
         needs=needs,
         annotations={k: v for k, v in pod.annotations.items() if k != DEVICES_ANNOTATION},
     )

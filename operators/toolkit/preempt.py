@@ -144,6 +144,6 @@ def preemption_for(
         nodes,
         lambda name: on_node.get(name, []),
         what_if,
-        list(snapshot.budgets.values()),
+        [b for b in snapshot.budgets.values() if b.weighs_on_preemption],
         exact_units=exact_units,
     )

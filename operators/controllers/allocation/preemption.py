@@ -270,7 +270,7 @@ class Preemption:
             key=Key(pod.namespace, pod.name),
         )
         totals = {name: _copy(self.usage.on_node(name)) for name in names}
-        budgets = list(self.budgets.values())
+        budgets = [b for b in self.budgets.values() if b.weighs_on_preemption]
 
         def what_if(name: str) -> NodeWhatIf:
             node, info = node_of[name]

@@ -221,3 +221,22 @@ def test_explain_says_a_preemption_the_operator_made_is_under_way(
     ]
     result = explain(full(waiting), "pod/vip", "team-a")
     assert result.preemption.startswith("preemption: under way: preempting 1")
+
+
+def test_a_budget_with_an_empty_selector_protects_nobody_from_preemption(
+    full: Callable[..., Snapshot],
+) -> None:
+    """As upstream's preemption reads it (the Eviction API would read it as every pod)."""
+    everyone = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "all", "namespace": "team-a", "generation": 1},
+        "spec": {"selector": {}},
+        "status": {"disruptionsAllowed": 0, "observedGeneration": 1},
+    }
+    first = simulate(full(vip(), everyone), [], preemption=True).preemptions[0]
+    assert (first.node, first.victims, first.budget_violations) == (
+        "node-a",
+        ("team-a/trainer",),
+        0,
+    )
