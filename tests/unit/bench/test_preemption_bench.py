@@ -29,3 +29,14 @@ def test_the_table_has_a_row_per_choice() -> None:
     text = out.getvalue()
     for row in ("| dralloc |", "| upstream greedy |", "| optimum |"):
         assert row in text, text
+
+
+def test_the_latency_table_compares_the_full_phase_with_the_room_phase() -> None:
+    from bench import preemption_latency
+
+    phases = [
+        preemption_latency.Phase("room", 2, 0.1, 0.2, 0.2, 0),
+        preemption_latency.Phase("full", 2, 0.4, 0.5, 0.5, 2),
+    ]
+    text = preemption_latency.table(phases)
+    assert "| full | 2 | 0.40 | 0.50 | 0.50 | 4.00x | 1.00 |" in text, text
