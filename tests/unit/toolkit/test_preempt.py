@@ -75,8 +75,11 @@ def full(write_snapshot: Callable[..., Path]) -> Callable[..., Snapshot]:
         others: int = 500,
         node_a_cpu: str = "",
         shared_trainer_claim: bool = False,
+        trainer_deleting: bool = False,
     ) -> Snapshot:
         items = [i for i in load_items() if i["metadata"]["name"] != "west-pair"]
+        if trainer_deleting:
+            find(items, "Pod", "trainer")["metadata"]["deletionTimestamp"] = "2026-12-07T00:00:00Z"
         if shared_trainer_claim:
             reserved = find(items, "ResourceClaim", "trainer-gpus")["status"]["reservedFor"]
             reserved.append({"resource": "pods", "name": "keeper", "uid": "uid-pod-keeper"})
@@ -240,3 +243,26 @@ def test_a_budget_with_an_empty_selector_protects_nobody_from_preemption(
         ("team-a/trainer",),
         0,
     )
+
+
+def test_pending_pods_settle_the_higher_priority_first(
+    full: Callable[..., Snapshot],
+) -> None:
+    """Two pending pods want node-a's one free GPU: the one of priority 1000 gets it, though
+    the other sorts first by name."""
+    first = vip(priority=0)
+    first["metadata"].update(name="aaa", uid="uid-pod-aaa")
+    first["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    second = vip(priority=1000)
+    second["metadata"].update(name="zzz", uid="uid-pod-zzz")
+    second["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    report = simulate(full(first, second), [])
+    assert [p.pod for p in report.placed] == ["team-a/zzz"]
+
+
+def test_a_pod_being_deleted_is_nobodys_victim(full: Callable[..., Snapshot]) -> None:
+    """The trainer is on its way out already: it is not chosen (again), and the two of
+    node-b are the price instead."""
+    snapshot = full(vip(), trainer_deleting=True)
+    result = explain(snapshot, "pod/vip", "team-a")
+    assert "team-a/trainer" not in result.preemption, result.preemption
