@@ -135,6 +135,8 @@ class AllocationController:
         )
         self.waiting: set[Key] = set()
         """Pods no node could take: cluster changes retry them (see ``_wake``)."""
+        self.wakes = 0
+        """How many times cluster changes woke the waiting pods (see ``_wait``)."""
         # What the pods on each node hold (cpu, ports, ...), moved by pod events: the
         # scheduler's filters read it for every candidate node.
         self.usage = ClusterUsage()
@@ -419,9 +421,20 @@ class AllocationController:
         )
 
     def _wake(self) -> None:
+        self.wakes += 1
         for key in self.waiting:
             self.queue.add_after(key, WAKE_DELAY)
         self.waiting.clear()
+
+    def _wait(self, key: Key, wakes: int) -> None:
+        """The pod waits for room: cluster changes wake it, its backoff is the safety net. A
+        change while its decision was being made (before it was among the waiting) wakes it
+        too: the decision may not have seen it (a victim's claim released while the
+        preemptor's decision ran left it to a 3 s backoff in the latency benchmark)."""
+        self.waiting.add(key)
+        self.queue.retry(key)
+        if self.wakes != wakes:
+            self.queue.add_after(key, WAKE_DELAY)
 
     def _mutate(self, change: Callable[..., object], *args: Any) -> None:
         """Change the allocator state, after the running decision if there is one."""
@@ -473,6 +486,7 @@ class AllocationController:
             self.commits.resync.add(key)
             return
         entries: list[tuple[PodResourceClaim, ResourceClaim]] = []
+        wakes = self.wakes
         try:
             gang = await gangdecision.gang_of(self, pod) if pod.gated else None
             if gang is not None:
@@ -500,8 +514,7 @@ class AllocationController:
             self.queue.add_after(key, BUSY_DELAY)
             return
         except StillWaiting:
-            self.waiting.add(key)
-            self.queue.retry(key)
+            self._wait(key, wakes)
             return
         except SliceUsed:
             self.queue.add(key)  # behind the pods already waiting (it is being processed)
@@ -518,12 +531,13 @@ class AllocationController:
             told = reason
             if self.preemption is not None and entries:
                 told = await self.preemption.after_no_fit(pod, entries, reason)
-            self.waiting.add(key)
             with contextlib.suppress(Conflict, NotFound):
                 await self.reporter.explain(pod, told)
             if self.preemption is not None:
                 await self.preemption.announce(pod)
-            self.queue.retry(key)  # safety net; cluster changes wake it sooner
+            # A preemption frees devices while it awaits: its victims' claims may be gone
+            # before it returns, a change that must wake this pod (see ``_wait``).
+            self._wait(key, wakes)
             return
         if self.preemption is not None:
             self.preemption.taken(key)  # what was held for it is its own allocation now

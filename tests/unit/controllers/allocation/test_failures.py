@@ -28,6 +28,7 @@ from operators.kube import (
     PODS,
     RESOURCE_CLAIMS,
     ApiError,
+    Conflict,
     JsonDict,
 )
 from operators.settings import FeatureGates
@@ -434,3 +435,47 @@ async def test_in_tree_claims_get_no_condition_written() -> None:
     ]
     assert status_writes and all("conditions" not in s for s in status_writes), status_writes
     assert [c.path for c in client.writes(RESOURCE_CLAIMS.path("ns", "c2"))] == []
+
+
+async def test_a_stale_write_after_a_long_wait_is_retried_at_once() -> None:
+    """The pod waited for room through several backoffs; once it fits, its write meets a
+    conflict (the pod changed meanwhile): it is decided again at once, not after the backoff
+    its waiting built up."""
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1")
+    for _ in range(4):
+        controller.queue.retry(key)  # the waits for room before
+    pod_path = PODS.path("ns", "p")
+
+    def conflict(method: str, path: str, _body: JsonDict | None) -> BaseException | None:
+        if method == "PATCH" and path == pod_path:
+            return Conflict(409, "Conflict", "the object has been modified")
+        return None
+
+    client.fail = conflict
+    await sync(controller, key)
+    due = controller.queue.due_in(key)
+    assert due is not None and due < 0.5, due
+
+
+async def test_a_change_while_the_decision_runs_wakes_the_pod_it_found_no_room_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Devices freed while a pod's decision is made (it is not among the waiting yet) wake
+    it as they wake the waiting: it does not wait out its backoff."""
+    client = FakeClient()
+    controller = cluster(client)
+    key = add_pod(controller, "p", "c1")
+    for _ in range(4):
+        controller.queue.retry(key)  # the waits for room before
+
+    def decide_now(*_args: Any) -> Any:
+        controller._wake()  # a claim released meanwhile (the watch's handler)
+        raise StillWaiting()
+
+    monkeypatch.setattr(controller.decider, "decide_now", decide_now)  # the race
+    await sync(controller, key)
+    due = controller.queue.due_in(key)
+    assert due is not None and due < 0.5, due
+    assert key in controller.waiting

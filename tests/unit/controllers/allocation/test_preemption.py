@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from operators.cache.informer import Key
 from operators.controllers.allocation import AllocationController
 from operators.controllers.allocation.decide import EXPLAIN_GRACE
 from operators.controllers.allocation.preemption import DISRUPTION_REASON, REASON_PREEMPTING
+from operators.controllers.workqueue import work_once
 from operators.kube import PODS, RESOURCE_CLAIMS, JsonDict
 
 from ..fakes import FakeClient, allocated, claim, one_device_cluster, pod, put
@@ -142,3 +145,35 @@ async def test_without_the_setting_nobody_is_preempted() -> None:
     await sync(made, vip)
     assert made.preemption is None
     assert not [c for c in client.calls if c.method == "DELETE"]
+
+
+async def test_victims_gone_while_it_preempts_wake_the_preemptor_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The victim's claim is released before the preemptor's sync ends (a fast kubelet): the
+    preemptor is due again within moments, not after its backoff (seen in the latency
+    benchmark: one probe of 20 waited 3.3 s more)."""
+    client = FakeClient()
+    controller = cluster(client)
+    vip = add_waiting(controller, "vip", 1000)
+    preemption = controller.preemption
+    assert preemption is not None
+    remove = preemption._remove
+
+    async def remove_and_release(*args: Any) -> None:
+        await remove(*args)
+        controller.runtime.cache[PODS].apply("DELETED", running("low", 0))
+        released = claim("ns", "low-claim", rv="11")
+        controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", released)
+
+    monkeypatch.setattr(preemption, "_remove", remove_and_release)  # the fast kubelet
+    controller.decider.failing_since[vip] = -EXPLAIN_GRACE - 1.0
+    async with asyncio.TaskGroup() as writers:
+        controller.commits.writers = writers
+        for _ in range(5):  # as the loop takes it: from the queue (other keys first, maybe)
+            taken = await asyncio.wait_for(work_once(controller.queue, controller.sync), 5)
+            if taken == vip:
+                break
+    assert [e for e in client.events if e["reason"] == "Preempted"], "it did preempt"
+    due = controller.queue.due_in(vip)
+    assert due is not None and due < 0.5, due
