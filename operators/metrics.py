@@ -31,6 +31,10 @@ EVICTION_LATENCY = Histogram(
     "Seconds from a taint becoming effective to the pod deletion call.",
     buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240),
 )
+EVENTS_NOT_RECORDED = Counter(
+    "dralloc_events_not_recorded_total",
+    "Kubernetes Events given up on: refused, or the API server away for all their tries.",
+)
 PREEMPTIONS = Counter(
     "dralloc_preemptions_total",
     "Preemptions made for a pod's devices (each removes one or more lower-priority pods).",

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
 import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import kopf
 import structlog
@@ -32,9 +33,11 @@ from operators.kube import (
     REQUEST_ERRORS,
     ApiError,
     Connection,
+    FailureKind,
     JsonDict,
     KubeClient,
     NotFound,
+    failure_kind,
     fencing_refusal,
 )
 from operators.leader import LeaderElector, default_identity
@@ -64,13 +67,41 @@ class Controller(Protocol):
         """A small JSON-able summary for the liveness probe."""
 
 
+EVENT_RETRY_DELAYS_S: Final = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0, 30.0, 30.0)
+"""Waits before each new try of an Event whose post failed for a passing reason (the API
+server down, restarting or busy): about three minutes in all, as client-go's recorder tries
+an Event for about two. An Event lost to a restart would leave a waiting pod with a condition
+and no Event, and nothing posts it again: the condition is only rewritten when it changes."""
+MAX_EVENTS_PENDING: Final = 1000
+"""Events waiting for another try at most; one more is dropped (and counted)."""
+
+
+@dataclasses.dataclass(order=True)
+class _Unposted:
+    due: float
+    seq: int
+    tries: int = dataclasses.field(compare=False)
+    involved: JsonDict = dataclasses.field(compare=False)
+    reason: str = dataclasses.field(compare=False)
+    message: str = dataclasses.field(compare=False)
+    type_: Literal["Normal", "Warning"] = dataclasses.field(compare=False)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return ((self.involved.get("metadata") or {}).get("uid", ""), self.reason, self.message)
+
+
 class EventRecorder:
-    """Posts Kubernetes Events, skipping repeats of the same message about the same object."""
+    """Posts Kubernetes Events, skipping repeats of the same message about the same object,
+    and trying again (``run``) those whose post failed while the API server was away."""
 
     def __init__(self, client: KubeClient, *, repeat_after: float = 600.0) -> None:
         self.client = client
         self.repeat_after = repeat_after
         self._last: dict[tuple[str, str, str], float] = {}
+        self._unposted: list[_Unposted] = []  # a heap by due time
+        self._seq = 0
+        self._more = asyncio.Event()
 
     def should_post(self, uid: str, reason: str, message: str, now: float) -> bool:
         key = (uid, reason, message)
@@ -83,20 +114,63 @@ class EventRecorder:
             self._last = {k: t for k, t in self._last.items() if t >= cutoff}
         return True
 
+    @property
+    def pending(self) -> int:
+        """Events waiting for another try."""
+        return len(self._unposted)
+
     async def post(
         self, involved: JsonDict, reason: str, message: str, *, warning: bool = False
     ) -> None:
         uid = (involved.get("metadata") or {}).get("uid", "")
         if not self.should_post(uid, reason, message, time.monotonic()):
             return
+        type_: Literal["Normal", "Warning"] = "Warning" if warning else "Normal"
+        await self._send(_Unposted(0.0, 0, 0, involved, reason, message, type_))
+
+    async def run(self) -> None:
+        """Try again, when due, the Events whose post failed for a passing reason; runs
+        while the controllers run (those still unposted when this replica stands by wait
+        for it to lead again)."""
+        while True:
+            if not self._unposted:
+                self._more.clear()
+                await self._more.wait()
+                continue
+            wait = self._unposted[0].due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(min(wait, 1.0))  # a newer Event may come due sooner
+                continue
+            await self._send(heapq.heappop(self._unposted))
+
+    async def _send(self, event: _Unposted) -> None:
         try:
             await self.client.post_event(
-                involved, reason=reason, message=message, type_="Warning" if warning else "Normal"
+                event.involved, reason=event.reason, message=event.message, type_=event.type_
             )
         except REQUEST_ERRORS as error:
-            # Events are best effort; forget this one so that the next attempt posts it.
-            self._last.pop((uid, reason, message), None)
-            log.warning("event not recorded", reason=reason, error=str(error)[:200])
+            if failure_kind(error) is FailureKind.UNAVAILABLE and self._try_again(event):
+                return
+            # Given up: forget it, so that the next attempt of a caller posts it.
+            self._last.pop(event.key, None)
+            metrics.EVENTS_NOT_RECORDED.inc()
+            log.warning(
+                "event not recorded",
+                reason=event.reason,
+                tries=event.tries + 1,
+                error=str(error)[:200],
+            )
+
+    def _try_again(self, event: _Unposted) -> bool:
+        if event.tries >= len(EVENT_RETRY_DELAYS_S) or len(self._unposted) >= MAX_EVENTS_PENDING:
+            return False
+        self._seq += 1
+        event.due = time.monotonic() + EVENT_RETRY_DELAYS_S[event.tries]
+        event.seq = self._seq
+        event.tries += 1
+        heapq.heappush(self._unposted, event)
+        self._more.set()
+        return True
 
 
 class Runtime:
@@ -365,6 +439,7 @@ class Runtime:
                     group.create_task(controller.run(), name=f"controller-{controller.name}")
                     for controller in self.controllers
                 ]
+                tasks.append(group.create_task(self.events.run(), name="event-retries"))
                 # Until cancelled (leadership lost, shutdown) or fenced by another allocator;
                 # the controllers never end by themselves, so a fence must stop them.
                 await self._fence.wait()

@@ -260,6 +260,36 @@ def test_a_member_deleted_while_waiting_holds_nothing_and_the_gang_forms_without
     placed_two_and_one(testbed, namespace, pool, ["w0", "w2", "w3"])
 
 
+def told_in_events(testbed: Testbed, namespace: str, name: str, words: str) -> bool:
+    return any(
+        e.get("type") == "Warning" and words in e.get("message", "")
+        for e in events(testbed, namespace, name, "FailedAllocation")
+    )
+
+
+def test_when_the_member_with_the_gangs_events_leaves_another_gets_them(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    """A gang's Events are posted on one member; that member deleted, the ones left must not
+    be without an Event saying why they wait (the robustness suite found such a gang)."""
+    two_of_gang_train(testbed, namespace)
+    for name in ("w0", "w1"):
+        wait_reason(testbed, namespace, name, WAITS_FOR_THREE)
+    wait_for(
+        "w0 told in an Event",
+        lambda: told_in_events(testbed, namespace, "w0", WAITS_FOR_THREE),
+        timeout=30,
+    )
+    assert not told_in_events(testbed, namespace, "w1", WAITS_FOR_THREE)  # one Event a gang
+    delete_pods(testbed, namespace, "w0")
+    wait_for(
+        "w1 told in an Event once w0 left",
+        lambda: told_in_events(testbed, namespace, "w1", WAITS_FOR_THREE),
+        timeout=30,
+    )
+    assert gated(testbed, namespace, "w1")
+
+
 def test_a_placed_gangs_devices_return_when_its_members_are_deleted(
     testbed: Testbed, operator: OperatorProcess, namespace: str
 ) -> None:

@@ -353,6 +353,7 @@ class AllocationController:
         if gangdecision.told_already(self, namespace, gang) and gangdecision.gated_member_left(
             change.old, pod
         ):
+            gangdecision.carrier_left(self, namespace, gang, change.key)
             if change.key in self.waiting:
                 self._stand_in(namespace, gang, change.key)
             return

@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import structlog
@@ -101,6 +101,10 @@ class GangTold:
     """None: the gang waits for members, and a newcomer is told so while fewer pods than its
     size name the gang. A key: the gang was searched and did not fit; a newcomer whose key
     sorts after this one (the last member searched by name) would not be searched either."""
+    carrier: Key | None = None
+    """The member whose Events say it for the gang (``_tell_gang``). When it leaves, the
+    others are not decided again (``gated_member_left``), so another member is told in
+    Events instead (``hand_over_events``): else a user would find no Event on any member."""
 
 
 class _Ready:
@@ -377,7 +381,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
                 f"all {len(members)} gated members are placed together: kube-scheduler "
                 "schedules a PodGroup only once none of its pods is gated",
             )
-        await _tell_gang(
+        carrier = await _tell_gang(
             controller,
             [m for m in searched if m.uid not in own_reasons],
             Unallocatable(message, details),
@@ -391,6 +395,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
                 str(gang.topology),
                 _behind_words(gang),
                 after=Key(last.namespace, last.name),
+                carrier=carrier,
             )
         # One member stands for the gang (any member's sync decides for all of them): a
         # cluster change then costs one gang decision, not one per member.
@@ -520,11 +525,11 @@ async def _wait_for_members(
         f"{gang.label} waits for its members: it is placed once {gang.size} are present"
         f"{already}; fewer are now (`dralloc explain` counts them)"
     )
-    await _tell_gang(
+    carrier = await _tell_gang(
         controller, [m for m in members if m.uid not in own_reasons], Unallocatable(message)
     )
     controller.gangs_told[(members[0].namespace, gang.name)] = GangTold(
-        gang.size, str(gang.topology), message
+        gang.size, str(gang.topology), message, carrier=carrier
     )
     # Arrivals and departures requeue the gang (the pod watch), and so does the arrival of a
     # member that is never gated (one without claims, a launcher): counted as released. One
@@ -537,16 +542,72 @@ async def _wait_for_members(
 
 async def _tell_gang(
     controller: AllocationController, pods: list[Pod], reason: Unallocatable
-) -> None:
+) -> Key | None:
     """A reason of the whole gang on every member's condition, and in Events on the first
     member only: a gang of a thousand members posts one Event per change, not a thousand.
     The first member's Events are posted whether or not its own condition changed (a member
-    that became first when another left has none yet); the recorder drops repeats."""
+    that became first when another left has none yet); the recorder drops repeats. Returns
+    the member that carries the Events."""
     for index, member in enumerate(pods):
         with contextlib.suppress(Conflict, NotFound):
             await controller.reporter.explain(member, reason, events=False)
         if index == 0:
             await controller.reporter.post_events(member, reason)
+    return Key(pods[0].namespace, pods[0].name) if pods else None
+
+
+HANDOVER_DELAY_S = 1.0
+"""Seconds between the departure of the member carrying a gang's Events and the Events on
+another: members deleted together (a job or namespace deleted, in name order) cost one
+handover when they are gone, not one Event per departure."""
+
+
+def carrier_left(controller: AllocationController, namespace: str, gang: str, left: Key) -> None:
+    """A member left a gang told already; if it carried the gang's Events, another member
+    will (see ``GangTold.carrier``)."""
+    told = controller.gangs_told.get((namespace, gang))
+    if told is None or told.carrier != left:
+        return
+    writers = controller.commits.writers
+    handover = hand_over_events(controller, namespace, gang, told)
+    try:
+        if writers is None:
+            raise RuntimeError("the controller never ran")
+        writers.create_task(handover)
+    except RuntimeError:  # not running (standing by): the gang's next decision looks again
+        handover.close()
+        forget_told(controller, namespace, gang)
+
+
+async def hand_over_events(
+    controller: AllocationController, namespace: str, gang: str, told: GangTold
+) -> None:
+    """After ``HANDOVER_DELAY_S``, the gang's words in Events on its first waiting member,
+    which carries them from then on; nothing when the gang was decided again meanwhile (that
+    decision told a member in Events) or no member waits any more."""
+    await asyncio.sleep(HANDOVER_DELAY_S)
+    if controller.gangs_told.get((namespace, gang)) is not told:
+        return
+    gated = [
+        member
+        for key in controller.pods.index_keys(POD_GANG_INDEX, (namespace, gang))
+        if (member := controller.pods.get(key)) is not None
+        and member.gated
+        and not member.deleting
+        and not member.done
+    ]
+    if not gated:
+        return
+    carrier = min(gated, key=lambda member: member.name)
+    try:
+        await controller.reporter.post_events(carrier, Unallocatable(told.message))
+    except Exception:  # a bug here must not end the writers' scope; the gang's next decision tells
+        log.exception("gang events not handed over", gang=f"{namespace}/{gang}")
+        return
+    if controller.gangs_told.get((namespace, gang)) is told:
+        controller.gangs_told[(namespace, gang)] = replace(
+            told, carrier=Key(namespace, carrier.name)
+        )
 
 
 def _behind_words(gang: GangRef) -> str:

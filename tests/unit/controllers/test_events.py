@@ -1,18 +1,23 @@
-"""Event de-duplication (EventRecorder): one Event per object, reason and message until
-``repeat_after`` has passed; a post that failed is not counted; the memory stays bounded."""
+"""Events (EventRecorder): one Event per object, reason and message until ``repeat_after``
+has passed; a post the server could not take is tried again for a while, a refused one is
+forgotten; the memory and the Events waiting for a try stay bounded."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import types
 from typing import Any
 
 import aiohttp
 import pytest
 
+from operators import metrics
 from operators.controllers import runtime
 from operators.controllers.runtime import EventRecorder
 from operators.kube import ApiError, JsonDict
 
+from . import fakes
 from .fakes import FakeClient
 
 
@@ -70,15 +75,124 @@ async def test_post_sends_one_event_for_repeats(monkeypatch: Any) -> None:
     assert len(client.events) == 3
 
 
+class Clock:
+    """``runtime.time`` in these tests: ``now`` moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(runtime, "time", clock)
+    return clock
+
+
+async def run_due(events: EventRecorder) -> None:
+    """Let ``events.run`` post what is due now (then stop it)."""
+    task = asyncio.create_task(events.run())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 @pytest.mark.parametrize(
-    "error", [ApiError(503, "ServiceUnavailable", "down"), aiohttp.ServerDisconnectedError()]
+    "error",
+    [
+        ApiError(503, "ServiceUnavailable", "down"),
+        aiohttp.ServerDisconnectedError(),
+    ],
 )
-async def test_a_failed_post_is_forgotten_so_the_next_one_is_sent(error: BaseException) -> None:
+async def test_a_post_the_server_could_not_take_is_tried_again_when_due(
+    error: BaseException, clock: Clock
+) -> None:
     client = FakeClient()
     events = EventRecorder(client)  # type: ignore[arg-type]
     client.fail = lambda *_: error
-    await events.post(involved("u1"), "R", "m")  # best effort: no exception
-    assert client.events == []
+    await events.post(involved("u1"), "R", "m", warning=True)  # best effort: no exception
+    assert client.events == [] and events.pending == 1
+    await events.post(involved("u1"), "R", "m", warning=True)  # a repeat while it waits
+    assert events.pending == 1
+    clock.now += runtime.EVENT_RETRY_DELAYS_S[0]
+    await run_due(events)  # the server is still away: tried, and waits longer
+    assert client.events == [] and events.pending == 1
+    client.fail = lambda *_: None
+    clock.now += runtime.EVENT_RETRY_DELAYS_S[1] - 0.1
+    await run_due(events)
+    assert client.events == []  # not due yet
+    clock.now += 0.1
+    await run_due(events)
+    assert [(e["message"], e["type_"]) for e in client.events] == [("m", "Warning")]
+    assert events.pending == 0
+    await events.post(involved("u1"), "R", "m", warning=True)  # posted: a repeat again
+    assert len(client.events) == 1
+
+
+async def test_after_its_last_try_an_event_is_forgotten_so_the_next_one_is_sent(
+    clock: Clock,
+) -> None:
+    client = FakeClient()
+    events = EventRecorder(client)  # type: ignore[arg-type]
+    client.fail = lambda *_: ApiError(503, "ServiceUnavailable", "down")
+    before = metrics.EVENTS_NOT_RECORDED._value.get()
+    await events.post(involved("u1"), "R", "m")
+    for delay in runtime.EVENT_RETRY_DELAYS_S:
+        assert events.pending == 1
+        clock.now += delay
+        await run_due(events)
+    assert events.pending == 0
+    assert metrics.EVENTS_NOT_RECORDED._value.get() == before + 1
+    tries = [c for c in client.calls if c.method == "POST" and "/events" in c.path]
+    assert len(tries) == 1 + len(runtime.EVENT_RETRY_DELAYS_S)
     client.fail = lambda *_: None
     await events.post(involved("u1"), "R", "m")
     assert len(client.events) == 1
+
+
+async def test_a_refused_post_is_not_tried_again_but_forgotten(clock: Clock) -> None:
+    client = FakeClient()
+    events = EventRecorder(client)  # type: ignore[arg-type]
+    client.fail = lambda *_: ApiError(403, "Forbidden", "namespace ns is being terminated")
+    await events.post(involved("u1"), "R", "m")
+    assert events.pending == 0
+    client.fail = lambda *_: None
+    await events.post(involved("u1"), "R", "m")
+    assert len(client.events) == 1
+
+
+async def test_the_events_waiting_for_a_try_are_bounded(clock: Clock) -> None:
+    client = FakeClient()
+    events = EventRecorder(client)  # type: ignore[arg-type]
+    client.fail = lambda *_: ApiError(503, "ServiceUnavailable", "down")
+    for i in range(runtime.MAX_EVENTS_PENDING + 5):
+        await events.post(involved(f"u{i}"), "R", "m")
+    assert events.pending == runtime.MAX_EVENTS_PENDING
+
+
+async def test_the_controllers_scope_tries_the_events_again(clock: Clock) -> None:
+    """Retries run while this replica leads (``Runtime._lead``), beside the controllers."""
+    client = FakeClient()
+    made = fakes.runtime(client)
+    for informer in made.cache.informers.values():
+        informer.synced.set()
+    client.fail = lambda *_: ApiError(503, "ServiceUnavailable", "down")
+    await made.events.post(involved("u1"), "R", "m")
+    client.fail = lambda *_: None
+    clock.now += runtime.EVENT_RETRY_DELAYS_S[0]
+    leading = asyncio.create_task(made._lead())
+    try:
+        for _ in range(100):
+            if client.events:
+                break
+            await asyncio.sleep(0)
+        assert [e["message"] for e in client.events] == ["m"]
+    finally:
+        leading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leading

@@ -760,6 +760,37 @@ async def test_a_newcomer_to_a_waiting_gang_costs_a_look_at_itself_only(
     assert sorted(looked) == ["w0", "w1", "w2", "w4", "w5", "w6", "w7", "w8"]
 
 
+async def test_members_deleted_together_hand_the_gangs_events_to_the_first_left_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gang's Events are on w0 only. w0, w1 and w2 go at once (deleted in name order, as
+    a namespace's pods are): the others are not decided again, but the first left, w3, is
+    told in Events, once, and carries them from then on."""
+    monkeypatch.setattr(gangdecision, "HANDOVER_DELAY_S", 0.0)
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    for index in range(6):
+        waiting_member(controller, f"w{index}")
+    await decide(controller, Key("ns", "w0"))
+    carriers = {e["involved"]["metadata"]["name"] for e in client.events}
+    assert carriers == {"w0", "c-w0"}, carriers
+    looked = count_claim_looks(controller, monkeypatch)
+    writes = len(client.writes(PODS.path("ns") + "/"))
+    async with asyncio.TaskGroup() as writers:
+        controller.commits.writers = writers
+        for name in ("w0", "w1", "w2"):
+            controller.runtime.cache[PODS].apply("DELETED", pod("ns", name, []))
+    told = [e["involved"]["metadata"]["name"] for e in client.events]
+    assert told.count("w3") == 1 and "w4" not in told and "w5" not in told, told
+    assert looked == [] and len(client.writes(PODS.path("ns") + "/")) == writes
+    assert controller.gangs_told[("ns", "train")].carrier == Key("ns", "w3")
+    # The carrier leaves again: the next one takes over.
+    async with asyncio.TaskGroup() as writers:
+        controller.commits.writers = writers
+        controller.runtime.cache[PODS].apply("DELETED", pod("ns", "w3", []))
+    assert [e["involved"]["metadata"]["name"] for e in client.events].count("w4") == 1
+
+
 async def test_a_newcomer_behind_a_searched_gang_that_did_not_fit_looks_at_itself_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
