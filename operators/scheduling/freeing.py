@@ -22,7 +22,7 @@ from operators.allocator.state import ClaimLike
 from operators.allocator.whatif import FreedDevices
 from operators.scheduling.filters import PodFilter
 from operators.scheduling.model import Node, PodNeeds
-from operators.scheduling.preemption import Unit, VictimPod
+from operators.scheduling.preemption import Unit, VictimPod, started_at
 from operators.scheduling.usage import NodeTotals
 
 
@@ -48,6 +48,45 @@ def holdings(
     for claim in kept:
         holders[claim] = holders.get(claim, 0) + 1  # a holder that never goes
     return Holdings(claims_of, holders)
+
+
+def victim_of(needs: PodNeeds, node: str, uid: str, now: float) -> VictimPod:
+    """A running pod as preemption weighs it (its start ``now`` if it has not started)."""
+    return VictimPod(
+        needs.namespace,
+        needs.name,
+        node,
+        needs.priority,
+        started_at(needs.started, now),
+        needs.labels,
+        uid,
+    )
+
+
+def group_units(
+    running: Iterable[tuple[VictimPod, str | None]],
+    preemptor: PodNeeds,
+    namespace_labels: Callable[[str], Mapping[str, str]],
+) -> tuple[dict[str, Unit], dict[str, list[Unit]]]:
+    """The units of the running pods, each given with its gang (``namespace/name``; None for
+    a pod in none): a pod alone, or a gang's every member together; none with a member the
+    preemptor's required affinity asks for. And which units hold something on each node."""
+    groups: dict[str, list[VictimPod]] = {}
+    gangs: set[str] = set()
+    needed: set[str] = set()
+    for pod, gang in running:
+        key = f"gang:{gang}" if gang is not None else pod.ref
+        if gang is not None:
+            gangs.add(key)
+        groups.setdefault(key, []).append(pod)
+        if attracts(preemptor, pod.namespace, pod.labels, namespace_labels(pod.namespace)):
+            needed.add(key)
+    units = {k: Unit(k, tuple(v), gang=k in gangs) for k, v in groups.items() if k not in needed}
+    on_node: dict[str, list[Unit]] = {}
+    for unit in units.values():
+        for node in sorted({p.node for p in unit.pods}):
+            on_node.setdefault(node, []).append(unit)
+    return units, on_node
 
 
 def attracts(

@@ -17,45 +17,25 @@ from operators.allocator.nodes import NodeSelector, NodeSelectorError
 from operators.allocator.whatif import FreedDevices
 from operators.cache.core import Pod
 from operators.scheduling import filters
-from operators.scheduling.freeing import Holdings, NodeWhatIf, attracts, holdings
-from operators.scheduling.preemption import EXACT_UNITS, Choice, Unit, VictimPod, choose, started_at
+from operators.scheduling.freeing import Holdings, NodeWhatIf, group_units, holdings, victim_of
+from operators.scheduling.preemption import EXACT_UNITS, Choice, Unit, choose
 from operators.toolkit.cluster import Cluster, node_info
 
 
-def units(cluster: Cluster, now: float, preemptor: Pod | None = None) -> dict[str, Unit]:
-    """Every running pod as a unit of its own, or with its gang's other members; a gang with
-    a member the preemptor's required affinity asks for is none."""
-    groups: dict[str, list[VictimPod]] = {}
-    gang_keys: set[str] = set()
-    needed: set[str] = set()
-    labels_of = cluster.snapshot.namespace_labels
+def units(
+    cluster: Cluster, now: float, preemptor: Pod
+) -> tuple[dict[str, Unit], dict[str, list[Unit]]]:
+    """Every running pod that asks for devices, as a unit (see scheduling.freeing)."""
+    running = []
     for key, pod in sorted(cluster.pods.items()):
         node = cluster.usage.node_of(key)
         if not node or pod.deleting or not pod.active or not pod.claims:
             continue
-        victim = VictimPod(
-            pod.namespace,
-            pod.name,
-            node,
-            pod.needs.priority,
-            started_at(pod.needs.started, now),
-            pod.labels,
-            pod.uid,
-        )
         gang, _ = cluster.snapshot.gang_of(pod)
-        unit_key = f"gang:{pod.namespace}/{gang.name}" if gang is not None else key
-        if gang is not None:
-            gang_keys.add(unit_key)
-        groups.setdefault(unit_key, []).append(victim)
-        if preemptor is not None and attracts(
-            preemptor.needs, pod.namespace, pod.labels, labels_of.get(pod.namespace, {})
-        ):
-            needed.add(unit_key)
-    return {
-        key: Unit(key, tuple(pods), gang=key in gang_keys)
-        for key, pods in groups.items()
-        if key not in needed
-    }
+        member = f"{pod.namespace}/{gang.name}" if gang is not None else None
+        running.append((victim_of(pod.needs, node, pod.uid, now), member))
+    labels = cluster.snapshot.namespace_labels
+    return group_units(running, preemptor.needs, lambda ns: labels.get(ns, {}))
 
 
 def held(cluster: Cluster, by_key: Mapping[str, Unit], kept: Iterable[str]) -> Holdings:
@@ -105,12 +85,8 @@ def preemption_for(
             except NodeSelectorError as error:
                 return Choice(None, f"claim {use.key}: {error}")
     moment = now if now is not None else datetime.datetime.now(datetime.UTC).timestamp()
-    by_key = units(cluster, moment, pod)
+    by_key, on_node = units(cluster, moment, pod)
     holding: Holdings = held(cluster, by_key, [u.key for u in uses if u.key in cluster.allocations])
-    on_node: dict[str, list[Unit]] = {}
-    for unit in by_key.values():
-        for node in sorted({p.node for p in unit.pods}):
-            on_node.setdefault(node, []).append(unit)
     snapshot = cluster.snapshot
     views = [e.view for e in snapshot.nodes.values() if e.view is not None]
     pod_filter = filters.prepare(

@@ -49,8 +49,8 @@ from operators.controllers.claimrules import is_allocated, pending
 from operators.controllers.runtime import Runtime
 from operators.kube import DISRUPTION_BUDGETS, PODS, ApiError, Conflict, NotFound
 from operators.scheduling import filters
-from operators.scheduling.freeing import Holdings, NodeWhatIf, attracts, holdings
-from operators.scheduling.preemption import Choice, NodeVictims, Unit, VictimPod, choose, started_at
+from operators.scheduling.freeing import Holdings, NodeWhatIf, group_units, holdings, victim_of
+from operators.scheduling.preemption import Choice, NodeVictims, Unit, VictimPod, choose
 from operators.scheduling.usage import ClusterUsage, NodeTotals
 from operators.settings import EvictionMode
 
@@ -305,9 +305,7 @@ class Preemption:
         member the preemptor's required affinity asks for); which units hold something on
         each node; the claims only pods on their way out hold (free in the what-if), and
         the nodes of those."""
-        groups: dict[str, list[VictimPod]] = {}
-        gangs: set[str] = set()
-        needed: set[str] = set()
+        running: list[tuple[VictimPod, str | None]] = []
         leaving: dict[str, int] = {}
         for key, node, needs in list(self.usage.placed()):
             pod = self.pods.get(key) if isinstance(key, Key) else None
@@ -318,30 +316,10 @@ class Preemption:
                     claim_ref = f"{pod.namespace}/{name}"
                     leaving[claim_ref] = leaving.get(claim_ref, 0) + 1
                 continue
-            victim = VictimPod(
-                pod.namespace,
-                pod.name,
-                node,
-                needs.priority,
-                started_at(needs.started, now),
-                needs.labels,
-                pod.uid,
-            )
             group = pod.gang_keys()
-            unit_key = f"gang:{group[0][0]}/{group[0][1]}" if group else pod.ref
-            if group:
-                gangs.add(unit_key)
-            groups.setdefault(unit_key, []).append(victim)
-            labels = self.decider.namespace_labels(pod.namespace)
-            if attracts(preemptor.needs, pod.namespace, needs.labels, labels):
-                needed.add(unit_key)
-        units = {
-            k: Unit(k, tuple(v), gang=k in gangs) for k, v in groups.items() if k not in needed
-        }
-        on_node: dict[str, list[Unit]] = {}
-        for unit in units.values():
-            for node in sorted({p.node for p in unit.pods}):
-                on_node.setdefault(node, []).append(unit)
+            gang = f"{group[0][0]}/{group[0][1]}" if group else None
+            running.append((victim_of(needs, node, pod.uid, now), gang))
+        units, on_node = group_units(running, preemptor.needs, self.decider.namespace_labels)
         gone: list[str] = []
         freeing: set[str] = set()
         for claim_ref, count in leaving.items():
