@@ -107,6 +107,11 @@ def parser() -> argparse.ArgumentParser:
         help="the claim-allocation admission policy guards the run's namespaces, and the "
         "operator serves all of them (kube-scheduler's pods included)",
     )
+    p.add_argument(
+        "--preemption",
+        action="store_true",
+        help="the operators preempt for devices, and the traffic makes pods of a high priority",
+    )
     p.add_argument("--settle", type=float, default=180.0, help="seconds to wait for the end state")
     p.add_argument(
         "--state-dir", type=Path, help="a running testbed's state directory (testbed/up --dir)"
@@ -194,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     devices_per_node=args.devices_per_node, scheduler_pods=args.scheduler_pods,
                     gate=args.gate, policy=args.policy, pod_groups=args.pod_groups,
                     fencing=args.fencing, extended_pods=args.extended_pods,
-                    settle_s=args.settle,
+                    preemption=args.preemption, settle_s=args.settle,
                 )  # fmt: skip
                 print(
                     f"robustness: {mode.name} seed {seed}: {args.duration:.0f} s of traffic ...",

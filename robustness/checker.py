@@ -35,17 +35,23 @@ Rules (``RULES``):
    another member of its gang, where dralloc posts a reason the whole gang shares);
    ``allocated-for-gone-pod``, no allocated claim is reserved for, or owned by, a pod that no
    longer exists.
+6. ``preempted-without-cause``: a pod dralloc marks as a preemption victim had a lower
+   priority than a pod with claims that waited (not bound, its ``preemptionPolicy`` not
+   ``Never``) at some revision of the ``PREEMPTOR_WINDOW_S`` before: equal priority never
+   preempts, nor does a pod that may not, nor a victim its preemptor (the window, not the
+   revision of the mark, because the preemptor may be deleted meanwhile).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
 from robustness.history import (
     POD_GROUP_GANG,
+    TERMINAL_PHASES,
     ClaimFacts,
     DeviceId,
     Event,
@@ -62,6 +68,10 @@ GANG_RELEASED_PARTLY: Final = "gang-released-partly"
 QUOTA_EXCEEDED: Final = "quota-exceeded"
 POD_NOT_EXPLAINED: Final = "pod-not-explained"
 ALLOCATED_FOR_GONE_POD: Final = "allocated-for-gone-pod"
+PREEMPTED_WITHOUT_CAUSE: Final = "preempted-without-cause"
+PREEMPTOR_WINDOW_S: Final = 60.0
+"""How far back a victim's preemptor is looked for (a decision, the nomination, the victims'
+marks: seconds; the traffic deletes pods at random, the preemptor among them)."""
 RULES: Final = (
     DEVICE_HELD_TWICE,
     POD_BOUND_WITHOUT_DEVICES,
@@ -69,6 +79,7 @@ RULES: Final = (
     QUOTA_EXCEEDED,
     POD_NOT_EXPLAINED,
     ALLOCATED_FOR_GONE_POD,
+    PREEMPTED_WITHOUT_CAUSE,
 )
 
 
@@ -158,6 +169,9 @@ class _State:
     """Pod UID -> claim entry -> the key of the claim made for it (its owner reference and
     ``pod-claim-name``): the truth where the pod does not name it yet."""
     pod_by_uid: dict[str, str] = field(default_factory=dict)
+    waited: deque[tuple[float, int, str]] = field(default_factory=deque)
+    """(when, priority, pod key) of each event of a pod with claims that waited and may
+    preempt, for ``PREEMPTOR_WINDOW_S`` (rule 6)."""
 
 
 class Checker:
@@ -259,6 +273,8 @@ class Checker:
         self._judge_pod(pod.key)
         for gang in {f"{p.namespace}/{p.gang}" for p in (old, pod) if p is not None and p.gang}:
             self._judge_gang(gang)
+        if not deleted:
+            self._judge_preemption(pod, old)
 
     def _apply_pod_group(self, group: PodGroupFacts, *, deleted: bool) -> None:
         if deleted:
@@ -384,6 +400,27 @@ class Checker:
         for rule, key in list(self.open):
             if rule == QUOTA_EXCEEDED and key.startswith(f"{namespace}/") and key not in after:
                 self._judge(QUOTA_EXCEEDED, key, None)
+
+    # -- rule 6 ---------------------------------------------------------------------------------
+
+    def _judge_preemption(self, pod: PodFacts, old: PodFacts | None) -> None:
+        waited = self.state.waited
+        while waited and waited[0][0] < self.at - PREEMPTOR_WINDOW_S:
+            waited.popleft()
+        if pod.has_claims and not pod.bound and pod.preempts and pod.phase not in TERMINAL_PHASES:
+            waited.append((self.at, pod.priority, pod.key))
+        if not pod.preempted or (old is not None and old.preempted):
+            return
+        higher = [key for _, priority, key in waited if priority > pod.priority]
+        if not higher:
+            self.closed.append(
+                Violation(
+                    PREEMPTED_WITHOUT_CAUSE, pod.key,
+                    f"priority {pod.priority}, and no waiting pod of a higher priority that "
+                    f"may preempt in the {PREEMPTOR_WINDOW_S:.0f} s before",
+                    self.rv, self.at, self.rv, self.at,
+                )
+            )  # fmt: skip
 
     # -- rule 5 ---------------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ GANG_ANNOTATION: Final = f"{DRALLOC_GROUP}/gang"
 GANG_SIZE_ANNOTATION: Final = f"{DRALLOC_GROUP}/gang-size"
 DEVICES_ALLOCATED_CONDITION: Final = f"{DRALLOC_GROUP}/DevicesAllocated"
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+PREEMPTION_REASON: Final = "PreemptionByScheduler"
+"""Upstream's DisruptionTarget reason for preemption victims, which dralloc's preemption uses."""
 
 POD_GROUP_GANG: Final = "podgroup:"
 """How a PodGroup gang is named among a namespace's gangs (annotation gangs have no colon)."""
@@ -118,6 +120,13 @@ class PodFacts:
     or kube-scheduler's PodScheduled=False, with a message."""
     why: str = ""
     """Those conditions, as ``type reason: message`` (shortened), for the report."""
+    priority: int = 0
+    """``spec.priority`` (its PriorityClass's value, set at admission)."""
+    preempts: bool = True
+    """Its ``preemptionPolicy`` is not ``Never``."""
+    preempted: bool = False
+    """dralloc marked it a preemption victim: ``DisruptionTarget`` with upstream's reason
+    ``PreemptionByScheduler`` and a message of dralloc's."""
 
     @property
     def key(self) -> str:
@@ -344,9 +353,17 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
     except ValueError:
         gang_size = 0
     explained = False
+    preempted = False
     why = []
     for condition in status.get("conditions") or ():
         kind = condition.get("type")
+        if (
+            kind == "DisruptionTarget"
+            and condition.get("status") == "True"
+            and condition.get("reason") == PREEMPTION_REASON
+            and str(condition.get("message") or "").startswith("dralloc")
+        ):
+            preempted = True
         if (
             kind in (DEVICES_ALLOCATED_CONDITION, "PodScheduled")
             and condition.get("status") == "False"
@@ -380,6 +397,9 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
         or (f"{POD_GROUP_GANG}{group}" if (group := _pod_group_name(spec)) else ""),
         gang_size=gang_size,
         explained=explained,
+        priority=int(spec.get("priority") or 0),
+        preempts=spec.get("preemptionPolicy") != "Never",
+        preempted=preempted,
         why="; ".join(why),
     )
 

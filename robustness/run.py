@@ -121,6 +121,9 @@ class Options:
     dralloc serves (the webhook turns them into claims pods); with ``scheduler_pods``, also in
     kube-scheduler's namespace (it allocates their claims; with ``policy`` it may not, and
     they wait)."""
+    preemption: bool = False
+    """The operators preempt for devices (``--preemption``), and the traffic makes pods of a
+    high priority (some with ``preemptionPolicy: Never``) beside the others' 0."""
     settle_s: float = 180.0
 
     @property
@@ -155,6 +158,8 @@ class Result:
     """Claims pods of the gated namespaces whose first recorded state had no gate: admission
     let them through while no operator served (only the fail-open webhook may)."""
     history: History = field(repr=False)
+    preempted: int = 0
+    """Pods dralloc marked as preemption victims."""
     trails: dict[str, list[str]] = field(default_factory=dict)
     """Under a violation (its text): the last writes to the objects it names, from the API
     server's audit log (who allocated, freed, bound or deleted them)."""
@@ -184,6 +189,7 @@ class Result:
             "slowest": self.slowest,
             "created_ungated": self.created_ungated,
             "stand_downs": self.stand_downs,
+            "preempted": self.preempted,
             "operator_relists": self.operator_relists,
             "trails": self.trails,
         }
@@ -195,7 +201,7 @@ class Result:
             f"mode={o.mode.name} seed={o.seed} duration={o.duration_s:.0f}s "
             f"faults={','.join(o.faults) or 'none'} gate={o.gate} "
             f"scheduler_pods={o.scheduler_pods} policy={o.policy} extended_pods={o.extended_pods} "
-            f"pod_groups={o.pod_groups} fencing={o.fencing}",
+            f"pod_groups={o.pod_groups} fencing={o.fencing} preemption={o.preemption}",
             f"traffic: {sum(self.traffic.values())} operations "
             f"({', '.join(f'{k} {v}' for k, v in sorted(self.traffic.items()))}); "
             f"{sum(self.failed.values())} refused or failed"
@@ -216,7 +222,8 @@ class Result:
             f"{len(self.created_ungated)} claims pods created without the gate"
             + (f" ({', '.join(self.created_ungated[:3])})" if self.created_ungated else "")
             + f"; operators stopped: {self.stand_downs.get('refused', 0)} refused by fencing, "
-            f"{self.stand_downs.get('records', 0)} for another allocator's records",
+            f"{self.stand_downs.get('records', 0)} for another allocator's records"
+            + (f"; {self.preempted} pods preempted" if o.preemption else ""),
             "slowest: "
             + "; ".join(
                 f"{pod} {t:.1f} s ({why or 'no condition'})" for t, pod, why in self.slowest
@@ -254,6 +261,7 @@ class Run:
             nodes=options.nodes,
             devices_per_node=options.devices_per_node,
             quota_devices=options.quota_devices,
+            preemption=options.preemption,
         )
         self.operators: list[Operator] = []
         self.fired: list[Fired] = []
@@ -292,7 +300,11 @@ class Run:
             self.work_dir / f"operator-{len(self.operators)}.log",
             lease=f"{self.layout.prefix}-{lease}",
             identity=identity,
-            extra=(*self._webhook_args(lease), *self._scope_args()),
+            extra=(
+                *self._webhook_args(lease),
+                *self._scope_args(),
+                *(("--preemption",) if self.options.preemption else ()),
+            ),
             kubeconfig=kubeconfig,
         ).start()
         self.operators.append(operator)
@@ -400,6 +412,7 @@ class Run:
                 client, self.layout, self.rng, self.options.scheduler_pods,
                 self_gated=self.options.gate == "self", extended_pods=self.options.extended_pods,
                 webhook_translates=self.options.webhook, pod_groups=self.options.pod_groups,
+                preemption=self.options.preemption,
             )  # fmt: skip
             loop = asyncio.get_running_loop()
             started = loop.time()
@@ -462,6 +475,13 @@ class Run:
                 history, (*self.layout.gated, self.layout.quota_namespace)
             ),
             history=history,
+            preempted=len(
+                {
+                    e.facts.uid
+                    for e in history.events
+                    if isinstance(e.facts, PodFacts) and e.facts.preempted
+                }
+            ),
             trails=trails(
                 self.cluster.state_dir, {str(v): involved(history, v) for v in report.violations}
             ),

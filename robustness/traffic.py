@@ -5,7 +5,8 @@ timing still depends on the machine). The operations are the ones that found bug
 pods from templates and with a shared claim, gangs, pods in a namespace at its DeviceQuota,
 pods and claims deleted while dralloc works on them, nodes and their slices coming and
 going, devices tainted NoExecute (DeviceTaintRules: dralloc evicts their pods) and the
-taints lifted; in in-tree mode with the webhook, pods asking for the devices as an extended
+taints lifted; pods of a high priority, which dralloc preempts lower ones for (with
+``preemption``); in in-tree mode with the webhook, pods asking for the devices as an extended
 resource (a DeviceClass's ``extendedResourceName``) in the namespaces dralloc serves, which
 the webhook turns into claims pods (some under a DeviceQuota of that class), and pods
 kube-scheduler allocates itself beside dralloc's (``scheduler_pods``), on the same devices:
@@ -44,6 +45,7 @@ GATED_LABEL: Final = ("robustness.dralloc.dev/gated", "true")
 """The label of namespaces whose pods dralloc gates (``--gate-namespace-label``)."""
 TEMPLATE: Final = "one"
 NODE_CAPACITY: Final = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+HIGH_PRIORITY: Final = 1000
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Layout:
     nodes: int
     devices_per_node: int
     quota_devices: int
+    preemption: bool = False
+    """PriorityClasses for pods that preempt (and that may not), beside the others' 0."""
 
     @property
     def driver(self) -> str:
@@ -105,6 +109,31 @@ class Layout:
                 "extendedResourceName": self.extended_resource,
             },
         }
+
+    @property
+    def high_priority(self) -> str:
+        """A PriorityClass above every other pod's (they have none: 0)."""
+        return f"{self.prefix}-high"
+
+    @property
+    def polite_priority(self) -> str:
+        """As high, with ``preemptionPolicy: Never``."""
+        return f"{self.prefix}-polite"
+
+    def priority_classes(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": HIGH_PRIORITY,
+                "preemptionPolicy": policy,
+            }
+            for name, policy in (
+                (self.high_priority, "PreemptLowerPriority"),
+                (self.polite_priority, "Never"),
+            )
+        ]
 
     def node_name(self, index: int) -> str:
         return f"{self.prefix}-n{index}"
@@ -158,6 +187,8 @@ class Layout:
                 },
             }
         )
+        if self.preemption:
+            objects += self.priority_classes()
         for index in range(self.nodes):
             objects += [self.node(index), self.slice(index)]
         for namespace in self.namespaces():
@@ -209,6 +240,7 @@ class Layout:
         *,
         gated: bool = True,
         annotations: dict[str, str] | None = None,
+        priority_class: str = "",
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "apiVersion": "v1",
@@ -230,6 +262,8 @@ class Layout:
                 "terminationGracePeriodSeconds": 0,
             },
         }
+        if priority_class:
+            body["spec"]["priorityClassName"] = priority_class
         if gated:
             body["spec"]["schedulingGates"] = [{"name": GATE}]
         if self.mode.in_tree:
@@ -252,6 +286,8 @@ class Traffic:
     """The operator's webhook admits pods (it turns extended resources into claims)."""
     pod_groups: bool = False
     """Gangs named by Workload API PodGroups too."""
+    preemption: bool = False
+    """Pods of a high priority, which preempt for devices (some may not: ``Never``)."""
     extended_pods: bool = True
     """With ``scheduler_pods``: pods asking for a DRA extended resource of a class on the same
     devices too (kube-scheduler allocates their claims, unless the policy refuses it)."""
@@ -280,6 +316,8 @@ class Traffic:
                 ops += [("extended_pod", 6)]
         if self.pod_groups:
             ops += [("pod_group_gang", 4), ("pod_group_gang_torn", 1)]
+        if self.preemption:
+            ops += [("priority_pod", 4), ("polite_pod", 1)]
         if self.layout.mode.in_tree and self.webhook_translates and self.extended_pods:
             # The webhook turns their extended resources into a claim dralloc allocates.
             ops += [("served_extended_pod", 6), ("quota_extended_pod", 2)]
@@ -317,6 +355,24 @@ class Traffic:
     async def template_pod(self) -> None:
         namespace = self.rng.choice(self.layout.gated)
         await self._create_pod(self.layout.pod(namespace, self._name("p"), self._template_claims()))
+
+    async def priority_pod(self) -> None:
+        """A pod above all others: where every device is taken, dralloc preempts for it."""
+        namespace = self.rng.choice(self.layout.gated)
+        body = self.layout.pod(
+            namespace, self._name("hi"), self._template_claims(),
+            priority_class=self.layout.high_priority,
+        )  # fmt: skip
+        await self._create_pod(body)
+
+    async def polite_pod(self) -> None:
+        """As high, but ``preemptionPolicy: Never``: it waits, and never preempts."""
+        namespace = self.rng.choice(self.layout.gated)
+        body = self.layout.pod(
+            namespace, self._name("po"), self._template_claims(),
+            priority_class=self.layout.polite_priority,
+        )  # fmt: skip
+        await self._create_pod(body)
 
     async def quota_pod(self) -> None:
         body = self.layout.pod(

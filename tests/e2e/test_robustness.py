@@ -3,7 +3,8 @@
 shipped webhook configuration (claims pods fail closed: refused while no operator serves,
 never created ungated), the shipped claim-allocation policy (kube-scheduler may not allocate
 the claims it deallocates), operators fenced by the shipped fencing policy (each with a token
-bound to a pod of its own, as replicas are), and the whole recorded history checked by ``robustness.checker`` (no device held by two claims at any
+bound to a pod of its own, as replicas are), preemption for devices on (pods of a high
+priority come), and the whole recorded history checked by ``robustness.checker`` (no device held by two claims at any
 revision, bound pods have their devices, gangs whole, quotas kept, every pod bound or
 explained at the end).
 
@@ -52,12 +53,13 @@ def test_a_short_seeded_run_with_faults_keeps_every_rule(testbed: Testbed, tmp_p
     # retried at the latest when its unschedulable queue is flushed, every 5 minutes.
     options = Options(
         mode=cluster.mode, seed=SEED, duration_s=50, faults=SAFE_FAULTS, fault_count=4,
-        settle_s=330, gate="webhook-closed", fencing=True, policy=True,
+        settle_s=330, gate="webhook-closed", fencing=True, policy=True, preemption=True,
     )  # fmt: skip
     result = asyncio.run(Run(cluster, options, tmp_path).execute())
     print("[robustness] " + result.summary().replace("\n", "\n[robustness] "))
     # The run did what it claims: traffic, the faults, pods bound, a relist seen by someone.
     assert sum(result.traffic.values()) >= 50, result.traffic
+    assert result.traffic["priority_pod"] >= 1, result.traffic
     assert len(result.fired) == 4, result.fired
     assert result.pods_bound >= 20, result.summary()
     assert result.settled_in_s is not None, result.summary()

@@ -15,6 +15,8 @@ from robustness.checker import (
     GANG_RELEASED_PARTLY,
     POD_BOUND_WITHOUT_DEVICES,
     POD_NOT_EXPLAINED,
+    PREEMPTED_WITHOUT_CAUSE,
+    PREEMPTOR_WINDOW_S,
     QUOTA_EXCEEDED,
     Report,
     check,
@@ -558,3 +560,52 @@ def test_a_saved_history_loads_back_and_checks_the_same(tmp_path: Path) -> None:
     loaded = load_history(tmp_path / "history.jsonl")
     assert loaded.events == made.ordered()
     assert check(loaded).violations == check(made).violations
+
+
+# -- rule 6: a preemption victim had a waiting pod of a higher priority ---------------------------
+
+
+def victim(priority: int = 0, preempted: bool = True) -> PodFacts:
+    return replace(pod("victim", "c-v", node="n1"), priority=priority, preempted=preempted)
+
+
+def waiting(name: str, priority: int, preempts: bool = True) -> PodFacts:
+    return replace(pod(name, f"c-{name}"), priority=priority, preempts=preempts)
+
+
+def claims_of_both() -> list[ClaimFacts]:
+    return [claim("c-v", 0, reserved=["victim"], nodes=["n1"]), claim("c-hi")]
+
+
+def test_a_victim_of_a_waiting_higher_pod_keeps_the_rule() -> None:
+    report = check(
+        history(*claims_of_both(), victim(preempted=False), waiting("hi", 1000), victim(), victim())
+    )
+    assert only(report, PREEMPTED_WITHOUT_CAUSE) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "priority", "preempts"), [("equal", 0, True), ("never", 1000, False)]
+)
+def test_a_victim_of_an_equal_pod_or_of_one_that_may_not_preempt_is_found(
+    name: str, priority: int, preempts: bool
+) -> None:
+    report = check(
+        history(
+            *claims_of_both(), victim(preempted=False), waiting(name, priority, preempts), victim()
+        )
+    )
+    assert only(report, PREEMPTED_WITHOUT_CAUSE) == [("ns/victim", 5, 5)]
+
+
+def test_the_preemptor_may_be_gone_when_the_victim_is_marked_but_not_long_gone() -> None:
+    def run(gap: float) -> Report:
+        events = history(
+            *claims_of_both(), victim(preempted=False), waiting("hi", 1000),
+            ("DELETED", waiting("hi", 1000)), victim(),
+        ).events  # fmt: skip
+        events[-1] = replace(events[-1], at=events[-2].at + gap)
+        return check(History(events=events))
+
+    assert only(run(PREEMPTOR_WINDOW_S - 2), PREEMPTED_WITHOUT_CAUSE) == []
+    assert only(run(PREEMPTOR_WINDOW_S + 2), PREEMPTED_WITHOUT_CAUSE) == [("ns/victim", 6, 6)]

@@ -136,3 +136,22 @@ def test_a_pod_of_a_pod_group_is_in_its_gang_and_the_group_gives_the_size() -> N
     assert (gang.key, gang.min_count) == ("ns/train", 3)
     basic = pod_group_facts({**group, "spec": {"schedulingPolicy": {"basic": {}}}})
     assert basic.min_count is None
+
+
+def test_a_victim_is_one_dralloc_marked_with_upstreams_preemption_reason() -> None:
+    def marked(reason: str, message: str, status: str = "True") -> dict[str, object]:
+        condition = {"type": "DisruptionTarget", "status": status, "reason": reason}
+        return {
+            "metadata": {"namespace": "ns", "name": "v", "uid": "u"},
+            "spec": {"priority": 5, "preemptionPolicy": "Never"},
+            "status": {"conditions": [condition | {"message": message}]},
+        }
+
+    ours = "dralloc: preempting to accommodate a higher priority pod"
+    facts = pod_facts(marked("PreemptionByScheduler", ours))
+    assert facts.preempted and facts.priority == 5 and not facts.preempts
+    assert not pod_facts(marked("PreemptionByScheduler", "default-scheduler: ...")).preempted
+    assert not pod_facts(marked("DeletionByTaintManager", ours)).preempted
+    assert not pod_facts(marked("PreemptionByScheduler", ours, status="False")).preempted
+    plain = pod_facts({"metadata": {"name": "p"}, "spec": {}, "status": {}})
+    assert plain.priority == 0 and plain.preempts and not plain.preempted
