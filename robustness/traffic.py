@@ -317,7 +317,7 @@ class Traffic:
         if self.pod_groups:
             ops += [("pod_group_gang", 4), ("pod_group_gang_torn", 1)]
         if self.preemption:
-            ops += [("priority_pod", 4), ("polite_pod", 1)]
+            ops += [("priority_pod", 8), ("polite_pod", 2)]
         if self.layout.mode.in_tree and self.webhook_translates and self.extended_pods:
             # The webhook turns their extended resources into a claim dralloc allocates.
             ops += [("served_extended_pod", 6), ("quota_extended_pod", 2)]

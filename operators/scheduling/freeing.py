@@ -50,6 +50,15 @@ def holdings(
     return Holdings(claims_of, holders)
 
 
+def leaving_claims(leaving: Mapping[str, int], holders: Mapping[str, int]) -> list[str]:
+    """The claims only pods on their way out reserve, free in every what-if (they are free
+    once those pods are gone, with nobody removed): ``leaving``, claim key -> how many pods
+    being deleted reserve it; ``holders``, allocated claim key -> how many pods reserve it."""
+    return sorted(
+        claim for claim, count in leaving.items() if claim in holders and holders[claim] <= count
+    )
+
+
 def victim_of(needs: PodNeeds, node: str, uid: str, now: float) -> VictimPod:
     """A running pod as preemption weighs it (its start ``now`` if it has not started)."""
     return VictimPod(

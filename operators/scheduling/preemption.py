@@ -276,6 +276,14 @@ class Choice:
     reason: str = ""
     """Why nothing is preempted ('' when victims were chosen)."""
 
+    @property
+    def waits_for_leaving(self) -> str | None:
+        """The node where pods already on their way out free what the pod needs, so that
+        it preempts nobody and waits for them (victims chosen, but none); else None."""
+        if self.victims is None or self.victims.pods:
+            return None
+        return self.victims.node
+
 
 def choose(
     priority: int,

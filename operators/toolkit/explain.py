@@ -212,6 +212,11 @@ def _preemption_view(cluster: Cluster, pod: Pod) -> str:
     chosen = choice.victims
     if chosen is None:
         return f"preemption: none: {choice.reason} (priority {pod.needs.priority})"
+    if (node := choice.waits_for_leaving) is not None:
+        return (
+            f"preemption: none needed: pods on their way out on node {node} free what it "
+            "needs (the operator holds those devices for it meanwhile with --preemption)"
+        )
     victims = ", ".join(f"{p.ref} (priority {p.priority})" for p in chosen.pods)
     budgets = (
         f"; {chosen.violations} eviction(s) against a PodDisruptionBudget"

@@ -5,7 +5,8 @@ preempt for its devices, with the same choice the operator makes
 The units are the snapshot's running pods that ask for devices, a gang's members together (a
 gang is preempted whole), as the operator may delete only pods that ask for devices (its pod
 writes policy); pods without devices are kube-scheduler's own preemption's. Pods being deleted
-are on their way out already and are nobody's victims.
+are on their way out already and are nobody's victims: the claims only they hold count as
+free, as the operator counts them (a pod that fits once they are gone preempts nobody).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from operators.allocator.nodes import NodeSelector, NodeSelectorError
 from operators.allocator.whatif import FreedDevices
 from operators.cache.core import Pod
 from operators.scheduling import filters
-from operators.scheduling.freeing import Holdings, NodeWhatIf, group_units, holdings, victim_of
+from operators.scheduling.freeing import (
+    Holdings,
+    NodeWhatIf,
+    group_units,
+    holdings,
+    leaving_claims,
+    victim_of,
+)
 from operators.scheduling.preemption import EXACT_UNITS, Choice, Unit, choose
 from operators.toolkit.cluster import Cluster, node_info
 
@@ -36,6 +44,35 @@ def units(
         running.append((victim_of(pod.needs, node, pod.uid, now), member))
     labels = cluster.snapshot.namespace_labels
     return group_units(running, preemptor.needs, lambda ns: labels.get(ns, {}))
+
+
+def leaving(cluster: Cluster) -> tuple[list[str], set[str]]:
+    """The claims only pods on their way out reserve (free in every what-if, as the operator
+    counts them), and the nodes their allocations can be used from (every node for one
+    without a node selector)."""
+    counts: dict[str, int] = {}
+    for key, pod in cluster.pods.items():
+        if pod.deleting and cluster.usage.node_of(key):
+            for name in pod.claim_names():
+                ref = f"{pod.namespace}/{name}"
+                counts[ref] = counts.get(ref, 0) + 1
+    holders = {
+        ref: len(cluster.consumers.get(ref, ())) for ref in counts if ref in cluster.allocations
+    }
+    gone = leaving_claims(counts, holders)
+    nodes: set[str] = set()
+    for ref in gone:
+        selector = cluster.allocations[ref].get("nodeSelector")
+        try:
+            pinned = NodeSelector.parse(selector) if selector else None
+        except NodeSelectorError:
+            continue
+        nodes.update(
+            name
+            for name in cluster.node_names
+            if pinned is None or pinned.matches(node_info(cluster.snapshot.nodes.get(name), name))
+        )
+    return gone, nodes
 
 
 def held(cluster: Cluster, by_key: Mapping[str, Unit], kept: Iterable[str]) -> Holdings:
@@ -103,10 +140,15 @@ def preemption_for(
         and all(s.matches(node_info(snapshot.nodes.get(name), name)) for s in pinned)
     ]
 
+    gone, freeing = leaving(cluster)
+
     def what_if(name: str) -> NodeWhatIf:
         entry = snapshot.nodes.get(name)
+        freed = FreedDevices(cluster.state)
+        for claim in gone:
+            freed.free(claim)
         return NodeWhatIf(
-            FreedDevices(cluster.state),
+            freed,
             pending,
             entry.view if entry is not None else None,
             node_info(entry, name),
@@ -122,4 +164,5 @@ def preemption_for(
         what_if,
         [b for b in snapshot.budgets.values() if b.weighs_on_preemption],
         exact_units=exact_units,
+        freeing=freeing,
     )

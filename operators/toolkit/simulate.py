@@ -227,6 +227,12 @@ def simulate(
         chosen = choice.victims
         if chosen is None:
             return f"{reason} No preemption: {choice.reason}.", None
+        if (node := choice.waits_for_leaving) is not None:
+            return (
+                f"{reason} Pods on their way out on node {node} free what it needs: it "
+                "waits for them, preempting nobody.",
+                None,
+            )
         refs = tuple(p.ref for p in chosen.pods)
         if not apply:
             return (

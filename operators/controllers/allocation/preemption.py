@@ -49,7 +49,14 @@ from operators.controllers.claimrules import is_allocated, pending
 from operators.controllers.runtime import Runtime
 from operators.kube import DISRUPTION_BUDGETS, PODS, ApiError, Conflict, NotFound
 from operators.scheduling import filters
-from operators.scheduling.freeing import Holdings, NodeWhatIf, group_units, holdings, victim_of
+from operators.scheduling.freeing import (
+    Holdings,
+    NodeWhatIf,
+    group_units,
+    holdings,
+    leaving_claims,
+    victim_of,
+)
 from operators.scheduling.preemption import Choice, NodeVictims, Unit, VictimPod, choose
 from operators.scheduling.usage import ClusterUsage, NodeTotals
 from operators.settings import EvictionMode
@@ -175,7 +182,8 @@ class Preemption:
         self.thread.mutate(self.state.nominate, pod.ref, allocation)
         nomination = Nomination(chosen.node, chosen.pods, devices)
         self.nominations[key] = nomination
-        metrics.PREEMPTIONS.inc()
+        if chosen.pods:
+            metrics.PREEMPTIONS.inc()
         log.info(
             "preempting",
             pod=pod.ref,
@@ -237,6 +245,13 @@ class Preemption:
     def _waiting_reason(
         self, pod: Pod, nomination: Nomination, remaining: Sequence[VictimPod]
     ) -> Unallocatable:
+        if not nomination.victims:
+            return Unallocatable(
+                f"pods on their way out on node {nomination.node} free the devices it needs: "
+                f"{', '.join(nomination.devices)} are held for this pod (priority "
+                f"{pod.needs.priority}) meanwhile, preempting nobody",
+                pod_reason=REASON_PREEMPTING,
+            )
         names = ", ".join(f"{v.ref} (priority {v.priority})" for v in remaining)
         return Unallocatable(
             f"preempting {len(remaining)} lower-priority pod(s) on node {nomination.node}: "
@@ -320,27 +335,31 @@ class Preemption:
             gang = f"{group[0][0]}/{group[0][1]}" if group else None
             running.append((victim_of(needs, node, pod.uid, now), gang))
         units, on_node = group_units(running, preemptor.needs, self.decider.namespace_labels)
-        gone: list[str] = []
-        freeing: set[str] = set()
-        for claim_ref, count in leaving.items():
+        statuses: dict[str, ResourceClaimStatus] = {}
+        for claim_ref in leaving:
             namespace, _, name = claim_ref.partition("/")
             claim = self.claims.get(Key(namespace, name))
-            status = claim.status if claim is not None else None
-            if status is not None and len(status.reserved_for) <= count:
-                gone.append(claim_ref)
-                freeing.update(self._nodes_of(status))
+            if claim is not None and claim.status is not None and is_allocated(claim):
+                statuses[claim_ref] = claim.status
+        holders = {ref: len(status.reserved_for) for ref, status in statuses.items()}
+        gone = leaving_claims(leaving, holders)
+        freeing = {node for claim_ref in gone for node in self._nodes_of(statuses[claim_ref])}
         return units, on_node, gone, freeing
 
     def _nodes_of(self, status: ResourceClaimStatus) -> list[str]:
-        """The node a claim's allocation is pinned to (the one its node selector names)."""
+        """The nodes a claim's allocation can be used from: those its node selector names,
+        every node without one (devices reachable from anywhere)."""
         allocation = status.allocation
-        if allocation is None or allocation.node_selector is None:
+        if allocation is None:
             return []
+        nodes = [info for _, info in self.decider.sorted_nodes()]
+        if allocation.node_selector is None:
+            return [info.name for info in nodes]
         try:
             selector = NodeSelector.parse(allocation.node_selector.to_kube())
         except NodeSelectorError:
             return []
-        return [info.name for _, info in self.decider.sorted_nodes() if selector.matches(info)]
+        return [info.name for info in nodes if selector.matches(info)]
 
     def _holdings(self, units: dict[str, Unit], kept: Sequence[str]) -> Holdings:
         """What the units hold; ``kept``: the preemptor's own allocated claims."""

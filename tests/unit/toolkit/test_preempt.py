@@ -260,9 +260,18 @@ def test_pending_pods_settle_the_higher_priority_first(
     assert [p.pod for p in report.placed] == ["team-a/zzz"]
 
 
-def test_a_pod_being_deleted_is_nobodys_victim(full: Callable[..., Snapshot]) -> None:
-    """The trainer is on its way out already: it is not chosen (again), and the two of
-    node-b are the price instead."""
+def test_a_pod_being_deleted_is_nobodys_victim_and_what_it_frees_is_waited_for(
+    full: Callable[..., Snapshot],
+) -> None:
+    """The trainer is on its way out already: it is not chosen (again), nor are two of
+    node-b's: the pod waits for the trainer's GPUs, as the operator does."""
     snapshot = full(vip(), trainer_deleting=True)
     result = explain(snapshot, "pod/vip", "team-a")
-    assert "team-a/trainer" not in result.preemption, result.preemption
+    assert result.preemption.startswith(
+        "preemption: none needed: pods on their way out on node node-a free what it needs"
+    ), result.preemption
+    assert "team-a/b" not in result.preemption and "trainer" not in result.preemption
+    report = simulate(snapshot, [], preemption=True)
+    assert not report.preemptions, report.preemptions
+    [pending] = [p for p in report.pending if p.pod == "team-a/vip"]
+    assert "Pods on their way out on node node-a free what it needs" in pending.reason

@@ -117,6 +117,25 @@ async def test_the_lower_priority_holder_goes_and_its_device_is_held_for_the_pre
     assert not controller.state.nominated("ns/vip")
 
 
+async def test_a_holder_on_its_way_out_is_waited_for_and_nobody_is_preempted() -> None:
+    """The device's holder is being deleted already: the preemptor preempts nobody (not
+    the holder again, nor anyone else), holds the device meanwhile and says so."""
+    client = FakeClient()
+    controller = cluster(client)
+    leaving = running("low", 0)
+    leaving["metadata"].update(deletionTimestamp="2026-12-07T00:00:00Z", resourceVersion="50")
+    put(controller.runtime, PODS, leaving)
+    vip = add_waiting(controller, "vip", 1000)
+    await sync(controller, vip)
+    assert not [c for c in client.calls if c.method == "DELETE"]
+    assert not [e for e in client.events if e["reason"] == "Preempted"]
+    told = condition(client, "vip")
+    assert told["reason"] == REASON_PREEMPTING, told
+    assert "pods on their way out on node n1 free the devices it needs" in told["message"]
+    assert "preempting nobody" in told["message"] and "0 lower-priority" not in told["message"]
+    assert controller.state.nominated("ns/vip"), "the device is held for the preemptor"
+
+
 async def test_equal_priority_never_preempts_and_says_what_it_would_take() -> None:
     client = FakeClient()
     controller = cluster(client, victim_priority=1000)
