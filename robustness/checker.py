@@ -35,11 +35,11 @@ Rules (``RULES``):
    another member of its gang, where dralloc posts a reason the whole gang shares);
    ``allocated-for-gone-pod``, no allocated claim is reserved for, or owned by, a pod that no
    longer exists.
-6. ``preempted-without-cause``: a pod dralloc marks as a preemption victim had a lower
-   priority than a pod with claims that waited (not bound, its ``preemptionPolicy`` not
-   ``Never``) at some revision of the ``PREEMPTOR_WINDOW_S`` before: equal priority never
-   preempts, nor does a pod that may not, nor a victim its preemptor (the window, not the
-   revision of the mark, because the preemptor may be deleted meanwhile).
+6. ``preempted-without-cause``: a pod dralloc marks as a preemption victim has a lower
+   priority than a pod with claims that waits (not bound, its ``preemptionPolicy`` not
+   ``Never``) at that revision, or stopped waiting in the ``PREEMPTOR_WINDOW_S`` before (the
+   preemptor may be deleted or bound by then): equal priority never preempts, nor does a
+   pod that may not, nor a victim its preemptor.
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ POD_NOT_EXPLAINED: Final = "pod-not-explained"
 ALLOCATED_FOR_GONE_POD: Final = "allocated-for-gone-pod"
 PREEMPTED_WITHOUT_CAUSE: Final = "preempted-without-cause"
 PREEMPTOR_WINDOW_S: Final = 60.0
-"""How far back a victim's preemptor is looked for (a decision, the nomination, the victims'
-marks: seconds; the traffic deletes pods at random, the preemptor among them)."""
+"""How long a pod that stopped waiting still counts as a victim's possible preemptor (the
+decision, the nomination and the victims' marks take seconds, and the traffic deletes pods
+at random, the preemptor among them)."""
 RULES: Final = (
     DEVICE_HELD_TWICE,
     POD_BOUND_WITHOUT_DEVICES,
@@ -169,9 +170,11 @@ class _State:
     """Pod UID -> claim entry -> the key of the claim made for it (its owner reference and
     ``pod-claim-name``): the truth where the pod does not name it yet."""
     pod_by_uid: dict[str, str] = field(default_factory=dict)
-    waited: deque[tuple[float, int, str]] = field(default_factory=deque)
-    """(when, priority, pod key) of each event of a pod with claims that waited and may
-    preempt, for ``PREEMPTOR_WINDOW_S`` (rule 6)."""
+    waiting: dict[str, int] = field(default_factory=dict)
+    """Pod key -> priority of the pods with claims that wait now and may preempt (rule 6)."""
+    waited: deque[tuple[float, int]] = field(default_factory=deque)
+    """(when it stopped, priority) of the pods that stopped waiting, for
+    ``PREEMPTOR_WINDOW_S`` (rule 6)."""
 
 
 class Checker:
@@ -273,8 +276,7 @@ class Checker:
         self._judge_pod(pod.key)
         for gang in {f"{p.namespace}/{p.gang}" for p in (old, pod) if p is not None and p.gang}:
             self._judge_gang(gang)
-        if not deleted:
-            self._judge_preemption(pod, old)
+        self._judge_preemption(pod, old, deleted=deleted)
 
     def _apply_pod_group(self, group: PodGroupFacts, *, deleted: bool) -> None:
         if deleted:
@@ -403,22 +405,32 @@ class Checker:
 
     # -- rule 6 ---------------------------------------------------------------------------------
 
-    def _judge_preemption(self, pod: PodFacts, old: PodFacts | None) -> None:
-        waited = self.state.waited
-        while waited and waited[0][0] < self.at - PREEMPTOR_WINDOW_S:
-            waited.popleft()
-        if pod.has_claims and not pod.bound and pod.preempts and pod.phase not in TERMINAL_PHASES:
-            waited.append((self.at, pod.priority, pod.key))
-        if not pod.preempted or (old is not None and old.preempted):
+    def _judge_preemption(self, pod: PodFacts, old: PodFacts | None, *, deleted: bool) -> None:
+        state = self.state
+        while state.waited and state.waited[0][0] < self.at - PREEMPTOR_WINDOW_S:
+            state.waited.popleft()
+        waits = (
+            not deleted
+            and pod.has_claims
+            and not pod.bound
+            and pod.preempts
+            and pod.phase not in TERMINAL_PHASES
+        )
+        before = state.waiting.pop(pod.key, None)
+        if waits:
+            state.waiting[pod.key] = pod.priority
+        elif before is not None:
+            state.waited.append((self.at, before))
+        if deleted or not pod.preempted or (old is not None and old.preempted):
             return
-        higher = [key for _, priority, key in waited if priority > pod.priority]
-        if not higher:
+        priorities = [*state.waiting.values(), *(priority for _, priority in state.waited)]
+        if not any(priority > pod.priority for priority in priorities):
             self.closed.append(
                 Violation(
                     PREEMPTED_WITHOUT_CAUSE, pod.key,
-                    f"priority {pod.priority}, and no waiting pod of a higher priority that "
-                    f"may preempt in the {PREEMPTOR_WINDOW_S:.0f} s before",
-                    self.rv, self.at, self.rv, self.at,
+                    f"priority {pod.priority}, and no pod of a higher priority that may preempt "
+                    f"waits, or did in the {PREEMPTOR_WINDOW_S:.0f} s before",
+                    self.rv, self.at, self.rv, self.at, closed_by_relist=self.relisted,
                 )
             )  # fmt: skip
 

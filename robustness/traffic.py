@@ -331,6 +331,8 @@ class Traffic:
         if any(name.endswith("extended_pod") for name in names):
             await self.ensure_extended_class()
         capacity = (self.layout.nodes + len(self.extra_nodes)) * self.layout.devices_per_node
+        if self.preemption:  # more pods than devices: a pod of a high priority finds them held
+            capacity = capacity * 3 // 2
         while loop.time() < until:
             name = self.rng.choices(names, weights)[0]
             if len(self.live) > capacity and not name.startswith("delete"):

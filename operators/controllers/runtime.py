@@ -72,6 +72,9 @@ EVENT_RETRY_DELAYS_S: Final = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0, 30.0,
 server down, restarting or busy): about three minutes in all, as client-go's recorder tries
 an Event for about two. An Event lost to a restart would leave a waiting pod with a condition
 and no Event, and nothing posts it again: the condition is only rewritten when it changes."""
+EVENT_RETRY_WINDOW_S: Final = 180.0
+"""Seconds after its first failed post that an Event is given up on, whatever tries are
+left: later, it would tell something stale as news."""
 MAX_EVENTS_PENDING: Final = 1000
 """Events waiting for another try at most; one more is dropped (and counted)."""
 
@@ -85,6 +88,9 @@ class _Unposted:
     reason: str = dataclasses.field(compare=False)
     message: str = dataclasses.field(compare=False)
     type_: Literal["Normal", "Warning"] = dataclasses.field(compare=False)
+    first_failed: float = dataclasses.field(default=0.0, compare=False)
+    superseded: bool = dataclasses.field(default=False, compare=False)
+    """A newer Event of the same object and reason was posted: this one is dropped."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -100,6 +106,7 @@ class EventRecorder:
         self.repeat_after = repeat_after
         self._last: dict[tuple[str, str, str], float] = {}
         self._unposted: list[_Unposted] = []  # a heap by due time
+        self._unposted_by: dict[tuple[str, str], _Unposted] = {}  # by object UID and reason
         self._seq = 0
         self._more = asyncio.Event()
 
@@ -117,7 +124,7 @@ class EventRecorder:
     @property
     def pending(self) -> int:
         """Events waiting for another try."""
-        return len(self._unposted)
+        return len(self._unposted_by)
 
     async def post(
         self, involved: JsonDict, reason: str, message: str, *, warning: bool = False
@@ -125,13 +132,24 @@ class EventRecorder:
         uid = (involved.get("metadata") or {}).get("uid", "")
         if not self.should_post(uid, reason, message, time.monotonic()):
             return
+        older = self._unposted_by.pop((uid, reason), None)
+        if older is not None:  # what it said is out of date: never posted after this one
+            older.superseded = True
+            self._last.pop(older.key, None)
         type_: Literal["Normal", "Warning"] = "Warning" if warning else "Normal"
         await self._send(_Unposted(0.0, 0, 0, involved, reason, message, type_))
 
+    def drop_pending(self) -> None:
+        """Forget the Events waiting for another try (this replica stands by: when it leads
+        again, they would be stale; the controllers tell what still holds anew)."""
+        for event in self._unposted_by.values():
+            self._last.pop(event.key, None)
+        self._unposted.clear()
+        self._unposted_by.clear()
+
     async def run(self) -> None:
         """Try again, when due, the Events whose post failed for a passing reason; runs
-        while the controllers run (those still unposted when this replica stands by wait
-        for it to lead again)."""
+        while the controllers run."""
         while True:
             if not self._unposted:
                 self._more.clear()
@@ -141,7 +159,11 @@ class EventRecorder:
             if wait > 0:
                 await asyncio.sleep(min(wait, 1.0))  # a newer Event may come due sooner
                 continue
-            await self._send(heapq.heappop(self._unposted))
+            event = heapq.heappop(self._unposted)
+            if event.superseded:
+                continue
+            del self._unposted_by[(event.key[0], event.reason)]
+            await self._send(event)
 
     async def _send(self, event: _Unposted) -> None:
         try:
@@ -162,13 +184,21 @@ class EventRecorder:
             )
 
     def _try_again(self, event: _Unposted) -> bool:
-        if event.tries >= len(EVENT_RETRY_DELAYS_S) or len(self._unposted) >= MAX_EVENTS_PENDING:
+        now = time.monotonic()
+        if event.tries == 0:
+            event.first_failed = now
+        if (
+            event.tries >= len(EVENT_RETRY_DELAYS_S)
+            or now - event.first_failed >= EVENT_RETRY_WINDOW_S
+            or len(self._unposted_by) >= MAX_EVENTS_PENDING
+        ):
             return False
         self._seq += 1
-        event.due = time.monotonic() + EVENT_RETRY_DELAYS_S[event.tries]
+        event.due = now + EVENT_RETRY_DELAYS_S[event.tries]
         event.seq = self._seq
         event.tries += 1
         heapq.heappush(self._unposted, event)
+        self._unposted_by[(event.key[0], event.reason)] = event
         self._more.set()
         return True
 
@@ -439,7 +469,11 @@ class Runtime:
                     group.create_task(controller.run(), name=f"controller-{controller.name}")
                     for controller in self.controllers
                 ]
-                tasks.append(group.create_task(self.events.run(), name="event-retries"))
+                tasks.append(
+                    group.create_task(
+                        retry_forever("event-retries", self.events.run), name="event-retries"
+                    )
+                )
                 # Until cancelled (leadership lost, shutdown) or fenced by another allocator;
                 # the controllers never end by themselves, so a fence must stop them.
                 await self._fence.wait()
@@ -447,6 +481,7 @@ class Runtime:
                     task.cancel()
         finally:
             self.leading.clear()
+            self.events.drop_pending()
             metrics.set_acting(False)
 
     def health(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 
 from operators.allocator.nodes import NodeInfo
 from operators.allocator.state import ClaimLike
@@ -50,12 +50,18 @@ def holdings(
     return Holdings(claims_of, holders)
 
 
-def leaving_claims(leaving: Mapping[str, int], holders: Mapping[str, int]) -> list[str]:
-    """The claims only pods on their way out reserve, free in every what-if (they are free
-    once those pods are gone, with nobody removed): ``leaving``, claim key -> how many pods
-    being deleted reserve it; ``holders``, allocated claim key -> how many pods reserve it."""
+def leaving_claims(
+    holders: Mapping[str, Collection[str]], leaving: Collection[str], kept: Collection[str] = ()
+) -> list[str]:
+    """The claims only pods on their way out reserve, free in every what-if (free once
+    those pods are gone, with nobody removed): ``holders``, allocated claim key -> who
+    reserves it (``reservedFor``, as ids); ``leaving``, the ids of the pods being deleted;
+    ``kept``, the preemptor's own claims, never freed."""
+    gone = set(leaving)
     return sorted(
-        claim for claim, count in leaving.items() if claim in holders and holders[claim] <= count
+        claim
+        for claim, who in holders.items()
+        if who and claim not in kept and all(holder in gone for holder in who)
     )
 
 

@@ -46,20 +46,22 @@ def units(
     return group_units(running, preemptor.needs, lambda ns: labels.get(ns, {}))
 
 
-def leaving(cluster: Cluster) -> tuple[list[str], set[str]]:
+def leaving(cluster: Cluster, kept: Iterable[str]) -> tuple[list[str], set[str]]:
     """The claims only pods on their way out reserve (free in every what-if, as the operator
-    counts them), and the nodes their allocations can be used from (every node for one
-    without a node selector)."""
-    counts: dict[str, int] = {}
-    for key, pod in cluster.pods.items():
-        if pod.deleting and cluster.usage.node_of(key):
-            for name in pod.claim_names():
-                ref = f"{pod.namespace}/{name}"
-                counts[ref] = counts.get(ref, 0) + 1
-    holders = {
-        ref: len(cluster.consumers.get(ref, ())) for ref in counts if ref in cluster.allocations
+    counts them; never ``kept``, the preemptor's own), and the nodes their allocations can be
+    used from (every node for one without a node selector)."""
+    leaving_pods = {
+        key for key, pod in cluster.pods.items() if pod.deleting and cluster.usage.node_of(key)
     }
-    gone = leaving_claims(counts, holders)
+    named = {
+        f"{cluster.pods[key].namespace}/{name}"
+        for key in leaving_pods
+        for name in cluster.pods[key].claim_names()
+    }
+    holders = {
+        ref: cluster.consumers.get(ref, set()) for ref in named if ref in cluster.allocations
+    }
+    gone = leaving_claims(holders, leaving_pods, frozenset(kept))
     nodes: set[str] = set()
     for ref in gone:
         selector = cluster.allocations[ref].get("nodeSelector")
@@ -140,7 +142,7 @@ def preemption_for(
         and all(s.matches(node_info(snapshot.nodes.get(name), name)) for s in pinned)
     ]
 
-    gone, freeing = leaving(cluster)
+    gone, freeing = leaving(cluster, [u.key for u in uses if u.key in cluster.allocations])
 
     def what_if(name: str) -> NodeWhatIf:
         entry = snapshot.nodes.get(name)

@@ -104,7 +104,11 @@ class GangTold:
     carrier: Key | None = None
     """The member whose Events say it for the gang (``_tell_gang``). When it leaves, the
     others are not decided again (``gated_member_left``), so another member is told in
-    Events instead (``hand_over_events``): else a user would find no Event on any member."""
+    Events instead (``hand_over_events``, or a newcomer: ``_tell_as_told``): else a user
+    would find no Event on any member."""
+    carried: Unallocatable | None = None
+    """What the carrier's Events say (the searched members' reason, details included; the
+    members behind a search are told ``message``)."""
 
 
 class _Ready:
@@ -381,10 +385,9 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
                 f"all {len(members)} gated members are placed together: kube-scheduler "
                 "schedules a PodGroup only once none of its pods is gated",
             )
+        said = Unallocatable(message, details)
         carrier = await _tell_gang(
-            controller,
-            [m for m in searched if m.uid not in own_reasons],
-            Unallocatable(message, details),
+            controller, [m for m in searched if m.uid not in own_reasons], said
         )
         await _tell_behind(controller, pod.namespace, gang, behind)
         # Holders come first in the search: its last member holds nothing unless all do.
@@ -396,6 +399,7 @@ async def sync_gang(controller: AllocationController, pod: Pod, gang: GangRef) -
                 _behind_words(gang),
                 after=Key(last.namespace, last.name),
                 carrier=carrier,
+                carried=said,
             )
         # One member stands for the gang (any member's sync decides for all of them): a
         # cluster change then costs one gang decision, not one per member.
@@ -477,7 +481,28 @@ async def _tell_as_told(controller: AllocationController, pod: Pod, gang: GangRe
     await _give_back(controller, [(pod, entries)])
     with contextlib.suppress(Conflict, NotFound):
         await controller.reporter.explain(pod, Unallocatable(told.message), events=False)
+    if not _carrier_waits(controller, told, gang.name):
+        # The carrier left before it was recorded (during the look's writes): no handover
+        # was asked for, so this member carries the gang's Events from now on.
+        await controller.reporter.post_events(pod, told.carried or Unallocatable(told.message))
+        key = (pod.namespace, gang.name)
+        if controller.gangs_told.get(key) is told:
+            controller.gangs_told[key] = replace(told, carrier=Key(pod.namespace, pod.name))
     return True
+
+
+def _waits_in(controller: AllocationController, member: Pod | None, gang: str) -> bool:
+    """The pod is a gated, live member of the gang ``gang`` (as its own annotations or
+    PodGroup resolve it)."""
+    if member is None or not member.gated or member.deleting or member.done:
+        return False
+    ref = _member_gang(controller, member)
+    return ref is not None and ref.name == gang
+
+
+def _carrier_waits(controller: AllocationController, told: GangTold, gang: str) -> bool:
+    carrier = told.carrier
+    return carrier is not None and _waits_in(controller, controller.pods.get(carrier), gang)
 
 
 def forget_told(controller: AllocationController, namespace: str, gang: str) -> None:
@@ -525,11 +550,10 @@ async def _wait_for_members(
         f"{gang.label} waits for its members: it is placed once {gang.size} are present"
         f"{already}; fewer are now (`dralloc explain` counts them)"
     )
-    carrier = await _tell_gang(
-        controller, [m for m in members if m.uid not in own_reasons], Unallocatable(message)
-    )
+    said = Unallocatable(message)
+    carrier = await _tell_gang(controller, [m for m in members if m.uid not in own_reasons], said)
     controller.gangs_told[(members[0].namespace, gang.name)] = GangTold(
-        gang.size, str(gang.topology), message, carrier=carrier
+        gang.size, str(gang.topology), message, carrier=carrier, carried=said
     )
     # Arrivals and departures requeue the gang (the pod watch), and so does the arrival of a
     # member that is never gated (one without claims, a launcher): counted as released. One
@@ -558,8 +582,8 @@ async def _tell_gang(
 
 HANDOVER_DELAY_S = 1.0
 """Seconds between the departure of the member carrying a gang's Events and the Events on
-another: members deleted together (a job or namespace deleted, in name order) cost one
-handover when they are gone, not one Event per departure."""
+another: members deleted within that time (a job or namespace deleted, in name order) cost
+one handover, not one Event per departure."""
 
 
 def carrier_left(controller: AllocationController, namespace: str, gang: str, left: Key) -> None:
@@ -591,16 +615,13 @@ async def hand_over_events(
     gated = [
         member
         for key in controller.pods.index_keys(POD_GANG_INDEX, (namespace, gang))
-        if (member := controller.pods.get(key)) is not None
-        and member.gated
-        and not member.deleting
-        and not member.done
+        if _waits_in(controller, member := controller.pods.get(key), gang) and member is not None
     ]
     if not gated:
         return
     carrier = min(gated, key=lambda member: member.name)
     try:
-        await controller.reporter.post_events(carrier, Unallocatable(told.message))
+        await controller.reporter.post_events(carrier, told.carried or Unallocatable(told.message))
     except Exception:  # a bug here must not end the writers' scope; the gang's next decision tells
         log.exception("gang events not handed over", gang=f"{namespace}/{gang}")
         return

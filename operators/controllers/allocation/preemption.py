@@ -268,8 +268,8 @@ class Preemption:
         """The choice and, if it names victims, the pod's allocation with them gone. The
         inputs are read here on the loop; the searches run in the decision thread."""
         now = datetime.datetime.now(datetime.UTC).timestamp()
-        units, on_node, gone, freeing = self._units(pod, now)
         kept = [f"{pod.namespace}/{c.metadata.name}" for _, c in entries if is_allocated(c)]
+        units, on_node, gone, freeing = self._units(pod, now, kept)
         held = self._holdings(units, kept)
         claims = [claim for _, claim in pending(entries)]
         nodes = self.decider.sorted_nodes()
@@ -314,35 +314,35 @@ class Preemption:
         return await self.thread.run(decide)
 
     def _units(
-        self, preemptor: Pod, now: float
+        self, preemptor: Pod, now: float, kept: Sequence[str]
     ) -> tuple[dict[str, Unit], dict[str, list[Unit]], list[str], set[str]]:
         """Every running pod that asks for devices, alone or with its gang (none with a
         member the preemptor's required affinity asks for); which units hold something on
-        each node; the claims only pods on their way out hold (free in the what-if), and
-        the nodes of those."""
+        each node; the claims only pods on their way out hold (free in the what-if; never
+        ``kept``, the preemptor's own), and the nodes of those."""
         running: list[tuple[VictimPod, str | None]] = []
-        leaving: dict[str, int] = {}
+        leaving: set[str] = set()  # the UIDs of pods on their way out
+        named: set[str] = set()  # the claims they name
         for key, node, needs in list(self.usage.placed()):
             pod = self.pods.get(key) if isinstance(key, Key) else None
             if pod is None or not pod.claims or pod.done:
                 continue
             if pod.deleting:
-                for name in pod.claim_names():
-                    claim_ref = f"{pod.namespace}/{name}"
-                    leaving[claim_ref] = leaving.get(claim_ref, 0) + 1
+                leaving.add(pod.uid)
+                named.update(f"{pod.namespace}/{name}" for name in pod.claim_names())
                 continue
             group = pod.gang_keys()
             gang = f"{group[0][0]}/{group[0][1]}" if group else None
             running.append((victim_of(needs, node, pod.uid, now), gang))
         units, on_node = group_units(running, preemptor.needs, self.decider.namespace_labels)
         statuses: dict[str, ResourceClaimStatus] = {}
-        for claim_ref in leaving:
+        for claim_ref in named:
             namespace, _, name = claim_ref.partition("/")
             claim = self.claims.get(Key(namespace, name))
             if claim is not None and claim.status is not None and is_allocated(claim):
                 statuses[claim_ref] = claim.status
-        holders = {ref: len(status.reserved_for) for ref, status in statuses.items()}
-        gone = leaving_claims(leaving, holders)
+        holders = {ref: [r.uid for r in status.reserved_for] for ref, status in statuses.items()}
+        gone = leaving_claims(holders, leaving, kept)
         freeing = {node for claim_ref in gone for node in self._nodes_of(statuses[claim_ref])}
         return units, on_node, gone, freeing
 

@@ -196,3 +196,51 @@ async def test_the_controllers_scope_tries_the_events_again(clock: Clock) -> Non
         leading.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await leading
+
+
+async def test_an_event_waiting_for_a_try_is_dropped_when_a_newer_one_is_posted(
+    clock: Clock,
+) -> None:
+    """While the server was away the pod waited; now it is allocated: the old Warning is
+    never posted after the new Event (kubectl describe would show it as the latest)."""
+    client = FakeClient()
+    events = EventRecorder(client)  # type: ignore[arg-type]
+    client.fail = lambda *_: ApiError(503, "ServiceUnavailable", "down")
+    await events.post(involved("u1"), "R", "no room", warning=True)
+    client.fail = lambda *_: None
+    await events.post(involved("u1"), "R", "allocated")
+    clock.now += 60.0
+    await run_due(events)
+    assert [e["message"] for e in client.events] == ["allocated"]
+    assert events.pending == 0
+    await events.post(involved("u1"), "R", "no room", warning=True)  # new news again
+    assert [e["message"] for e in client.events] == ["allocated", "no room"]
+
+
+async def test_an_event_is_given_up_on_once_its_window_has_passed(clock: Clock) -> None:
+    client = FakeClient()
+    events = EventRecorder(client)  # type: ignore[arg-type]
+    client.fail = lambda *_: ApiError(503, "ServiceUnavailable", "down")
+    await events.post(involved("u1"), "R", "m")
+    clock.now += runtime.EVENT_RETRY_WINDOW_S  # the replica was stalled meanwhile
+    await run_due(events)
+    assert events.pending == 0  # failed again, and too late for another try
+
+
+async def test_standing_by_drops_the_events_waiting_for_a_try(clock: Clock) -> None:
+    client = FakeClient()
+    made = fakes.runtime(client)
+    for informer in made.cache.informers.values():
+        informer.synced.set()
+    client.fail = lambda *_: ApiError(503, "ServiceUnavailable", "down")
+    await made.events.post(involved("u1"), "R", "m")
+    leading = asyncio.create_task(made._lead())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    leading.cancel()  # leadership lost
+    with contextlib.suppress(asyncio.CancelledError):
+        await leading
+    assert made.events.pending == 0
+    client.fail = lambda *_: None
+    await made.events.post(involved("u1"), "R", "m")  # told anew by the next leader
+    assert len(client.events) == 1

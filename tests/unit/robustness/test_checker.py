@@ -609,3 +609,12 @@ def test_the_preemptor_may_be_gone_when_the_victim_is_marked_but_not_long_gone()
 
     assert only(run(PREEMPTOR_WINDOW_S - 2), PREEMPTED_WITHOUT_CAUSE) == []
     assert only(run(PREEMPTOR_WINDOW_S + 2), PREEMPTED_WITHOUT_CAUSE) == [("ns/victim", 6, 6)]
+
+
+def test_a_preemptor_that_waits_without_a_write_for_long_still_counts() -> None:
+    """Its condition is written once; it preempts minutes later (victims finished first)."""
+    events = history(
+        *claims_of_both(), waiting("hi", 1000), victim(preempted=False), victim()
+    ).events  # fmt: skip
+    events[-1] = replace(events[-1], at=events[-2].at + 5 * PREEMPTOR_WINDOW_S)
+    assert only(check(History(events=events)), PREEMPTED_WITHOUT_CAUSE) == []

@@ -76,10 +76,13 @@ def full(write_snapshot: Callable[..., Path]) -> Callable[..., Snapshot]:
         node_a_cpu: str = "",
         shared_trainer_claim: bool = False,
         trainer_deleting: bool = False,
+        trainer_unpinned: bool = False,
     ) -> Snapshot:
         items = [i for i in load_items() if i["metadata"]["name"] != "west-pair"]
         if trainer_deleting:
             find(items, "Pod", "trainer")["metadata"]["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+        if trainer_unpinned:  # devices reachable from every node: no node selector
+            del find(items, "ResourceClaim", "trainer-gpus")["status"]["allocation"]["nodeSelector"]
         if shared_trainer_claim:
             reserved = find(items, "ResourceClaim", "trainer-gpus")["status"]["reservedFor"]
             reserved.append({"resource": "pods", "name": "keeper", "uid": "uid-pod-keeper"})
@@ -275,3 +278,13 @@ def test_a_pod_being_deleted_is_nobodys_victim_and_what_it_frees_is_waited_for(
     assert not report.preemptions, report.preemptions
     [pending] = [p for p in report.pending if p.pod == "team-a/vip"]
     assert "Pods on their way out on node node-a free what it needs" in pending.reason
+
+
+def test_what_a_leaving_pod_frees_without_a_node_selector_counts_on_every_node(
+    full: Callable[..., Snapshot],
+) -> None:
+    snapshot = full(vip(), trainer_deleting=True, trainer_unpinned=True)
+    result = explain(snapshot, "pod/vip", "team-a")
+    assert result.preemption.startswith("preemption: none needed: pods on their way out"), (
+        result.preemption
+    )

@@ -791,6 +791,52 @@ async def test_members_deleted_together_hand_the_gangs_events_to_the_first_left_
     assert [e["involved"]["metadata"]["name"] for e in client.events].count("w4") == 1
 
 
+async def test_a_carrier_gone_during_the_looks_writes_is_replaced_by_the_next_one_looked_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """w0, the member the look chose to carry the gang's Events, is deleted while the look
+    still writes the others' conditions (no record of the gang yet, so no handover is
+    asked for): the next member decided takes the Events over."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    for index in range(6):
+        waiting_member(controller, f"w{index}")
+    explain = controller.reporter.explain
+
+    async def w0_goes_meanwhile(member: Pod, reason: Any, **options: Any) -> None:
+        if member.name == "w3":
+            controller.runtime.cache[PODS].apply("DELETED", pod("ns", "w0", []))
+        await explain(member, reason, **options)
+
+    monkeypatch.setattr(controller.reporter, "explain", w0_goes_meanwhile)
+    await decide(controller, Key("ns", "w1"))
+    monkeypatch.setattr(controller.reporter, "explain", explain)
+    await decide(controller, Key("ns", "w1"))
+    told = [e["involved"]["metadata"]["name"] for e in client.events]
+    assert "w1" in told, told
+    assert controller.gangs_told[("ns", "train")].carrier == Key("ns", "w1")
+
+
+async def test_the_handed_over_events_say_what_the_carrier_was_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gang searched without fitting, with members behind the search: the member that
+    takes the Events over is told the search's reason, not the words for those behind."""
+    monkeypatch.setattr(gangdecision, "HANDOVER_DELAY_S", 0.0)
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    for index in range(40):
+        waiting_member(controller, f"w{index:02d}", size="2")
+    await decide(controller, Key("ns", "w00"))
+    first = [e["message"] for e in client.events if e["involved"]["metadata"]["name"] == "w00"]
+    assert first and "waits behind" not in first[0], first
+    async with asyncio.TaskGroup() as writers:
+        controller.commits.writers = writers
+        controller.runtime.cache[PODS].apply("DELETED", pod("ns", "w00", []))
+    handed = [e["message"] for e in client.events if e["involved"]["metadata"]["name"] == "w01"]
+    assert handed == first, (handed, first)
+
+
 async def test_a_newcomer_behind_a_searched_gang_that_did_not_fit_looks_at_itself_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -9,10 +9,12 @@ once the victim's claim is released."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 
+from operators.cache.core import CLAIMS_ANNOTATION
 from operators.cache.informer import Key
 from operators.controllers.allocation import AllocationController
 from operators.controllers.allocation.decide import EXPLAIN_GRACE
@@ -134,6 +136,58 @@ async def test_a_holder_on_its_way_out_is_waited_for_and_nobody_is_preempted() -
     assert "pods on their way out on node n1 free the devices it needs" in told["message"]
     assert "preempting nobody" in told["message"] and "0 lower-priority" not in told["message"]
     assert controller.state.nominated("ns/vip"), "the device is held for the preemptor"
+
+
+def leaving_low(controller: AllocationController) -> None:
+    """The holder of n1's one device, low, is being deleted already."""
+    leaving = running("low", 0)
+    leaving["metadata"].update(deletionTimestamp="2026-12-07T00:00:00Z", resourceVersion="50")
+    put(controller.runtime, PODS, leaving)
+
+
+async def test_the_preemptors_own_claim_is_not_counted_free_when_its_other_holder_leaves() -> None:
+    """vip uses low's claim too (allocated: it keeps it) and needs one more device: low
+    leaving frees nothing vip could take, so nothing is held for it."""
+    client = FakeClient()
+    controller = cluster(client)
+    leaving_low(controller)
+    put(controller.runtime, RESOURCE_CLAIMS, claim("ns", "vip-claim"))
+    raw = waiting("vip", 1000)
+    raw["metadata"]["annotations"][CLAIMS_ANNOTATION] = json.dumps(
+        [
+            {"name": "dev", "resourceClaimName": "vip-claim"},
+            {"name": "shared", "resourceClaimName": "low-claim"},
+        ]
+    )
+    put(controller.runtime, PODS, raw)
+    await sync(controller, Key("ns", "vip"))
+    assert not controller.state.nominated("ns/vip")
+    assert "preempting nobody" not in condition(client, "vip")["message"]
+
+
+async def test_a_claim_a_staying_pod_reserves_is_not_counted_free() -> None:
+    """low's claim is reserved for low (leaving) and keeper (staying, priority 1000); a
+    second leaving pod names it without being among its holders: it stays held."""
+    client = FakeClient()
+    controller = cluster(client)
+    shared = allocated(claim("ns", "low-claim", rv="12"), "low", "uid-p-low")
+    shared["status"]["reservedFor"].append(
+        {"resource": "pods", "name": "keeper", "uid": "uid-p-keeper"}
+    )
+    put(controller.runtime, RESOURCE_CLAIMS, shared)
+    leaving_low(controller)
+    for name, priority in (("keeper", 1000), ("low2", 0)):
+        raw = running(name, priority)
+        raw["metadata"]["annotations"][CLAIMS_ANNOTATION] = json.dumps(
+            [{"name": "dev", "resourceClaimName": "low-claim"}]
+        )
+        if name == "low2":
+            raw["metadata"]["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+        put(controller.runtime, PODS, raw)
+    vip = add_waiting(controller, "vip", 1000)
+    await sync(controller, vip)
+    assert not controller.state.nominated("ns/vip")
+    assert "preempting nobody" not in condition(client, "vip")["message"]
 
 
 async def test_equal_priority_never_preempts_and_says_what_it_would_take() -> None:
