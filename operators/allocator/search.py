@@ -177,7 +177,7 @@ class Search:
                         rd = self._validate(claim, sub, (ci, ri, si))
                         self.data[(ci, ri, si)] = rd
                         fewest = rd.num_devices if fewest is None else min(fewest, rd.num_devices)
-                    min_devices += fewest or 0
+                    least = fewest or 0
                 else:
                     if request.exactly is None:
                         raise AllocationError(
@@ -187,7 +187,7 @@ class Search:
                     exactly = request.exactly
                     rd = self._validate(claim, exactly, (ci, ri, 0))
                     self.data[(ci, ri, 0)] = rd
-                    min_devices += rd.num_devices
+                    least = rd.num_devices
                     if (
                         exactly.mode != "ExactCount"
                         or exactly.admin_access
@@ -196,11 +196,15 @@ class Search:
                         straight = False
                 if subs:
                     straight = False
-            if min_devices > MAX_DEVICES_PER_CLAIM:
-                raise AllocationError(
-                    f"claim {claim.ref}: number of requested devices {min_devices} "
-                    f"exceeds the claim limit of {MAX_DEVICES_PER_CLAIM}"
-                )
+                # Checked request by request, before the next one is validated, so the
+                # error names the request that goes over the limit.
+                if least > MAX_DEVICES_PER_CLAIM - min_devices:
+                    raise AllocationError(
+                        f"claim {claim.ref}, request {request.name}: adding {least} devices "
+                        f"exceeds the claim limit of {MAX_DEVICES_PER_CLAIM}, with {min_devices} "
+                        "already accounted for"
+                    )
+                min_devices += least
             checkers: list[Constraint] = []
             for i, spec in enumerate(claim.constraints):
                 checker = build_constraint(spec, features.list_type_attributes)

@@ -1146,6 +1146,12 @@ def _cases_constraints_config_input() -> None:
         slices=[n_devices(SLICE1, NODE1, POOL1, DRIVER_A, 32)],
         expect=[local(*many(REQ0, DRIVER_A, POOL1, 16), *many(REQ1, DRIVER_A, POOL1, 16, 16))],
     )
+    case(
+        "exact-count-sum-exceeds-claim-limit",
+        claims=[claim(CLAIM0, request(REQ0, CLASS_A, 20), request(REQ1, CLASS_A, 20))],
+        classes=[ca],
+        error=("request req-1", "exceeds the claim limit"),
+    )
     huge = 2**62  # half of the largest int64, rounded up
     case(
         "exact-count-total-overflows-claim-limit",
@@ -1573,6 +1579,19 @@ def _cases_prioritized_list() -> None:
         steps=42,
     )
 
+    case(
+        "prioritized-list-minimum-sum-exceeds-claim-limit",
+        features=pl,
+        claims=[
+            claim(
+                CLAIM0,
+                request(REQ0, CLASS_A, 20),
+                first_available(REQ1, sub(SUB0, CLASS_A, 20), sub(SUB1, CLASS_A, 24)),
+            )
+        ],
+        classes=[ca],
+        error=("request req-1", "exceeds the claim limit"),
+    )
     case(
         "prioritized-list-overflowing-first-subrequest-is-pruned",
         features=pl,
