@@ -129,7 +129,9 @@ def _build_pool(
     group = sorted(group, key=lambda s: s.name)
     if features.partitionable_devices:
         device_slices = [s for s in group if not s.shared_counters]
-        counter_slices = [s for s in group if s.shared_counters]
+        # A pool's counter sets are the pool's, whichever node the slice publishing them
+        # names: devices here may draw on a set published in a slice for another node.
+        counter_slices = [s for s in [*group, *elsewhere] if s.shared_counters]
     else:
         device_slices, counter_slices = group, []
     seen: set[str] = set()

@@ -2343,6 +2343,33 @@ def _cases_partitionable() -> None:
         ),
         expect=[local(res(REQ0, DRIVER_A, POOL1, DEV2))],
     )
+    case(
+        "partitionable-devices-devices-consume-counter-set-in-different-nodes",
+        features=pd,
+        claims=[claim(CLAIM0, request(REQ0, CLASS_A))],
+        classes=[ca],
+        allocated=[(DRIVER_A, POOL1, DEV1)],
+        slices=[
+            rslice(
+                SLICE1,
+                NODE1,
+                pool(POOL1, 3),
+                DRIVER_A,
+                counters=[counter_set(CS1, {"memory": "8Gi"})],
+            ),
+            rslice(SLICE2, NODE1, pool(POOL1, 3), DRIVER_A, part(DEV1, [mem("6Gi")])),
+            rslice(
+                SLICE3,
+                NODE2,
+                pool(POOL1, 3),
+                DRIVER_A,
+                part(DEV2, [mem("6Gi")]),
+                part(DEV3, [mem("2Gi")]),
+            ),
+        ],
+        node=node(NODE2, REGION1),
+        expect=[alloc(local_selector(NODE2), res(REQ0, DRIVER_A, POOL1, DEV3))],
+    )
     no_schedule = {"key": "taint-key", "value": "taint-value", "effect": "NoSchedule"}
     case(
         "partitionable-devices-taint-releases-counter",
