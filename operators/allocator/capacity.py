@@ -11,11 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from operators.allocator.compiled import CapacityEntry, CompiledDevice, RequestPolicy
-from operators.allocator.errors import AllocationError
+from operators.allocator.errors import AllocationError, CapacityRequestError
 from operators.allocator.quantities import Nanos
 from operators.api.quantity import Quantity
 
 Consumption = dict[str, Nanos]  # fully qualified capacity name -> amount
+
+# Upstream rounds to a range step in signed 64-bit whole units; amounts past that (the
+# request, or the value it rounds up to) cannot be rounded there, and end the allocation.
+LARGEST_STEPPED: Nanos = (2**63 - 1) * 10**9
 
 
 def qualified(name: str, driver: str) -> str:
@@ -69,8 +73,11 @@ def resolve_requests(
     return out
 
 
-def consumed_amount(requested: Nanos | None, entry: CapacityEntry) -> Nanos:
-    """Amount a request consumes from one capacity after policy rounding."""
+def consumed_amount(requested: Nanos | None, entry: CapacityEntry, name: str = "") -> Nanos:
+    """Amount a request consumes from one capacity after policy rounding.
+
+    Raises CapacityRequestError when a request to round to a step is too large for
+    upstream's arithmetic (see LARGEST_STEPPED)."""
     policy = entry.policy
     if requested is None:
         if policy is not None and policy.default is not None:
@@ -84,8 +91,19 @@ def consumed_amount(requested: Nanos | None, entry: CapacityEntry) -> Nanos:
             return low
         if policy.range_step is None:
             return requested
+        if requested > LARGEST_STEPPED:
+            raise CapacityRequestError(
+                f"capacity {name!r}: the capacity request cannot be represented for "
+                "rounding to a step: it is above the largest 64-bit integer"
+            )
         steps = -((low - requested) // policy.range_step)  # ceil
-        return low + steps * policy.range_step
+        rounded = low + steps * policy.range_step
+        if low >= 0 and rounded > LARGEST_STEPPED:
+            raise CapacityRequestError(
+                f"capacity {name!r}: the capacity request cannot be represented once "
+                "rounded up to the next step: that is above the largest 64-bit integer"
+            )
+        return rounded
     if policy.valid_values is not None:
         for value in policy.valid_values:
             if requested <= value:
@@ -113,19 +131,23 @@ def consumption(requests: Mapping[str, Nanos] | None, device: CompiledDevice) ->
     """What a request would consume on every capacity of the device.
 
     None if the device cannot serve the request at all (unknown capacity name
-    or an amount the policy forbids).
+    or an amount the policy forbids). Raises CapacityRequestError for an amount no
+    device may take; every capacity is checked for that before any policy, so the
+    answer does not depend on the order of the capacities.
     """
     resolved = resolve_requests(requests, device)
     if resolved is None:
         return None
     out: Consumption = {}
-    for key, (_, entry) in device_capacity(device).items():
-        amount = consumed_amount(resolved.get(key), entry)
+    capacity = device_capacity(device)
+    for key, (_, entry) in capacity.items():
+        amount = consumed_amount(resolved.get(key), entry, key)
         if amount < 0:
-            raise AllocationError(f"capacity {key!r}: capacity value is negative")
-        if violates_policy(amount, entry.policy):
-            return None
+            raise CapacityRequestError(f"capacity {key!r}: capacity value is negative")
         out[key] = amount
+    for key, (_, entry) in capacity.items():
+        if violates_policy(out[key], entry.policy):
+            return None
     return out
 
 

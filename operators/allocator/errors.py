@@ -12,6 +12,12 @@ class AllocationError(Exception):
     """Fatal for these claims: no node can help."""
 
 
+class CapacityRequestError(AllocationError):
+    """A capacity amount no device may take: negative, or too large for the range
+    arithmetic of a request policy. Ends the allocation instead of skipping the device,
+    so an out-of-range request cannot make the search try every device in turn."""
+
+
 class NodeAllocationError(AllocationError):
     """This node failed for a reason worth reporting; try other nodes."""
 

@@ -37,6 +37,7 @@ from operators.allocator.constraints import (
 )
 from operators.allocator.errors import (
     AllocationError,
+    CapacityRequestError,
     InvalidPoolsError,
     SearchAborted,
     SearchBudgetExceeded,
@@ -263,7 +264,7 @@ class Search:
                     if not self._selectable(key, rd, device):
                         continue
                     if self.inputs.features.consumable_capacity and not self._capacity_fits(
-                        request, device
+                        request, device, key[0]
                     ):
                         continue
                     assert rd.all_devices is not None
@@ -344,7 +345,8 @@ class Search:
                             if not self._selectable(key, rd, device):
                                 continue
                             if consumable and (
-                                device.allow_multiple or not self._capacity_fits(request, device)
+                                device.allow_multiple
+                                or not self._capacity_fits(request, device, ci)
                             ):
                                 if device.allow_multiple:
                                     return self._give_back(taken)
@@ -526,7 +528,7 @@ class Search:
                         continue
                     if held is not None and not held.admits(device):
                         continue
-                    if consumable and not self._capacity_fits(request, device):
+                    if consumable and not self._capacity_fits(request, device, ci):
                         continue
                     undo = self._take(ci, rd, device, pool, must=False)
                     if undo is None:
@@ -621,10 +623,22 @@ class Search:
                 ) from None
         return True
 
-    def _capacity_fits(self, request: CompiledRequest, device: CompiledDevice) -> bool:
+    def _capacity_fits(self, request: CompiledRequest, device: CompiledDevice, ci: int) -> bool:
+        """Whether the request fits what is left of the device's capacity. Raises
+        AllocationError, naming claim ``ci``, for an amount no device may take."""
         requests = request.capacity_requests
         if not requests and not device.capacity:
             return True  # nothing to consume, nothing asked for
+        try:
+            return self._left_fits(request, device)
+        except CapacityRequestError as err:
+            raise CapacityRequestError(
+                f"claim {self.claims[ci].ref}, request {request.name}: checking capacity for "
+                f"device {'/'.join(device.id)}: {err}"
+            ) from None
+
+    def _left_fits(self, request: CompiledRequest, device: CompiledDevice) -> bool:
+        requests = request.capacity_requests
         in_use = self.inputs.allocated.capacity_in_use(device.id)
         allocating = self.allocating_capacity.get(device.id)
         if in_use is None and allocating is None:
@@ -646,6 +660,8 @@ class Search:
     ) -> bool:
         try:
             return cap.fits(request.capacity_requests, device, in_use, allocating)
+        except CapacityRequestError:
+            raise
         except AllocationError:
             return False
 
@@ -735,7 +751,12 @@ class Search:
         consumed = None
         existed = False
         if features.consumable_capacity:
-            if not self._capacity_fits(request, device):
+            try:
+                fits = self._capacity_fits(request, device, ci)
+            except CapacityRequestError:
+                self._undo(ci, device, pool, name, parent, shared, reserved, None, False, False)
+                raise
+            if not fits:
                 self._undo(ci, device, pool, name, parent, shared, reserved, None, False, False)
                 return None
             if shared:

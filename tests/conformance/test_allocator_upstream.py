@@ -3177,6 +3177,53 @@ def _cases_consumable() -> None:
         expect=None,
     )
 
+    def huge_request(amount: str, all_mode: bool = False) -> dict[str, Any]:
+        if all_mode:
+            return all_request(REQ0, CLASS_A, **capacity_request(amount))
+        return request(REQ0, CLASS_A, 1, **capacity_request(amount))
+
+    not_representable = "cannot be represented"
+    case(
+        "consumable-capacity-negative-request-aborts",
+        features=cc,
+        claims=[claim(CLAIM0, huge_request("-5"))],
+        classes=[multi_a],
+        slices=sl(multi(dev(DEV1, {CAP0: 10}))),
+        error="negative",
+    )
+    case(
+        "consumable-capacity-range-policy-allocation-mode-all-overflow-aborts",
+        features=cc,
+        claims=[claim(CLAIM0, huge_request(str(2**64), all_mode=True))],
+        classes=[multi_a],
+        slices=sl(policy_range(multi(dev(DEV1)), {CAP0: 4})),
+        error=not_representable,
+    )
+    case(
+        "consumable-capacity-range-policy-overflow-aborts-not-skip",
+        features=cc,
+        claims=[claim(CLAIM0, huge_request(str(2**64)))],
+        classes=[multi_a],
+        slices=sl(policy_range(multi(dev(DEV1)), {CAP0: 4}), multi(dev(DEV2, {CAP0: 2**65}))),
+        error=not_representable,
+    )
+    case(
+        "consumable-capacity-range-policy-request-above-int64-rejected",
+        features=cc,
+        claims=[claim(CLAIM0, huge_request(str(2**64)))],
+        classes=[multi_a],
+        slices=sl(policy_range(multi(dev(DEV1)), {CAP0: 4})),
+        error=not_representable,
+    )
+    case(
+        "consumable-capacity-range-policy-rounded-value-overflow-rejected",
+        features=cc,
+        claims=[claim(CLAIM0, huge_request(str(2**63 - 1)))],
+        classes=[multi_a],
+        slices=sl(policy_range(multi(dev(DEV1)), {CAP0: 4})),
+        error=not_representable,
+    )
+
     def kind_is(value: str) -> dict[str, Any]:
         return cel(f'device.attributes["{DRIVER_A}"].stringAttribute == "{value}"')
 
