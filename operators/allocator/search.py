@@ -263,8 +263,10 @@ class Search:
                 for device in slice_.devices:
                     if not self._selectable(key, rd, device):
                         continue
+                    # What the device offers, not what is left of it: a matching device
+                    # whose capacity is in use stays among "all", so that "all" fails.
                     if self.inputs.features.consumable_capacity and not self._capacity_fits(
-                        request, device, key[0]
+                        request, device, key[0], static=True
                     ):
                         continue
                     assert rd.all_devices is not None
@@ -623,24 +625,27 @@ class Search:
                 ) from None
         return True
 
-    def _capacity_fits(self, request: CompiledRequest, device: CompiledDevice, ci: int) -> bool:
-        """Whether the request fits what is left of the device's capacity. Raises
-        AllocationError, naming claim ``ci``, for an amount no device may take."""
+    def _capacity_fits(
+        self, request: CompiledRequest, device: CompiledDevice, ci: int, static: bool = False
+    ) -> bool:
+        """Whether the request fits what is left of the device's capacity (``static``:
+        what the device offers, ignoring what is in use). Raises AllocationError, naming
+        claim ``ci``, for an amount no device may take."""
         requests = request.capacity_requests
         if not requests and not device.capacity:
             return True  # nothing to consume, nothing asked for
         try:
-            return self._left_fits(request, device)
+            return self._left_fits(request, device, static)
         except CapacityRequestError as err:
             raise CapacityRequestError(
                 f"claim {self.claims[ci].ref}, request {request.name}: checking capacity for "
                 f"device {'/'.join(device.id)}: {err}"
             ) from None
 
-    def _left_fits(self, request: CompiledRequest, device: CompiledDevice) -> bool:
+    def _left_fits(self, request: CompiledRequest, device: CompiledDevice, static: bool) -> bool:
         requests = request.capacity_requests
-        in_use = self.inputs.allocated.capacity_in_use(device.id)
-        allocating = self.allocating_capacity.get(device.id)
+        in_use = None if static else self.inputs.allocated.capacity_in_use(device.id)
+        allocating = None if static else self.allocating_capacity.get(device.id)
         if in_use is None and allocating is None:
             if not requests and device.plain_capacity:
                 return True  # nothing asked for, nothing shared: each capacity taken whole fits

@@ -2992,7 +2992,7 @@ def _cases_consumable() -> None:
         classes=[ca],
         allocated_capacity=used_one,
         slices=sl(multi(dev(DEV1, {CAP0: 1})), multi(dev(DEV2, {CAP0: 1}))),
-        expect=[local(shared(REQ0, DRIVER_A, POOL1, DEV2, {CAP0: 1}))],
+        expect=None,  # device-1 matches but is full, so "all" cannot be had
     )
     case(
         "consumable-capacity-dedicated-device-with-consumable-capacity-request",
