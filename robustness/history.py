@@ -32,6 +32,8 @@ GANG_ANNOTATION: Final = f"{DRALLOC_GROUP}/gang"
 GANG_SIZE_ANNOTATION: Final = f"{DRALLOC_GROUP}/gang-size"
 DEVICES_ALLOCATED_CONDITION: Final = f"{DRALLOC_GROUP}/DevicesAllocated"
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+REFUSED_REASON: Final = "SchedulerRefused"
+"""dralloc's condition reason for a released pod kube-scheduler does not bind."""
 PREEMPTION_REASON: Final = "PreemptionByScheduler"
 """Upstream's DisruptionTarget reason for preemption victims, which dralloc's preemption uses."""
 
@@ -364,13 +366,16 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts:
             and str(condition.get("message") or "").startswith("dralloc")
         ):
             preempted = True
-        if (
+        waits = (
             kind in (DEVICES_ALLOCATED_CONDITION, "PodScheduled")
             and condition.get("status") == "False"
-            and condition.get("message")
             # kube-scheduler's note that a gate holds the pod says nothing of why it waits
             and condition.get("reason") != "SchedulingGated"
-        ):
+        )
+        # dralloc's word on a released pod kube-scheduler does not bind (its devices stay
+        # allocated, so the condition is True): why it does not run.
+        refused = kind == DEVICES_ALLOCATED_CONDITION and condition.get("reason") == REFUSED_REASON
+        if (waits or refused) and condition.get("message"):
             explained = True
             message = str(condition.get("message"))[:160]
             why.append(f"{str(kind).rsplit('/', 1)[-1]} {condition.get('reason')}: {message}")

@@ -11,7 +11,13 @@ devices held, and a gate cannot be put back. So a pod that stays unbound for
   resourceVersion precondition, so the controller makes a new pod that dralloc places
   afresh (``recreate_refused_pods``); its claims go with it;
 - a bare pod keeps its devices (and its pin): the pod condition says why with the
-  scheduler's own message, and a Warning Event tells the user what to do. Freeing its claims
+  scheduler's own message, and a Warning Event tells the user what to do.
+
+In-tree, kube-scheduler also holds back, without a condition or an Event, a pod one of whose
+claims is being deleted or gone (its DRA plugin's PreEnqueue keeps the pod out of its queue):
+a user deleting a released pod's claim before its binding left the pod Pending forever with
+nothing said (the robustness suite found one). dralloc says it instead (``held_back``), and a
+pod a controller owns is recreated as above. Freeing its claims
   would race kube-scheduler: its verdict may come from a view that lags (after an API server
   restart its watches take up to a minute to recover), and on that view it binds the pod
   with the allocation it still sees, so the pod would run on a node where its claims hold
@@ -26,11 +32,12 @@ from typing import Any
 
 import structlog
 
+from operators.api.models import ResourceClaim
 from operators.cache.core import DEVICES_ANNOTATION, Pod
-from operators.cache.informer import Change, Key
+from operators.cache.informer import Change, Informer, Key
 from operators.controllers import podcondition
 from operators.controllers.runtime import Runtime, register_controller, retry_forever
-from operators.kube import PODS, Conflict, NotFound, failure_kind
+from operators.kube import PODS, RESOURCE_CLAIMS, Conflict, NotFound, failure_kind
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +55,24 @@ def scheduler_refusal(pod: Pod) -> str | None:
             and condition.get("reason") == "Unschedulable"
         ):
             return str(condition.get("message") or "no reason given")
+    return None
+
+
+def held_back(pod: Pod, claims: Informer[ResourceClaim]) -> str | None:
+    """Why kube-scheduler holds the pod back without saying so, if it does: a claim of the
+    pod is being deleted or gone (in-tree, where kube-scheduler reads the pod's claims)."""
+    for name in pod.claim_names():
+        claim = claims.get(Key(pod.namespace, name))
+        if claim is None:
+            what = "does not exist"
+        elif claim.metadata.deletion_timestamp is not None:
+            what = "is being deleted"
+        else:
+            continue
+        return (
+            f"its ResourceClaim {name} {what}, and kube-scheduler holds such a pod back "
+            "without a condition or an Event"
+        )
     return None
 
 
@@ -74,6 +99,10 @@ class ReleasedPodsController:
         self.client = runtime.client
         self.settings = runtime.settings
         self.pods = runtime.cache[PODS]
+        self.claims = runtime.cache[RESOURCE_CLAIMS]
+        # In-tree, kube-scheduler reads the pod's claims, and holds it back silently when one
+        # is being deleted or gone (``held_back``).
+        self.scheduler_reads_claims = runtime.protocol.claims_in_spec
         # In-tree, dralloc also allocates pods that passed the gate by, which it cannot pin:
         # they are released pods too (unbound, they hold their devices).
         self.pinned = runtime.protocol.pins_node and not runtime.protocol.allocates_ungated
@@ -106,6 +135,8 @@ class ReleasedPodsController:
                     self.since.pop(key, None)
                     continue
                 message = scheduler_refusal(pod)
+                if message is None and self.scheduler_reads_claims:
+                    message = held_back(pod, self.claims)
                 if message is None:
                     continue  # the scheduler has not said no (yet): keep waiting
                 try:

@@ -138,3 +138,55 @@ async def test_in_tree_an_unpinned_refused_pod_is_undone_too(monkeypatch: Any) -
     assert not client.writes(RESOURCE_CLAIMS.path("ns", "p-claim"))
     (event,) = [e for e in client.events if e["reason"] == REASON_REFUSED]
     assert "did not bind the pod within" in event["message"]
+
+
+def in_tree_released(
+    client: FakeClient, *, claim_deleting: bool, **metadata: Any
+) -> ReleasedPodsController:
+    """In-tree, a released pod (pinned) that kube-scheduler has said nothing about."""
+    runtime = one_device_cluster(client, release_grace=0.0, api_group="resource.k8s.io")
+    controller = ReleasedPodsController(runtime)
+    held = allocated(claim("ns", "p-claim"), "p", "uid-p-p")
+    if claim_deleting:
+        held["metadata"]["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+    put(runtime, RESOURCE_CLAIMS, held)
+    raw = released_pod("p", refused=False, **metadata)
+    del raw["metadata"]["annotations"]["resource.dralloc.dev/claims"]
+    raw["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimName": "p-claim"}]
+    put(runtime, PODS, raw)
+    return controller
+
+
+async def test_in_tree_a_pod_held_back_for_a_claim_being_deleted_is_told(
+    monkeypatch: Any,
+) -> None:
+    """kube-scheduler keeps such a pod out of its queue and says nothing (its DRA plugin's
+    PreEnqueue): dralloc says why, on the pod and in a Warning Event."""
+    client = FakeClient()
+    controller = in_tree_released(client, claim_deleting=True)
+    await run_once(controller, monkeypatch)
+    (event,) = [e for e in client.events if e["reason"] == REASON_REFUSED]
+    assert event["type_"] == "Warning"
+    assert "its ResourceClaim p-claim is being deleted" in event["message"], event["message"]
+    (write,) = client.writes(PODS.path("ns", "p"))
+    (condition,) = write.body["status"]["conditions"]
+    assert "is being deleted" in condition["message"]
+
+
+async def test_in_tree_an_owned_pod_held_back_for_a_claim_being_deleted_is_recreated(
+    monkeypatch: Any,
+) -> None:
+    client = FakeClient()
+    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}]  # fmt: skip
+    controller = in_tree_released(client, claim_deleting=True, ownerReferences=owner)
+    await run_once(controller, monkeypatch)
+    assert [c.path for c in client.calls if c.method == "DELETE"] == [PODS.path("ns", "p")]
+
+
+async def test_in_tree_a_pod_whose_claims_stand_is_left_to_the_scheduler(
+    monkeypatch: Any,
+) -> None:
+    client = FakeClient()
+    controller = in_tree_released(client, claim_deleting=False)
+    await run_once(controller, monkeypatch)
+    assert not client.writes("")

@@ -155,3 +155,14 @@ def test_a_victim_is_one_dralloc_marked_with_upstreams_preemption_reason() -> No
     assert not pod_facts(marked("PreemptionByScheduler", ours, status="False")).preempted
     plain = pod_facts({"metadata": {"name": "p"}, "spec": {}, "status": {}})
     assert plain.priority == 0 and plain.preempts and not plain.preempted
+
+
+def test_drallocs_word_on_a_pod_the_scheduler_does_not_bind_explains_it() -> None:
+    def with_condition(status: str, reason: str) -> dict[str, object]:
+        return {"metadata": {"name": "p"}, "status": {"conditions": [{
+            "type": "resource.dralloc.dev/DevicesAllocated", "status": status,
+            "reason": reason, "message": "its ResourceClaim c is being deleted",
+        }]}}  # fmt: skip
+
+    assert pod_facts(with_condition("True", "SchedulerRefused")).explained
+    assert not pod_facts(with_condition("True", "Allocated")).explained
