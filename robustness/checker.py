@@ -22,7 +22,12 @@ Rules (``RULES``):
    the gang was whole when its first member was released: every member present (as many as
    its size) with its claims allocated and reserved. Members that end after that do not tear
    it (a member deleted between the release and its binding, or while dralloc releases the
-   others, included); once every member is gone, a gang of that name is judged afresh. A
+   others, included); nor does one whose deletion lands between dralloc's last look and its
+   first gate lifted: within ``RELEASE_RACE_S`` of the gang's last whole revision, with no
+   member come since (dralloc reads the members live right before it lifts their gates, and
+   no write across pods is atomic: a deletion in between is a race only the user can lose,
+   and dralloc reports the gang torn). Once every member is gone, a gang of that name is
+   judged afresh. A
    member that never had a gate (created while the webhook was away) counts as released only
    once it is bound: nothing held it back, so only its binding can tear the gang. A gang
    named by a Workload API PodGroup has its ``minCount`` as size (a PodGroup not seen yet:
@@ -68,6 +73,11 @@ GANG_RELEASED_PARTLY: Final = "gang-released-partly"
 QUOTA_EXCEEDED: Final = "quota-exceeded"
 POD_NOT_EXPLAINED: Final = "pod-not-explained"
 ALLOCATED_FOR_GONE_POD: Final = "allocated-for-gone-pod"
+RELEASE_RACE_S: Final = 0.5
+"""Seconds from a gang's last whole revision within which a member's deletion may race its
+release (rule 3): dralloc's live read and its gate lifts take milliseconds (the race the
+suite saw: 20 ms from the claims written to the release); a member deleted earlier, which
+dralloc must have seen gone, is still found."""
 PREEMPTED_WITHOUT_CAUSE: Final = "preempted-without-cause"
 PREEMPTOR_WINDOW_S: Final = 60.0
 """How long a pod that stopped waiting still counts as a victim's possible preemptor (the
@@ -162,6 +172,8 @@ class _State:
     gangs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     """``namespace/gang`` -> member pod keys."""
     released: set[str] = field(default_factory=set)
+    whole: dict[str, tuple[float, frozenset[str]]] = field(default_factory=dict)
+    """Gang -> when it was last whole and its members then (rule 3's release race)."""
     ever_gated: set[str] = field(default_factory=set)
     """UIDs of the pods seen with a gate."""
     """Gangs that were whole when a member was bound, and have had a bound member since."""
@@ -345,9 +357,13 @@ class Checker:
         released = [
             m.name for m in members if m.bound or (not m.gated and m.uid in self.state.ever_gated)
         ]
+        keys = frozenset(m.key for m in members)
+        if whole:
+            self.state.whole[gang] = (self.at, keys)
         if not members:
             self.state.released.discard(gang)  # all gone: a gang of that name starts afresh
-        elif released and whole:
+            self.state.whole.pop(gang, None)
+        elif released and (whole or self._lost_a_race(gang, keys)):
             self.state.released.add(gang)  # released whole; members may end from now on
         broken = None
         if released and gang not in self.state.released:
@@ -356,6 +372,12 @@ class Checker:
                 + (f", {', '.join(waiting)} without devices" if waiting else "")
             )
         self._judge(GANG_RELEASED_PARTLY, gang, broken)
+
+    def _lost_a_race(self, gang: str, members: frozenset[str]) -> bool:
+        """The gang was whole moments ago and has only lost members since: one was deleted
+        while dralloc lifted the gates (see rule 3)."""
+        last = self.state.whole.get(gang)
+        return last is not None and self.at - last[0] <= RELEASE_RACE_S and members <= last[1]
 
     # -- rule 4 ---------------------------------------------------------------------------------
 

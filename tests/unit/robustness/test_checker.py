@@ -18,6 +18,7 @@ from robustness.checker import (
     PREEMPTED_WITHOUT_CAUSE,
     PREEMPTOR_WINDOW_S,
     QUOTA_EXCEEDED,
+    RELEASE_RACE_S,
     Report,
     check,
 )
@@ -325,6 +326,28 @@ def test_a_gang_whole_before_release_and_torn_before_its_first_bind_is_found() -
         )
     )
     assert only(report, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 6, None)]
+
+
+def test_a_member_deleted_as_the_gates_are_lifted_is_a_race_dralloc_cannot_win() -> None:
+    """m2 is deleted between dralloc's live look at the members and m1's gate lifted, a few
+    milliseconds after the claims were written: no violation (dralloc reports the gang
+    torn). A member that came meanwhile, or a deletion long before, is still found."""
+
+    def released_after(gap: float, *extra: Facts) -> Report:
+        events = history(
+            member("m1"), member("m2"),
+            claim("m1-c", 0, reserved=["m1"]), claim("m2-c", 1, reserved=["m2"]),
+            ("DELETED", member("m2")), *extra, member("m1", gated=False),
+        ).events  # fmt: skip
+        base = events[3].at
+        for index in range(4, len(events)):
+            events[index] = replace(events[index], at=base + gap * (index - 3) / (len(events) - 4))
+        return check(History(events=events))
+
+    assert only(released_after(0.05), GANG_RELEASED_PARTLY) == []
+    assert only(released_after(RELEASE_RACE_S * 2), GANG_RELEASED_PARTLY) == [(f"{NS}/g", 6, None)]
+    late = released_after(0.05, member("m3"))
+    assert only(late, GANG_RELEASED_PARTLY) == [(f"{NS}/g", 7, None)]
 
 
 def test_a_gang_given_back_and_released_again_partly_is_found() -> None:
