@@ -360,20 +360,16 @@ class Traffic:
 
     async def priority_pod(self) -> None:
         """A pod above all others: where every device is taken, dralloc preempts for it."""
-        namespace = self.rng.choice(self.layout.gated)
-        body = self.layout.pod(
-            namespace, self._name("hi"), self._template_claims(),
-            priority_class=self.layout.high_priority,
-        )  # fmt: skip
-        await self._create_pod(body)
+        await self._prioritized("hi", self.layout.high_priority)
 
     async def polite_pod(self) -> None:
         """As high, but ``preemptionPolicy: Never``: it waits, and never preempts."""
+        await self._prioritized("po", self.layout.polite_priority)
+
+    async def _prioritized(self, what: str, priority_class: str) -> None:
         namespace = self.rng.choice(self.layout.gated)
-        body = self.layout.pod(
-            namespace, self._name("po"), self._template_claims(),
-            priority_class=self.layout.polite_priority,
-        )  # fmt: skip
+        claims = self._template_claims()
+        body = self.layout.pod(namespace, self._name(what), claims, priority_class=priority_class)
         await self._create_pod(body)
 
     async def quota_pod(self) -> None:

@@ -92,6 +92,13 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return clock
 
 
+async def posts_again(client: FakeClient, events: EventRecorder) -> None:
+    """The server takes Events again: the one given up on is posted by the next call."""
+    client.fail = lambda *_: None
+    await events.post(involved("u1"), "R", "m")
+    assert len(client.events) == 1
+
+
 async def run_due(events: EventRecorder) -> None:
     """Let ``events.run`` post what is due now (then stop it)."""
     task = asyncio.create_task(events.run())
@@ -150,9 +157,7 @@ async def test_after_its_last_try_an_event_is_forgotten_so_the_next_one_is_sent(
     assert metrics.EVENTS_NOT_RECORDED._value.get() == before + 1
     tries = [c for c in client.calls if c.method == "POST" and "/events" in c.path]
     assert len(tries) == 1 + len(runtime.EVENT_RETRY_DELAYS_S)
-    client.fail = lambda *_: None
-    await events.post(involved("u1"), "R", "m")
-    assert len(client.events) == 1
+    await posts_again(client, events)
 
 
 async def test_a_refused_post_is_not_tried_again_but_forgotten(clock: Clock) -> None:
@@ -161,9 +166,7 @@ async def test_a_refused_post_is_not_tried_again_but_forgotten(clock: Clock) -> 
     client.fail = lambda *_: ApiError(403, "Forbidden", "namespace ns is being terminated")
     await events.post(involved("u1"), "R", "m")
     assert events.pending == 0
-    client.fail = lambda *_: None
-    await events.post(involved("u1"), "R", "m")
-    assert len(client.events) == 1
+    await posts_again(client, events)
 
 
 async def test_the_events_waiting_for_a_try_are_bounded(clock: Clock) -> None:
@@ -175,14 +178,20 @@ async def test_the_events_waiting_for_a_try_are_bounded(clock: Clock) -> None:
     assert events.pending == runtime.MAX_EVENTS_PENDING
 
 
-async def test_the_controllers_scope_tries_the_events_again(clock: Clock) -> None:
-    """Retries run while this replica leads (``Runtime._lead``), beside the controllers."""
+async def runtime_with_one_event_unposted() -> tuple[FakeClient, runtime.Runtime]:
+    """A runtime whose cache is synced, and one Event the server could not take."""
     client = FakeClient()
     made = fakes.runtime(client)
     for informer in made.cache.informers.values():
         informer.synced.set()
     client.fail = lambda *_: ApiError(503, "ServiceUnavailable", "down")
     await made.events.post(involved("u1"), "R", "m")
+    return client, made
+
+
+async def test_the_controllers_scope_tries_the_events_again(clock: Clock) -> None:
+    """Retries run while this replica leads (``Runtime._lead``), beside the controllers."""
+    client, made = await runtime_with_one_event_unposted()
     client.fail = lambda *_: None
     clock.now += runtime.EVENT_RETRY_DELAYS_S[0]
     leading = asyncio.create_task(made._lead())
@@ -228,12 +237,7 @@ async def test_an_event_is_given_up_on_once_its_window_has_passed(clock: Clock) 
 
 
 async def test_standing_by_drops_the_events_waiting_for_a_try(clock: Clock) -> None:
-    client = FakeClient()
-    made = fakes.runtime(client)
-    for informer in made.cache.informers.values():
-        informer.synced.set()
-    client.fail = lambda *_: ApiError(503, "ServiceUnavailable", "down")
-    await made.events.post(involved("u1"), "R", "m")
+    client, made = await runtime_with_one_event_unposted()
     leading = asyncio.create_task(made._lead())
     for _ in range(20):
         await asyncio.sleep(0)
