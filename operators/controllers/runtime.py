@@ -139,17 +139,10 @@ class EventRecorder:
         type_: Literal["Normal", "Warning"] = "Warning" if warning else "Normal"
         await self._send(_Unposted(0.0, 0, 0, involved, reason, message, type_))
 
-    def drop_pending(self) -> None:
-        """Forget the Events waiting for another try (this replica stands by: when it leads
-        again, they would be stale; the controllers tell what still holds anew)."""
-        for event in self._unposted_by.values():
-            self._last.pop(event.key, None)
-        self._unposted.clear()
-        self._unposted_by.clear()
-
     async def run(self) -> None:
         """Try again, when due, the Events whose post failed for a passing reason; runs
-        while the controllers run."""
+        while the controllers run (those waiting while this replica stands by are tried when
+        it leads again, if their window has not passed)."""
         while True:
             if not self._unposted:
                 self._more.clear()
@@ -480,8 +473,10 @@ class Runtime:
                 for task in tasks:
                     task.cancel()
         finally:
+            # Events still waiting for a try are kept for when this replica leads again
+            # (within their window): dropped, they would be lost, since the controllers write
+            # an unchanged condition, and so its Event, only once.
             self.leading.clear()
-            self.events.drop_pending()
             metrics.set_acting(False)
 
     def health(self) -> dict[str, Any]:

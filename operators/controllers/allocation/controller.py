@@ -447,6 +447,9 @@ class AllocationController:
     # --- the loop --------------------------------------------------------------------------
 
     async def run(self) -> None:
+        # Leading anew: every gang gets a full look again (what a member was told by a
+        # look of an earlier term, its Events above all, may not have landed).
+        self.gangs_told.clear()
         for key, pod in self.pods.items():
             if self._wants_allocation(pod):
                 self.queue.add(key)

@@ -236,7 +236,12 @@ async def test_an_event_is_given_up_on_once_its_window_has_passed(clock: Clock) 
     assert events.pending == 0  # failed again, and too late for another try
 
 
-async def test_standing_by_drops_the_events_waiting_for_a_try(clock: Clock) -> None:
+async def test_an_event_waiting_while_the_replica_stands_by_is_posted_when_it_leads_again(
+    clock: Clock,
+) -> None:
+    """Leadership is lost while the server is away (they go together): the Event waits, and
+    is posted in the next term (the controllers would not post it again: an unchanged
+    condition is not rewritten)."""
     client, made = await runtime_with_one_event_unposted()
     leading = asyncio.create_task(made._lead())
     for _ in range(20):
@@ -244,7 +249,17 @@ async def test_standing_by_drops_the_events_waiting_for_a_try(clock: Clock) -> N
     leading.cancel()  # leadership lost
     with contextlib.suppress(asyncio.CancelledError):
         await leading
-    assert made.events.pending == 0
+    assert made.events.pending == 1 and client.events == []
     client.fail = lambda *_: None
-    await made.events.post(involved("u1"), "R", "m")  # told anew by the next leader
-    assert len(client.events) == 1
+    clock.now += runtime.EVENT_RETRY_DELAYS_S[0]
+    leading = asyncio.create_task(made._lead())
+    try:
+        for _ in range(100):
+            if client.events:
+                break
+            await asyncio.sleep(0)
+        assert [e["message"] for e in client.events] == ["m"]
+    finally:
+        leading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leading

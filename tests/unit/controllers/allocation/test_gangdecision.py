@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -953,3 +954,21 @@ async def test_a_failed_write_to_one_member_behind_leaves_the_others_told() -> N
     # Every member behind was written to; only the unlucky one's write failed.
     assert [n for n in names[searched:] if condition_messages(client, n)] == names[searched:]
     assert controller.gangs_telling == {}
+
+
+async def test_a_new_term_looks_at_every_gang_again() -> None:
+    """What a gang's members were told in an earlier term (its Events above all) may not
+    have landed: leading anew, the controller forgets it, so that its next look tells them
+    again (the recorder drops the Events that did land)."""
+    client = FakeClient()
+    controller = AllocationController(one_device_cluster(client))
+    for index in range(2):
+        waiting_member(controller, f"w{index}")
+    await decide(controller, Key("ns", "w0"))
+    earlier = controller.gangs_told[("ns", "train")]
+    running = asyncio.create_task(controller.run())
+    await asyncio.sleep(0)
+    assert controller.gangs_told.get(("ns", "train")) is not earlier
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
