@@ -11,17 +11,17 @@ devices held, and a gate cannot be put back. So a pod that stays unbound for
   resourceVersion precondition, so the controller makes a new pod that dralloc places
   afresh (``recreate_refused_pods``); its claims go with it;
 - a bare pod keeps its devices (and its pin): the pod condition says why with the
-  scheduler's own message, and a Warning Event tells the user what to do.
+  scheduler's own message, and a Warning Event tells the user what to do. Freeing its claims
+  would race kube-scheduler: its verdict may come from a view that lags (after an API server
+  restart its watches take up to a minute to recover), and on that view it binds the pod
+  with the allocation it still sees, so the pod would run on a node where its claims hold
+  nothing (the robustness suite caught that: four pods bound without devices for a second).
 
 In-tree, kube-scheduler also holds back, without a condition or an Event, a pod one of whose
 claims is being deleted or gone (its DRA plugin's PreEnqueue keeps the pod out of its queue):
 a user deleting a released pod's claim before its binding left the pod Pending forever with
 nothing said (the robustness suite found one). dralloc says it instead (``held_back``), and a
-pod a controller owns is recreated as above. Freeing its claims
-  would race kube-scheduler: its verdict may come from a view that lags (after an API server
-  restart its watches take up to a minute to recover), and on that view it binds the pod
-  with the allocation it still sees, so the pod would run on a node where its claims hold
-  nothing (the robustness suite caught that: four pods bound without devices for a second).
+pod a controller owns is recreated as above.
 """
 
 from __future__ import annotations

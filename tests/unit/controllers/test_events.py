@@ -189,11 +189,14 @@ async def runtime_with_one_event_unposted() -> tuple[FakeClient, runtime.Runtime
     return client, made
 
 
-async def test_the_controllers_scope_tries_the_events_again(clock: Clock) -> None:
-    """Retries run while this replica leads (``Runtime._lead``), beside the controllers."""
-    client, made = await runtime_with_one_event_unposted()
-    client.fail = lambda *_: None
-    clock.now += runtime.EVENT_RETRY_DELAYS_S[0]
+async def cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def assert_posted_while_leading(client: FakeClient, made: runtime.Runtime) -> None:
+    """The Event waiting for a try, "m", is posted once the replica leads (then it stops)."""
     leading = asyncio.create_task(made._lead())
     try:
         for _ in range(100):
@@ -202,9 +205,15 @@ async def test_the_controllers_scope_tries_the_events_again(clock: Clock) -> Non
             await asyncio.sleep(0)
         assert [e["message"] for e in client.events] == ["m"]
     finally:
-        leading.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await leading
+        await cancelled(leading)
+
+
+async def test_the_controllers_scope_tries_the_events_again(clock: Clock) -> None:
+    """Retries run while this replica leads (``Runtime._lead``), beside the controllers."""
+    client, made = await runtime_with_one_event_unposted()
+    client.fail = lambda *_: None
+    clock.now += runtime.EVENT_RETRY_DELAYS_S[0]
+    await assert_posted_while_leading(client, made)
 
 
 async def test_an_event_waiting_for_a_try_is_dropped_when_a_newer_one_is_posted(
@@ -246,20 +255,8 @@ async def test_an_event_waiting_while_the_replica_stands_by_is_posted_when_it_le
     leading = asyncio.create_task(made._lead())
     for _ in range(20):
         await asyncio.sleep(0)
-    leading.cancel()  # leadership lost
-    with contextlib.suppress(asyncio.CancelledError):
-        await leading
+    await cancelled(leading)  # leadership lost
     assert made.events.pending == 1 and client.events == []
     client.fail = lambda *_: None
     clock.now += runtime.EVENT_RETRY_DELAYS_S[0]
-    leading = asyncio.create_task(made._lead())
-    try:
-        for _ in range(100):
-            if client.events:
-                break
-            await asyncio.sleep(0)
-        assert [e["message"] for e in client.events] == ["m"]
-    finally:
-        leading.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await leading
+    await assert_posted_while_leading(client, made)
