@@ -14,10 +14,14 @@ answer is still one the search accepts under upstream's rules:
 * among equal fits, the device that rules out the fewest other free devices of its slice
   (weighted by their size): a small partition goes where it blocks no bigger one (MIG-like
   placement, where partitions consume positional counters);
-* devices that say where they sit (a PCIe root, a NUMA node: ``LOCALITY_ATTRIBUTES``) are
-  kept together, each group where its best free device is, so a request for several devices
-  takes them from one PCIe root or NUMA node while that has room (first fit over the order
-  fills one group before the next);
+* devices that say where they sit are kept together, each group where its best free device
+  is, so a request for several devices takes them from one NUMA node, and within it from one
+  PCIe root, while that has room (first fit over the order fills one group before the next).
+  The NUMA node is the standard ``resource.kubernetes.io/numaNode`` (KEP-6072) or a driver's
+  own ``numaNode`` / ``numa``. The standard attribute comes in two forms: a number, or a list
+  whose first entry is the device's node and whose others are the nodes of the same socket
+  at the least distance; with the list form, when a NUMA node runs out the next group taken
+  is one of its socket's, before a farther one;
 * ties keep the slice's order, so the result is deterministic.
 
 ``first-fit`` (the default) leaves the order alone and is exactly upstream's behaviour.
@@ -34,9 +38,11 @@ from operators.allocator.pools import Pool, counters_left
 from operators.allocator.quantities import Nanos
 
 DEVICE_POLICIES = ("first-fit", "pack")
-# Attributes that name a device's place in the machine, most specific first: the standard
-# PCIe root attribute, then the NUMA node names drivers publish.
-LOCALITY_ATTRIBUTES = ("resource.kubernetes.io/pcieRoot", "numaNode", "numa")
+# The attributes that name a device's place in the machine. A PCIe root sits in one NUMA
+# node, so devices are grouped by NUMA node first and by PCIe root within it. The standard
+# NUMA attribute wins over the names drivers used before it existed.
+PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
+NUMA_NODE_ATTRIBUTES = ("resource.kubernetes.io/numaNode", "numaNode", "numa")
 
 CounterSets = Mapping[str, Mapping[str, Nanos]]
 
@@ -91,35 +97,92 @@ def _ordered_slice(
     return dataclasses.replace(slice_, devices=devices)
 
 
-def _locality(device: CompiledDevice) -> tuple[str, tuple[object, ...]] | None:
-    for name in LOCALITY_ATTRIBUTES:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Place:
+    """Where a device sits: its NUMA node and the nodes near it (the same socket's, from the
+    list form of the standard attribute), and its PCIe root; None where it does not say."""
+
+    numa: object | None
+    near: tuple[object, ...]
+    pcie_root: object | None
+
+
+def _place(device: CompiledDevice) -> _Place | None:
+    numa: object | None = None
+    near: tuple[object, ...] = ()
+    for name in NUMA_NODE_ATTRIBUTES:
         attr = device.lookup_attribute(name)
         if attr is not None and attr.values:
-            return name, attr.values
-    return None
+            numa, near = attr.values[0], attr.values[1:]
+            break
+    root = device.lookup_attribute(PCIE_ROOT_ATTRIBUTE)
+    pcie_root = root.values[0] if root is not None and root.values else None
+    if numa is None and pcie_root is None:
+        return None
+    return _Place(numa, near, pcie_root)
+
+
+def _leads(
+    keys: Sequence[object | None], devices: Sequence[CompiledDevice], allocated: AllocatedDevices
+) -> dict[object, int]:
+    """Each group's place in the order: the position of its first free device (of its first
+    device when none is free, which then matters to no request)."""
+    lead: dict[object, int] = {}
+    for position, key in enumerate(keys):
+        if key is not None and key not in lead and not allocated.is_allocated(devices[position].id):
+            lead[key] = position
+    for position, key in enumerate(keys):
+        if key is not None:
+            lead.setdefault(key, position)
+    return lead
+
+
+def _socket_order(
+    lead: Mapping[object, int], near: Mapping[object, set[object]]
+) -> dict[object, int]:
+    """The NUMA groups' places when some say which nodes are near them: groups in order of
+    their leads, except that after a group come the groups near it (its socket) before the
+    next farther one. The places handed out are the same leads, reassigned in that order, so
+    devices without a place keep theirs."""
+    remaining = sorted(lead, key=lambda numa: lead[numa])
+    chain: list[object] = []
+    while remaining:
+        last = chain[-1] if chain else None
+        pick = next((n for n in remaining if n in near.get(last, ())), remaining[0])
+        remaining.remove(pick)
+        chain.append(pick)
+    return dict(zip(chain, sorted(lead.values()), strict=True))
 
 
 def _by_locality(slice_: CompiledSlice, allocated: AllocatedDevices) -> CompiledSlice:
-    """The slice's devices with each locality group together, at the place of its first free
-    device (devices without a locality attribute keep their place)."""
-    places = [_locality(d) for d in slice_.devices]
+    """The slice's devices with each NUMA node's devices together, and each PCIe root's
+    within them, at the place of the group's first free device (devices that do not say
+    where they sit keep their place)."""
+    devices = slice_.devices
+    places = [_place(d) for d in devices]
     if not any(places):
         return slice_
-    lead: dict[tuple[str, tuple[object, ...]], int] = {}
-    for position, (device, place) in enumerate(zip(slice_.devices, places, strict=True)):
-        if place is not None and place not in lead and not allocated.is_allocated(device.id):
-            lead[place] = position
-    keyed = sorted(
-        (
-            (lead.get(place, position) if place is not None else position, position, device)
-            for position, (device, place) in enumerate(zip(slice_.devices, places, strict=True))
-        ),
-        key=lambda item: (item[0], item[1]),
-    )
-    devices = tuple(device for _, _, device in keyed)
-    if devices == slice_.devices:
+    numa_keys = [p.numa if p is not None else None for p in places]
+    root_keys = [p.pcie_root if p is not None else None for p in places]
+    numa_lead = _leads(numa_keys, devices, allocated)
+    near: dict[object, set[object]] = {}
+    for place in places:
+        if place is not None and place.near:
+            near.setdefault(place.numa, set()).update(place.near)
+    if near:
+        numa_lead = _socket_order(numa_lead, near)
+    root_lead = _leads(root_keys, devices, allocated)
+
+    def key(position: int) -> tuple[int, int, int]:
+        numa, root = numa_keys[position], root_keys[position]
+        inner = root_lead[root] if root is not None else position
+        outer = numa_lead[numa] if numa is not None else inner
+        return outer, inner, position
+
+    ordered = tuple(devices[position] for position in sorted(range(len(devices)), key=key))
+    if ordered == devices:
         return slice_
-    return dataclasses.replace(slice_, devices=devices)
+    return dataclasses.replace(slice_, devices=ordered)
 
 
 def device_key(

@@ -171,21 +171,39 @@ def test_pack_places_a_slice_where_it_blocks_no_bigger_partition(
     assert (half is not None) is half_fits
 
 
-def numa_devices(attribute: str) -> list[dict[str, Any]]:
-    """node-a: four GPUs listed alternately on two NUMA nodes (0, 1, 0, 1)."""
+def whole_gpus(*attributes: dict[str, Any]) -> list[dict[str, Any]]:
+    """node-a: one whole GPU per mapping of attributes, named d0, d1, ... in that order."""
     devices = [
-        {
-            "name": f"d{i}",
-            "attributes": {"profile": {"string": "whole"}, attribute: {"int": i % 2}},
-        }
-        for i in range(4)
+        {"name": f"d{i}", "attributes": {"profile": {"string": "whole"}, **attrs}}
+        for i, attrs in enumerate(attributes)
     ]
     pool = {"name": "node-a", "generation": 0, "resourceSliceCount": 1}
     spec = {"driver": DRIVER, "nodeName": "node-a", "pool": pool, "devices": devices}
     return [{"metadata": {"name": "node-a-gpus"}, "spec": spec}]
 
 
-@pytest.mark.parametrize("attribute", ["numaNode", "resource.kubernetes.io/pcieRoot"])
+def numa_devices(attribute: str) -> list[dict[str, Any]]:
+    """node-a: four GPUs listed alternately on two NUMA nodes (0, 1, 0, 1)."""
+    return whole_gpus(*({attribute: {"int": i % 2}} for i in range(4)))
+
+
+def allocated_devices(state: AllocatorState, count: int) -> list[str]:
+    request = {"name": "r", "exactly": {"deviceClassName": "whole", "count": count}}
+    body = {
+        "metadata": {"name": "c", "namespace": "ns"},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    found = state.allocate([body], "node-a")
+    assert found is not None
+    [allocation] = found
+    return [d.device for d in allocation.devices]
+
+
+NUMA = "resource.kubernetes.io/numaNode"
+PCIE = "resource.kubernetes.io/pcieRoot"
+
+
+@pytest.mark.parametrize("attribute", ["numaNode", NUMA, PCIE])
 @pytest.mark.parametrize(
     ("policy", "used", "expected"),
     [
@@ -199,12 +217,44 @@ def test_pack_takes_a_claims_devices_from_one_numa_node(
     attribute: str, policy: str, used: list[str], expected: list[str]
 ) -> None:
     state = state_with(policy, numa_devices(attribute), [f"node-a/{d}" for d in used])
-    request = {"name": "r", "exactly": {"deviceClassName": "whole", "count": 2}}
-    body = {
-        "metadata": {"name": "c", "namespace": "ns"},
-        "spec": {"devices": {"requests": [request]}},
-    }
-    found = state.allocate([body], "node-a")
-    assert found is not None
-    [allocation] = found
-    assert [d.device for d in allocation.devices] == expected
+    assert allocated_devices(state, 2) == expected
+
+
+def socket_of_two(node: int, other: int) -> dict[str, Any]:
+    """The standard NUMA attribute's list form: the device's node, then its socket's other."""
+    return {NUMA: {"ints": [node, other]}}
+
+
+@pytest.mark.parametrize(
+    ("policy", "numa", "expected"),
+    [
+        ("first-fit", "list", ["d0", "d1"]),
+        # Each NUMA node has one GPU; nodes 0 and 1 share a socket, 2 and 3 the other. The
+        # list form says so: the second GPU comes from node 1, not from node 2 listed before.
+        ("pack", "list", ["d0", "d2"]),
+        # The number form does not say which nodes are near: the groups keep their order.
+        ("pack", "number", ["d0", "d1"]),
+    ],
+)
+def test_pack_goes_to_a_numa_node_of_the_same_socket_when_one_runs_out(
+    policy: str, numa: str, expected: list[str]
+) -> None:
+    nodes = [(0, 1), (2, 3), (1, 0), (3, 2)]
+    if numa == "list":
+        gpus_ = whole_gpus(*(socket_of_two(n, o) for n, o in nodes))
+    else:
+        gpus_ = whole_gpus(*({NUMA: {"int": n}} for n, _ in nodes))
+    assert allocated_devices(state_with(policy, gpus_, []), 2) == expected
+
+
+def test_pack_keeps_a_claim_on_one_numa_node_before_one_pcie_root() -> None:
+    # Three GPUs on NUMA node 0 behind two PCIe roots (a, c), one on node 1 (root b): three
+    # devices come from node 0, those of root a first, rather than root a's and root b's.
+    gpus_ = whole_gpus(
+        {NUMA: {"int": 0}, PCIE: {"string": "a"}},
+        {NUMA: {"int": 1}, PCIE: {"string": "b"}},
+        {NUMA: {"int": 0}, PCIE: {"string": "c"}},
+        {NUMA: {"int": 0}, PCIE: {"string": "a"}},
+    )
+    assert allocated_devices(state_with("pack", gpus_, []), 3) == ["d0", "d3", "d2"]
+    assert allocated_devices(state_with("first-fit", gpus_, []), 3) == ["d0", "d1", "d2"]
