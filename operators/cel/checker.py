@@ -56,6 +56,12 @@ class Checked:
     result: t.Type
     types: Mapping[int, t.Type]
     overloads: Mapping[int, tuple[str, ...]]
+    #: Calls whose argument had a type not yet known (an element of ``flatten()`` over
+    #: dynamic values) that overload resolution fixed: cel-go binds such a type to the
+    #: first overload that accepts it, keeps only the overloads of that type, and at run
+    #: time has no overload for a value of another (``string(x)`` of an int then fails).
+    #: Call node -> (argument position, the primitive type it was fixed to).
+    pinned: Mapping[int, tuple[tuple[int, str], ...]] = field(default_factory=dict)
 
     def type_of(self, node: ast.Node) -> t.Type:
         return self.types.get(id(node), t.DYN)
@@ -69,7 +75,11 @@ def check(tree: ast.Node, declarations: Declarations) -> Checked:
     checker.format_literals(tree)
     mapping = checker.mapping
     final = {key: mapping.substitute(value, True) for key, value in checker.types.items()}
-    return Checked(final[id(tree)], final, checker.overloads)
+    return Checked(final[id(tree)], final, checker.overloads, checker.pinned)
+
+
+#: The types a pinned argument is checked against at run time (see ``Checked.pinned``).
+_PINNABLE = frozenset(("int", "uint", "double", "string", "bool", "bytes", "list", "map"))
 
 
 def _format(x: t.Type) -> str:
@@ -91,6 +101,7 @@ class _Checker:
         self.mapping = t.Mapping()
         self.types: dict[int, t.Type] = {}
         self.overloads: dict[int, tuple[str, ...]] = {}
+        self.pinned: dict[int, tuple[tuple[int, str], ...]] = {}
         self.scopes: list[dict[str, t.Type]] = []
 
     # --- plumbing ---------------------------------------------------------------
@@ -394,6 +405,7 @@ class _Checker:
         """cel-go's overload resolution: every overload whose parameters accept the arguments."""
         result: t.Type | None = None
         matched: list[str] = []
+        free = [i for i, a in enumerate(args) if self.sub(a).kind == "param"]
         for overload in self.functions.get(name, ()):
             if overload.member != member or len(overload.args) != len(args):
                 continue
@@ -418,6 +430,9 @@ class _Checker:
             )
         if record:
             self.overloads[id(node)] = tuple(matched)
+            pins = tuple((i, kind) for i in free if (kind := self.sub(args[i]).kind) in _PINNABLE)
+            if pins:
+                self.pinned[id(node)] = pins
         return result
 
     # --- macros -------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from .checker import Checked
 from .errors import CELCompileError, CELCostError, CELError, CELEvalError
 from .parser import RESERVED_WORDS
 from .regex import RegexSyntaxError, compile_regex
-from .values import TYPES, Optional, UInt
+from .values import TYPES, Optional, UInt, type_name
 
 #: Fields of the ``device`` variable and the DeviceView attribute holding each.
 DEVICE_FIELDS = {
@@ -886,6 +886,10 @@ class _Codegen:
                 self.charge(1 if cost is None else cost(*values))
                 return folded
         args = [self.expr(a) for a in operands]
+        pins = self.checked.pinned.get(id(node), ()) if self.checked is not None else ()
+        for position, kind in pins:
+            guard = self.helper("pinned", _pinned)
+            args[position] = f"{guard}({args[position]}, {kind!r}, {name!r})"
         if name in functions.REGEX_FUNCTIONS and len(operands) >= 2:
             args[1] = self._constant_regex(node, operands[1], args[1])
         safe = "".join(c if c.isalnum() else "_" for c in name)
@@ -912,6 +916,14 @@ class _Codegen:
 
 
 _NOT_CONSTANT = object()
+
+
+def _pinned(value: Any, kind: str, name: str) -> Any:
+    """An argument whose type the checker fixed from the first overload that took it
+    (``Checked.pinned``): a value of another type has no overload, as in cel-go."""
+    if type_name(value) != kind:
+        raise CELEvalError(f"no such overload: {name}({type_name(value)})")
+    return value
 
 
 def _folded_variable(node: ast.Node) -> int:

@@ -193,6 +193,16 @@ def _outcome(expression: str, **options: bool) -> object:
         (f'{A}.?s.or(optional.of({A}.missing)).value() == "abc"', True),
         (f'{A}.?zz.orValue({A}.missing) == "abc"', "no such key: missing"),
         (f'{A}.?zz.orValue({A}.s) == "abc"', True),
+        # The elements of flatten() over attributes have a type the checker does not know;
+        # the first overload that takes one fixes it, so a conversion of an attribute
+        # element keeps only its own type's overload (string(x) only from a string).
+        (f'[{A}.i].flatten().all(x, string(x) == "3")', "no such overload: string(int)"),
+        (f"[{A}.i].flatten().all(x, double(x) == 3.0)", "no such overload: double(int)"),
+        (f"[{A}.i].flatten().all(x, uint(x) == 3u)", "no such overload: uint(int)"),
+        (f'[{A}.s].flatten().all(x, string(x) == "abc")', True),
+        (f"[{A}.i].flatten().all(x, int(x) == 3 && x + 1 == 4)", True),
+        (f'string({A}.i) == "3"', True),
+        ('[[3]].flatten().all(x, string(x) == "3")', True),
     ],
 )
 def test_upstream_answers(expression: str, expected: object) -> None:
