@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 ## WORKERS: pytest-xdist workers of `make test`; each starts control planes of its own
 WORKERS ?= 2
 
-.PHONY: test deps docs testbed image lint unit e2e matrix crds chart-files demo bench robustness celdiff clean
+.PHONY: test deps docs testbed image lint unit e2e matrix crds chart-files demo bench robustness celdiff upstream-table clean
 
 ## test: install everything the tests need (Python deps, testbed binaries), lint, then run every test
 ## (lint failures do not hide test results: both run, either one fails the target)
@@ -29,7 +29,8 @@ $(VENV)/.installed: pyproject.toml
 ## helm (for the chart's tests). On a developer machine a failed build does not stop the run: the
 ## tests that need it then skip and print why. With CI=true (as CI runs) a failed build fails the
 ## target, and tests/conftest.py turns any skip for a missing build into a failure.
-TESTBED_BUILDS := testbed/build testbed/image bench/upstream/build bench/celdiff/build testbed/helm
+TESTBED_BUILDS := testbed/build testbed/image bench/upstream/build bench/celdiff/build \
+	tests/conformance/upstream_table/build testbed/helm
 testbed:
 	@failed=""; for build in $(TESTBED_BUILDS); do \
 	  $$build || failed="$$failed $$build"; \
@@ -95,6 +96,18 @@ robustness: deps testbed
 ## bench: every benchmark (engine vs upstream Go allocator, end to end vs in-tree DRA); not a test
 bench: deps testbed
 	$(BIN)/python -m bench
+
+## upstream-table: the port of upstream's allocator table run through another version of upstream's
+## allocator (DRA_VERSION=v0.38.0): the failures are the cases that version answers otherwise
+upstream-table: deps
+	@test -n "$(DRA_VERSION)" || { echo "usage: make upstream-table DRA_VERSION=v0.38.0" >&2; exit 2; }
+	@work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
+	cp tests/conformance/upstream_table/main.go tests/conformance/upstream_table/go.mod \
+	  tests/conformance/upstream_table/go.sum "$$work"/ && \
+	(cd "$$work" && go get k8s.io/dynamic-resource-allocation@$(DRA_VERSION) && go mod tidy) && \
+	binary=$$(bench/gobuild "$$work" upstream-table | tail -1) && \
+	DRALLOC_UPSTREAM_TABLE=$$binary $(BIN)/pytest -q -p no:cacheprovider \
+	  tests/conformance/test_allocator_table_upstream.py
 
 ## celdiff: the CEL differential test, dralloc vs upstream's DRA CEL on random selectors (not a
 ## test: it prints mismatches by category; CELDIFF_ARGS="--cases 500 --seed 3" to vary it)
