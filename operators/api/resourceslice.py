@@ -210,6 +210,16 @@ class DeviceCounterConsumption(KubeModel):
         ),
     ]
     """Amount taken from each counter."""
+    compatibility_groups: Annotated[
+        tuple[DNSLabel, ...],
+        Field(
+            max_length=limits.DEVICE_COMPATIBILITY_GROUPS_MAX_SIZE,
+            json_schema_extra=cel_rules(
+                ("self.all(x, self.exists_one(y, y == x))", "compatibility groups must be unique")
+            ),
+        ),
+    ] = empty_tuple()
+    """Devices on one counter set are allocated together only if they share a group (alpha)."""
 
 
 class Device(KubeModel):
@@ -326,6 +336,12 @@ def _check_device(device: Device, per_device_nodes: bool) -> bool:
         check_unique(
             (c.counter_set for c in device.consumes_counters), "consumesCounters", "counterSet"
         )
+        for i, consumption in enumerate(device.consumes_counters):
+            if consumption.compatibility_groups:
+                check_unique(
+                    consumption.compatibility_groups,
+                    f"consumesCounters[{i}].compatibilityGroups",
+                )
     attributes = device.attributes
     capacity = device.capacity
     if attributes or capacity:

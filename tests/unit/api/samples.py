@@ -243,7 +243,11 @@ def advanced_slice(api_version: str = DRALLOC) -> dict[str, Any]:
                     },
                     "allowMultipleAllocations": True,
                     "consumesCounters": [
-                        {"counterSet": "gpu-0", "counters": {"memory": {"value": "40Gi"}}}
+                        {
+                            "counterSet": "gpu-0",
+                            "counters": {"memory": {"value": "40Gi"}},
+                            "compatibilityGroups": ["full"],
+                        }
                     ],
                     "nodeName": "node-1",
                     "taints": [

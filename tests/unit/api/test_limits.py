@@ -317,6 +317,38 @@ CASES: list[tuple[str, Callable[[], Obj], Callable[[Obj], object], str]] = [
         "spec.devices[0].consumesCounters[1].counterSet: duplicate value 's'",
     ),
     (
+        "compatibility-groups-2",
+        samples.advanced_slice,
+        _set(
+            _dev,
+            "consumesCounters",
+            [
+                {
+                    "counterSet": "s",
+                    "counters": {"c": {"value": "1"}},
+                    "compatibilityGroups": ["a", "b", "c"],
+                }
+            ],
+        ),
+        "spec.devices[0].consumesCounters[0].compatibilityGroups: must have at most 2 items",
+    ),
+    (
+        "compatibility-groups-unique",
+        samples.advanced_slice,
+        _set(
+            _dev,
+            "consumesCounters",
+            [
+                {
+                    "counterSet": "s",
+                    "counters": {"c": {"value": "1"}},
+                    "compatibilityGroups": ["a", "a"],
+                }
+            ],
+        ),
+        "spec.devices[0].consumesCounters[0].compatibilityGroups[1]: duplicate value 'a'",
+    ),
+    (
         "consumed-counters-32",
         samples.advanced_slice,
         _set(
