@@ -40,6 +40,7 @@ DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
     "DRADeviceBindingConditions": True,
     "DRAExtendedResource": True,
     "DRAListTypeAttributes": False,
+    "DRADeviceCompatibilityGroups": False,
     "DRANodeAllocatableResources": False,
     "DRAWorkloadResourceClaims": False,
 }

@@ -123,6 +123,9 @@ class CompiledDevice:
     # capacity then fits while no share is in use (consuming each in full), with no
     # arithmetic. Fixed per device, so the search skips the capacity work per pod.
     plain_capacity: bool = False
+    # Per entry of consumes_counters, the groups it declares (DRADeviceCompatibilityGroups);
+    # empty when no entry declares any, as for nearly every device.
+    compatibility_groups: tuple[frozenset[str], ...] = ()
     # What a selector sees of the device (driver, attributes, capacities), one shared
     # object for every device that looks the same (see ``_look``): the evaluator keys its
     # views and results by it.
@@ -190,6 +193,13 @@ class CompiledSlice:
     selector_error_free_cache: dict[Hashable, bool] = field(
         default_factory=dict, repr=False, compare=False
     )
+    # A device here declares compatibility groups (without their gate the slice is left
+    # out): set once here, since pools are gathered per node and pod.
+    uses_compatibility_groups: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        uses = any(device.compatibility_groups for device in self.devices)
+        object.__setattr__(self, "uses_compatibility_groups", uses)
 
     @property
     def key(self) -> str:
@@ -393,6 +403,8 @@ def compile_device(
         str(k): AttributeValue.parse(v or {}) for k, v in (data.get("attributes") or {}).items()
     }
     look = _look(driver, attributes, capacity)
+    consumptions = data.get("consumesCounters") or ()
+    groups = tuple(frozenset(c.get("compatibilityGroups") or ()) for c in consumptions)
     return CompiledDevice(
         id=(driver, pool, name),
         name=name,
@@ -400,8 +412,7 @@ def compile_device(
         attributes=look[1] if look else attributes,
         capacity=capacity,
         consumes_counters=tuple(
-            (str(c["counterSet"]), _nanos_map(c.get("counters")))
-            for c in data.get("consumesCounters") or ()
+            (str(c["counterSet"]), _nanos_map(c.get("counters"))) for c in consumptions
         ),
         taints=tuple(_parse_taint(t) for t in data.get("taints") or ()),
         binding_conditions=tuple(bc) if bc is not None else None,
@@ -415,6 +426,7 @@ def compile_device(
         slice_node_name=slice_node[1],
         slice_node_selector=slice_node[2],
         plain_capacity=all(e.policy is None and e.value >= 0 for e in capacity.values()),
+        compatibility_groups=groups if any(groups) else (),
         look=look,
     )
 

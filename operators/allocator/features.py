@@ -20,6 +20,7 @@ GATE_TO_FIELD: Mapping[str, str] = {
     "DRAConsumableCapacity": "consumable_capacity",
     "DRADeviceBindingConditions": "device_binding_conditions",
     "DRAListTypeAttributes": "list_type_attributes",
+    "DRADeviceCompatibilityGroups": "compatibility_groups",
 }
 
 
@@ -37,6 +38,8 @@ class Features:
     # DRADeviceBindingConditions and DRAResourceClaimDeviceStatus (GA).
     device_binding_conditions: bool = True
     list_type_attributes: bool = False
+    # Alpha in 1.37. Off, slices that declare groups are left out (their pools incomplete).
+    compatibility_groups: bool = False
 
     @classmethod
     def none(cls) -> Features:

@@ -2,7 +2,8 @@
 
 For each node and each request (each subrequest of a firstAvailable
 request), devices are counted stage by stage: reachable and matching the
-class, passing the request's selectors, free, tolerated (taints), and with
+class, passing the request's selectors, free, tolerated (taints), sharing a
+compatibility group with the devices allocated on their counter sets, and with
 enough capacity and counters left. The first stage that drops below what the
 request wants is the reason. Nodes with the same reason are grouped, so a
 500-node cluster gives one aggregate line and a few detail lines.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from operators.allocator import capacity as cap
 from operators.allocator.allocated import AllocatedDevices
+from operators.allocator.compatibility import Common, allocated_common, groups_of
 from operators.allocator.compiled import (
     CompiledClaim,
     CompiledClass,
@@ -34,7 +36,7 @@ from operators.allocator.selectors import (
     SelectorRuntimeError,
 )
 
-STAGES = ("in_class", "selected", "free", "tolerated", "fitting")
+STAGES = ("in_class", "selected", "free", "tolerated", "compatible", "fitting")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class RequestFunnel:
     selected: int
     free: int
     tolerated: int
+    compatible: int  # compatibility groups (counts as tolerated where no pool has any)
     fitting: int
     has_selectors: bool = False
     cel_error: str | None = None
@@ -91,6 +94,11 @@ class RequestFunnel:
             )
         if stage == "tolerated":
             return f"devices of {cls} have untolerated taints (need {need})"
+        if stage == "compatible":
+            return (
+                f"devices of {cls} share no compatibility group with the devices allocated "
+                f"on their counter sets (need {need})"
+            )
         if stage == "fitting":
             return f"devices of {cls} lack capacity or counters (need {need})"
         return (
@@ -107,7 +115,9 @@ class RequestFunnel:
         parts.append(f"{self.free} free")
         if self.tolerated != self.free:
             parts.append(f"{self.tolerated} tolerated")
-        if self.fitting != self.tolerated:
+        if self.compatible != self.tolerated:
+            parts.append(f"{self.compatible} compatible with the devices allocated beside them")
+        if self.fitting != self.compatible:
             parts.append(f"{self.fitting} with capacity and counters left")
         parts.append("all wanted" if self.wanted is None else f"{self.wanted} wanted")
         text = f'request "{self.request}": ' + ", ".join(parts)
@@ -213,6 +223,13 @@ class Explainer:
             summary = blocked[0].summary()
         elif shortfall:
             summary = shortfall
+        elif any(pool.compatibility_groups for pool in pools):
+            # Devices taken together must share compatibility groups, which no single
+            # device's funnel shows.
+            summary = (
+                "devices fit one by one but not together (constraints, compatibility groups, "
+                "or requests competing for them)"
+            )
         else:
             summary = "devices fit one by one but not together (constraints, or requests competing for them)"
         return NodeReason(node.name, summary, tuple(funnels), error)
@@ -233,6 +250,7 @@ class Explainer:
                 0,
                 0,
                 0,
+                0,
                 missing_class=True,
             )
         counts = dict.fromkeys(STAGES, 0)
@@ -241,9 +259,10 @@ class Explainer:
             if not pool.usable:
                 continue
             available = self._available_counters(pool)
+            common = allocated_common(pool, self.allocated) if pool.compatibility_groups else None
             for slice_ in pool.slices:
                 for device in slice_.devices:
-                    stage, problem = self._stage(device, cls, request, node, available)
+                    stage, problem = self._stage(device, cls, request, node, available, common)
                     error = error or problem
                     for name in STAGES[: STAGES.index(stage)] if stage else STAGES:
                         counts[name] += 1
@@ -256,6 +275,7 @@ class Explainer:
             selected=counts["selected"],
             free=counts["free"],
             tolerated=counts["tolerated"],
+            compatible=counts["compatible"],
             fitting=counts["fitting"],
             has_selectors=bool(request.selectors),
             cel_error=error,
@@ -268,8 +288,12 @@ class Explainer:
         request: CompiledRequest,
         node: NodeInfo,
         available: Mapping[str, Mapping[str, Nanos]],
+        common: Mapping[str, Common] | None = None,
     ) -> tuple[str | None, str | None]:
-        """The first stage the device fails (None if it passes all), and a CEL error."""
+        """The first stage the device fails (None if it passes all), and a CEL error.
+
+        ``common``: what the allocated devices on each counter set of the device's pool have
+        in common, when the pool has compatibility groups."""
         if device.binding_conditions and not self.features.device_binding_conditions:
             return "in_class", None
         if device.slice_per_device and not device.reachable_from(node):
@@ -291,6 +315,11 @@ class Explainer:
                     t.tolerates(taint) for t in request.tolerations
                 ):
                     return "tolerated", None
+        if common is not None and device.consumes_counters and not self._shared_more(device):
+            for i, (set_name, _) in enumerate(device.consumes_counters):
+                found = common.get(set_name)
+                if found is not None and not found.admits(groups_of(device, i)):
+                    return "compatible", None
         if self.features.consumable_capacity and not cap.fits(
             request.capacity_requests, device, self.allocated.capacity_in_use(device.id), None
         ):
@@ -303,6 +332,15 @@ class Explainer:
                 if any(left.get(name, 0) < amount for name, amount in counters.items()):
                     return "fitting", None
         return None, None
+
+    def _shared_more(self, device: CompiledDevice) -> bool:
+        """One more share of a device in use: its groups are among the allocated ones
+        already, and the search does not check them again (nor its counters)."""
+        return (
+            self.features.consumable_capacity
+            and device.allow_multiple
+            and self.allocated.capacity_in_use(device.id) is not None
+        )
 
     def _available_counters(self, pool: Pool) -> dict[str, dict[str, Nanos]]:
         available = {name: dict(counters) for name, counters in pool.counter_sets.items()}

@@ -31,6 +31,9 @@ class Pool:
     slices_elsewhere: tuple[CompiledSlice, ...] = ()  # device slices of the pool that do not
     counter_sets: Mapping[str, Mapping[str, Nanos]] = field(default_factory=dict)
     has_binding_conditions: bool = False
+    # A device of the pool declares compatibility groups and their gate is on: only then
+    # does the search check them (where no device has one, every device is admitted).
+    compatibility_groups: bool = False
 
     @property
     def name(self) -> str:
@@ -79,8 +82,14 @@ def gather_pools(
     ``slices_of_pool`` returns every slice of a pool, whatever its node.
     """
     grouped: dict[PoolId, list[CompiledSlice]] = {}
+    # Without their gate, compatibility groups cannot be honoured, so a slice that declares
+    # them is left out; its pool is then incomplete and none of its devices is allocated,
+    # whichever of them are in use, so the outcome does not depend on allocation order.
+    skip_grouped = not features.compatibility_groups
     for slice_ in slices_for_node:
         if not features.partitionable_devices and (slice_.per_device or slice_.shared_counters):
+            continue
+        if skip_grouped and slice_.uses_compatibility_groups:
             continue
         if not slice_targets_node(slice_, node, features):
             continue
@@ -110,7 +119,11 @@ def gather_pools(
             everything = slices_of_pool(pool_id)
             if any(s.generation > generation for s in everything):
                 continue
-            current = [s for s in everything if s.generation == generation]
+            current = [
+                s
+                for s in everything
+                if s.generation == generation and not (skip_grouped and s.uses_compatibility_groups)
+            ]
             if len(current) != wanted:
                 plain.append(Pool(id=pool_id, incomplete=True))
                 continue
@@ -168,6 +181,8 @@ def _build_pool(
         slices_elsewhere=tuple(elsewhere_devices),
         counter_sets=counter_sets,
         has_binding_conditions=has_conditions,
+        compatibility_groups=features.compatibility_groups
+        and any(s.uses_compatibility_groups for s in (*device_slices, *elsewhere_devices)),
     )
 
 

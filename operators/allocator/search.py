@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from operators.allocator import capacity as cap
 from operators.allocator.allocated import AllocatedDevices
+from operators.allocator.compatibility import GroupTracker
 from operators.allocator.compiled import (
     CompiledClaim,
     CompiledClass,
@@ -111,6 +112,9 @@ class Search:
     allocating_capacity: dict[DeviceId, dict[str, Nanos]] = field(default_factory=dict)
     consumed_counters: dict[PoolId, dict[str, dict[str, Nanos]]] = field(default_factory=dict)
     available_counters: dict[PoolId, dict[str, dict[str, Nanos]]] = field(default_factory=dict)
+    # Compatibility groups on counter sets, checked as counters are reserved (only in pools
+    # where a device declares groups and the gate is on).
+    groups: GroupTracker = field(default_factory=GroupTracker)
     match_cache: dict[tuple[DeviceId, tuple[int, int, int]], bool] = field(default_factory=dict)
     quota: QuotaTally | None = None  # set in _prepare when a DeviceQuota applies
     # Set by _prepare: no request can make the search backtrack by its own shape (see
@@ -689,6 +693,9 @@ class Search:
         return available
 
     def _reserve_counters(self, device: CompiledDevice, pool: Pool) -> bool:
+        # Groups first, as upstream: a device they refuse takes no counters.
+        if pool.compatibility_groups and not self.groups.take(device, pool, self.inputs.allocated):
+            return False
         available = self._available(pool)
         consumed = self.consumed_counters.setdefault(pool.id, {})
         for set_name, counters in device.consumes_counters:
@@ -704,6 +711,8 @@ class Search:
         return True
 
     def _release_counters(self, device: CompiledDevice, pool: Pool) -> None:
+        if pool.compatibility_groups:
+            self.groups.give_back(device)
         consumed = self.consumed_counters[pool.id]
         for set_name, counters in device.consumes_counters:
             target = consumed[set_name]

@@ -239,15 +239,28 @@ def attr(value: Any) -> dict[str, Any]:
     raise TypeError(value)
 
 
-def consumes(device: dict[str, Any], *sets: tuple[str, Mapping[str, str]]) -> dict[str, Any]:
+# (counter set, counters) or (counter set, counters, compatibility groups)
+CounterUse = tuple[str, Mapping[str, str]] | tuple[str, Mapping[str, str], Sequence[str]]
+
+
+def consumes(device: dict[str, Any], *sets: CounterUse) -> dict[str, Any]:
     device = dict(device)
-    device["consumesCounters"] = [
-        {"counterSet": name, "counters": {k: {"value": v} for k, v in counters.items()}}
-        for name, counters in sets
-    ]
+    device["consumesCounters"] = [consumption(*entry) for entry in sets]
     if device.pop("_fromCounters", False):
-        device["capacity"] = {k: {"value": v} for _, counters in sets for k, v in counters.items()}
+        device["capacity"] = {k: {"value": v} for entry in sets for k, v in entry[1].items()}
     return device
+
+
+def consumption(
+    name: str, counters: Mapping[str, str], groups: Sequence[str] = ()
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "counterSet": name,
+        "counters": {k: {"value": v} for k, v in counters.items()},
+    }
+    if groups:
+        out["compatibilityGroups"] = list(groups)
+    return out
 
 
 def tainted(device: dict[str, Any], *taints: dict[str, Any]) -> dict[str, Any]:
@@ -1608,6 +1621,218 @@ def _cases_prioritized_list() -> None:
             local(res(REQ0, DRIVER_A, POOL1, DEV1), res("req-1/subReq-1", DRIVER_A, POOL1, DEV2))
         ],
         steps=8,
+    )
+
+
+def _cases_compatibility_groups() -> None:
+    ca = device_class(CLASS_A, DRIVER_A)
+    cg = ("partitionable_devices", "compatibility_groups")
+    off = ("partitionable_devices",)
+
+    def on(set_name: str, amount: str, *groups: str) -> CounterUse:
+        return (set_name, {CAP0: amount}, groups)
+
+    def gdev(name: str, *uses: CounterUse, capacity: Any = None) -> dict[str, Any]:
+        return consumes(dev(name, capacity), *uses)
+
+    def devices(*items: dict[str, Any], count: int = 2) -> dict[str, Any]:
+        return rslice(SLICE1, NODE1, pool(POOL1, count), DRIVER_A, *items)
+
+    def sets(*names: str, name: str = SLICE2, count: int = 2) -> dict[str, Any]:
+        return rslice(
+            name,
+            NODE1,
+            pool(POOL1, count),
+            DRIVER_A,
+            counters=[counter_set(n, {CAP0: "4"}) for n in names],
+        )
+
+    two_requests = claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A))
+    one_request = claim(CLAIM0, request(REQ0, CLASS_A))
+    case(
+        "compatibility-groups-compatible",
+        features=cg,
+        claims=[two_requests],
+        classes=[ca],
+        slices=[
+            devices(gdev(DEV1, on(CS1, "2", "mig")), gdev(DEV2, on(CS1, "2", "mig"))),
+            sets(CS1),
+        ],
+        expect=[local(res(REQ0, DRIVER_A, POOL1, DEV1), res(REQ1, DRIVER_A, POOL1, DEV2))],
+    )
+    case(
+        "compatibility-groups-incompatible",
+        features=cg,
+        claims=[two_requests],
+        classes=[ca],
+        slices=[
+            devices(gdev(DEV1, on(CS1, "2", "mig")), gdev(DEV2, on(CS1, "2", "vgpu"))),
+            sets(CS1),
+        ],
+        expect=None,
+    )
+    no_schedule = {"key": "taint-key", "value": "taint-value", "effect": "NoSchedule"}
+    case(
+        "compatibility-groups-taint-rollback",
+        features=(*cg, "device_taints"),
+        claims=[one_request],
+        classes=[ca],
+        slices=[
+            devices(
+                tainted(gdev(DEV1, on(CS1, "2", "mig")), no_schedule),
+                gdev(DEV2, on(CS1, "2", "vgpu")),
+            ),
+            sets(CS1),
+        ],
+        expect=[local(res(REQ0, DRIVER_A, POOL1, DEV2))],
+    )
+    case(
+        "compatibility-groups-incompatible-with-allocated-peer",
+        features=cg,
+        claims=[one_request],
+        allocated=[(DRIVER_A, POOL1, DEV1)],
+        classes=[ca],
+        slices=[
+            devices(gdev(DEV1, on(CS1, "1", "mig")), gdev(DEV2, on(CS1, "1", "vgpu"))),
+            sets(CS1),
+        ],
+        expect=None,
+    )
+    case(
+        "compatibility-groups-compatible-with-allocated-peer",
+        features=cg,
+        claims=[one_request],
+        allocated=[(DRIVER_A, POOL1, DEV1)],
+        classes=[ca],
+        slices=[
+            devices(gdev(DEV1, on(CS1, "1", "mig")), gdev(DEV2, on(CS1, "1", "mig"))),
+            sets(CS1),
+        ],
+        expect=[local(res(REQ0, DRIVER_A, POOL1, DEV2))],
+    )
+    case(
+        "compatibility-groups-disabled-skips-grouped-pool",
+        features=off,
+        claims=[one_request],
+        classes=[ca],
+        slices=[
+            devices(gdev(DEV1, on(CS1, "2", "mig"))),
+            sets(CS1),
+            rslice(SLICE3, NODE1, pool(POOL2, 2), DRIVER_A, gdev(DEV2, on(CS2, "2"))),
+            rslice(
+                SLICE4, NODE1, pool(POOL2, 2), DRIVER_A, counters=[counter_set(CS2, {CAP0: "4"})]
+            ),
+        ],
+        expect=[local(res(REQ0, DRIVER_A, POOL2, DEV2))],
+    )
+    case(
+        "compatibility-groups-disabled-skips-ungrouped-device-in-grouped-pool",
+        features=off,
+        claims=[one_request],
+        classes=[ca],
+        slices=[
+            devices(gdev(DEV1, on(CS1, "1", "mig")), count=3),
+            rslice(SLICE2, NODE1, pool(POOL1, 3), DRIVER_A, gdev(DEV2, on(CS1, "1"))),
+            sets(CS1, name=SLICE3, count=3),
+        ],
+        expect=None,
+    )
+    case(
+        "compatibility-groups-multiple-counter-sets",
+        features=cg,
+        claims=[two_requests],
+        classes=[ca],
+        slices=[
+            devices(gdev(DEV1, on(CS1, "2", "mig")), gdev(DEV2, on(CS2, "2", "vgpu"))),
+            sets(CS1, CS2),
+        ],
+        expect=[local(res(REQ0, DRIVER_A, POOL1, DEV1), res(REQ1, DRIVER_A, POOL1, DEV2))],
+    )
+    case(
+        "compatibility-groups-multiple-counter-sets-spanning-device",
+        features=cg,
+        claims=[two_requests],
+        classes=[ca],
+        slices=[
+            devices(
+                gdev(DEV1, on(CS1, "1", "mig")),
+                gdev(DEV2, on(CS1, "1", "vgpu"), on(CS2, "1", "vgpu")),
+            ),
+            sets(CS1, CS2),
+        ],
+        expect=None,
+    )
+    case(
+        "compatibility-groups-with-prioritized-list",
+        features=(*cg, "prioritized_list"),
+        claims=[
+            claim(
+                CLAIM0,
+                request(REQ0, CLASS_A),
+                first_available(REQ1, sub(SUB0, CLASS_A, 2), sub(SUB1, CLASS_A)),
+            )
+        ],
+        classes=[ca],
+        slices=[
+            devices(
+                gdev(DEV1, on(CS1, "1", "mig")),
+                gdev(DEV2, on(CS1, "1", "mig")),
+                gdev(DEV3, on(CS1, "1", "vgpu")),
+            ),
+            sets(CS1),
+        ],
+        expect=[
+            local(res(REQ0, DRIVER_A, POOL1, DEV1), res("req-1/subReq-1", DRIVER_A, POOL1, DEV2))
+        ],
+    )
+    case(
+        "compatibility-groups-with-consumable-capacity",
+        features=(*cg, "consumable_capacity"),
+        claims=[
+            claim(
+                CLAIM0,
+                request(REQ0, CLASS_A, 1, **capacity_request(1)),
+                request(REQ1, CLASS_A, 1, **capacity_request(1)),
+            )
+        ],
+        classes=[class_multi(CLASS_A, DRIVER_A, True)],
+        slices=[
+            devices(
+                multi(gdev(DEV1, on(CS1, "1", "mig"), capacity=FROM_COUNTERS)),
+                multi(gdev(DEV2, on(CS1, "1", "vgpu"), capacity=FROM_COUNTERS)),
+                multi(gdev(DEV3, on(CS1, "1", "mig"), capacity=FROM_COUNTERS)),
+            ),
+            sets(CS1),
+        ],
+        expect=[
+            local(
+                shared(REQ0, DRIVER_A, POOL1, DEV1, {CAP0: 1}),
+                shared(REQ1, DRIVER_A, POOL1, DEV3, {CAP0: 1}),
+            )
+        ],
+    )
+    two_claims = [claim(CLAIM0, request(REQ0, CLASS_A)), claim(CLAIM1, request(REQ0, CLASS_A))]
+    case(
+        "compatibility-groups-multiple-claims",
+        features=cg,
+        claims=two_claims,
+        classes=[ca],
+        slices=[
+            devices(gdev(DEV1, on(CS1, "1", "mig")), gdev(DEV2, on(CS1, "1", "mig"))),
+            sets(CS1),
+        ],
+        expect=[local(res(REQ0, DRIVER_A, POOL1, DEV1)), local(res(REQ0, DRIVER_A, POOL1, DEV2))],
+    )
+    case(
+        "compatibility-groups-multiple-claims-incompatible",
+        features=cg,
+        claims=two_claims,
+        classes=[ca],
+        slices=[
+            devices(gdev(DEV1, on(CS1, "1", "mig")), gdev(DEV2, on(CS1, "1", "vgpu"))),
+            sets(CS1),
+        ],
+        expect=None,
     )
 
 
@@ -4096,6 +4321,7 @@ _cases_basics()
 _cases_constraints_config_input()
 _cases_prioritized_list()
 _cases_partitionable()
+_cases_compatibility_groups()
 _cases_taints_binding()
 _cases_consumable()
 _cases_distinct_lists()
