@@ -41,6 +41,7 @@ DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
     "DRAExtendedResource": True,
     "DRAListTypeAttributes": False,
     "DRADeviceCompatibilityGroups": False,
+    "DRAFractionalCapacityRange": False,
     "DRANodeAllocatableResources": False,
     "DRAWorkloadResourceClaims": False,
 }

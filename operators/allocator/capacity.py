@@ -4,6 +4,12 @@ A request names amounts per capacity; a device's request policy rounds them
 (to a range step or to the next valid value) and bounds them. Capacities the
 request does not name are taken at the policy default or in full. Names are
 normalised to "driver/name" so "memory" and "<driver>/memory" are the same.
+
+Range steps are counted as upstream counts them, which depends on the
+DRAFractionalCapacityRange gate (``fractional``): off, in whole units, each of
+request, min and step rounded up to one (a 100m step is a step of 1); on, in
+milli-units where min, max and step all are whole milli-units (else in whole
+units still). Amounts are exact nano-units otherwise, and so is the search.
 """
 
 from __future__ import annotations
@@ -20,6 +26,31 @@ Consumption = dict[str, Nanos]  # fully qualified capacity name -> amount
 # Upstream rounds to a range step in signed 64-bit whole units; amounts past that (the
 # request, or the value it rounds up to) cannot be rounded there, and end the allocation.
 LARGEST_STEPPED: Nanos = (2**63 - 1) * 10**9
+UNIT: Nanos = 10**9
+MILLI: Nanos = 10**6
+LARGEST_INT64 = 2**63 - 1
+
+
+def _up(amount: Nanos, unit: Nanos) -> int:
+    """The amount in ``unit``s, rounded up (as a Quantity's Value() and MilliValue())."""
+    return -(-amount // unit)
+
+
+def _in_millis(amount: Nanos) -> bool:
+    return amount % MILLI == 0 and abs(amount // MILLI) <= LARGEST_INT64
+
+
+def step_unit(policy: RequestPolicy, fractional: bool) -> Nanos:
+    """The unit the policy's range steps are counted in: milli-units with the gate on when
+    min, max and step all are whole milli-units (and the step at least one), else whole
+    units."""
+    if fractional:
+        bounds = (policy.range_min, policy.range_max, policy.range_step)
+        if all(b is None or _in_millis(b) for b in bounds) and (
+            policy.range_step is None or policy.range_step >= MILLI
+        ):
+            return MILLI
+    return UNIT
 
 
 def qualified(name: str, driver: str) -> str:
@@ -73,11 +104,13 @@ def resolve_requests(
     return out
 
 
-def consumed_amount(requested: Nanos | None, entry: CapacityEntry, name: str = "") -> Nanos:
+def consumed_amount(
+    requested: Nanos | None, entry: CapacityEntry, name: str = "", fractional: bool = False
+) -> Nanos:
     """Amount a request consumes from one capacity after policy rounding.
 
-    Raises CapacityRequestError when a request to round to a step is too large for
-    upstream's arithmetic (see LARGEST_STEPPED)."""
+    Raises CapacityRequestError when a request to round to a step cannot be counted in
+    upstream's arithmetic (see LARGEST_STEPPED and step_unit)."""
     policy = entry.policy
     if requested is None:
         if policy is not None and policy.default is not None:
@@ -91,19 +124,29 @@ def consumed_amount(requested: Nanos | None, entry: CapacityEntry, name: str = "
             return low
         if policy.range_step is None:
             return requested
-        if requested > LARGEST_STEPPED:
+        unit = step_unit(policy, fractional)
+        if unit == MILLI:
+            if not _in_millis(requested):
+                raise CapacityRequestError(
+                    f"capacity {name!r}: the capacity request cannot be represented for "
+                    "rounding to a step: it is not a 64-bit number of milli-units"
+                )
+        elif requested > LARGEST_STEPPED:
             raise CapacityRequestError(
                 f"capacity {name!r}: the capacity request cannot be represented for "
                 "rounding to a step: it is above the largest 64-bit integer"
             )
-        steps = -((low - requested) // policy.range_step)  # ceil
-        rounded = low + steps * policy.range_step
-        if low >= 0 and rounded > LARGEST_STEPPED:
+        # Each rounded up to the unit: exact in milli-units, where all three are whole.
+        base, step = _up(low, unit), _up(policy.range_step, unit)
+        rounded = base + _up(_up(requested, unit) - base, step) * step
+        # Upstream's integer check holds only from a min of zero up; its milli one always.
+        if rounded > LARGEST_INT64 and (unit == MILLI or base >= 0):
+            what = "number of milli-units" if unit == MILLI else "integer"
             raise CapacityRequestError(
                 f"capacity {name!r}: the capacity request cannot be represented once "
-                "rounded up to the next step: that is above the largest 64-bit integer"
+                f"rounded up to the next step: that is above the largest 64-bit {what}"
             )
-        return rounded
+        return rounded * unit
     if policy.valid_values is not None:
         for value in policy.valid_values:
             if requested <= value:
@@ -111,7 +154,7 @@ def consumed_amount(requested: Nanos | None, entry: CapacityEntry, name: str = "
     return requested
 
 
-def violates_policy(amount: Nanos, policy: RequestPolicy | None) -> bool:
+def violates_policy(amount: Nanos, policy: RequestPolicy | None, fractional: bool = False) -> bool:
     if policy is None:
         return False
     if policy.default is not None and amount == policy.default:
@@ -120,14 +163,21 @@ def violates_policy(amount: Nanos, policy: RequestPolicy | None) -> bool:
         if policy.range_max is not None and amount > policy.range_max:
             return True
         if policy.range_step is not None and policy.range_min is not None:
-            return (amount - policy.range_min) % policy.range_step != 0
+            unit = step_unit(policy, fractional)
+            if unit == MILLI and not _in_millis(amount):
+                return True
+            # Counted in the unit as consumed_amount counts, each rounded up to it.
+            offset = _up(amount, unit) - _up(policy.range_min, unit)
+            return offset % _up(policy.range_step, unit) != 0
         return False
     if policy.valid_values:
         return amount not in policy.valid_values
     return False
 
 
-def consumption(requests: Mapping[str, Nanos] | None, device: CompiledDevice) -> Consumption | None:
+def consumption(
+    requests: Mapping[str, Nanos] | None, device: CompiledDevice, fractional: bool = False
+) -> Consumption | None:
     """What a request would consume on every capacity of the device.
 
     None if the device cannot serve the request at all (unknown capacity name
@@ -141,12 +191,12 @@ def consumption(requests: Mapping[str, Nanos] | None, device: CompiledDevice) ->
     out: Consumption = {}
     capacity = device_capacity(device)
     for key, (_, entry) in capacity.items():
-        amount = consumed_amount(resolved.get(key), entry, key)
+        amount = consumed_amount(resolved.get(key), entry, key, fractional)
         if amount < 0:
             raise CapacityRequestError(f"capacity {key!r}: capacity value is negative")
         out[key] = amount
     for key, (_, entry) in capacity.items():
-        if violates_policy(out[key], entry.policy):
+        if violates_policy(out[key], entry.policy, fractional):
             return None
     return out
 
@@ -156,9 +206,10 @@ def fits(
     device: CompiledDevice,
     in_use: Mapping[str, Nanos] | None,
     allocating: Mapping[str, Nanos] | None,
+    fractional: bool = False,
 ) -> bool:
     """Whether the request fits next to what is allocated and being allocated."""
-    wanted = consumption(requests, device)
+    wanted = consumption(requests, device, fractional)
     if wanted is None:
         return False
     capacity = device_capacity(device)

@@ -134,9 +134,10 @@ class CompiledDevice:
     # its slice changes, so "per (expression, device, slice generation)".
     selector_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     view_cache: list[Any] = field(default_factory=list, repr=False, compare=False)
-    # Whether a request (by its capacity requests) fits while no share of the
-    # device is in use: fixed for the device, asked once per candidate and pod.
-    idle_fit_cache: dict[tuple[tuple[str, Nanos], ...], bool] = field(
+    # Whether a request (by the DRAFractionalCapacityRange gate and its capacity requests)
+    # fits while no share of the device is in use: fixed for the device, asked once per
+    # candidate and pod.
+    idle_fit_cache: dict[tuple[bool, tuple[tuple[str, Nanos], ...]], bool] = field(
         default_factory=dict, repr=False, compare=False
     )
     # Exclusive allocation results of this device, by id of the request (the entry keeps

@@ -2,7 +2,8 @@
 
 Upstream maps Kubernetes feature gates onto a small set of allocator flags;
 this module is that mapping. The defaults are the upstream defaults of the
-newest release (GA and beta features on, alpha features off).
+newest release (GA and beta features on, alpha features off; one beta gate is
+off too, see ``fractional_capacity_range``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ GATE_TO_FIELD: Mapping[str, str] = {
     "DRADeviceBindingConditions": "device_binding_conditions",
     "DRAListTypeAttributes": "list_type_attributes",
     "DRADeviceCompatibilityGroups": "compatibility_groups",
+    "DRAFractionalCapacityRange": "fractional_capacity_range",
 }
 
 
@@ -40,6 +42,10 @@ class Features:
     list_type_attributes: bool = False
     # Alpha in 1.37. Off, slices that declare groups are left out (their pools incomplete).
     compatibility_groups: bool = False
+    # Beta in 1.37, but on only with --min-compatibility-version=1.37, which a 1.37 control
+    # plane does not have by default (it stays compatible with 1.36): range steps of consumable
+    # capacity are counted in whole units, a 100m step as a step of 1 (capacity.py).
+    fractional_capacity_range: bool = False
 
     @classmethod
     def none(cls) -> Features:

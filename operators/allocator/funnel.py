@@ -321,7 +321,11 @@ class Explainer:
                 if found is not None and not found.admits(groups_of(device, i)):
                     return "compatible", None
         if self.features.consumable_capacity and not cap.fits(
-            request.capacity_requests, device, self.allocated.capacity_in_use(device.id), None
+            request.capacity_requests,
+            device,
+            self.allocated.capacity_in_use(device.id),
+            None,
+            self.features.fractional_capacity_range,
         ):
             return "fitting", None
         if device.consumes_counters:

@@ -653,22 +653,25 @@ class Search:
         if in_use is None and allocating is None:
             if not requests and device.plain_capacity:
                 return True  # nothing asked for, nothing shared: each capacity taken whole fits
-            key = tuple(sorted(requests.items())) if requests else ()
+            # The gate is part of the key: a compiled device may serve states that differ.
+            fractional = self.inputs.features.fractional_capacity_range
+            key = (fractional, tuple(sorted(requests.items())) if requests else ())
             cached = device.idle_fit_cache.get(key)
             if cached is None:
                 cached = device.idle_fit_cache[key] = self._fits(request, device, None, None)
             return cached
         return self._fits(request, device, in_use, allocating)
 
-    @staticmethod
     def _fits(
+        self,
         request: CompiledRequest,
         device: CompiledDevice,
         in_use: Mapping[str, Nanos] | None,
         allocating: Mapping[str, Nanos] | None,
     ) -> bool:
+        fractional = self.inputs.features.fractional_capacity_range
         try:
-            return cap.fits(request.capacity_requests, device, in_use, allocating)
+            return cap.fits(request.capacity_requests, device, in_use, allocating, fractional)
         except CapacityRequestError:
             raise
         except AllocationError:
@@ -774,7 +777,8 @@ class Search:
                 self._undo(ci, device, pool, name, parent, shared, reserved, None, False, False)
                 return None
             if shared:
-                consumed = cap.consumption(request.capacity_requests, device) or {}
+                fractional = features.fractional_capacity_range
+                consumed = cap.consumption(request.capacity_requests, device, fractional) or {}
                 share_id = str(uuid.uuid4())
                 existed = did in self.allocating_capacity
                 totals = self.allocating_capacity.setdefault(did, {})

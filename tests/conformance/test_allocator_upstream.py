@@ -285,6 +285,20 @@ def policy_range(device: dict[str, Any], capacity: Mapping[str, int]) -> dict[st
     return {**device, "capacity": caps}
 
 
+def policy_fractional(device: dict[str, Any], capacity: Mapping[str, int]) -> dict[str, Any]:
+    """Upstream's withFractionalCapacityRequestPolicyRange: 200m to 1 in steps of 100m."""
+    caps = dict(device.get("capacity") or {})
+    for name, value in capacity.items():
+        caps[name] = {
+            "value": str(value),
+            "requestPolicy": {
+                "default": "200m",
+                "validRange": {"min": "200m", "step": "100m", "max": "1"},
+            },
+        }
+    return {**device, "capacity": caps}
+
+
 def policy_values(
     device: dict[str, Any], default: int, capacity: Mapping[str, int], more: Sequence[int] = ()
 ) -> dict[str, Any]:
@@ -3051,6 +3065,24 @@ def _cases_consumable() -> None:
         classes=[multi_a],
         slices=sl(policy_range(multi(dev(DEV1)), {CAP0: 4})),
         expect=[local(shared(REQ0, DRIVER_A, POOL1, DEV1, {CAP0: 4}))],
+    )
+    # DRAFractionalCapacityRange: off, the 100m step counts as 1 (as do min and request);
+    # on, the steps are counted in milli-units.
+    case(
+        "consumable-capacity-fractional-range-gate-disabled",
+        features=cc,
+        claims=[claim(CLAIM0, r(REQ0, "200m"))],
+        classes=[multi_a],
+        slices=sl(policy_fractional(multi(dev(DEV1)), {CAP0: 1})),
+        expect=[local(shared(REQ0, DRIVER_A, POOL1, DEV1, {CAP0: 1}))],
+    )
+    case(
+        "consumable-capacity-fractional-range-gate-enabled-round-up",
+        features=(*cc, "fractional_capacity_range"),
+        claims=[claim(CLAIM0, r(REQ0, "250m"))],
+        classes=[multi_a],
+        slices=sl(policy_fractional(multi(dev(DEV1)), {CAP0: 1})),
+        expect=[local(shared(REQ0, DRIVER_A, POOL1, DEV1, {CAP0: "300m"}))],
     )
     case(
         "consumable-capacity-multi-allocatable-device-with-valid-values-policy",

@@ -17,6 +17,7 @@ from operators.allocator.compiled import (
     compile_device,
 )
 from operators.allocator.constraints import DistinctAttribute, MatchAttribute, _Scope
+from operators.allocator.errors import CapacityRequestError
 from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError, merge_terms
 from operators.allocator.quantities import to_nanos
 from operators.api.quantity import NANO, Quantity, QuantityParseError
@@ -93,14 +94,15 @@ def test_merge_terms_deduplicates_and_rejects_multi_term() -> None:
 
 
 def test_capacity_policy_rounding() -> None:
+    two, four = 2 * NANO, 4 * NANO
     ranged = CapacityEntry(
         Quantity("10"),
-        RequestPolicy(default=2, range_min=2, range_max=4, range_step=2, has_range=True),
+        RequestPolicy(default=two, range_min=two, range_max=four, range_step=two, has_range=True),
     )
-    assert consumed_amount(None, ranged) == 2
-    assert consumed_amount(1, ranged) == 2
-    assert consumed_amount(3, ranged) == 4
-    assert violates_policy(6, ranged.policy)
+    assert consumed_amount(None, ranged) == two
+    assert consumed_amount(1 * NANO, ranged) == two
+    assert consumed_amount(3 * NANO, ranged) == four
+    assert violates_policy(6 * NANO, ranged.policy)
     values = CapacityEntry(Quantity("3"), RequestPolicy(default=1, valid_values=(1, 3)))
     assert consumed_amount(2, values) == 3
     assert consumed_amount(5, values) == 5 and violates_policy(5, values.policy)
@@ -108,14 +110,27 @@ def test_capacity_policy_rounding() -> None:
     assert consumed_amount(None, plain) == 8 * NANO
 
 
-def test_fractional_range_steps_stay_exact() -> None:
+def test_fractional_range_steps_follow_the_gate() -> None:
     entry = CapacityEntry(
         Quantity("4"),
         RequestPolicy(range_min=to_nanos("100m"), range_step=to_nanos("250m"), has_range=True),
     )
-    assert consumed_amount(to_nanos("0.4"), entry) == to_nanos("600m")
-    assert not violates_policy(to_nanos("600m"), entry.policy)
-    assert violates_policy(to_nanos("0.5"), entry.policy)
+    # DRAFractionalCapacityRange on: milli-units, exact.
+    assert consumed_amount(to_nanos("0.4"), entry, fractional=True) == to_nanos("600m")
+    assert not violates_policy(to_nanos("600m"), entry.policy, fractional=True)
+    assert violates_policy(to_nanos("0.5"), entry.policy, fractional=True)
+    assert violates_policy(to_nanos("350500u"), entry.policy, fractional=True)
+    with pytest.raises(CapacityRequestError, match="milli-units"):
+        consumed_amount(to_nanos("400500u"), entry, fractional=True)
+    # Off (the default): min, step and request each count as one whole unit.
+    assert consumed_amount(to_nanos("0.4"), entry) == NANO
+    assert not violates_policy(to_nanos("0.5"), entry.policy)
+    # On, but a step finer than a milli-unit: whole units again, as upstream.
+    fine = CapacityEntry(
+        Quantity("4"),
+        RequestPolicy(range_min=to_nanos("1"), range_step=to_nanos("1u"), has_range=True),
+    )
+    assert consumed_amount(to_nanos("1.5"), fine, fractional=True) == 2 * NANO
 
 
 def test_consumption_resolves_capacity_names_with_the_driver_domain() -> None:
