@@ -345,7 +345,8 @@ def k8s_minor(bin_dir: Path) -> int:
 # The DRA feature gates Kubernetes 1.37 (the current stable release, the testbed's default)
 # has on by default but an older release (the version matrix, testbed/matrix) has off, per
 # minor: with --dra the testbed turns them on, so in-tree DRA behaves as in 1.37 as far as the
-# older release can. 1.37's DRAFractionalCapacityRange (beta) has no gate before 1.37.
+# older release can. 1.37's DRAFractionalCapacityRange (beta, yet off unless
+# --min-compatibility-version=1.37) has no gate before 1.37.
 # DeviceTaintRule is also served where v1 lacks it: v1beta2 in 1.36, v1alpha3 before.
 DRA_GATES_BY_MINOR = {
     37: (),
@@ -377,6 +378,24 @@ def dra_gates(state: State) -> list[str]:
 WORKLOAD_API_GATE = "GenericWorkload"
 WORKLOAD_API_VERSION = "scheduling.k8s.io/v1beta1"
 WORKLOAD_API_MIN_MINOR = 37
+
+
+# Alpha DRA fields that the API server drops from the objects it stores unless their gate
+# is on, per minor: with --dra the API server alone gets these gates, so that slices keep
+# the fields (a device's compatibilityGroups in 1.37) and dralloc's allocator sees them when
+# its own gate is on. kube-scheduler and kcm keep their defaults: off, they leave such slices
+# alone, as dralloc does with its default.
+DRA_FIELD_GATES_BY_MINOR = {37: ("DRADeviceCompatibilityGroups",)}
+
+
+def apiserver_feature_gates(state: State) -> list[str]:
+    """The API server's --feature-gates: every component's (feature_gates) and, with in-tree
+    DRA on, the gates of the fields it would drop (DRA_FIELD_GATES_BY_MINOR)."""
+    gates = [item for flag in feature_gates(state) for item in flag.split("=", 1)[1].split(",")]
+    if state.dra:
+        minor = k8s_minor(Path(state.bin))
+        gates.extend(f"{gate}=true" for gate in DRA_FIELD_GATES_BY_MINOR.get(minor, ()))
+    return [f"--feature-gates={','.join(gates)}"] if gates else []
 
 
 def feature_gates(state: State) -> list[str]:
@@ -611,7 +630,7 @@ def _start_all(state: State, bin_dir: Path, pki: Path, kubeconfig: Path) -> None
             "--profiling=true",  # /debug/pprof for admins: where the API server spends CPU
             f"--cert-dir={pki}",
             *audit_args(state_dir),
-            *feature_gates(state),
+            *apiserver_feature_gates(state),
             *runtime_config(state),
         ],
     )

@@ -56,6 +56,23 @@ def test_gates_by_version(
     assert control.dra_runtime_config(s) == runtime_config
 
 
+@pytest.mark.parametrize(
+    ("version", "dra", "field_gate"),
+    [("v1.37.2", True, True), ("v1.37.2", False, False), ("v1.36.3", True, False)],
+)
+def test_the_api_server_keeps_alpha_dra_fields(
+    control: ModuleType, tmp_path: Path, version: str, dra: bool, field_gate: bool
+) -> None:
+    """In-tree, a slice's compatibilityGroups survive only if the API server has their gate
+    (1.37); the other components keep their defaults."""
+    s = state(control, tmp_path, version, dra=dra)
+    flags = control.apiserver_feature_gates(s)
+    assert ("DRADeviceCompatibilityGroups=true" in "".join(flags)) is field_gate
+    assert "DRADeviceCompatibilityGroups" not in "".join(control.feature_gates(s))
+    for flag in control.feature_gates(s):  # 1.36's DRADeviceTaintRules: one flag for both
+        assert len(flags) == 1 and flags[0].startswith(flag)
+
+
 def test_no_gates_without_dra(control: ModuleType, tmp_path: Path) -> None:
     s = state(control, tmp_path, "v1.34.4", dra=False)
     assert control.dra_gates(s) == [] and control.dra_runtime_config(s) == []
