@@ -42,6 +42,8 @@ DEFAULT_FEATURE_GATES: Mapping[str, bool] = {
     "DRAListTypeAttributes": False,
     "DRADeviceCompatibilityGroups": False,
     "DRAFractionalCapacityRange": False,
+    "DRADerivedAttributes": False,
+    "DRAOptionalNodeOperations": False,
     "DRANodeAllocatableResources": False,
     "DRAWorkloadResourceClaims": False,
 }

@@ -23,6 +23,8 @@ GATE_TO_FIELD: Mapping[str, str] = {
     "DRAListTypeAttributes": "list_type_attributes",
     "DRADeviceCompatibilityGroups": "compatibility_groups",
     "DRAFractionalCapacityRange": "fractional_capacity_range",
+    "DRADerivedAttributes": "derived_attributes",
+    "DRAOptionalNodeOperations": "optional_node_operations",
 }
 
 
@@ -46,6 +48,11 @@ class Features:
     # plane does not have by default (it stays compatible with 1.36): range steps of consumable
     # capacity are counted in whole units, a 100m step as a step of 1 (capacity.py).
     fractional_capacity_range: bool = False
+    # Alpha in 1.37: constraints compare values computed per device by a request's CEL.
+    derived_attributes: bool = False
+    # Alpha in 1.37: devices whose slice skips node operations (skipNodeOperations) need
+    # a node that declares DRAOptionalNodeOperations.
+    optional_node_operations: bool = False
 
     @classmethod
     def none(cls) -> Features:

@@ -165,6 +165,27 @@ DeviceSelectors = Annotated[
 DeviceTolerations = Annotated[
     tuple[DeviceToleration, ...], Field(max_length=limits.DEVICE_TOLERATIONS_MAX_LENGTH)
 ]
+# Node operations (the kubelet's gRPC calls to the driver) a slice's devices do without
+# (alpha, DRAOptionalNodeOperations). Plain strings, not an enum: the kubelet ignores values
+# it does not know, so a newer API server's values must not make the object unreadable.
+# Upstream's list is a set; dralloc's CRDs keep lists atomic, and the model refuses repeats.
+SkipNodeOperations = tuple[str, ...]
+SKIP_ALL_NODE_OPERATIONS = "*"
+
+
+def check_skip_node_operations(operations: tuple[str, ...], path: str) -> None:
+    """Each operation once, and preparing never skipped while unpreparing is not (the
+    driver would be asked to unprepare what it never prepared)."""
+    check_unique(operations, path)
+    if (
+        "NodePrepareResources" in operations
+        and "NodeUnprepareResources" not in operations
+        and SKIP_ALL_NODE_OPERATIONS not in operations
+    ):
+        raise field_error(
+            path,
+            "NodePrepareResources cannot be skipped unless NodeUnprepareResources is also skipped",
+        )
 
 
 class CapacityRequirements(KubeModel):

@@ -43,6 +43,8 @@ from operators.api.common import (
     DeviceSelectors,
     DeviceTolerations,
     OpaqueDeviceConfiguration,
+    SkipNodeOperations,
+    check_skip_node_operations,
     check_unique,
     empty_map,
     empty_tuple,
@@ -51,6 +53,26 @@ from operators.api.common import (
 from operators.api.fielderrors import field_error
 from operators.api.meta import Condition, NodeSelector, ObjectMeta
 from operators.api.quantity import Quantity
+
+
+class DeviceDerivedAttribute(NullTolerantModel):
+    """A value computed per candidate device by CEL, that constraints compare like an attribute."""
+
+    name: FullyQualifiedName
+    """The name constraints use; over a published attribute of that name, this value wins for the request."""
+    expression: Annotated[
+        str, Field(min_length=1, max_length=limits.CEL_SELECTOR_EXPRESSION_MAX_LENGTH)
+    ]
+    """CEL over `device` (as in selectors) giving a string, int, bool, semver or a list of one of them."""
+
+
+DeviceDerivedAttributes = Annotated[
+    tuple[DeviceDerivedAttribute, ...],
+    Field(
+        max_length=limits.DEVICE_DERIVED_ATTRIBUTES_MAX_SIZE,
+        json_schema_extra=unique_by("name", "derived attribute names"),
+    ),
+]
 
 
 class _CountedRequest(NullTolerantModel):
@@ -77,6 +99,7 @@ class _CountedRequest(NullTolerantModel):
     if TYPE_CHECKING:
         allocation_mode: AllocationMode | None
         count: int | None
+        derived_attributes: tuple[DeviceDerivedAttribute, ...]
 
     @model_validator(mode="after")
     def _check_count(self) -> Self:
@@ -85,6 +108,7 @@ class _CountedRequest(NullTolerantModel):
                 raise field_error("count", "must not be set when allocationMode is All")
         elif self.count is not None and self.count <= 0:
             raise field_error("count", "must be greater than zero")
+        check_unique((a.name for a in self.derived_attributes), "derivedAttributes", "name")
         return self
 
     @property
@@ -116,6 +140,8 @@ class ExactDeviceRequest(_CountedRequest):
     """Taints this request tolerates."""
     capacity: CapacityRequirements | None = None
     """Consumable capacity needed from each device."""
+    derived_attributes: DeviceDerivedAttributes = empty_tuple()
+    """Values computed per device for the claim's constraints (alpha, DRADerivedAttributes)."""
 
 
 class DeviceSubRequest(_CountedRequest):
@@ -135,6 +161,8 @@ class DeviceSubRequest(_CountedRequest):
     """Taints this alternative tolerates."""
     capacity: CapacityRequirements | None = None
     """Consumable capacity needed from each device."""
+    derived_attributes: DeviceDerivedAttributes = empty_tuple()
+    """Values computed per device for the claim's constraints (alpha, DRADerivedAttributes)."""
 
 
 class DeviceRequest(NullTolerantModel):
@@ -229,13 +257,46 @@ class DeviceClaim(NullTolerantModel):
             _check_references(constraint.requests, known, f"constraints[{i}].requests")
         for i, config in enumerate(self.config):
             _check_references(config.requests, known, f"config[{i}].requests")
+        self._check_derived_used()
         return self
+
+    def _check_derived_used(self) -> None:
+        """A derived attribute no constraint of its request reads would be computed for
+        nothing: refused, as the API server refuses it."""
+        used: dict[str, set[str]] = {}  # request reference ("" for every request) -> names
+        for constraint in self.constraints:
+            name = constraint.match_attribute or constraint.distinct_attribute or ""
+            for ref in constraint.requests or ("",):
+                used.setdefault(ref, set()).add(name)
+        everywhere = used.get("", set())
+        for i, request in enumerate(self.requests):
+            own = used.get(request.name, set())
+            if request.exactly is not None:
+                for k, attr in enumerate(request.exactly.derived_attributes):
+                    if attr.name not in everywhere and attr.name not in own:
+                        raise field_error(
+                            f"requests[{i}].exactly.derivedAttributes[{k}].name", _UNUSED_DERIVED
+                        )
+            for j, sub in enumerate(request.first_available):
+                mine = used.get(f"{request.name}/{sub.name}", set())
+                for k, attr in enumerate(sub.derived_attributes):
+                    if attr.name not in everywhere and attr.name not in own | mine:
+                        raise field_error(
+                            f"requests[{i}].firstAvailable[{j}].derivedAttributes[{k}].name",
+                            _UNUSED_DERIVED,
+                        )
 
     def request(self, name: str) -> DeviceRequest | None:
         for request in self.requests:
             if request.name == name:
                 return request
         return None
+
+
+_UNUSED_DERIVED = (
+    "must be referenced by at least one matchAttribute or distinctAttribute constraint "
+    "targeting this request"
+)
 
 
 def _check_references(refs: tuple[str, ...], known: set[str], path: str) -> None:
@@ -285,6 +346,14 @@ class DeviceRequestAllocationResult(NullTolerantModel):
     """Identifies this share of a device that allows multiple allocations (lowercase UUID)."""
     consumed_capacity: dict[QualifiedName, Quantity] = empty_map()
     """Capacity consumed from a device that allows multiple allocations."""
+    skip_node_operations: SkipNodeOperations = empty_tuple()
+    """Copied from the device's slice: kubelet calls to the driver skipped for this device (alpha, DRAOptionalNodeOperations)."""
+
+    @model_validator(mode="after")
+    def _check_skips(self) -> DeviceRequestAllocationResult:
+        if self.skip_node_operations:
+            check_skip_node_operations(self.skip_node_operations, "skipNodeOperations")
+        return self
 
     @property
     def device_id(self) -> tuple[str, str, str]:

@@ -41,6 +41,8 @@ from operators.api.base import (
 from operators.api.common import (
     API_VERSION,
     DeviceTaint,
+    SkipNodeOperations,
+    check_skip_node_operations,
     check_unique,
     empty_map,
     empty_tuple,
@@ -563,6 +565,8 @@ class ResourceSliceSpec(KubeModel):
         ),
     ] = empty_tuple()
     """Counter sets that devices of the pool draw from; a slice has devices or counters, not both."""
+    skip_node_operations: SkipNodeOperations = empty_tuple()
+    """Kubelet calls to the driver these devices do without: NodePrepareResources, NodeUnprepareResources or * (alpha, DRAOptionalNodeOperations)."""
 
     @model_validator(mode="after")
     def _check(self) -> ResourceSliceSpec:
@@ -595,6 +599,8 @@ class ResourceSliceSpec(KubeModel):
             self._check_devices(devices)
         if self.shared_counters:
             check_unique((c.name for c in self.shared_counters), "sharedCounters", "name")
+        if self.skip_node_operations:
+            check_skip_node_operations(self.skip_node_operations, "skipNodeOperations")
         return self
 
     def _check_devices(self, devices: tuple[Device, ...]) -> None:
