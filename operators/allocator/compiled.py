@@ -126,6 +126,9 @@ class CompiledDevice:
     # Per entry of consumes_counters, the groups it declares (DRADeviceCompatibilityGroups);
     # empty when no entry declares any, as for nearly every device.
     compatibility_groups: tuple[frozenset[str], ...] = ()
+    # The slice's skipNodeOperations: such a device needs a node that declares
+    # DRAOptionalNodeOperations, and its results carry them (the kubelet reads them there).
+    skip_node_operations: tuple[str, ...] = ()
     # What a selector sees of the device (driver, attributes, capacities), one shared
     # object for every device that looks the same (see ``_look``): the evaluator keys its
     # views and results by it.
@@ -260,6 +263,8 @@ class CompiledRequest:
     tolerations: tuple[Toleration, ...]
     tolerations_raw: tuple[Mapping[str, Any], ...]
     capacity_requests: Mapping[str, Nanos] | None  # None: no capacity field
+    # (name, CEL expression) of the request's derived attributes, in the claim's order.
+    derived_attributes: tuple[tuple[str, str], ...] = ()
     # What the device index counts by (class plus selector expressions); set once here
     # because find_node needs it for every request of every pod.
     signature: RequestSignature = field(init=False, repr=False, compare=False)
@@ -388,6 +393,7 @@ def compile_device(
     slice_name: str,
     data: Mapping[str, Any],
     slice_node: tuple[bool, str | None, NodeSelector | None] = (False, None, None),
+    skip_node_operations: tuple[str, ...] = (),
 ) -> CompiledDevice:
     name = str(data["name"])
     capacity = {
@@ -429,6 +435,7 @@ def compile_device(
         plain_capacity=all(e.policy is None and e.value >= 0 for e in capacity.values()),
         compatibility_groups=groups if any(groups) else (),
         look=look,
+        skip_node_operations=skip_node_operations,
     )
 
 
@@ -475,6 +482,7 @@ def compile_slice(obj: Any) -> CompiledSlice:
     per_device = bool(spec.get("perDeviceNodeSelection"))
     node_name = spec.get("nodeName") or None
     slice_node = (per_device, node_name, node_selector)
+    skips = tuple(str(op) for op in spec.get("skipNodeOperations") or ())
     return CompiledSlice(
         name=name,
         driver=driver,
@@ -487,7 +495,7 @@ def compile_slice(obj: Any) -> CompiledSlice:
         all_nodes=bool(spec.get("allNodes")),
         per_device=per_device,
         devices=tuple(
-            compile_device(driver, pool_name, name, d, slice_node)
+            compile_device(driver, pool_name, name, d, slice_node, skips)
             for d in spec.get("devices") or ()
         ),
         shared_counters=tuple(
@@ -543,6 +551,10 @@ def _compile_request(data: Mapping[str, Any], parent: str | None, name: str) -> 
         tolerations=tuple(_parse_toleration(t) for t in tolerations_raw),
         tolerations_raw=tolerations_raw,
         capacity_requests=requests,
+        derived_attributes=tuple(
+            (str(a.get("name", "")), str(a.get("expression", "")))
+            for a in data.get("derivedAttributes") or ()
+        ),
     )
 
 

@@ -9,6 +9,7 @@ not just the last device of each request as upstream's code does.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -17,6 +18,27 @@ from operators.allocator.compiled import (
     CompiledConstraint,
     CompiledDevice,
 )
+
+# Computes a derived attribute: (request, parent, attribute name, expression, device).
+Derive = Callable[[str, str | None, str, str, CompiledDevice], AttributeValue]
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedAttributes:
+    """The derived attributes of a claim's requests (DRADerivedAttributes), for the
+    constraints that compare them: for such a request the computed value stands in for
+    a published attribute of that name, for the others nothing changes."""
+
+    # (request, parent) -> attribute name -> CEL expression
+    expressions: Mapping[tuple[str, str | None], Mapping[str, str]]
+    derive: Derive
+
+    def expression(self, request: str, parent: str | None, attribute: str) -> str | None:
+        own = self.expressions.get((request, parent))
+        return own.get(attribute) if own is not None else None
+
+    def names(self) -> frozenset[str]:
+        return frozenset(name for own in self.expressions.values() for name in own)
 
 
 def _as_set(attr: AttributeValue) -> tuple[str, frozenset[Any]] | None:
@@ -50,18 +72,36 @@ class _AttributeConstraint:
     attribute: str
     lists: bool
     stack: list[Any] = field(default_factory=list)
+    # Set only when some request of the claim derives this attribute.
+    derived: DerivedAttributes | None = None
 
     kind: ClassVar[str]  # the API field, for messages
 
     def add(self, request: str, parent: str | None, device: CompiledDevice) -> bool:
         if not self.scope.applies(request, parent):
             return True
-        attr = device.lookup_attribute(self.attribute)
+        derived = self.derived
+        expression = (
+            None if derived is None else derived.expression(request, parent, self.attribute)
+        )
+        if expression is None:
+            attr = device.lookup_attribute(self.attribute)
+        else:
+            assert derived is not None
+            attr = derived.derive(request, parent, self.attribute, expression, device)
         entry = None if attr is None else self._entry(attr)
         if entry is None:
             return False
         self.stack.append(entry)
         return True
+
+    def derives(self, request: str, parent: str | None) -> bool:
+        """Whether the request computes this attribute rather than reading it (then the
+        published values, which ``rejects`` and ``pin`` look at, say nothing)."""
+        derived = self.derived
+        return derived is not None and (
+            derived.expression(request, parent, self.attribute) is not None
+        )
 
     def remove(self, request: str, parent: str | None, device: CompiledDevice) -> None:
         if self.scope.applies(request, parent):
@@ -151,13 +191,19 @@ class DistinctAttribute(_AttributeConstraint):
 Constraint = MatchAttribute | DistinctAttribute
 
 
-def build_constraint(spec: CompiledConstraint, lists: bool) -> Constraint | None:
-    """The runtime checker for a constraint, or None for an unknown constraint type."""
+def build_constraint(
+    spec: CompiledConstraint, lists: bool, derived: DerivedAttributes | None = None
+) -> Constraint | None:
+    """The runtime checker for a constraint, or None for an unknown constraint type.
+    ``derived``: the claim's derived attributes, if it has any."""
     scope = _Scope(frozenset(spec.requests))
+    attribute = spec.match_attribute or spec.distinct_attribute
+    if derived is not None and attribute not in derived.names():
+        derived = None  # no request derives it: the published attribute, as without
     if spec.match_attribute is not None:
-        return MatchAttribute(scope, spec.match_attribute, lists)
+        return MatchAttribute(scope, spec.match_attribute, lists, derived=derived)
     if spec.distinct_attribute is not None:
-        return DistinctAttribute(scope, spec.distinct_attribute, lists)
+        return DistinctAttribute(scope, spec.distinct_attribute, lists, derived=derived)
     return None
 
 

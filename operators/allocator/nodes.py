@@ -24,12 +24,16 @@ class NodeSelectorError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """What the allocator needs to know about a node: its name and labels."""
+    """What the allocator needs to know about a node: its name, labels and the features its
+    kubelet declares (``status.declaredFeatures``)."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Only a device that skips node operations asks (DRAOptionalNodeOperations).
+    declared_features: frozenset[str] = frozenset()
     # Hashable identity for caches that depend on name and labels (computed once:
-    # find_node asks for it per node and per pod).
+    # find_node asks for it per node and per pod). Declared features are left out: which
+    # slices and pools a node reaches does not depend on them.
     key: tuple[str, tuple[tuple[str, str], ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -44,7 +48,12 @@ class NodeInfo:
             return cls(name=node)
         data = as_dict(node)
         meta = data.get("metadata") or {}
-        return cls(name=meta.get("name", ""), labels=dict(meta.get("labels") or {}))
+        features = (data.get("status") or {}).get("declaredFeatures") or ()
+        return cls(
+            name=meta.get("name", ""),
+            labels=dict(meta.get("labels") or {}),
+            declared_features=frozenset(str(f) for f in features),
+        )
 
 
 @dataclass(frozen=True, slots=True)

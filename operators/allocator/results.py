@@ -36,6 +36,9 @@ class DeviceResult:
     consumed_qualified: Mapping[str, Nanos] | None = None
     # The DeviceClass the request named (for quotas; not part of the written result).
     device_class: str = ""
+    # Copied from the device's slice (DRAOptionalNodeOperations): the kubelet skips these
+    # calls to the driver, and kube-scheduler keeps the pod off nodes that cannot.
+    skip_node_operations: tuple[str, ...] = ()
     # usage(), made on first use: results are shared by pods (search.py), so is this.
     _used: UsedDevice | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -76,6 +79,8 @@ class DeviceResult:
             out["consumedCapacity"] = {
                 name: str(amount) for name, amount in self.consumed_capacity.items()
             }
+        if self.skip_node_operations:
+            out["skipNodeOperations"] = list(self.skip_node_operations)
         return out
 
 

@@ -20,6 +20,7 @@ from operators.allocator import capacity as cap
 from operators.allocator.allocated import AllocatedDevices
 from operators.allocator.compatibility import GroupTracker
 from operators.allocator.compiled import (
+    AttributeValue,
     CompiledClaim,
     CompiledClass,
     CompiledDevice,
@@ -33,6 +34,7 @@ from operators.allocator.compiled import (
 from operators.allocator.constraints import (
     AttributePin,
     Constraint,
+    DerivedAttributes,
     MatchAttribute,
     build_constraint,
 )
@@ -56,6 +58,8 @@ from operators.allocator.selectors import (
 )
 
 MAX_DEVICES_PER_CLAIM = 32  # AllocationResultsMaxSize
+# What a node declares in status.declaredFeatures when its kubelet can skip node operations.
+OPTIONAL_NODE_OPERATIONS = "DRAOptionalNodeOperations"
 DEFAULT_BUDGET = 1_000_000  # allocateOne steps per node
 
 _NO, _DONE, _MAX = 0, 1, 2  # outcomes of one search step
@@ -120,6 +124,9 @@ class Search:
     # Set by _prepare: no request can make the search backtrack by its own shape (see
     # _straight_through), so the first free devices that pass are the search's answer.
     straight: bool = False
+    # Set by _prepare: devices that skip node operations may be taken on this node (the
+    # gate is on and the node declares it can do without those kubelet calls).
+    node_operations: bool = False
 
     # --- entry point ---------------------------------------------------------
 
@@ -151,6 +158,10 @@ class Search:
         features = self.inputs.features
         if self.inputs.quotas is not None:
             self.quota = self.inputs.quotas.tally(self.claims)
+        self.node_operations = (
+            features.optional_node_operations
+            and OPTIONAL_NODE_OPERATIONS in self.node.declared_features
+        )
         straight = True
         for ci, claim in enumerate(self.claims):
             min_devices = 0
@@ -211,8 +222,9 @@ class Search:
                     )
                 min_devices += least
             checkers: list[Constraint] = []
+            derived = self._derived_attributes(ci) if features.derived_attributes else None
             for i, spec in enumerate(claim.constraints):
-                checker = build_constraint(spec, features.list_type_attributes)
+                checker = build_constraint(spec, features.list_type_attributes, derived)
                 if checker is None:
                     raise AllocationError(
                         f"claim {claim.ref}, constraint #{i}: empty constraint (unsupported constraint type?)"
@@ -222,9 +234,49 @@ class Search:
             self.picked.append([])
         self.straight = straight
 
+    def _derived_attributes(self, ci: int) -> DerivedAttributes | None:
+        """The claim's derived attributes, for its constraints (None: it has none)."""
+        expressions: dict[tuple[str, str | None], dict[str, str]] = {}
+        for request in self.claims[ci].requests:
+            for variant in (request.exactly, *request.first_available):
+                if variant is not None and variant.derived_attributes:
+                    expressions[(variant.name, variant.parent)] = dict(variant.derived_attributes)
+        if not expressions:
+            return None
+        claim = self.claims[ci]
+        evaluator = self.inputs.evaluator
+
+        def derive(
+            request: str, parent: str | None, name: str, expression: str, device: CompiledDevice
+        ) -> AttributeValue:
+            # Like a selector's error, a derived attribute's ends the allocation: a value
+            # that cannot be computed must not quietly fail (or pass) a constraint.
+            shown = f"{parent}/{request}" if parent else request
+            try:
+                return evaluator.derive(expression, device)
+            except SelectorCompileError as err:
+                raise AllocationError(
+                    f"claim {claim.ref}, request {shown}: derived attribute {name}: "
+                    f"CEL compile error: {err}"
+                ) from None
+            except SelectorRuntimeError as err:
+                raise AllocationError(
+                    f"claim {claim.ref}, request {shown}: derived attribute {name} on device "
+                    f"{'/'.join(device.id)}: CEL runtime error: {err}"
+                ) from None
+
+        return DerivedAttributes(expressions, derive)
+
     def _validate(
         self, claim: CompiledClaim, request: CompiledRequest, key: tuple[int, int, int]
     ) -> _RequestData:
+        if request.derived_attributes and not self.inputs.features.derived_attributes:
+            # Refused rather than ignored: without its values a constraint would compare
+            # published attributes the user did not mean.
+            raise AllocationError(
+                f"claim {claim.ref}, request {request.name}: cannot handle request with "
+                "derived attributes, the feature is disabled"
+            )
         for i, selector in enumerate(request.selectors):
             if selector.expression is None:
                 raise AllocationError(
@@ -349,6 +401,8 @@ class Search:
                             if did in allocating or did in exclusive:
                                 continue
                             if not self._selectable(key, rd, device):
+                                continue
+                            if device.skip_node_operations and not self.node_operations:
                                 continue
                             if consumable and (
                                 device.allow_multiple
@@ -486,6 +540,7 @@ class Search:
                 if isinstance(c, MatchAttribute)
                 and c.stack
                 and c.scope.applies(request.name, request.parent)
+                and not c.derives(request.name, request.parent)
             ]
             if checkers
             else ()
@@ -736,6 +791,8 @@ class Search:
             return None
         if not admin and (users or did in self.inputs.allocated.exclusive):
             return None
+        if device.skip_node_operations and not self.node_operations:
+            return None
         if device.consumes_counters and not features.partitionable_devices:
             return None
         skip_counters = shared and (
@@ -868,6 +925,8 @@ class Search:
                 consumed_capacity=consumed_published,
                 consumed_qualified=item.consumed,
                 device_class=request.class_name,
+                # Taken only where allowed (see _take): the kubelet skips these calls.
+                skip_node_operations=device.skip_node_operations,
             )
             if exclusive:
                 if len(device.result_cache) > 64:

@@ -37,6 +37,27 @@ def _plain_value(attr: AttributeValue) -> Any:
     return values if attr.is_list else values[0]
 
 
+def _attribute_value(value: cel.DerivedValue) -> AttributeValue:
+    """A derived value in the form of a published attribute (versions as their text)."""
+    items = value if isinstance(value, tuple) else (value,)
+    if not items:
+        return AttributeValue("", (), False)  # an empty list: no value, like no attribute set
+    first = items[0]
+    if isinstance(first, bool):
+        kind = "bool"
+    elif isinstance(first, int):
+        kind = "int"
+    elif isinstance(first, str):
+        kind = "string"
+    else:
+        kind, items = "version", tuple(str(v) for v in items)
+    return AttributeValue(kind, items, isinstance(value, tuple))
+
+
+# Prefix of derived-attribute results among a view's selector results: an expression that
+# starts with NUL does not compile, so no selector result is ever kept under such a key.
+_DERIVED_KEY = "\x00derived:"
+
 # Kinds of device whose view is kept for sharing; past it the table starts again (devices
 # keep the view they have, so a cluster of more kinds only shares less).
 MAX_SHARED_VIEWS = 50_000
@@ -61,6 +82,7 @@ class SelectorEvaluator:
     def __init__(self, features: Features) -> None:
         self._features = features
         self._programs: dict[str, Any] = {}
+        self._derived_programs: dict[str, Any] = {}  # derived attributes (see ``derive``)
         # Devices that look the same to a selector (driver, attributes, capacities) share
         # one view and its results: the devices of a node, of a model, are mostly alike,
         # so a selector runs once per kind of device rather than once per device.
@@ -91,6 +113,48 @@ class SelectorEvaluator:
         if isinstance(program, SelectorCompileError):
             raise SelectorCompileError(*program.args)  # a new one per raise (see matches)
         return program
+
+    def _derived_program(self, expression: str) -> Any:
+        program = self._derived_programs.get(expression)
+        if program is None:
+            try:
+                # Stored, like selectors: a claim's expressions were checked when it was made.
+                program = cel.compile_derived(
+                    expression,
+                    list_attributes=self._features.list_type_attributes,
+                    consumable_capacity=self._features.consumable_capacity,
+                    stored=True,
+                )
+            except cel.CELError as err:
+                program = SelectorCompileError(str(err))
+            self._derived_programs[expression] = program
+        if isinstance(program, SelectorCompileError):
+            raise SelectorCompileError(*program.args)
+        return program
+
+    def derive(self, expression: str, device: CompiledDevice) -> AttributeValue:
+        """A derived attribute's value on the device, as constraints compare attributes;
+        raises SelectorCompileError/SelectorRuntimeError. Kept with the device's shared
+        view (devices that look alike get one value), under a key no selector has."""
+        view, results = self._shared(device)
+        key = _DERIVED_KEY + expression
+        cached = results.get(key)
+        if cached is None:
+            program = self._derived_program(expression)
+            if isinstance(view, SelectorRuntimeError):
+                cached = view
+            else:
+                if self.deadline is not None and time.monotonic() > self.deadline[0]:
+                    raise DecisionTimeout(self.deadline[1])
+                self.evaluations += 1
+                try:
+                    cached = _attribute_value(program.evaluate(view))
+                except cel.CELError as err:
+                    cached = SelectorRuntimeError(str(err))
+            results.keep(key, cached)
+        if isinstance(cached, SelectorRuntimeError):
+            raise SelectorRuntimeError(*cached.args)
+        return cached  # type: ignore[no-any-return]
 
     def compile_error(self, expression: str) -> str | None:
         """The compile error of an expression, or None if it compiles."""

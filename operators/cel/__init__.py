@@ -38,6 +38,15 @@ Device selectors
     int, str, ``Semver`` or lists of those. Capacity values are ``Quantity``
     (strings and ints are parsed).
 
+Derived attributes
+    ``compile_derived(expression, *, list_attributes=False,
+    consumable_capacity=True, stored=False) -> CompiledDerived``: the same
+    environments as selectors, but the result must be a string, int, bool,
+    semver or a list of one of them (dyn is checked at runtime).
+    ``CompiledDerived.evaluate(device, cost_limit=1_000_000)`` returns the
+    value (a list as a tuple) or raises CELEvalError / CELCostError;
+    ``estimated_cost`` is the worst-case estimate.
+
 Values
     ``Quantity`` and ``Semver`` are ``operators.api``'s types, re-exported here:
     one quantity (integer nano-units, ``Quantity("80Gi")``, comparable,
@@ -102,6 +111,7 @@ Language coverage
 from operators.api.quantity import Quantity
 from operators.api.semver import Semver
 
+from .derived import CompiledDerived, DerivedValue, compile_derived
 from .device import DeviceView
 from .errors import CELCompileError, CELCostError, CELError, CELEvalError
 from .program import evaluate
@@ -114,12 +124,15 @@ __all__ = [
     "CELError",
     "CELEvalError",
     "CelType",
+    "CompiledDerived",
     "CompiledSelector",
+    "DerivedValue",
     "DeviceView",
     "Optional",
     "Quantity",
     "Semver",
     "UInt",
+    "compile_derived",
     "compile_selector",
     "evaluate",
 ]

@@ -55,6 +55,13 @@ def node(name: str, region: str) -> NodeInfo:
     return NodeInfo(name, {"region": region, "planet": "earth"})
 
 
+def node_with_optional_node_operations(name: str, region: str) -> NodeInfo:
+    """A node whose kubelet declares DRAOptionalNodeOperations in status.declaredFeatures."""
+    return NodeInfo(
+        name, {"region": region, "planet": "earth"}, frozenset({"DRAOptionalNodeOperations"})
+    )
+
+
 def label_selector(key: str, *values: str) -> dict[str, Any]:
     return {
         "nodeSelectorTerms": [
@@ -356,6 +363,17 @@ def rslice(
         "metadata": {"name": name, "uid": f"uid-{next(_uids)}"},
         "spec": spec,
     }
+
+
+def skipping(slice_obj: dict[str, Any], *operations: str) -> dict[str, Any]:
+    """The slice with spec.skipNodeOperations."""
+    slice_obj["spec"]["skipNodeOperations"] = list(operations)
+    return slice_obj
+
+
+def derived(name: str, expression: str) -> dict[str, str]:
+    """One entry of a request's derivedAttributes."""
+    return {"name": name, "expression": expression}
 
 
 def counter_set(name: str, counters: Mapping[str, str] | None) -> dict[str, Any]:
@@ -4349,7 +4367,209 @@ def _cases_pools_and_effort() -> None:
     )
 
 
+def _cases_optional_node_operations() -> None:
+    ca = device_class(CLASS_A, DRIVER_A)
+    r0 = claim(CLAIM0, request(REQ0, CLASS_A))
+    case(
+        "optional-node-operations",
+        features=("optional_node_operations",),
+        claims=[r0],
+        classes=[ca],
+        slices=[skipping(one_device(SLICE1, NODE1, POOL1, DRIVER_A), "*")],
+        node=node_with_optional_node_operations(NODE1, REGION1),
+        expect=[local(res(REQ0, DRIVER_A, POOL1, DEV1, skipNodeOperations=["*"]))],
+    )
+    case(
+        "optional-node-operations-missing-feature",
+        features=("optional_node_operations",),
+        claims=[r0],
+        classes=[ca],
+        slices=[skipping(one_device(SLICE1, NODE1, POOL1, DRIVER_A), "*")],
+        expect=None,
+    )
+
+
+def _cases_derived_attributes() -> None:
+    ca, cb = device_class(CLASS_A, DRIVER_A), device_class(CLASS_B, DRIVER_B)
+    shared_numa = "derived/sharedNumaNode"
+    case(
+        "derived-attributes",
+        features=("derived_attributes",),
+        claims=[
+            claim(
+                CLAIM0,
+                request(
+                    REQ0,
+                    CLASS_A,
+                    1,
+                    derivedAttributes=[
+                        derived(shared_numa, f'device.attributes["{DRIVER_A}"]["numa"]')
+                    ],
+                ),
+                request(
+                    REQ1,
+                    CLASS_B,
+                    1,
+                    derivedAttributes=[
+                        derived(shared_numa, f'device.attributes["{DRIVER_B}"]["numaNode"]')
+                    ],
+                ),
+                constraints=[match(shared_numa, REQ0, REQ1)],
+            )
+        ],
+        classes=[ca, cb],
+        slices=[
+            rslice(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                dev(DEV2, None, {"numa": "numa-0"}),
+                dev(DEV1, None, {"numa": "numa-1"}),
+            ),
+            rslice(
+                SLICE2,
+                NODE1,
+                POOL2,
+                DRIVER_B,
+                dev(DEV3, None, {"numaNode": "numa-1"}),
+                dev(DEV4, None, {"numaNode": "numa-2"}),
+            ),
+        ],
+        expect=[local(res(REQ0, DRIVER_A, POOL1, DEV1), res(REQ1, DRIVER_B, POOL2, DEV3))],
+    )
+    case(
+        "derived-attributes-with-prioritized-list",
+        features=("derived_attributes", "prioritized_list"),
+        claims=[
+            claim(
+                CLAIM0,
+                first_available(
+                    REQ0,
+                    sub(
+                        SUB0,
+                        CLASS_A,
+                        1,
+                        derivedAttributes=[
+                            derived("derived/match", f'device.attributes["{DRIVER_A}"]["foo"]')
+                        ],
+                    ),
+                    sub(
+                        SUB1,
+                        CLASS_A,
+                        1,
+                        derivedAttributes=[
+                            derived("derived/match", f'device.attributes["{DRIVER_A}"]["bar"]')
+                        ],
+                    ),
+                ),
+                request(
+                    REQ1,
+                    CLASS_B,
+                    1,
+                    derivedAttributes=[
+                        derived("derived/match", f'device.attributes["{DRIVER_B}"]["baz"]')
+                    ],
+                ),
+                constraints=[match("derived/match", REQ0, REQ1)],
+            )
+        ],
+        classes=[ca, cb],
+        slices=[
+            rslice(SLICE1, NODE1, POOL1, DRIVER_A, dev(DEV1, None, {"foo": "A", "bar": "B"})),
+            rslice(SLICE2, NODE1, POOL2, DRIVER_B, dev(DEV2, None, {"baz": "B"})),
+        ],
+        expect=[
+            local(
+                res(f"{REQ0}/{SUB1}", DRIVER_A, POOL1, DEV1),
+                res(REQ1, DRIVER_B, POOL2, DEV2),
+            )
+        ],
+    )
+    example = "dra.example.com"
+    case(
+        "derived-attributes-override",
+        features=("derived_attributes",),
+        claims=[
+            claim(
+                CLAIM0,
+                request(
+                    REQ0, CLASS_A, 1, derivedAttributes=[derived(f"{example}/myAttr", '"value-2"')]
+                ),
+                request(REQ1, CLASS_A),
+                constraints=[match(f"{example}/myAttr", REQ0, REQ1)],
+            )
+        ],
+        classes=[device_class(CLASS_A, example)],
+        slices=[
+            rslice(
+                SLICE1,
+                NODE1,
+                POOL1,
+                example,
+                dev(DEV1, None, {"myAttr": "value-1"}),
+                dev(DEV2, None, {"myAttr": "value-2"}),
+            )
+        ],
+        expect=[local(res(REQ0, example, POOL1, DEV1), res(REQ1, example, POOL1, DEV2))],
+    )
+    case(
+        "derived-attributes-cel-missing-attribute",
+        features=("derived_attributes",),
+        claims=[
+            claim(
+                CLAIM0,
+                request(
+                    REQ0,
+                    CLASS_A,
+                    1,
+                    derivedAttributes=[
+                        derived(
+                            "derived/missing", f'device.attributes["{DRIVER_A}"]["missingAttr"]'
+                        )
+                    ],
+                ),
+                constraints=[match("derived/missing", REQ0)],
+            )
+        ],
+        classes=[ca],
+        slices=[rslice(SLICE1, NODE1, POOL1, DRIVER_A, dev(DEV1, None, {"existingAttr": "yes"}))],
+        error="no such key: missingAttr",
+    )
+    case(
+        "derived-attributes-type-mismatch",
+        features=("derived_attributes",),
+        claims=[
+            claim(
+                CLAIM0,
+                request(
+                    REQ0,
+                    CLASS_A,
+                    2,
+                    derivedAttributes=[
+                        derived("derived/myAttr", f'device.attributes["{DRIVER_A}"]["static"]')
+                    ],
+                ),
+                constraints=[match("derived/myAttr", REQ0)],
+            )
+        ],
+        classes=[ca],
+        slices=[
+            rslice(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                dev(DEV1, None, {"static": "value"}),
+                dev(DEV2, None, {"static": 1}),
+            )
+        ],
+        expect=None,
+    )
+
+
 _cases_basics()
+_cases_optional_node_operations()
 _cases_constraints_config_input()
 _cases_prioritized_list()
 _cases_partitionable()
@@ -4358,6 +4578,7 @@ _cases_taints_binding()
 _cases_consumable()
 _cases_distinct_lists()
 _cases_pools_and_effort()
+_cases_derived_attributes()
 
 
 # --- running -----------------------------------------------------------------------
