@@ -2,9 +2,10 @@
 
 For each node and each request (each subrequest of a firstAvailable
 request), devices are counted stage by stage: reachable and matching the
-class, passing the request's selectors, free, tolerated (taints), sharing a
-compatibility group with the devices allocated on their counter sets, and with
-enough capacity and counters left. The first stage that drops below what the
+class, passing the request's selectors, free, usable by the node's kubelet
+(skipNodeOperations), tolerated (taints), sharing a compatibility group with
+the devices allocated on their counter sets, and with enough capacity and
+counters left. The first stage that drops below what the
 request wants is the reason. Nodes with the same reason are grouped, so a
 500-node cluster gives one aggregate line and a few detail lines.
 """
@@ -27,7 +28,7 @@ from operators.allocator.compiled import (
     Taint,
 )
 from operators.allocator.features import Features
-from operators.allocator.nodes import NodeInfo
+from operators.allocator.nodes import OPTIONAL_NODE_OPERATIONS, NodeInfo
 from operators.allocator.pools import Pool
 from operators.allocator.quantities import Nanos
 from operators.allocator.selectors import (
@@ -36,7 +37,7 @@ from operators.allocator.selectors import (
     SelectorRuntimeError,
 )
 
-STAGES = ("in_class", "selected", "free", "tolerated", "compatible", "fitting")
+STAGES = ("in_class", "selected", "free", "operable", "tolerated", "compatible", "fitting")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,7 @@ class RequestFunnel:
     in_class: int
     selected: int
     free: int
+    operable: int  # free, and not skipping node operations the node cannot do without
     tolerated: int
     compatible: int  # compatibility groups (counts as tolerated where no pool has any)
     fitting: int
@@ -92,6 +94,11 @@ class RequestFunnel:
                 if self.free == 0
                 else f"not enough free devices of {cls} (need {need})"
             )
+        if stage == "operable":
+            return (
+                f"devices of {cls} skip node operations, which needs the "
+                f"DRAOptionalNodeOperations gate and a node declaring it (need {need})"
+            )
         if stage == "tolerated":
             return f"devices of {cls} have untolerated taints (need {need})"
         if stage == "compatible":
@@ -113,7 +120,9 @@ class RequestFunnel:
         if self.has_selectors:
             parts.append(f"{self.selected} pass the request's selectors")
         parts.append(f"{self.free} free")
-        if self.tolerated != self.free:
+        if self.operable != self.free:
+            parts.append(f"{self.operable} not skipping node operations the node lacks")
+        if self.tolerated != self.operable:
             parts.append(f"{self.tolerated} tolerated")
         if self.compatible != self.tolerated:
             parts.append(f"{self.compatible} compatible with the devices allocated beside them")
@@ -274,6 +283,7 @@ class Explainer:
             in_class=counts["in_class"],
             selected=counts["selected"],
             free=counts["free"],
+            operable=counts["operable"],
             tolerated=counts["tolerated"],
             compatible=counts["compatible"],
             fitting=counts["fitting"],
@@ -309,6 +319,11 @@ class Explainer:
                     return stage, str(err)
         if not request.admin_access and self.allocated.in_use(device.id):
             return "free", None
+        if device.skip_node_operations and not (
+            self.features.optional_node_operations
+            and OPTIONAL_NODE_OPERATIONS in node.declared_features
+        ):
+            return "operable", None
         if self.features.device_taints:
             for taint in (*device.taints, *self.extra_taints(device.id)):
                 if taint.effect in ("NoSchedule", "NoExecute") and not any(

@@ -15,6 +15,8 @@ from typing import Any
 from operators.allocator.objects import as_dict
 
 NODE_NAME_FIELD = "metadata.name"
+# What a node declares in status.declaredFeatures when its kubelet can skip node operations.
+OPTIONAL_NODE_OPERATIONS = "DRAOptionalNodeOperations"
 _OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
 
 

@@ -46,7 +46,13 @@ from operators.allocator.errors import (
     SearchBudgetExceeded,
 )
 from operators.allocator.features import Features
-from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError, merge_terms
+from operators.allocator.nodes import (
+    OPTIONAL_NODE_OPERATIONS,
+    NodeInfo,
+    NodeSelector,
+    NodeSelectorError,
+    merge_terms,
+)
 from operators.allocator.pools import Pool, counters_left
 from operators.allocator.quantities import Nanos
 from operators.allocator.quota import QuotaBook, QuotaTally
@@ -58,8 +64,6 @@ from operators.allocator.selectors import (
 )
 
 MAX_DEVICES_PER_CLAIM = 32  # AllocationResultsMaxSize
-# What a node declares in status.declaredFeatures when its kubelet can skip node operations.
-OPTIONAL_NODE_OPERATIONS = "DRAOptionalNodeOperations"
 DEFAULT_BUDGET = 1_000_000  # allocateOne steps per node
 
 _NO, _DONE, _MAX = 0, 1, 2  # outcomes of one search step

@@ -13,6 +13,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 REASON_CLAIM_ELSEWHERE = "allocated claim not available on the node"
+REASON_NODE_OPERATIONS = (
+    "allocated claim needs a node declaring DRAOptionalNodeOperations (its devices skip "
+    "node operations)"
+)
 REASON_REFUSED_HERE = "node(s) refused a pod of the same controller recently (kube-scheduler)"
 
 

@@ -81,7 +81,7 @@ def matches_node_affinity(pod: PodNeeds, node: Node, info: NodeInfo | None = Non
             return False
     if pod.node_affinity is None:
         return True
-    return pod.node_affinity.matches(info or NodeInfo(node.name, node.labels))
+    return pod.node_affinity.matches(info or node.info())
 
 
 @dataclasses.dataclass(frozen=True)

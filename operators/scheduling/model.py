@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from operators.allocator.nodes import NODE_NAME_FIELD, NodeSelector, NodeSelectorError
+from operators.allocator.nodes import NODE_NAME_FIELD, NodeInfo, NodeSelector, NodeSelectorError
 from operators.api.annotations import DEVICES_ANNOTATION
 from operators.api.base import json_copy, json_text
 from operators.scheduling import resources
@@ -353,6 +353,13 @@ class Node:
     allocatable: resources.Resources = dataclasses.field(default_factory=dict)
     """status.allocatable; empty when unknown (a snapshot without status): then no
     resource is checked, rather than every pod refused."""
+    declared_features: frozenset[str] = frozenset()
+    """status.declaredFeatures: what the node's kubelet says it can do (the allocator asks
+    for DRAOptionalNodeOperations)."""
+
+    def info(self) -> NodeInfo:
+        """The allocator's view of the node."""
+        return NodeInfo(self.name, self.labels, self.declared_features)
 
 
 def parse_node(raw: Mapping[str, Any]) -> Node:
@@ -366,4 +373,5 @@ def parse_node(raw: Mapping[str, Any]) -> Node:
         taints=tuple(spec.get("taints") or ()),
         unschedulable=bool(spec.get("unschedulable")),
         allocatable=resources.parse_resource_list(status.get("allocatable")),
+        declared_features=frozenset(str(f) for f in status.get("declaredFeatures") or ()),
     )

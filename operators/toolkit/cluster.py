@@ -387,7 +387,8 @@ class Cluster:
 def node_info(entry: NodeEntry | None, name: str) -> NodeInfo:
     """The allocator's view of a node (a node missing from the snapshot has its name only)."""
     labels = dict(entry.labels) if entry is not None else {"kubernetes.io/hostname": name}
-    return NodeInfo(name=name, labels=labels)
+    features = entry.view.declared_features if entry is not None and entry.view else frozenset()
+    return NodeInfo(name=name, labels=labels, declared_features=features)
 
 
 def lines_of(claim: str, allocation: Mapping[str, Any]) -> list[DeviceLine]:

@@ -11,7 +11,12 @@ from __future__ import annotations
 import time
 
 from operators.allocator.errors import DecisionTimeout
-from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
+from operators.allocator.nodes import (
+    OPTIONAL_NODE_OPERATIONS,
+    NodeInfo,
+    NodeSelector,
+    NodeSelectorError,
+)
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.state import AllocatorState
 from operators.api.limits import RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE
@@ -187,7 +192,7 @@ class Decider:
         """Every cached node in name order with its allocator view (see ``node_list``)."""
         if self._node_list is None:
             nodes = sorted(self.nodes.values(), key=lambda n: n.name)
-            self._node_list = [(node, NodeInfo(node.name, node.labels)) for node in nodes]
+            self._node_list = [(node, node.info()) for node in nodes]
             self._node_infos = tuple(info for _, info in self._node_list)
             self._node_of = {node.name: node for node in nodes}
         return self._node_list
@@ -214,10 +219,16 @@ class Decider:
         first node with room is usually the answer.
         """
         selectors: list[NodeSelector] = []
+        # An allocated claim with a device that skips node operations: like kube-scheduler's
+        # DRA Filter, only nodes whose kubelet declares it can do without them.
+        skips_node_operations = False
         for _, claim in entries:
             allocation = claim.status.allocation if claim.status else None
             if allocation is None:
                 continue
+            skips_node_operations = skips_node_operations or any(
+                result.skip_node_operations for result in allocation.devices.results
+            )
             reserved = claim.status.reserved_for if claim.status else ()
             if (
                 not any(r.uid == pod.uid for r in reserved)
@@ -242,10 +253,14 @@ class Decider:
         if pod.node_name:
             # Bound already: kube-scheduler chose; only the claims' own nodes matter.
             bound = self.nodes.get(Key("", pod.node_name))
-            all_nodes = [(bound, NodeInfo(bound.name, bound.labels))] if bound is not None else []
+            all_nodes = [(bound, bound.info())] if bound is not None else []
             for node, info in all_nodes:
                 if any(not s.matches(info) for s in selectors):
                     rejections.append(placerules.REASON_CLAIM_ELSEWHERE)
+                elif (
+                    skips_node_operations and OPTIONAL_NODE_OPERATIONS not in info.declared_features
+                ):
+                    rejections.append(placerules.REASON_NODE_OPERATIONS)
                 else:
                     candidates.append(node)
                     infos.append(info)
@@ -267,6 +282,12 @@ class Decider:
             found = pod_filter.reasons(node, info)
             if not found and any(not s.matches(info) for s in selectors):
                 found = [placerules.REASON_CLAIM_ELSEWHERE]
+            if (
+                not found
+                and skips_node_operations
+                and OPTIONAL_NODE_OPERATIONS not in info.declared_features
+            ):
+                found = [placerules.REASON_NODE_OPERATIONS]
             if not found and node.name in refused:
                 found = [placerules.REASON_REFUSED_HERE]
             return found

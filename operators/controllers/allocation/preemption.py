@@ -127,7 +127,7 @@ class Preemption:
         node = next((n for n in candidates.nodes if n.name == nomination.node), None)
         if node is None:
             return None
-        info = NodeInfo(node.name, node.labels)
+        info = node.info()
 
         def allocate() -> list[ClaimAllocation] | None:
             freed = FreedDevices(self.state)

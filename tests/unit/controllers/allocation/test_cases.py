@@ -141,6 +141,23 @@ async def test_a_pod_bound_where_its_allocated_claim_cannot_be_is_refused() -> N
     assert placerules.REASON_CLAIM_ELSEWHERE in message and "0/1 nodes" in message
 
 
+async def test_an_allocated_claim_that_skips_node_operations_needs_a_declaring_node() -> None:
+    """As kube-scheduler's DRA Filter: a claim allocated with a device that skips node
+    operations is usable only where the kubelet declares DRAOptionalNodeOperations."""
+    client = FakeClient()
+    controller = cluster(client)
+    add_node(controller, "n2", devices=2)
+    shared = allocated(claim("ns", "c1"), "other", "uid-other")
+    shared["status"]["allocation"]["devices"]["results"][0]["skipNodeOperations"] = ["*"]
+    raw = pod("ns", "p", [{"name": "dev", "resourceClaimName": "c1"}], gated=False)
+    raw["spec"]["nodeName"] = "n2"
+    put(controller.runtime, RESOURCE_CLAIMS, shared)
+    put(controller.runtime, PODS, raw)
+    await sync(controller, Key("ns", "p"))
+    (message,) = pod_messages(client, "p")
+    assert placerules.REASON_NODE_OPERATIONS in message and "0/1 nodes" in message
+
+
 # --- the reservedFor limit ----------------------------------------------------------------
 
 
