@@ -382,10 +382,13 @@ WORKLOAD_API_MIN_MINOR = 37
 
 # Alpha DRA fields that the API server drops from the objects it stores unless their gate
 # is on, per minor: with --dra the API server alone gets these gates, so that slices keep
-# the fields (a device's compatibilityGroups in 1.37) and dralloc's allocator sees them when
-# its own gate is on. kube-scheduler and kcm keep their defaults: off, they leave such slices
-# alone, as dralloc does with its default.
-DRA_FIELD_GATES_BY_MINOR = {37: ("DRADeviceCompatibilityGroups",)}
+# the fields (in 1.37 a device's compatibilityGroups, a slice's skipNodeOperations, a
+# request's derivedAttributes) and dralloc's allocator sees them when its own gate is on.
+# kube-scheduler and kcm keep their defaults: off, they leave such slices alone, as dralloc
+# does with its default, and in-tree DRA is measured as a default cluster runs it.
+DRA_FIELD_GATES_BY_MINOR = {
+    37: ("DRADeviceCompatibilityGroups", "DRADerivedAttributes", "DRAOptionalNodeOperations")
+}
 
 
 def apiserver_feature_gates(state: State) -> list[str]:

@@ -240,7 +240,10 @@ class Explainer:
                 "or requests competing for them)"
             )
         else:
-            summary = "devices fit one by one but not together (constraints, or requests competing for them)"
+            summary = (
+                "devices fit one by one but not together (constraints, or requests competing "
+                "for them)"
+            )
         return NodeReason(node.name, summary, tuple(funnels), error)
 
     def funnel(
@@ -254,12 +257,13 @@ class Explainer:
                 request.full_name,
                 request.class_name,
                 wanted,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
+                in_class=0,
+                selected=0,
+                free=0,
+                operable=0,
+                tolerated=0,
+                compatible=0,
+                fitting=0,
                 missing_class=True,
             )
         counts = dict.fromkeys(STAGES, 0)

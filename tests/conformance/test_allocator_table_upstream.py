@@ -44,7 +44,10 @@ def as_upstream_input(tc: Case) -> dict[str, Any]:
     return {
         "name": tc.name,
         "features": {upstream_feature(f): True for f in tc.features if f not in NOT_UPSTREAM},
-        "node": {"metadata": {"name": tc.node.name, "labels": dict(tc.node.labels)}},
+        "node": {
+            "metadata": {"name": tc.node.name, "labels": dict(tc.node.labels)},
+            "status": {"declaredFeatures": sorted(tc.node.declared_features)},
+        },
         "classes": tc.classes,
         "slices": tc.slices,
         "claims": tc.claims,

@@ -63,12 +63,18 @@ def test_gates_by_version(
 def test_the_api_server_keeps_alpha_dra_fields(
     control: ModuleType, tmp_path: Path, version: str, dra: bool, field_gate: bool
 ) -> None:
-    """In-tree, a slice's compatibilityGroups survive only if the API server has their gate
-    (1.37); the other components keep their defaults."""
+    """In-tree, a slice's compatibilityGroups and skipNodeOperations and a request's
+    derivedAttributes survive only if the API server has their gates (1.37); the other
+    components keep their defaults."""
     s = state(control, tmp_path, version, dra=dra)
     flags = control.apiserver_feature_gates(s)
-    assert ("DRADeviceCompatibilityGroups=true" in "".join(flags)) is field_gate
-    assert "DRADeviceCompatibilityGroups" not in "".join(control.feature_gates(s))
+    for gate in (
+        "DRADeviceCompatibilityGroups",
+        "DRADerivedAttributes",
+        "DRAOptionalNodeOperations",
+    ):
+        assert (f"{gate}=true" in "".join(flags)) is field_gate
+        assert gate not in "".join(control.feature_gates(s))
     for flag in control.feature_gates(s):  # 1.36's DRADeviceTaintRules: one flag for both
         assert len(flags) == 1 and flags[0].startswith(flag)
 
