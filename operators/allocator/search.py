@@ -121,8 +121,9 @@ class Search:
     consumed_counters: dict[PoolId, dict[str, dict[str, Nanos]]] = field(default_factory=dict)
     available_counters: dict[PoolId, dict[str, dict[str, Nanos]]] = field(default_factory=dict)
     # Compatibility groups on counter sets, checked as counters are reserved (only in pools
-    # where a device declares groups and the gate is on).
-    groups: GroupTracker = field(default_factory=GroupTracker)
+    # where a device declares groups and the gate is on; made at the first such take, so a
+    # search of other pools, nearly all of them, makes none).
+    groups: GroupTracker | None = None
     match_cache: dict[tuple[DeviceId, tuple[int, int, int]], bool] = field(default_factory=dict)
     quota: QuotaTally | None = None  # set in _prepare when a DeviceQuota applies
     # Set by _prepare: no request can make the search backtrack by its own shape (see
@@ -538,15 +539,10 @@ class Search:
         pools = self.pools
         checkers = self.constraints[ci]
         early = (
-            [
-                c
-                for c in checkers
-                if isinstance(c, MatchAttribute)
-                and c.stack
-                and c.scope.applies(request.name, request.parent)
-                and not c.derives(request.name, request.parent)
-            ]
-            if checkers
+            _early_rejections(checkers, request)
+            # A capacity request can end the allocation with an error on a device that a
+            # constraint would reject (upstream checks capacity first): no early rejection.
+            if checkers and not (consumable and request.capacity_requests)
             else ()
         )
         # (attribute, (kind, values)) each fixed scalar matchAttribute needs: a slice
@@ -756,8 +752,11 @@ class Search:
 
     def _reserve_counters(self, device: CompiledDevice, pool: Pool) -> bool:
         # Groups first, as upstream: a device they refuse takes no counters.
-        if pool.compatibility_groups and not self.groups.take(device, pool, self.inputs.allocated):
-            return False
+        if pool.compatibility_groups:
+            if self.groups is None:
+                self.groups = GroupTracker()
+            if not self.groups.take(device, pool, self.inputs.allocated):
+                return False
         available = self._available(pool)
         consumed = self.consumed_counters.setdefault(pool.id, {})
         for set_name, counters in device.consumes_counters:
@@ -773,7 +772,7 @@ class Search:
         return True
 
     def _release_counters(self, device: CompiledDevice, pool: Pool) -> None:
-        if pool.compatibility_groups:
+        if pool.compatibility_groups and self.groups is not None:
             self.groups.give_back(device)
         consumed = self.consumed_counters[pool.id]
         for set_name, counters in device.consumes_counters:
@@ -1033,3 +1032,22 @@ def _add_to(
                 earlier.remove(name, parent, device)
             return False
     return True
+
+
+def _early_rejections(
+    checkers: Sequence[Constraint], request: CompiledRequest
+) -> list[MatchAttribute]:
+    """The matchAttribute constraints that may reject a device of ``request`` before it is
+    taken (and, pinned, whole slices): those holding a value already, in claim order up to
+    the first that computes its attribute for this request. Upstream applies a claim's
+    constraints in order, so a derived attribute's evaluation error on a device is raised
+    unless an earlier constraint rejected the device; a later one must not hide it."""
+    early: list[MatchAttribute] = []
+    for c in checkers:
+        if not c.scope.applies(request.name, request.parent):
+            continue
+        if c.derives(request.name, request.parent):
+            break
+        if isinstance(c, MatchAttribute) and c.stack:
+            early.append(c)
+    return early

@@ -4580,6 +4580,110 @@ _cases_distinct_lists()
 _cases_pools_and_effort()
 _cases_derived_attributes()
 
+#: dralloc's own cases, in the same form: inputs where an optimisation of dralloc's search
+#: once answered otherwise than upstream (found by review), each expectation what upstream's
+#: allocator answers (test_allocator_table_upstream runs them through it too).
+UPSTREAM_CASES = len(CASES)
+
+
+def _cases_own() -> None:
+    ca = device_class(CLASS_A, DRIVER_A)
+    y = f'device.attributes["{DRIVER_A}"]["y"]'
+    three = [
+        rslice(
+            SLICE1,
+            NODE1,
+            POOL1,
+            DRIVER_A,
+            dev(DEV1, None, {"x": 1, "y": 5}),
+            dev(DEV2, None, {"x": 2}),
+            dev(DEV3, None, {"x": 1, "y": 5}),
+        )
+    ]
+    derived_y = [derived("derived/y", y)]
+    # Constraints apply in claim order: the derived attribute's error on device-2 (no y)
+    # comes before the published x would reject it, so the allocation ends with the error.
+    case(
+        "dralloc-derived-attribute-error-before-a-later-constraint-rejects",
+        features=("derived_attributes",),
+        claims=[
+            claim(
+                CLAIM0,
+                request(REQ0, CLASS_A, 2, derivedAttributes=derived_y),
+                constraints=[match("derived/y"), match(f"{DRIVER_A}/x")],
+            )
+        ],
+        classes=[ca],
+        slices=three,
+        error=("derived attribute derived/y", "device driver-a/pool-1/device-2", "no such key: y"),
+    )
+    case(
+        "dralloc-derived-attribute-error-before-a-later-constraint-rejects-subrequest",
+        features=("derived_attributes", "prioritized_list"),
+        claims=[
+            claim(
+                CLAIM0,
+                first_available(REQ0, sub(SUB0, CLASS_A, 2, derivedAttributes=derived_y)),
+                constraints=[match("derived/y"), match(f"{DRIVER_A}/x")],
+            )
+        ],
+        classes=[ca],
+        slices=three,
+        error=("derived attribute derived/y", "device driver-a/pool-1/device-2", "no such key: y"),
+    )
+
+    def ranged(name: str, x: int, with_range: bool) -> dict[str, Any]:
+        capacity: dict[str, Any] = {"value": "10"}
+        if with_range:
+            capacity["requestPolicy"] = {
+                "default": "200m",
+                "validRange": {"min": "200m", "step": "100m", "max": "10"},
+            }
+        return multi(dev(name, None, {"x": x}) | {"capacity": {CAP0: capacity}})
+
+    devices = [
+        rslice(
+            SLICE1,
+            NODE1,
+            POOL1,
+            DRIVER_A,
+            ranged(DEV1, 1, False),
+            ranged(DEV2, 2, True),
+            ranged(DEV3, 1, False),
+        )
+    ]
+    fractional = claim(
+        CLAIM0,
+        request(REQ0, CLASS_A, 2, **capacity_request("1.0005")),
+        constraints=[match(f"{DRIVER_A}/x")],
+    )
+    # Capacity is checked before constraints: with the fractional range gate, 1.0005 on
+    # device-2's milli-unit range is an error, though x would rule device-2 out.
+    case(
+        "dralloc-capacity-error-before-a-constraint-rejects",
+        features=("consumable_capacity", "fractional_capacity_range"),
+        claims=[fractional],
+        classes=[ca],
+        slices=devices,
+        error="checking capacity for device driver-a/pool-1/device-2",
+    )
+    case(
+        "dralloc-capacity-error-before-a-constraint-rejects-gate-off",
+        features=("consumable_capacity",),
+        claims=[fractional],
+        classes=[ca],
+        slices=devices,
+        expect=[
+            local(
+                shared(REQ0, DRIVER_A, POOL1, DEV1, {CAP0: "1.0005"}),
+                shared(REQ0, DRIVER_A, POOL1, DEV3, {CAP0: "1.0005"}),
+            )
+        ],
+    )
+
+
+_cases_own()
+
 
 # --- running -----------------------------------------------------------------------
 
@@ -4643,6 +4747,14 @@ def test_upstream_scenario(tc: Case) -> None:
     assert _normalise(results) == _normalise(expected)
     if tc.steps is not None:
         assert steps == tc.steps
+
+
+def test_the_port_has_every_case_of_upstreams_table() -> None:
+    """Upstream v0.37.2: 275 cases in allocator_testing.go, 4 in lexicographical_testing.go;
+    dralloc's own cases come after them."""
+    assert UPSTREAM_CASES == 279
+    assert all(c.name.startswith("dralloc-") for c in CASES[UPSTREAM_CASES:])
+    assert not any(c.name.startswith("dralloc-") for c in CASES[:UPSTREAM_CASES])
 
 
 def test_scenario_names_are_unique() -> None:
