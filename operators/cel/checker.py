@@ -21,7 +21,7 @@ from . import analysis, ast, decls
 from . import types as t
 from .errors import CELCompileError
 from .parser import RESERVED_WORDS
-from .values import TYPE_NAMES
+from .values import DURATION_TYPE_NAME, TIMESTAMP_TYPE_NAME, TYPE_NAMES
 
 #: The fields of upstream's ``kubernetes.DRADevice``, by attribute type.
 ATTRIBUTE_SCALAR = t.ANY  # before DRAListTypeAttributes: google.protobuf.Any
@@ -60,7 +60,7 @@ class Checked:
     #: dynamic values) that overload resolution fixed: cel-go binds such a type to the
     #: first overload that accepts it, keeps only the overloads of that type, and at run
     #: time has no overload for a value of another (``string(x)`` of an int then fails).
-    #: Call node -> (argument position, the primitive type it was fixed to).
+    #: Call node -> (argument position, the runtime type name it was fixed to).
     pinned: Mapping[int, tuple[tuple[int, str], ...]] = field(default_factory=dict)
 
     def type_of(self, node: ast.Node) -> t.Type:
@@ -78,8 +78,25 @@ def check(tree: ast.Node, declarations: Declarations) -> Checked:
     return Checked(final[id(tree)], final, checker.overloads, checker.pinned)
 
 
-#: The types a pinned argument is checked against at run time (see ``Checked.pinned``).
-_PINNABLE = frozenset(("int", "uint", "double", "string", "bool", "bytes", "list", "map"))
+#: The calls whose pinned argument is checked at run time (``Checked.pinned``): the type
+#: conversions, whose first overload in cel-go, as here, is their own type's (so the type
+#: they pin is theirs: ``string(x)`` keeps only ``string(string)``). Other functions list
+#: their overloads in another order than cel-go, so a pin there could refuse what cel-go
+#: runs (``size(x)`` of a string); they keep dispatching on the value.
+_PINNED_FUNCTIONS = frozenset(
+    ("bool", "bytes", "double", "duration", "int", "string", "timestamp", "uint")
+)
+#: A pinned type -> the name of the values of that type at run time (``values.type_name``).
+_PINNABLE: Mapping[str, str] = {
+    "bool": "bool",
+    "bytes": "bytes",
+    "double": "double",
+    "int": "int",
+    "string": "string",
+    "uint": "uint",
+    "timestamp": TIMESTAMP_TYPE_NAME,
+    "duration": DURATION_TYPE_NAME,
+}
 
 
 def _format(x: t.Type) -> str:
@@ -430,7 +447,15 @@ class _Checker:
             )
         if record:
             self.overloads[id(node)] = tuple(matched)
-            pins = tuple((i, kind) for i in free if (kind := self.sub(args[i]).kind) in _PINNABLE)
+            pins = (
+                tuple(
+                    (i, _PINNABLE[kind])
+                    for i in free
+                    if (kind := self.sub(args[i]).kind) in _PINNABLE
+                )
+                if name in _PINNED_FUNCTIONS and not member
+                else ()
+            )
             if pins:
                 self.pinned[id(node)] = pins
         return result

@@ -203,6 +203,12 @@ def _outcome(expression: str, **options: bool) -> object:
         (f"[{A}.i].flatten().all(x, int(x) == 3 && x + 1 == 4)", True),
         (f'string({A}.i) == "3"', True),
         ('[[3]].flatten().all(x, string(x) == "3")', True),
+        (f"[{A}.i].flatten().all(x, timestamp(x) > timestamp(0))", "timestamp(int)"),
+        (f"[{A}.i].flatten().all(x, bool(x))", "no such overload: bool(int)"),
+        # Only conversions keep their first overload: size() of an element still dispatches.
+        (f"[{A}.s].flatten().all(x, size(x) == 3)", True),
+        (f"[{A}.s].flatten().all(x, x.size() == 3)", True),
+        (f"size([{A}.s].flatten()[0]) == 3", True),
     ],
 )
 def test_upstream_answers(expression: str, expected: object) -> None:
