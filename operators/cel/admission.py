@@ -6,7 +6,9 @@ feature gates decide which fields and functions exist) and refuses the object on
 error, a type error or an estimated cost over the limit, naming the field. dralloc's CRDs
 cannot compile CEL, so its admission webhook and ``dralloc check`` of manifests ask this
 module instead, and a manifest that the API server would refuse in-tree is refused with the
-same field path and message in CRD mode too.
+same field path and message in CRD mode too. A claim's derived attributes (alpha,
+DRADerivedAttributes) are CEL too and checked alike, with their estimated costs added up
+per claim as upstream does.
 
 Upstream's rules for what counts as new: a claim's and a template's spec is immutable, so
 only a create is checked; a class update whose selectors are exactly the old ones is not
@@ -23,12 +25,17 @@ from typing import Literal
 
 from operators.api import DeviceClass, ResourceClaim, ResourceClaimTemplate
 from operators.api.common import DeviceSelector
+from operators.api.limits import DEVICE_CLAIM_DERIVED_ATTRIBUTE_CEL_MAX_COST
 from operators.api.resourceclaim import ResourceClaimSpec
 
+from .derived import compile_derived
 from .errors import CELCompileError
 from .selector import MAX_COST, MAX_EXPRESSION_LENGTH, compile_selector
 
 Checked = DeviceClass | ResourceClaim | ResourceClaimTemplate
+
+#: Upstream's limit on the estimated costs of a claim's derived attributes together.
+MAX_DERIVED_COST_PER_CLAIM = DEVICE_CLAIM_DERIVED_ATTRIBUTE_CEL_MAX_COST
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +98,57 @@ def refused_selectors(
         problem = _check(path, expression, list_attributes, consumable_capacity)
         if problem is not None:
             problems.append(problem)
+    if not isinstance(obj, DeviceClass):
+        problems.extend(_refused_derived(obj, list_attributes, consumable_capacity))
+    return problems
+
+
+def derived_paths(obj: ResourceClaim | ResourceClaimTemplate) -> Iterator[tuple[str, str]]:
+    """``(field path, expression)`` of every derived attribute of a claim or template."""
+    prefix = "spec" if isinstance(obj, ResourceClaim) else "spec.spec"
+    spec = obj.spec if isinstance(obj, ResourceClaim) else obj.spec.spec
+    for i, request in enumerate(spec.devices.requests):
+        at = f"{prefix}.devices.requests[{i}]"
+        if request.exactly is not None:
+            for k, attr in enumerate(request.exactly.derived_attributes):
+                yield f"{at}.exactly.derivedAttributes[{k}].expression", attr.expression
+        for j, sub in enumerate(request.first_available):
+            for k, attr in enumerate(sub.derived_attributes):
+                yield f"{at}.firstAvailable[{j}].derivedAttributes[{k}].expression", attr.expression
+
+
+def _refused_derived(
+    obj: ResourceClaim | ResourceClaimTemplate, list_attributes: bool, consumable_capacity: bool
+) -> list[SelectorProblem]:
+    """Upstream's checks of derived-attribute expressions: each as a new expression (too
+    long, not compiling, not a scalar or list result, estimated over the cost limit), and
+    their estimated costs together over the claim's limit (``spec.devices``: they are
+    evaluated per device for the same claim)."""
+    problems: list[SelectorProblem] = []
+    total = 0
+    for path, expression in derived_paths(obj):
+        if len(expression.encode()) > MAX_EXPRESSION_LENGTH:
+            detail = f"may not be more than {MAX_EXPRESSION_LENGTH} bytes"
+            problems.append(SelectorProblem(path, "Too long", detail, expression))
+            continue
+        try:
+            compiled = compile_derived(
+                expression, list_attributes=list_attributes, consumable_capacity=consumable_capacity
+            )
+        except CELCompileError as exc:
+            problems.append(SelectorProblem(path, "Invalid value", str(exc), expression))
+            continue
+        if compiled.estimated_cost > min(MAX_COST, MAX_DERIVED_COST_PER_CLAIM):
+            detail = "too complex, exceeds cost limit"
+            problems.append(SelectorProblem(path, "Forbidden", detail, expression))
+        total += compiled.estimated_cost
+    if total > MAX_DERIVED_COST_PER_CLAIM:
+        devices = "spec.devices" if isinstance(obj, ResourceClaim) else "spec.spec.devices"
+        detail = (
+            "too complex, total cost of derived attribute CEL expressions in the claim "
+            "exceeds cost limit"
+        )
+        problems.append(SelectorProblem(devices, "Forbidden", detail, ""))
     return problems
 
 
@@ -131,4 +189,10 @@ def invalid_message(kind: str, group: str, name: str, problems: Sequence[Selecto
     return f'{kind}.{group} "{name}" is invalid: {body}'
 
 
-__all__ = ["SelectorProblem", "invalid_message", "refused_selectors", "selector_paths"]
+__all__ = [
+    "SelectorProblem",
+    "derived_paths",
+    "invalid_message",
+    "refused_selectors",
+    "selector_paths",
+]

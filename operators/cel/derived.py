@@ -101,7 +101,8 @@ def compile_derived(
     ``stored``, ``list_attributes`` and ``consumable_capacity`` mean what they mean for
     ``compile_selector``; a stored expression may also return a list whatever the
     DRAListTypeAttributes gate (an object stored while it was on keeps working). The
-    estimated cost is reported, not checked: admission adds it up per claim.
+    estimated cost is reported, not checked: admission (``admission.py``) checks it and adds
+    it up per claim.
     """
     return _compile(expression, list_attributes, consumable_capacity, stored)
 
@@ -110,9 +111,10 @@ def compile_derived(
 def _compile(
     expression: str, list_attributes: bool, consumable_capacity: bool, stored: bool
 ) -> CompiledDerived:
-    if len(expression) > MAX_EXPRESSION_LENGTH:
+    if len(expression.encode()) > MAX_EXPRESSION_LENGTH:  # upstream counts bytes
         raise CELCompileError(
-            f"expression too long: {len(expression)} characters, at most {MAX_EXPRESSION_LENGTH}"
+            f"expression too long: {len(expression.encode())} bytes, at most "
+            f"{MAX_EXPRESSION_LENGTH}"
         )
     env = Environment(
         variables=frozenset({"device"}),

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from operators.api import Quantity, ResourceClaim, ResourceSlice
+from operators.api import DeviceClass, Quantity, ResourceClaim, ResourceSlice
 from operators.api.annotations import (
     DEVICES_ANNOTATION,
     AnnotationError,
@@ -56,7 +56,8 @@ from operators.api.models import Device
 from operators.api.podprotocol import DRALLOC, PROTOCOLS
 from operators.cache.core import Pod
 from operators.cel import CELError, compile_selector
-from operators.cel.admission import Checked, refused_selectors, selector_paths
+from operators.cel.admission import Checked, derived_paths, refused_selectors, selector_paths
+from operators.cel.derived import compile_derived
 from operators.toolkit.snapshot import Snapshot, build_snapshot
 from operators.toolkit.sources import RawObject
 
@@ -613,6 +614,18 @@ def _invalid_selectors(snapshot: Snapshot, mode: SelectorMode) -> _Found:
         for path, expression in selector_paths(obj):
             try:
                 compile_selector(
+                    expression,
+                    list_attributes=mode.list_attributes,
+                    consumable_capacity=mode.consumable_capacity,
+                    stored=True,
+                )
+            except CELError as error:
+                found.append(Violation(INVALID_SELECTOR, subject, f"{path}: {error}"))
+        if isinstance(obj, DeviceClass):
+            continue
+        for path, expression in derived_paths(obj):
+            try:
+                compile_derived(
                     expression,
                     list_attributes=mode.list_attributes,
                     consumable_capacity=mode.consumable_capacity,

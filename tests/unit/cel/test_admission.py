@@ -113,3 +113,52 @@ def test_an_update_with_the_same_selectors_is_not_checked_again() -> None:
     assert len(refused_selectors(changed, device_class(COSTLY, GOOD))) == 1
     # A claim's spec is immutable: an update never brings new expressions.
     assert refused_selectors(claim([SYNTAX], []), claim([SYNTAX], [])) == []
+
+
+def derived_claim(*expressions: str) -> ResourceClaim:
+    """One request computing ``example.com/d{i}`` from each expression, each name matched by
+    a constraint (the API server wants every derived attribute used)."""
+    names = [f"example.com/d{i}" for i in range(len(expressions))]
+    exactly = {
+        "deviceClassName": "c",
+        "derivedAttributes": [
+            {"name": n, "expression": e} for n, e in zip(names, expressions, strict=True)
+        ],
+    }
+    spec = {
+        "devices": {
+            "requests": [{"name": "a", "exactly": exactly}],
+            "constraints": [{"matchAttribute": n} for n in names],
+        }
+    }
+    meta = {"name": "k", "namespace": "n"}
+    body = {"apiVersion": GROUP_VERSION, "kind": "ResourceClaim", "metadata": meta, "spec": spec}
+    model = parse_object(body)
+    assert isinstance(model, ResourceClaim)
+    return model
+
+
+# About 680,000 estimated: under the limit alone, over it twice (upstream adds them up).
+HALF_COSTLY = "lists.range(40000).filter(x, x % 2 == 0).size()"
+
+
+def test_derived_attributes_are_checked_as_new_expressions() -> None:
+    at = "spec.devices.requests[0].exactly.derivedAttributes"
+    assert refused_selectors(derived_claim('device.attributes["gpu.example.com"].model')) == []
+    [bad] = refused_selectors(derived_claim(SYNTAX))
+    assert (bad.path, bad.kind) == (f"{at}[0].expression", "Invalid value")
+    [scalar] = refused_selectors(derived_claim("device.attributes"))
+    assert (scalar.path, scalar.kind) == (f"{at}[0].expression", "Invalid value")
+    assert "must evaluate to a primitive scalar" in scalar.detail
+    # Over the limit alone, and so over the claim's total too (upstream says both).
+    costly, total = refused_selectors(derived_claim(GOOD, COSTLY))
+    assert (costly.path, costly.kind) == (f"{at}[1].expression", "Forbidden")
+    assert costly.detail == "too complex, exceeds cost limit"
+    assert (total.path, total.kind) == ("spec.devices", "Forbidden")
+
+
+def test_derived_attributes_costs_add_up_per_claim() -> None:
+    assert refused_selectors(derived_claim(HALF_COSTLY)) == []
+    [total] = refused_selectors(derived_claim(HALF_COSTLY, HALF_COSTLY))
+    assert (total.path, total.kind) == ("spec.devices", "Forbidden")
+    assert "total cost of derived attribute CEL expressions" in str(total)
