@@ -166,11 +166,35 @@ DeviceTolerations = Annotated[
     tuple[DeviceToleration, ...], Field(max_length=limits.DEVICE_TOLERATIONS_MAX_LENGTH)
 ]
 # Node operations (the kubelet's gRPC calls to the driver) a slice's devices do without
-# (alpha, DRAOptionalNodeOperations). Plain strings, not an enum: the kubelet ignores values
-# it does not know, so a newer API server's values must not make the object unreadable.
-# Upstream's list is a set; dralloc's CRDs keep lists atomic, and the model refuses repeats.
-SkipNodeOperations = tuple[str, ...]
+# (alpha, DRAOptionalNodeOperations). The model reads any string (a newer API server's
+# value must not make an in-tree object unreadable; the kubelet ignores what it does not
+# know), but dralloc's CRDs, the API server of the CRD mode, accept what upstream's does:
+# the three values, each once (upstream's list is a set; dralloc's CRDs keep lists atomic),
+# preparing skipped only with unpreparing.
 SKIP_ALL_NODE_OPERATIONS = "*"
+NODE_OPERATIONS = ("NodePrepareResources", "NodeUnprepareResources", SKIP_ALL_NODE_OPERATIONS)
+# Bounded so the CRD's rules stay within the API server's cost budget; room for a longer
+# name a newer API server may bring.
+NodeOperation = Annotated[str, Field(max_length=63)]
+SkipNodeOperations = Annotated[
+    tuple[NodeOperation, ...],
+    Field(
+        max_length=len(NODE_OPERATIONS),
+        json_schema_extra=cel_rules(
+            (
+                f"self.all(x, x in {list(NODE_OPERATIONS)!r})",
+                "supported values: " + ", ".join(f'"{v}"' for v in NODE_OPERATIONS),
+            ),
+            ("self.all(x, self.exists_one(y, y == x))", "must be unique"),
+            (
+                "!('NodePrepareResources' in self) || 'NodeUnprepareResources' in self "
+                "|| '*' in self",
+                "NodePrepareResources cannot be skipped unless NodeUnprepareResources is "
+                "also skipped",
+            ),
+        ),
+    ),
+]
 
 
 def check_skip_node_operations(operations: tuple[str, ...], path: str) -> None:

@@ -150,6 +150,24 @@ def test_refused_selectors_name_the_field_in_both_modes(
             "",
         ),
     ]
+    # A derived attribute's CEL (alpha, DRADerivedAttributes: on in the testbed's API
+    # server) is checked alike, its cost also added up over the claim.
+    derived = claim(
+        namespace,
+        "derived",
+        pool,
+        derivedAttributes=[{"name": "example.com/d", "expression": bomb}],
+    )
+    derived["spec"]["devices"]["constraints"] = [{"matchAttribute": "example.com/d"}]
+    refused.append(
+        (
+            derived,
+            "spec.devices.requests[0].exactly.derivedAttributes[0].expression: Forbidden: "
+            "too complex, exceeds cost limit",
+            "spec.devices: Forbidden: too complex, total cost of derived attribute CEL "
+            "expressions in the claim exceeds cost limit",
+        )
+    )
     for manifest, where, what in refused:
         message = _apply_refused(testbed, manifest)
         assert where in message and what in message, message
@@ -274,6 +292,29 @@ def test_duplicate_device_names_in_one_slice_are_refused(testbed: Testbed) -> No
     manifest["spec"]["devices"][1]["name"] = manifest["spec"]["devices"][0]["name"]
     message = _apply_refused(testbed, manifest)
     assert "spec.devices" in message and "unique" in message, message
+
+
+@pytest.mark.only_api_modes("crd", reason=CRD_SCHEMA)
+def test_skipped_node_operations_are_refused_as_upstream_refuses_them(testbed: Testbed) -> None:
+    """A slice's skipNodeOperations (alpha, DRAOptionalNodeOperations): upstream's three
+    values, each once, NodePrepareResources only with NodeUnprepareResources."""
+    from .operator_fixtures import install_crds
+
+    install_crds(testbed)
+    node = unique_name("skip-node")
+    refused = [
+        (["Bogus"], "supported values"),
+        (["*", "*"], "must be unique"),
+        (["NodePrepareResources"], "cannot be skipped unless NodeUnprepareResources"),
+    ]
+    for operations, what in refused:
+        manifest = slice_manifest(f"{node}.example.com", node, 1)
+        manifest["spec"]["skipNodeOperations"] = operations
+        message = _apply_refused(testbed, manifest)
+        assert "skipNodeOperations" in message and what in message, message
+    manifest = slice_manifest(f"{node}.example.com", node, 1)
+    manifest["spec"]["skipNodeOperations"] = ["NodePrepareResources", "NodeUnprepareResources"]
+    testbed.apply(manifest)
 
 
 def _split_pool(
