@@ -278,6 +278,9 @@ class AllocationController:
             or old.taints != new.taints
             or old.unschedulable != new.unschedulable
             or old.allocatable != new.allocatable
+            # A kubelet that starts declaring DRAOptionalNodeOperations makes devices that
+            # skip node operations usable there.
+            or old.declared_features != new.declared_features
         ):
             self._wake()
 

@@ -119,6 +119,24 @@ async def test_a_pod_that_leaves_frees_its_cpu_and_wakes_waiting_pods() -> None:
     assert node == "n2"
 
 
+async def test_a_node_that_starts_declaring_a_feature_wakes_waiting_pods() -> None:
+    """Devices that skip node operations become usable where the kubelet declares
+    DRAOptionalNodeOperations: waiting pods look again, as for a label or taint change."""
+    client = FakeClient()
+    controller = two_nodes(client)
+    big = add_pod(controller, "big", "9")  # fits no node
+    await sync(controller, big)
+    assert big in controller.waiting
+    unchanged = sized("n2", "8")
+    unchanged["metadata"]["resourceVersion"] = "3"
+    controller.runtime.cache[NODES].apply("MODIFIED", unchanged)
+    assert big in controller.waiting  # nothing that matters changed
+    declaring = sized("n2", "8")
+    declaring["status"]["declaredFeatures"] = ["DRAOptionalNodeOperations"]
+    controller.runtime.cache[NODES].apply("MODIFIED", declaring)
+    assert big not in controller.waiting
+
+
 def _stored(client: FakeClient, name: str) -> JsonDict:
     """The pod as the fake server holds it after our writes (what the watch would show)."""
     return json.loads(json.dumps(client.objects[PODS.path("ns", name)]))  # type: ignore[no-any-return]
