@@ -14,7 +14,12 @@ from typing import Any
 
 from operators.allocator.errors import AllocationError, NodeAllocationError
 from operators.allocator.features import Features
-from operators.allocator.nodes import NodeInfo, NodeSelector, NodeSelectorError
+from operators.allocator.nodes import (
+    OPTIONAL_NODE_OPERATIONS,
+    NodeInfo,
+    NodeSelector,
+    NodeSelectorError,
+)
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.state import AllocatorState
 from operators.api.annotations import GANG_SIZE_MAX
@@ -260,6 +265,19 @@ class Cluster:
         """The nodes the pod may use (scheduler filters, its allocated claims' nodes), the
         verdicts on the others, or a problem that rules out every node."""
         pinned: list[tuple[str, NodeSelector]] = []
+        # An allocated claim with a device that skips node operations: only nodes whose
+        # kubelet declares it (as kube-scheduler's DRA Filter and the operator).
+        skipping = [
+            use.key
+            for use in uses
+            if any(
+                result.get("skipNodeOperations")
+                for result in (
+                    ((self.allocations.get(use.key) or {}).get("devices") or {}).get("results")
+                    or ()
+                )
+            )
+        ]
         for use in uses:
             selector = (self.allocations.get(use.key) or {}).get("nodeSelector")
             if selector:
@@ -277,7 +295,7 @@ class Cluster:
             key=pod.ref,
         )
         for name in self.node_names:
-            verdict = self._node_filter(pod_filter, name, pinned)
+            verdict = self._node_filter(pod_filter, name, pinned, skipping)
             if verdict is None:
                 candidates.append(node_info(self.snapshot.nodes.get(name), name))
             else:
@@ -285,7 +303,11 @@ class Cluster:
         return candidates, excluded, ""
 
     def _node_filter(
-        self, pod_filter: filters.PodFilter, name: str, pinned: list[tuple[str, NodeSelector]]
+        self,
+        pod_filter: filters.PodFilter,
+        name: str,
+        pinned: list[tuple[str, NodeSelector]],
+        skipping: list[str],
     ) -> NodeVerdict | None:
         """A verdict if the pod may not use the node at all, before any device question."""
         entry = self.snapshot.nodes.get(name)
@@ -300,6 +322,12 @@ class Cluster:
         for key, selector in pinned:
             if not selector.matches(info):
                 return NodeVerdict(name, False, (f"claim {key} is allocated on another node",))
+        if skipping and OPTIONAL_NODE_OPERATIONS not in info.declared_features:
+            reason = (
+                f"claim {skipping[0]} has devices that skip node operations, and the node does "
+                f"not declare {OPTIONAL_NODE_OPERATIONS}"
+            )
+            return NodeVerdict(name, False, (reason,))
         return None
 
     def _per_node(

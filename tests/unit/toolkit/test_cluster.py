@@ -156,3 +156,30 @@ def test_a_claim_allocated_on_one_node_keeps_its_pods_there(
     assert [d.device for d in placement.devices] == [
         f"gpu.example.com/node-a/gpu-{i}" for i in range(3)
     ]
+
+
+@pytest.mark.parametrize("declaring", [False, True])
+def test_a_claim_whose_devices_skip_node_operations_needs_a_declaring_node(
+    write_snapshot: Callable[..., Path], declaring: bool
+) -> None:
+    """As kube-scheduler's DRA Filter and the operator: the pods of a claim allocated with
+    devices that skip node operations go only where the kubelet declares
+    DRAOptionalNodeOperations."""
+    items = load_items()
+    trainer = find(items, "ResourceClaim", "trainer-gpus")
+    for result in trainer["status"]["allocation"]["devices"]["results"]:
+        result["skipNodeOperations"] = ["*"]
+    if declaring:
+        node_a = find(items, "Node", "node-a")
+        node_a.setdefault("status", {})["declaredFeatures"] = ["DRAOptionalNodeOperations"]
+    items.append(
+        new_pod("helper", resourceClaims=[{"name": "g", "resourceClaimName": "trainer-gpus"}])
+    )
+    placement = evaluate(write_snapshot, items, "helper")
+    fits = verdicts(placement)
+    if declaring:
+        assert placement.node == "node-a" and fits["node-a"][0]
+    else:
+        assert placement.node is None
+        (reason,) = fits["node-a"][1]
+        assert "skip node operations" in reason and "DRAOptionalNodeOperations" in reason

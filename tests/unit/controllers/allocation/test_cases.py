@@ -158,6 +158,32 @@ async def test_an_allocated_claim_that_skips_node_operations_needs_a_declaring_n
     assert placerules.REASON_NODE_OPERATIONS in message and "0/1 nodes" in message
 
 
+@pytest.mark.parametrize("declaring", [True, False])
+async def test_a_gated_pod_sharing_such_a_claim_goes_to_a_declaring_node(declaring: bool) -> None:
+    """The same for a pod dralloc places: only a declaring node is a candidate (n1, which
+    binpack would pick first, declares nothing); with none, the pod is told why."""
+    client = FakeClient()
+    controller = cluster(client)
+    n2 = node("n2")
+    if declaring:
+        n2["status"] = {"declaredFeatures": ["DRAOptionalNodeOperations"]}
+    controller.runtime.cache[NODES].apply("ADDED", n2)
+    shared = allocated(claim("ns", "c1"), "other", "uid-other")
+    shared["status"]["allocation"]["devices"]["results"][0]["skipNodeOperations"] = ["*"]
+    key = add_pod(controller, "p", "c1", raw_claim=shared)
+    await sync(controller, key)
+    released = [w for w in pod_writes(client, "p") if "spec" in w]
+    if declaring:
+        (written,) = released
+        affinity = written["spec"]["affinity"]["nodeAffinity"]
+        terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms[0]["matchFields"][0]["values"] == ["n2"]
+    else:
+        assert released == []
+        (message,) = pod_messages(client, "p")
+        assert placerules.REASON_NODE_OPERATIONS in message and "0/2 nodes" in message
+
+
 # --- the reservedFor limit ----------------------------------------------------------------
 
 
