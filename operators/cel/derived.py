@@ -19,11 +19,10 @@ from typing import Any
 from operators.api.semver import Semver
 
 from . import types as celtypes
-from .codegen import Environment
 from .device import DeviceView
 from .errors import NO_SUCH_KEY_HINT, CELCompileError, CELEvalError
-from .program import RUNTIME_FAILURES, Program, as_eval_error, compile_program
-from .selector import MAX_COST, MAX_EXPRESSION_LENGTH, _with_snippet
+from .program import RUNTIME_FAILURES, Program, as_eval_error
+from .selector import MAX_COST, compile_device_program
 from .values import UInt, type_name
 
 #: The plain Python types a derived value (or each element of a list value) may have.
@@ -111,26 +110,7 @@ def compile_derived(
 def _compile(
     expression: str, list_attributes: bool, consumable_capacity: bool, stored: bool
 ) -> CompiledDerived:
-    if len(expression.encode()) > MAX_EXPRESSION_LENGTH:  # upstream counts bytes
-        raise CELCompileError(
-            f"expression too long: {len(expression.encode())} bytes, at most "
-            f"{MAX_EXPRESSION_LENGTH}"
-        )
-    env = Environment(
-        variables=frozenset({"device"}),
-        checked=True,
-        device_var="device",
-        list_attributes=list_attributes or stored,
-        consumable_capacity=consumable_capacity or stored,
-        kubernetes=True,
-    )
-    try:
-        program = compile_program(expression, env)
-    except CELCompileError as exc:
-        message = _with_snippet(str(exc), expression)
-        if not message.startswith(("compilation failed", "program instantiation failed")):
-            message = "compilation failed: " + message
-        raise CELCompileError(message) from None
+    program = compile_device_program(expression, list_attributes, consumable_capacity, stored)
     assert program.checked is not None and program.estimated_cost is not None
     result = program.checked.result
     lists = list_attributes or stored

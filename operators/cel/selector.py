@@ -142,33 +142,12 @@ def _compile(
     stored: bool,
     check_cost: bool,
 ) -> CompiledSelector:
-    if len(expression) > MAX_EXPRESSION_LENGTH:
-        raise CELCompileError(
-            f"expression too long: {len(expression)} characters, at most {MAX_EXPRESSION_LENGTH}"
-        )
-    env = Environment(
-        variables=frozenset({"device"}),
-        checked=True,
-        device_var="device",
-        # Stored expressions see the newest declarations whatever the gates. A device's
-        # list values are visible either way: upstream's DeviceMatches passes them on
-        # whatever the gate (a slice may keep them from a time it was on).
-        list_attributes=list_attributes or stored,
-        consumable_capacity=consumable_capacity or stored,
-        kubernetes=True,
-    )
-    try:
-        program = compile_program(expression, env)
-    except CELCompileError as exc:
-        message = _with_snippet(str(exc), expression)
-        if not message.startswith(("compilation failed", "program instantiation failed")):
-            message = "compilation failed: " + message
-        raise CELCompileError(message) from None
+    program = compile_device_program(expression, list_attributes, consumable_capacity, stored)
     assert program.checked is not None and program.estimated_cost is not None
     result = program.checked.result
     # Upstream accepts a bool or exactly the attribute type (google.protobuf.Any
     # before DRAListTypeAttributes, dyn with it).
-    attribute = celtypes.DYN if env.list_attributes else celtypes.ANY
+    attribute = celtypes.DYN if list_attributes or stored else celtypes.ANY
     if result not in (celtypes.BOOL, attribute):
         shown = "any" if result.kind == "any" else str(result)
         raise CELCompileError(f"must evaluate to bool or the unknown type, not {shown}")
@@ -181,6 +160,34 @@ def _compile(
 
 
 _LOCATED = re.compile(r"ERROR: <input>:(\d+):(\d+): ")
+
+
+def compile_device_program(
+    expression: str, list_attributes: bool, consumable_capacity: bool, stored: bool
+) -> Program:
+    """An expression over ``device`` (a selector's, a derived attribute's) compiled and
+    type-checked, with upstream's compile messages; raises CELCompileError."""
+    size = len(expression.encode())  # upstream counts bytes
+    if size > MAX_EXPRESSION_LENGTH:
+        raise CELCompileError(f"expression too long: {size} bytes, at most {MAX_EXPRESSION_LENGTH}")
+    env = Environment(
+        variables=frozenset({"device"}),
+        checked=True,
+        device_var="device",
+        # Stored expressions see the newest declarations whatever the gates. A device's
+        # list values are visible either way: upstream's DeviceMatches passes them on
+        # whatever the gate (a slice may keep them from a time it was on).
+        list_attributes=list_attributes or stored,
+        consumable_capacity=consumable_capacity or stored,
+        kubernetes=True,
+    )
+    try:
+        return compile_program(expression, env)
+    except CELCompileError as exc:
+        message = _with_snippet(str(exc), expression)
+        if not message.startswith(("compilation failed", "program instantiation failed")):
+            message = "compilation failed: " + message
+        raise CELCompileError(message) from None
 
 
 def _with_snippet(message: str, expression: str) -> str:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -611,21 +611,14 @@ def _invalid_selectors(snapshot: Snapshot, mode: SelectorMode) -> _Found:
             )
             found.extend(Violation(INVALID_SELECTOR, subject, str(p)) for p in problems)
             continue
-        for path, expression in selector_paths(obj):
+        stored: list[tuple[str, str, Callable[..., object]]] = [
+            (path, expression, compile_selector) for path, expression in selector_paths(obj)
+        ]
+        if not isinstance(obj, DeviceClass):
+            stored += [(path, e, compile_derived) for path, e in derived_paths(obj)]
+        for path, expression, compile_stored in stored:
             try:
-                compile_selector(
-                    expression,
-                    list_attributes=mode.list_attributes,
-                    consumable_capacity=mode.consumable_capacity,
-                    stored=True,
-                )
-            except CELError as error:
-                found.append(Violation(INVALID_SELECTOR, subject, f"{path}: {error}"))
-        if isinstance(obj, DeviceClass):
-            continue
-        for path, expression in derived_paths(obj):
-            try:
-                compile_derived(
+                compile_stored(
                     expression,
                     list_attributes=mode.list_attributes,
                     consumable_capacity=mode.consumable_capacity,
