@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import kopf
@@ -166,6 +166,21 @@ async def operate(settings: Settings, stop_flag: asyncio.Event | None = None) ->
     )
 
 
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``main`` runs on: uvloop's (libuv: its polling, transports and TLS cost
+    the operator less per pod than asyncio's, measured in #42), or asyncio's (None). Without
+    uvloop installed, asyncio's, with a warning."""
+    if name != "uvloop":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        log.warning("uvloop is not installed: running on asyncio's event loop")
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m operators [flags]``: see ``--help`` for every setting."""
     settings = Settings.from_argv(argv)
@@ -184,7 +199,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         device_policy=str(settings.device_policy),
     )
     try:
-        asyncio.run(operate(settings))
+        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+            runner.run(operate(settings))
     except Exception:  # kopf's ActivityError for a failed startup handler (not public API)
         if not _setup_errors:
             raise

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import uvloop
 
+from operators.process import loop_factory
 from operators.settings import (
     DevicePolicy,
     EvictionMode,
@@ -57,6 +59,7 @@ def test_environment_types() -> None:
         {"DRALLOC_MAX_EVICTIONS_PER_MINUTE": "-1"},
         {"DRALLOC_LEASE_DURATION": "5", "DRALLOC_RENEW_DEADLINE": "10"},
         {"DRALLOC_METRICS_PORT": "eighty"},
+        {"DRALLOC_EVENT_LOOP": "trio"},
     ],
 )
 def test_bad_values_are_refused(env: dict[str, str]) -> None:
@@ -91,3 +94,15 @@ def test_device_policy_is_first_fit_unless_set() -> None:
     assert Settings.from_argv([], env).device_policy is DevicePolicy.PACK
     with pytest.raises(SettingsError, match="first-fit, pack"):
         Settings.from_sources({"device_policy": "tetris"}, {})
+
+
+def test_the_operator_runs_on_uvloop_unless_told_otherwise() -> None:
+    assert Settings.from_sources({}, {}).event_loop == "uvloop"
+    factory = loop_factory("uvloop")
+    assert factory is not None
+    loop = factory()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+    assert loop_factory("asyncio") is None
