@@ -9,6 +9,7 @@ fails the same way every time without being evaluated again.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from operators import cel
@@ -95,31 +96,24 @@ class SelectorEvaluator:
         valid, so a decision that runs out resumes from them the next time)."""
 
     def _program(self, expression: str) -> Any:
-        program = self._programs.get(expression)
-        if program is None:
-            try:
-                # Stored selectors, as upstream's allocator compiles them: every field
-                # and function declared whatever the gates, and the estimated cost only
-                # checked when an expression is created or changed, so not here.
-                program = cel.compile_selector(
-                    expression,
-                    list_attributes=self._features.list_type_attributes,
-                    consumable_capacity=self._features.consumable_capacity,
-                    stored=True,
-                )
-            except cel.CELError as err:
-                program = SelectorCompileError(str(err))
-            self._programs[expression] = program
-        if isinstance(program, SelectorCompileError):
-            raise SelectorCompileError(*program.args)  # a new one per raise (see matches)
-        return program
+        # Stored selectors, as upstream's allocator compiles them: every field and function
+        # declared whatever the gates, and the estimated cost only checked when an
+        # expression is created or changed, so not here.
+        return self._compiled(self._programs, cel.compile_selector, expression)
 
     def _derived_program(self, expression: str) -> Any:
-        program = self._derived_programs.get(expression)
+        # Stored, like selectors: a claim's expressions were checked when it was made.
+        return self._compiled(self._derived_programs, cel.compile_derived, expression)
+
+    def _compiled(
+        self, programs: dict[str, Any], compile_stored: Callable[..., Any], expression: str
+    ) -> Any:
+        """The expression compiled as stored (once; a compile error is kept and raised
+        anew each time)."""
+        program = programs.get(expression)
         if program is None:
             try:
-                # Stored, like selectors: a claim's expressions were checked when it was made.
-                program = cel.compile_derived(
+                program = compile_stored(
                     expression,
                     list_attributes=self._features.list_type_attributes,
                     consumable_capacity=self._features.consumable_capacity,
@@ -127,9 +121,9 @@ class SelectorEvaluator:
                 )
             except cel.CELError as err:
                 program = SelectorCompileError(str(err))
-            self._derived_programs[expression] = program
+            programs[expression] = program
         if isinstance(program, SelectorCompileError):
-            raise SelectorCompileError(*program.args)
+            raise SelectorCompileError(*program.args)  # a new one per raise (see matches)
         return program
 
     def derive(self, expression: str, device: CompiledDevice) -> AttributeValue:

@@ -20,9 +20,9 @@ from operators.api.semver import Semver
 
 from . import types as celtypes
 from .device import DeviceView
-from .errors import NO_SUCH_KEY_HINT, CELCompileError, CELEvalError
-from .program import RUNTIME_FAILURES, Program, as_eval_error
-from .selector import MAX_COST, compile_device_program
+from .errors import CELCompileError, CELEvalError
+from .program import Program
+from .selector import MAX_COST, compile_device_program, run_on_device
 from .values import UInt, type_name
 
 #: The plain Python types a derived value (or each element of a list value) may have.
@@ -47,18 +47,7 @@ class CompiledDerived:
         """The device's value: a scalar, or a tuple of scalars of one type (empty for an
         empty list). Raises CELEvalError for an evaluation error or a value constraints
         cannot compare, CELCostError when the runtime budget runs out."""
-        if device.invalid_attribute is not None:
-            raise CELEvalError(device.invalid_attribute)
-        try:
-            result: Any = self.program.function(device, cost_limit)
-        except CELEvalError as exc:
-            message = str(exc)
-            if "no such key:" in message:
-                raise CELEvalError(f"{message}. {NO_SUCH_KEY_HINT}") from None
-            raise
-        except RUNTIME_FAILURES as exc:
-            raise as_eval_error(exc) from None
-        return _plain(result)
+        return _plain(run_on_device(self.program, device, cost_limit))
 
 
 def _scalar(value: Any) -> bool:

@@ -55,17 +55,7 @@ class CompiledSelector:
 
     def evaluate(self, device: DeviceView, cost_limit: int = MAX_COST) -> bool:
         """True if ``device`` matches; CELEvalError / CELCostError on failure."""
-        if device.invalid_attribute is not None:
-            raise CELEvalError(device.invalid_attribute)
-        try:
-            result: Any = self.program.function(device, cost_limit)
-        except CELEvalError as exc:
-            message = str(exc)
-            if "no such key:" in message:
-                raise CELEvalError(f"{message}. {NO_SUCH_KEY_HINT}") from None
-            raise
-        except RUNTIME_FAILURES as exc:
-            raise as_eval_error(exc) from None
+        result = run_on_device(self.program, device, cost_limit)
         if result is True or result is False:
             return result
         raise CELEvalError(f"CEL result of type {type_name(result)} could not be converted to bool")
@@ -160,6 +150,23 @@ def _compile(
 
 
 _LOCATED = re.compile(r"ERROR: <input>:(\d+):(\d+): ")
+
+
+def run_on_device(program: Program, device: DeviceView, cost_limit: int) -> Any:
+    """A compiled expression's value on ``device``, with the errors upstream's evaluation
+    gives: a device's unusable attribute, a missing key (with the hint), a Python failure
+    as "no such overload"; CELCostError when the budget runs out."""
+    if device.invalid_attribute is not None:
+        raise CELEvalError(device.invalid_attribute)
+    try:
+        return program.function(device, cost_limit)
+    except CELEvalError as exc:
+        message = str(exc)
+        if "no such key:" in message:
+            raise CELEvalError(f"{message}. {NO_SUCH_KEY_HINT}") from None
+        raise
+    except RUNTIME_FAILURES as exc:
+        raise as_eval_error(exc) from None
 
 
 def compile_device_program(
