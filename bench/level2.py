@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -775,9 +776,15 @@ def summarize_stacks(path: Path, top: int = 15) -> str:
 
 
 def run_one(
-    bin_dir: Path, workload: Workload, system: System, log: TextIO, profile: bool = False
+    bin_dir: Path,
+    workload: Workload,
+    system: System,
+    log: TextIO,
+    profile: bool = False,
+    keep_profiles: Path | None = None,
 ) -> tuple[Level2Result, dict[str, Any]]:
-    """One workload on one system, on a fresh control plane. Returns the result and footprint."""
+    """One workload on one system, on a fresh control plane. Returns the result and footprint.
+    With ``keep_profiles``, the raw profiles taken are copied there before the testbed goes."""
     scenario = expand(workload)
     testbed = Testbed.up(system, bin_dir=bin_dir)
     operator: Operator | None = None
@@ -816,11 +823,29 @@ def run_one(
             footprint["operatorProfile"] = summarize_stacks(testbed.state_dir / "operator.stacks")
         if operator is not None:
             footprint.update(operator_footprint(operator, testbed, workload, system))
+        if keep_profiles is not None:
+            keep(testbed.state_dir, keep_profiles, f"{workload.key}-{slug(system.name)}")
         return result, footprint
     finally:
         if operator is not None:
             operator.stop()
         testbed.down()
+
+
+KEPT_PROFILES = ("apiserver.pprof", "operator.stacks")
+
+
+def slug(name: str) -> str:
+    """A system's name as part of a file name."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def keep(state_dir: Path, into: Path, stem: str) -> None:
+    """Copy the raw profiles a run left in its testbed's directory, as ``stem.<name>``."""
+    into.mkdir(parents=True, exist_ok=True)
+    for name in KEPT_PROFILES:
+        if (state_dir / name).exists():
+            shutil.copyfile(state_dir / name, into / f"{stem}.{name}")
 
 
 def _apiserver_parts(path: Path, result: Level2Result) -> tuple[dict[str, float], str]:
@@ -866,6 +891,7 @@ def run_into(
     log: TextIO,
     only: Sequence[str] = (),
     systems: Sequence[System] = SYSTEMS,
+    keep_profiles: Path | None = None,
 ) -> None:
     try:
         bin_dir = testbed_bin()
@@ -882,7 +908,7 @@ def run_into(
             mine = system == DRALLOC
             try:
                 profile = system == DRALLOC_IN_TREE and workload.key == "template_2000pods_100nodes"
-                result, footprint = run_one(bin_dir, workload, system, log, profile)
+                result, footprint = run_one(bin_dir, workload, system, log, profile, keep_profiles)
             except Exception as error:  # one failing system must not lose the others' numbers
                 result, footprint = (
                     Level2Result(workload.name, system.name, note=f"failed: {error}"[:300]),

@@ -154,6 +154,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="level-2 systems by name (default all: in-tree, dralloc, 'dralloc in-tree mode')",
     )
     parser.add_argument("--out", type=Path, default=report.RESULTS_DIR)
+    parser.add_argument(
+        "--keep-profiles",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="level 2: copy the raw profiles (the API server's pprof, the operator's py-spy "
+        "stacks) into DIR, named by workload and system, for go tool pprof and comparisons",
+    )
     args = parser.parse_args(argv)
     log = sys.stderr
 
@@ -209,7 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import level2
 
         level2.run_into(
-            results, log=log, only=args.only, systems=level2.systems_named(args.systems)
+            results,
+            log=log,
+            only=args.only,
+            systems=level2.systems_named(args.systems),
+            keep_profiles=args.keep_profiles,
         )
     stem = "" if args.level == "all" and not args.only else f"level{args.level}"
     if args.only:

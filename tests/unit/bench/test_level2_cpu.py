@@ -6,9 +6,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import level2, report
 from bench.level2 import cpu_seconds
 
 
@@ -69,3 +70,13 @@ def test_the_cpu_table_gives_each_systems_cost_above_the_floor_against_in_trees(
     assert lines[3] == "| w | dralloc | 20.0 | 20.0 | 10.0 | 0.50 |"
     assert lines[4] == f"| w | {report.LEVEL2_FLOOR} | 10.0 | 10.0 | - | - |"
     assert lines[5] == "| v | dralloc | 7.0 | 7.0 | - | - |"  # no floor measured there
+
+
+def test_the_raw_profiles_are_kept_by_workload_and_system(tmp_path: Path) -> None:
+    state, into = tmp_path / "testbed", tmp_path / "kept"
+    state.mkdir()
+    (state / "apiserver.pprof").write_bytes(b"pprof")
+    level2.keep(state, into, f"steady_half_500nodes-{level2.slug('dralloc in-tree mode')}")
+    assert sorted(p.name for p in into.iterdir()) == [
+        "steady_half_500nodes-dralloc-in-tree-mode.apiserver.pprof"
+    ]  # the operator's stacks were not taken: nothing to copy
