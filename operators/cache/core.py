@@ -279,3 +279,11 @@ def parse_namespace(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Namespace
         labels=dict(metadata.get("labels") or {}),
         admin_access_label=protocol.admin_access_label,
     )
+
+
+def gated_by_dralloc(raw: JsonDict) -> bool:
+    """Whether dralloc's scheduling gate is on the pod (read from the raw object)."""
+    return any(
+        g.get("name") == SCHEDULING_GATE
+        for g in (raw.get("spec") or {}).get("schedulingGates") or ()
+    )

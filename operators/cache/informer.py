@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from operators.cache.backoff import Backoff
+from operators.cache.rawkept import RawKept
 from operators.kube import (
     REQUEST_ERRORS,
     UNREACHABLE_RETRY_CAP_S,
@@ -120,8 +121,11 @@ class Informer(Generic[T]):
         optional: bool = False,
         other_versions: tuple[str, ...] = (),
         forbidden_as_absent: bool = False,
+        raw_kept: RawKept | None = None,
     ) -> None:
         self.client = client
+        self.raw_kept = raw_kept
+        """Raw objects kept for writers that send them back whole (None: none kept)."""
         self.resource = resource
         self.optional = optional
         """A kind the server may not serve (404): then it reads as empty, checked again
@@ -167,6 +171,11 @@ class Informer(Generic[T]):
 
     def meta(self, key: Key) -> Meta | None:
         return self._meta.get(key)
+
+    def raw(self, key: Key) -> JsonDict | None:
+        """The object as last sent by the API server, where this kind keeps it (see
+        :mod:`operators.cache.rawkept`); a writer checks its resourceVersion."""
+        return self.raw_kept.get(key) if self.raw_kept is not None else None
 
     def keys(self) -> list[Key]:
         return list(self._objects)
@@ -251,6 +260,8 @@ class Informer(Generic[T]):
         except ValueError as error:
             self._log.warning("invalid object ignored", object=str(key), error=str(error)[:500])
             return self._store(key, None, None) if old is not None else None
+        if self.raw_kept is not None:
+            self.raw_kept.saw(key, raw)
         if known is not None and known.uid != meta.uid and old is not None:
             self._store(key, None, None)  # the old object went away; a new one took its name
         return self._store(key, new, meta)
@@ -273,6 +284,8 @@ class Informer(Generic[T]):
         if new is None or meta is None:
             self._objects.pop(key, None)
             self._meta.pop(key, None)
+            if self.raw_kept is not None:
+                self.raw_kept.forget(key)
         else:
             self._objects[key] = new
             self._meta[key] = meta

@@ -8,7 +8,7 @@ and namespaces are read in the mode's own fields (:mod:`operators.api.podprotoco
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from operators.api.base import SHARED_PARTS
@@ -22,7 +22,7 @@ from operators.api.models import (
 )
 from operators.api.podgroup import parse_pod_group
 from operators.api.podprotocol import DRALLOC, PodProtocol
-from operators.cache.core import parse_namespace, parse_node, parse_pod
+from operators.cache.core import gated_by_dralloc, parse_namespace, parse_node, parse_pod
 from operators.cache.informer import Parser
 from operators.kube import (
     DEVICE_CLASSES,
@@ -36,6 +36,7 @@ from operators.kube import (
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    JsonDict,
     Resource,
 )
 from operators.scheduling.budgets import parse_budget
@@ -74,6 +75,10 @@ Kubernetes 1.37 (1.36 serves v1beta2 behind an off-by-default gate, 1.33-1.35 v1
 PodGroups only where the Workload API is on (GenericWorkload gate and
 ``--runtime-config=scheduling.k8s.io/v1beta1=true``, off by default in 1.37).
 Missing at every version of :data:`OTHER_VERSIONS`, they read as empty (with a warning)."""
+
+RAW_KEPT: Mapping[Resource, Callable[[JsonDict], bool]] = {PODS: gated_by_dralloc}
+"""Kinds whose raw objects the informer keeps, and which: pods under dralloc's gate, which the
+claim controller and the allocation write back whole (see operators.cache.rawkept)."""
 
 FORBIDDEN_AS_ABSENT: frozenset[Resource] = frozenset({POD_GROUPS, DISRUPTION_BUDGETS})
 """Optional kinds that also read as empty (rechecked like a kind not served) where the

@@ -18,7 +18,8 @@ import structlog
 from operators.cache.assume import AssumeCache
 from operators.cache.backoff import Backoff
 from operators.cache.informer import Handler, Informer, Parser
-from operators.kube import KubeClient, Resource
+from operators.cache.rawkept import RawKept
+from operators.kube import JsonDict, KubeClient, Resource
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +36,7 @@ class SharedCache:
         optional: Collection[Resource] = (),
         other_versions: Mapping[Resource, tuple[str, ...]] | None = None,
         forbidden_as_absent: Collection[Resource] = (),
+        raw_kept: Mapping[Resource, Callable[[JsonDict], bool]] | None = None,
     ) -> None:
         self.client = client
         self.informers: dict[Resource, Informer[Any]] = {
@@ -47,6 +49,7 @@ class SharedCache:
                 optional=resource in optional,
                 other_versions=(other_versions or {}).get(resource, ()),
                 forbidden_as_absent=resource in forbidden_as_absent,
+                raw_kept=RawKept(wanted) if (wanted := (raw_kept or {}).get(resource)) else None,
             )
             for resource, parse in parsers.items()
         }

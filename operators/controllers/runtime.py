@@ -23,7 +23,13 @@ import structlog
 
 from operators import gcpause, metrics
 from operators.api.podprotocol import PodProtocol, protocol_for
-from operators.cache.kinds import FORBIDDEN_AS_ABSENT, OPTIONAL, OTHER_VERSIONS, parsers
+from operators.cache.kinds import (
+    FORBIDDEN_AS_ABSENT,
+    OPTIONAL,
+    OTHER_VERSIONS,
+    RAW_KEPT,
+    parsers,
+)
 from operators.cache.shared import SharedCache
 from operators.controllers import placerules
 from operators.credentials import CredentialSource
@@ -209,6 +215,7 @@ class Runtime:
             optional=OPTIONAL,
             other_versions=OTHER_VERSIONS,
             forbidden_as_absent=FORBIDDEN_AS_ABSENT,
+            raw_kept=RAW_KEPT,
         )
         self.events = EventRecorder(client)
         self.controllers: list[Controller] = []

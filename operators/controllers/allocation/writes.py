@@ -324,6 +324,9 @@ class ClaimWriter:
         annotations = {DEVICES_ANNOTATION: devices, ALLOCATED_BY_ANNOTATION: record.render()}
         protocol = self.runtime.protocol
         version = pod.resource_version
+        # The pod as last read, to send back whole (an update costs the API server less
+        # than a merge patch); merge_update checks that it is the version written to.
+        base = self.pods.raw(Key(pod.namespace, pod.name))
         patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
         statuses = claimrules.statuses_update(
             pod,
@@ -340,15 +343,17 @@ class ClaimWriter:
             else:
                 # Before the gate goes: kube-scheduler and the kubelet find the generated
                 # claims by these names.
-                written = await self.client.merge_patch(
+                written = await self.client.merge_update(
                     PODS,
                     pod.name,
                     recorded,
+                    base=base,
                     namespace=pod.namespace,
                     resource_version=version,
                     subresource=subresource,
                 )
                 version = written["metadata"]["resourceVersion"]
+                base = written
         if pod.gated:
             remaining = [{"name": g} for g in pod.scheduling_gates if g != SCHEDULING_GATE]
             patch["spec"] = {"schedulingGates": remaining or None}
@@ -360,10 +365,11 @@ class ClaimWriter:
                         )
                     }
                 }
-        updated = await self.client.merge_patch(
+        updated = await self.client.merge_update(
             PODS,
             pod.name,
             patch,
+            base=base,
             namespace=pod.namespace,
             resource_version=version,
         )

@@ -290,10 +290,11 @@ class ClaimController:
             if not refused and self._leave_statuses_to_allocation(key, pod):
                 return
             patch, subresource = self.protocol.statuses_write(statuses)
-            updated = await self.client.merge_patch(
+            updated = await self.client.merge_update(
                 PODS,
                 pod.name,
                 patch,
+                base=self.pods.raw(key),
                 namespace=pod.namespace,
                 resource_version=version,
                 subresource=subresource,

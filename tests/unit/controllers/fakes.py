@@ -52,6 +52,11 @@ Failure = Callable[[str, str, JsonDict | None], BaseException | None]
 """(method, path, body) -> the exception to raise for this call, or None to answer it."""
 
 
+WRITES = ("PATCH", "PUT")
+"""The methods an object's change comes in: a merge patch, or an update of the object as read
+(KubeClient.merge_update, when the cache kept it)."""
+
+
 @dataclasses.dataclass
 class Call:
     method: str

@@ -23,6 +23,7 @@ from operators.kube import (
     NotFound,
     failure_kind,
     json_body,
+    merge_patched,
 )
 
 
@@ -80,6 +81,23 @@ async def test_writes_carry_preconditions() -> None:
         await client.json_patch(RESOURCE_CLAIMS, "c", [{"op": "remove", "path": "/x"}], namespace="ns",
                                 resource_version="8", subresource="status")  # fmt: skip
         await client.delete(PODS, "p", namespace="ns", uid="u1")
+        stored = {
+            "metadata": {
+                "name": "p",
+                "namespace": "ns",
+                "resourceVersion": "9",
+                "labels": {"x": "y"},
+            },
+            "spec": {"schedulingGates": [{"name": "g"}], "future": {"kept": True}},
+        }
+        gate_lifted = {"metadata": {"labels": {"a": "b"}}, "spec": {"schedulingGates": None}}
+        await client.merge_update(
+            PODS, "p", gate_lifted, base=stored, namespace="ns", resource_version="9"
+        )
+        await client.merge_update(
+            PODS, "p", gate_lifted, base=stored, namespace="ns", resource_version="10",
+            subresource="status",
+        )  # fmt: skip
         events = []
         with pytest.raises(Gone):
             async for event in client.watch(PODS, "5"):
@@ -87,7 +105,7 @@ async def test_writes_carry_preconditions() -> None:
     finally:
         await client.close()
         await runner.cleanup()
-    merge, jsonpatch, delete, _watch = seen
+    merge, jsonpatch, delete, update, stale, _watch = seen
     assert merge[2] == "application/merge-patch+json"
     assert merge[3]["metadata"] == {"labels": {"a": "b"}, "resourceVersion": "7"}
     assert (jsonpatch[1], jsonpatch[2]) == (
@@ -96,6 +114,24 @@ async def test_writes_carry_preconditions() -> None:
     )
     assert jsonpatch[3][0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "8"}
     assert delete[3]["preconditions"] == {"uid": "u1"}
+    # With the object as read at the precondition's version: the patch applied here, the
+    # whole object sent back (fields this client does not know included).
+    assert (update[0], update[1], update[2]) == ("PUT", PODS.path("ns", "p"), "application/json")
+    assert update[3] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "9",
+                     "labels": {"x": "y", "a": "b"}},
+        "spec": {"future": {"kept": True}},
+    }  # fmt: skip
+    # Read at another version: the server applies the patch, with the same precondition.
+    assert (stale[0], stale[1], stale[2]) == (
+        "PATCH",
+        PODS.path("ns", "p") + "/status",
+        "application/merge-patch+json",
+    )
+    assert stale[3] == {"metadata": {"labels": {"a": "b"}, "resourceVersion": "10"},
+                        "spec": {"schedulingGates": None}}  # fmt: skip
     assert [e.type for e in events] == ["ADDED"]
 
 
@@ -257,3 +293,14 @@ async def test_a_refused_exec_credential_is_obtained_again_and_a_fixed_token_is_
         await fixed.close()
         assert server.runner is not None
         await server.runner.cleanup()
+
+
+def test_a_merge_patch_is_applied_here_as_the_api_server_applies_it() -> None:
+    doc = {"a": {"b": 1, "c": [1, 2]}, "d": "x", "e": {"f": 1}}
+    patch = {"a": {"b": None, "c": [3], "n": {"m": None, "k": 1}}, "d": {"g": 2}, "h": None}
+    assert merge_patched(doc, patch) == {
+        "a": {"c": [3], "n": {"k": 1}},  # null removes, a list replaces, nulls inside go
+        "d": {"g": 2},  # an object replaces a scalar
+        "e": {"f": 1},  # untouched
+    }
+    assert doc == {"a": {"b": 1, "c": [1, 2]}, "d": "x", "e": {"f": 1}}, "the document changed"

@@ -35,6 +35,7 @@ from operators.settings import FeatureGates
 
 from ..fakes import (
     DRIVER,
+    WRITES,
     FakeClient,
     allocated,
     claim,
@@ -449,7 +450,7 @@ async def test_a_stale_write_after_a_long_wait_is_retried_at_once() -> None:
     pod_path = PODS.path("ns", "p")
 
     def conflict(method: str, path: str, _body: JsonDict | None) -> BaseException | None:
-        if method == "PATCH" and path == pod_path:
+        if method in WRITES and path == pod_path:
             return Conflict(409, "Conflict", "the object has been modified")
         return None
 

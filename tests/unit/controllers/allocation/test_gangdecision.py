@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from operators.kube import POD_GROUPS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, A
 
 from ..fakes import (
     DRIVER,
+    WRITES,
     FakeClient,
     allocated,
     apply_merge_patch,
@@ -470,7 +472,7 @@ async def test_a_member_deleted_while_the_gates_are_lifted_is_reported_on_the_ot
         put(controller.runtime, PODS, raw)
 
     def deleted_just_then(method: str, path: str, body: Any) -> Exception | None:
-        if method == "PATCH" and path == PODS.path("ns", "w1"):
+        if method in WRITES and path == PODS.path("ns", "w1"):
             return NotFound(404, "NotFound", 'pods "w1" not found', name="w1")
         return None
 
@@ -491,9 +493,13 @@ async def decide_and_watch(controller: AllocationController, client: FakeClient,
     seen = len(client.calls)
     await decide(controller, key)
     for call in client.calls[seen:]:
-        if call.method == "PATCH" and call.path.startswith(PODS.path("ns") + "/"):
+        if call.method in WRITES and call.path.startswith(PODS.path("ns") + "/"):
             written = call.path.removesuffix("/status").rsplit("/", 1)[1]
-            stored = apply_merge_patch(client.objects[PODS.path("ns", written)], call.body)
+            stored = (
+                apply_merge_patch(client.objects[PODS.path("ns", written)], call.body)
+                if call.method == "PATCH"
+                else copy.deepcopy(call.body)
+            )
             stored["metadata"]["resourceVersion"] = str(10_000 + len(client.calls))
             client.objects[PODS.path("ns", written)] = stored
             controller.runtime.cache[PODS].apply("MODIFIED", stored)
@@ -944,7 +950,7 @@ async def test_a_failed_write_to_one_member_behind_leaves_the_others_told() -> N
     unlucky = names[-1]
 
     def fail(method: str, path: str, body: Any) -> Exception | None:
-        if method == "PATCH" and path.startswith(PODS.path("ns", unlucky)):
+        if method in WRITES and path.startswith(PODS.path("ns", unlucky)):
             return ApiError(503, "ServiceUnavailable", "unavailable")
         return None
 

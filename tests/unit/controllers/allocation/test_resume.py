@@ -23,6 +23,7 @@ from operators.kube import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from ..fakes import (
     DRIVER,
     FINALIZER,
+    WRITES,
     FakeClient,
     allocated,
     claim,
@@ -66,7 +67,7 @@ async def test_a_claim_allocated_for_a_gated_pod_is_finished_not_allocated_again
 
     claim_writes = client.writes(RESOURCE_CLAIMS.path("ns", "c1"))
     assert claim_writes == [], f"the allocated claim was written again: {claim_writes}"
-    pod_writes = [c for c in client.writes(PODS.path("ns", "p")) if c.method == "PATCH"]
+    pod_writes = [c for c in client.writes(PODS.path("ns", "p")) if c.method in WRITES]
     assert len(pod_writes) == 1, f"not one pod write (the pod stays gated): {pod_writes}"
     [pod_write] = pod_writes
     devices = json.loads(pod_write.body["metadata"]["annotations"][DEVICES_ANNOTATION])

@@ -28,7 +28,7 @@ from operators.kube import (
     JsonDict,
 )
 
-from ..fakes import FakeClient, namespace, pod, put, runtime, template
+from ..fakes import WRITES, FakeClient, namespace, pod, put, runtime, template
 
 POD: WorkKey = ("pod", Key("ns", "p"))
 CLAIMS_PATH = RESOURCE_CLAIMS.path("ns")
@@ -136,7 +136,7 @@ async def test_a_conflict_on_the_pod_is_retried_at_once() -> None:
     client = FakeClient()
 
     def fail(method: str, path: str, _body: JsonDict | None) -> BaseException | None:
-        if method == "PATCH" and path == PODS.path("ns", "p") and len(client.writes(path)) == 1:
+        if method in WRITES and path == PODS.path("ns", "p") and len(client.writes(path)) == 1:
             return Conflict(409, "Conflict", "the object has been modified")
         return None
 
