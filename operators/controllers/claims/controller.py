@@ -226,7 +226,9 @@ class ClaimController:
         if kind == "pod":
             await self.sync_pod(key)
         else:
-            await self.releaser.sync(key)
+            again = await self.releaser.sync(key)
+            if again is not None:
+                self.queue.add_after(work, again)
         self.synced += 1
         self.queue.forget(work)
 

@@ -1,4 +1,5 @@
-"""A finalizer write answered 404 hides the claim only when the answer names the claim."""
+"""Releasing claims: a finalizer write answered 404 hides the claim only when the answer names
+the claim; a deleted pod's claims are the garbage collector's to delete, ours after a grace."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 
 from operators.cache.informer import Key
-from operators.controllers.claims import ClaimController
+from operators.controllers.claims import ClaimController, release
 from operators.controllers.workqueue import work_once
 from operators.kube import PODS, RESOURCE_CLAIMS, ApiError, JsonDict, NotFound, Resource
 
@@ -92,7 +93,39 @@ async def test_kube_schedulers_extended_resource_claim_goes_with_its_pod() -> No
     controller.runtime.cache[PODS].apply("DELETED", pod)
     assert controller.queue.pending() == 1
     await work_once(controller.queue, controller.sync)
-    # Deleted, as a claim generated for the pod (its finalizer then goes with the object).
+    # The pod owns it: the garbage collector deletes it. Until the grace is over nothing is
+    # written, and the claim is looked at again when it is.
+    assert client.writes(RESOURCE_CLAIMS.path("ns", key.name)) == []
+    due = controller.queue.due_in(("claim", key))
+    assert due is not None and 0 < due <= release.GC_GRACE, due
+    # The collector came: only our finalizer goes, and with it the claim.
+    deleting = copy.deepcopy(raw)
+    deleting["metadata"].update(deletionTimestamp="2026-12-07T10:00:00Z", resourceVersion="9")
+    controller.runtime.cache[RESOURCE_CLAIMS].apply("MODIFIED", deleting)
+    await controller.releaser.sync(key)
+    writes = client.writes(RESOURCE_CLAIMS.path("ns", key.name))
+    assert [(c.method, c.body["metadata"]) for c in writes] == [
+        ("PATCH", {"finalizers": None, "resourceVersion": "9"})
+    ], writes
+
+
+async def test_a_deleted_pods_claim_the_collector_leaves_is_deleted_after_the_grace() -> None:
+    """No garbage collector (or one far behind): once the grace is over the controller
+    deletes the claim itself, as it did before it left that to the collector."""
+    client = FakeClient()
+    controller = ClaimController(runtime(client))
+    raw = allocated(claim("ns", "p-dev-abcde"), "p", "uid-p")
+    raw["metadata"]["finalizers"] = ["resource.dralloc.dev/delete-protection"]
+    raw["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p", "controller": True}
+    ]
+    put(controller.runtime, RESOURCE_CLAIMS, raw)
+    key = Key("ns", "p-dev-abcde")
+    controller.releaser.pod_deleted("uid-p")
+    assert await controller.releaser.sync(key) is not None
+    assert client.writes(RESOURCE_CLAIMS.path("ns", key.name)) == []
+    controller.releaser.deleted_pod_uids["uid-p"] -= release.GC_GRACE  # the grace is over
+    assert await controller.releaser.sync(key) is None
     writes = client.writes(RESOURCE_CLAIMS.path("ns", key.name))
     assert [call.method for call in writes][:1] == ["DELETE"], writes
 
