@@ -36,10 +36,13 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, Literal, Protocol, TypeGuard
 
 import aiohttp
+import structlog
 
 from operators import metrics
 from operators.credentials import Auth, CredentialSource
 from operators.groups import GROUP, VERSION
+
+log = structlog.get_logger(__name__)
 
 JsonDict = dict[str, Any]
 
@@ -379,6 +382,12 @@ class AiohttpTransport:
         await self._session.close()
 
 
+def refused_by_role(error: ApiError, verb: str) -> bool:
+    """Whether the API server's authorizer refused ``verb`` (RBAC's "cannot <verb> resource"),
+    not admission (a policy's or a webhook's refusal is also a 403)."""
+    return error.status == 403 and f"cannot {verb} resource" in error.message
+
+
 def merge_patched(doc: Mapping[str, Any], patch: Mapping[str, Any]) -> JsonDict:
     """``patch`` applied to ``doc`` as the API server applies a JSON merge patch (RFC 7386):
     objects merge key by key, ``null`` removes a key, anything else replaces. ``doc`` is not
@@ -430,6 +439,9 @@ class KubeClient:
         # Discovery: the resource names a group version serves (subresources included).
         self._discovered: dict[str, frozenset[str]] = {}
         self._credentials = connection.credentials
+        self.updates_refused: set[str] = set()
+        """Resources (``plural`` or ``plural/subresource``) this identity may patch but not
+        update (a role from before dralloc updated pods): merge_update patches them."""
         self.transport: Transport = transport or AiohttpTransport(
             connection, user_agent=user_agent, connect_timeout=request_timeout
         )
@@ -674,23 +686,40 @@ class KubeClient:
         decodes the object instead of encoding the stored one, merging and decoding again,
         which costs it less. Without a base at that version, sent as a merge patch."""
         metadata = (base or {}).get("metadata") or {}
-        if base is None or str(metadata.get("resourceVersion")) != resource_version:
-            return await self.merge_patch(
-                resource,
-                name,
-                patch,
-                namespace=namespace,
-                resource_version=resource_version,
-                subresource=subresource,
-            )
-        body = merge_patched(base, patch)
-        body["metadata"] = {**body["metadata"], "resourceVersion": resource_version}
-        resource = self.resolve(resource)
-        body.setdefault("apiVersion", resource.api_version)
-        body.setdefault("kind", resource.kind)
-        path = resource.path(namespace, name)
-        path += f"/{subresource}" if subresource else ""
-        return await self.request("PUT", path, body=body)
+        what = f"{resource.plural}/{subresource}" if subresource else resource.plural
+        if (
+            base is not None
+            and str(metadata.get("resourceVersion")) == resource_version
+            and what not in self.updates_refused
+        ):
+            body = merge_patched(base, patch)
+            body["metadata"] = {**body["metadata"], "resourceVersion": resource_version}
+            resolved = self.resolve(resource)
+            body.setdefault("apiVersion", resolved.api_version)
+            body.setdefault("kind", resolved.kind)
+            path = resolved.path(namespace, name)
+            path += f"/{subresource}" if subresource else ""
+            try:
+                return await self.request("PUT", path, body=body)
+            except ApiError as error:
+                if not refused_by_role(error, "update"):
+                    raise
+                # Its role lets it patch but not update (granted before dralloc updated
+                # pods): patch from now on, and say so once.
+                self.updates_refused.add(what)
+                log.warning(
+                    "the operator's role may not update this resource: merge patches instead, "
+                    "which cost the API server more; grant update (manifests/base/clusterrole.yaml)",
+                    resource=what,
+                )
+        return await self.merge_patch(
+            resource,
+            name,
+            patch,
+            namespace=namespace,
+            resource_version=resource_version,
+            subresource=subresource,
+        )
 
     async def json_patch(
         self,

@@ -304,3 +304,53 @@ def test_a_merge_patch_is_applied_here_as_the_api_server_applies_it() -> None:
         "e": {"f": 1},  # untouched
     }
     assert doc == {"a": {"b": 1, "c": [1, 2]}, "d": "x", "e": {"f": 1}}, "the document changed"
+
+
+async def test_a_role_that_may_patch_but_not_update_gets_patches() -> None:
+    """An operator deployed with a role from before it updated pods (patch only) keeps
+    working: refused an update by the authorizer, it patches, and from then on patches at
+    once. A refusal by admission (a policy's 403) is the caller's to handle, as before."""
+    seen: list[str] = []
+    refusal = {"by": "role"}
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        seen.append(request.method)
+        if request.method == "PUT":
+            message = (
+                'pods "p" is forbidden: User "system:serviceaccount:dralloc-system:dralloc-'
+                'operator" cannot update resource "pods" in API group "" in the namespace "ns"'
+                if refusal["by"] == "role"
+                else "pods \"p\" is forbidden: ValidatingAdmissionPolicy 'fence' denied request"
+            )
+            body = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message}
+            return web.json_response(body, status=403)
+        return web.json_response({"metadata": {"resourceVersion": "10"}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = KubeClient(Connection(f"http://127.0.0.1:{port}", False, {}))
+    stored = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "9"}}
+    patch = {"spec": {"schedulingGates": None}}
+    try:
+        for _ in range(2):
+            await client.merge_update(
+                PODS, "p", patch, base=stored, namespace="ns", resource_version="9"
+            )
+        assert seen == ["PUT", "PATCH", "PATCH"], seen
+        assert client.updates_refused == {"pods"}
+        seen.clear()
+        refusal["by"] = "policy"
+        with pytest.raises(ApiError, match="ValidatingAdmissionPolicy"):
+            await client.merge_update(
+                PODS, "p", patch, base=stored, namespace="ns", resource_version="9",
+                subresource="status",
+            )  # fmt: skip
+        assert seen == ["PUT"], "a policy's refusal was sent again as a patch"
+    finally:
+        await client.close()
+        await runner.cleanup()
