@@ -85,6 +85,10 @@ class Nomination:
     """When the last victim was seen gone (monotonic; None: some are still there)."""
     announced: bool = False
     """Whether the pod's nominatedNodeName was written."""
+    removed: bool = False
+    """Whether every victim's eviction (or deletion) was answered. One cut short (the API
+    server restarting, no answer) is sent again when the pod is looked at again: else the
+    victims stay and the pod waits for them for good (seen in the robustness suite)."""
 
 
 class Preemption:
@@ -122,6 +126,10 @@ class Preemption:
         nomination = self.nominations.get(key)
         if nomination is None:
             return None
+        if not nomination.removed:
+            # Its victims' removal was cut short: finish it first (nothing else changes on
+            # a refused request, so the decision below would only wait, for good).
+            await self._remove(pod, nomination)
         claims = [claim for _, claim in pending(entries)]
         candidates = self.decider.candidates(pod, entries)
         node = next((n for n in candidates.nodes if n.name == nomination.node), None)
@@ -191,7 +199,7 @@ class Preemption:
             victims=[p.ref for p in chosen.pods],
             devices=list(devices),
         )
-        await self._remove(pod, chosen, devices)
+        await self._remove(pod, nomination)
         return self._waiting_reason(pod, nomination, chosen.pods)
 
     async def announce(self, pod: Pod) -> None:
@@ -399,14 +407,17 @@ class Preemption:
         except ApiError as error:
             log.warning("nominatedNodeName not written", pod=pod.ref, error=str(error)[:200])
 
-    async def _remove(self, pod: Pod, chosen: NodeVictims, devices: Sequence[str]) -> None:
+    async def _remove(self, pod: Pod, nomination: Nomination) -> None:
+        """Evict (or delete) the nomination's victims still there; a failure without an
+        answer raises (the work queue retries the pod, and with it this)."""
         now = datetime.datetime.now(datetime.UTC)
         client = self.runtime.client
         message = (
             f"Preempted by pod {pod.ref} (priority {pod.needs.priority}) on node "
-            f"{chosen.node} for devices {', '.join(devices)}"
+            f"{nomination.node} for devices {', '.join(nomination.devices)}"
         )
-        for victim in chosen.pods:
+        held_by_budget = False
+        for victim in nomination.victims:
             view = self.pods.get(Key(victim.namespace, victim.name))
             if view is None or view.uid != victim.uid:
                 continue
@@ -424,6 +435,7 @@ class Preemption:
             except (Conflict, NotFound):
                 continue  # gone or replaced meanwhile: nothing to remove
             except eviction.BudgetRefused as refused:
+                held_by_budget = True
                 await self.runtime.events.post(
                     view.involved(),
                     REASON_PREEMPTED,
@@ -434,6 +446,8 @@ class Preemption:
                 continue
             metrics.PREEMPTION_VICTIMS.inc()
             await self.runtime.events.post(view.involved(), REASON_PREEMPTED, message)
+        # A budget's refusal is tried again on the next look, as the victim is told.
+        nomination.removed = not held_by_budget
 
 
 def _member(victim: VictimPod) -> Key:

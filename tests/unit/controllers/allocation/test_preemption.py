@@ -250,3 +250,33 @@ async def test_victims_gone_while_it_preempts_wake_the_preemptor_at_once(
     assert [e for e in client.events if e["reason"] == "Preempted"], "it did preempt"
     due = controller.queue.due_in(vip)
     assert due is not None and due < 0.5, due
+
+
+async def test_a_removal_cut_short_is_sent_again_when_the_preemptor_is_looked_at_again() -> None:
+    """The victim's deletion got no answer (the API server restarting): the next look at the
+    preemptor deletes it, instead of waiting for a victim nobody removes (the robustness suite
+    saw a preemptor wait out its whole run so)."""
+    client = FakeClient()
+    controller = cluster(client)
+    vip = add_waiting(controller, "vip", 1000)
+    low_path = PODS.path("ns", "low")
+    cut = [ConnectionResetError("the API server went away")]
+
+    def fail(method: str, path: str, _body: Any) -> BaseException | None:
+        return cut.pop() if method == "DELETE" and path == low_path and cut else None
+
+    client.fail = fail
+    raised = False
+    try:
+        await sync(controller, vip)
+    except* ConnectionResetError:
+        raised = True  # the work queue retries the pod
+    assert raised
+    assert controller.state.nominated("ns/vip"), "the device stays held for the preemptor"
+    await sync(controller, vip)
+    deletes = [c for c in client.calls if c.method == "DELETE" and c.path == low_path]
+    assert len(deletes) == 2, "the removal was not sent again"
+    assert [e["reason"] for e in client.events] == ["Preempted"], "the victim is told once"
+    await sync(controller, vip)
+    deletes = [c for c in client.calls if c.method == "DELETE" and c.path == low_path]
+    assert len(deletes) == 2, "an answered removal is not sent again"
