@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,24 @@ from operators.kube import (
     json_body,
     merge_patched,
 )
+
+
+@contextlib.asynccontextmanager
+async def served(handler: Any) -> AsyncIterator[KubeClient]:
+    """A client of a local HTTP server answering every request with ``handler``."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = KubeClient(Connection(f"http://127.0.0.1:{port}", False, {}))
+    try:
+        yield client
+    finally:
+        await client.close()
+        await runner.cleanup()
 
 
 def test_paths() -> None:
@@ -66,15 +86,7 @@ async def test_writes_carry_preconditions() -> None:
             return response
         return web.json_response({"metadata": {"resourceVersion": "2"}})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = KubeClient(Connection(f"http://127.0.0.1:{port}", False, {}))
-    try:
+    async with served(record) as client:
         await client.merge_patch(
             PODS, "p", {"metadata": {"labels": {"a": "b"}}}, namespace="ns", resource_version="7"
         )
@@ -102,9 +114,6 @@ async def test_writes_carry_preconditions() -> None:
         with pytest.raises(Gone):
             async for event in client.watch(PODS, "5"):
                 events.append(event)
-    finally:
-        await client.close()
-        await runner.cleanup()
     merge, jsonpatch, delete, update, stale, _watch = seen
     assert merge[2] == "application/merge-patch+json"
     assert merge[3]["metadata"] == {"labels": {"a": "b"}, "resourceVersion": "7"}
@@ -326,17 +335,9 @@ async def test_a_role_that_may_patch_but_not_update_gets_patches() -> None:
             return web.json_response(body, status=403)
         return web.json_response({"metadata": {"resourceVersion": "10"}})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = KubeClient(Connection(f"http://127.0.0.1:{port}", False, {}))
     stored = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "9"}}
     patch = {"spec": {"schedulingGates": None}}
-    try:
+    async with served(answer) as client:
         for _ in range(2):
             await client.merge_update(
                 PODS, "p", patch, base=stored, namespace="ns", resource_version="9"
@@ -351,6 +352,3 @@ async def test_a_role_that_may_patch_but_not_update_gets_patches() -> None:
                 subresource="status",
             )  # fmt: skip
         assert seen == ["PUT"], "a policy's refusal was sent again as a patch"
-    finally:
-        await client.close()
-        await runner.cleanup()
