@@ -38,6 +38,29 @@ def newest_slices(slices: Iterable[ResourceSlice]) -> list[ResourceSlice]:
     return [s for s in items if s.spec.pool.generation == newest[(s.spec.driver, s.spec.pool.name)]]
 
 
+def pool_of(slice_: ResourceSlice) -> tuple[str, str]:
+    """The pool a slice publishes devices of: (driver, pool name)."""
+    return slice_.spec.driver, slice_.spec.pool.name
+
+
+def changed_devices(
+    before: Mapping[DeviceId, list[EffectiveTaint]], after: Mapping[DeviceId, list[EffectiveTaint]]
+) -> set[DeviceId]:
+    """Devices whose effective taints differ (a device missing on one side has none)."""
+    return {
+        device
+        for device in before.keys() | after.keys()
+        if before.get(device, []) != after.get(device, [])
+    }
+
+
+def allocated_pools(claim: ResourceClaim) -> tuple[tuple[str, str], ...]:
+    """The pools the claim's allocation took devices from (an index of claims)."""
+    if claim.status is None or claim.status.allocation is None:
+        return ()
+    return tuple({(r.driver, r.pool) for r in claim.status.allocation.devices.results})
+
+
 def rule_selects(rule: DeviceTaintRule, device: DeviceId) -> bool:
     """A nil selector selects nothing (as documented); an empty one selects everything."""
     selector = rule.spec.device_selector

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from operators import metrics
-from operators.api.models import DeviceTaintRule, ResourceClaim
+from operators.api.models import DeviceTaintRule, ResourceClaim, ResourceSlice
 from operators.cache.core import POD_CLAIMS_INDEX, Pod
 from operators.cache.informer import Change, Key
 from operators.controllers import eviction as evicting
@@ -47,6 +47,9 @@ from operators.kube import (
 from operators.settings import EvictionMode
 
 log = structlog.get_logger(__name__)
+
+SLICES_BY_POOL_INDEX = "slices-by-pool"
+CLAIMS_BY_POOL_INDEX = "claims-by-allocated-pool"
 
 REASON_EVICTION = "DeviceTaintManagerEviction"
 
@@ -75,6 +78,8 @@ class TaintController:
         self._taints: dict[DeviceId, list[EffectiveTaint]] | None = None
         self.rule_status = RuleStatus(runtime, self.rules, self.claims, self.ledger, self.taints)
         self.pods.ensure_index(POD_CLAIMS_INDEX, Pod.claim_keys)
+        self.slices.ensure_index(SLICES_BY_POOL_INDEX, lambda s: (taintrules.pool_of(s),))
+        self.claims.ensure_index(CLAIMS_BY_POOL_INDEX, taintrules.allocated_pools)
         self.pods.add_handler(self._on_pod)
         self.claims.add_handler(self._on_claim)
         self.slices.add_handler(self._on_inventory)
@@ -97,9 +102,54 @@ class TaintController:
         for key in self.pods.index_keys(POD_CLAIMS_INDEX, (change.key.namespace, change.key.name)):
             self.queue.add(key)
 
-    def _on_inventory(self, change: Change[Any]) -> None:
-        self._taints = None
-        self._requeue_all()
+    def _on_inventory(self, change: Change[ResourceSlice]) -> None:
+        """A slice changed: only its pool's devices can have other taints now (the newest
+        generation of a pool hides the others'). Pods are queued again only where a device
+        their claims hold got or lost a taint; a cluster's slices change far more often than
+        their taints, and every pod on every slice change was quadratic at scale."""
+        pools = {taintrules.pool_of(s) for s in (change.old, change.new) if s is not None}
+        rules = self.rules.values() if self.rules_enabled else []
+        for pool in pools:
+            now = [
+                s
+                for key in self.slices.index_keys(SLICES_BY_POOL_INDEX, pool)
+                if (s := self.slices.get(key)) is not None
+            ]
+            then = [s for s in now if s is not change.new]
+            if change.old is not None and taintrules.pool_of(change.old) == pool:
+                then.append(change.old)
+            before = taintrules.device_taints(then, rules)
+            after = taintrules.device_taints(now, rules)
+            if self._taints is not None:
+                for device in before:
+                    self._taints.pop(device, None)
+                self._taints.update(after)
+            if before.keys() != after.keys() or taintrules.changed_devices(before, after):
+                self._pool_changed(pool, taintrules.changed_devices(before, after), before | after)
+
+    def _pool_changed(
+        self, pool: tuple[str, str], changed: set[DeviceId], devices: dict[DeviceId, Any]
+    ) -> None:
+        """Queue the pods holding a device whose taints changed; the rules selecting any of
+        the pool's devices may count other devices now (a rule without effect says what it
+        would do)."""
+        for claim_key in self.claims.index_keys(CLAIMS_BY_POOL_INDEX, pool):
+            claim = self.claims.get(claim_key)
+            if claim is None or claim.status is None or claim.status.allocation is None:
+                continue
+            held = {(r.driver, r.pool, r.device) for r in claim.status.allocation.devices.results}
+            if held & changed:
+                for key in self.pods.index_keys(
+                    POD_CLAIMS_INDEX, (claim_key.namespace, claim_key.name)
+                ):
+                    self.queue.add(key)
+        self.rule_status.mark(
+            frozenset(
+                rule.metadata.name or ""
+                for rule in self.rules.values()
+                if any(taintrules.rule_selects(rule, device) for device in devices)
+            )
+        )
 
     def _on_rule(self, change: Change[DeviceTaintRule]) -> None:
         self._taints = None

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from operators.cache.informer import Key
+from operators.controllers import taintrules
 from operators.controllers.taints import REASON_EVICTION, TaintController
 from operators.controllers.workqueue import WorkQueue
 from operators.kube import (
@@ -248,3 +249,42 @@ async def test_a_pod_still_there_is_marked_and_deleted_with_its_uid() -> None:
     ]
     assert client.calls[2].body["metadata"] == {"uid": "uid-p-p0"}
     assert client.events[0]["message"] == "Marking for deletion"
+
+
+# --- what a slice change queues -------------------------------------------------------------
+
+
+async def test_a_slice_change_queues_only_the_pods_whose_devices_changed_taints() -> None:
+    client = FakeClient()
+    controller, runtime = cluster(client, 3)
+    slices = runtime.cache[RESOURCE_SLICES]
+    assert controller.taints()[("gpu.example.com", "n1", "dev-1")]  # the table is built
+    republished = tainted_slice(3, rv="3")
+    republished["spec"]["devices"][0]["attributes"] = {"model": {"string": "A100"}}
+    slices.apply("MODIFIED", republished)
+    assert controller.queue.pending() == 0  # the same taints: nobody to look at again
+    untainted = tainted_slice(3, rv="4")
+    del untainted["spec"]["devices"][1]["taints"]
+    slices.apply("MODIFIED", untainted)
+    assert controller.queue._queued == {Key("ns", "p1")}
+    # The table the evictions read follows the slice without being rebuilt.
+    assert controller._taints is not None
+    assert controller._taints[("gpu.example.com", "n1", "dev-1")] == []
+    assert controller._taints[("gpu.example.com", "n1", "dev-0")]
+
+
+async def test_a_slice_gone_or_a_newer_generation_queues_the_pods_it_untainted() -> None:
+    client = FakeClient()
+    controller, runtime = cluster(client, 2)
+    slices = runtime.cache[RESOURCE_SLICES]
+    newer = tainted_slice(2, rv="3")
+    newer["metadata"]["name"] = "n1-gpu-2"
+    newer["metadata"]["uid"] = "uid-slice-n1-2"
+    newer["spec"]["pool"]["generation"] = 2
+    del newer["spec"]["devices"][0]["taints"]
+    slices.apply("ADDED", newer)  # hides generation 1, where dev-0 was tainted
+    assert controller.queue._queued == {Key("ns", "p0")}
+    controller.queue = WorkQueue()
+    slices.apply("DELETED", newer)  # generation 1 counts again
+    assert controller.queue._queued == {Key("ns", "p0")}
+    assert controller.taints() == taintrules.device_taints(slices.values(), [])
