@@ -562,6 +562,39 @@ class KubeClient:
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> JsonDict:
         return await self.request("GET", self.resolve(resource).path(namespace, name))
 
+    async def list_pages(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 500,
+    ) -> AsyncIterator[tuple[list[JsonDict], str]]:
+        """The objects page by page, each page with the list's resourceVersion: a reader that
+        keeps less than the whole objects need not hold them all at once (150,000 pods
+        as decoded JSON are gigabytes)."""
+        resource = self.resolve(resource)
+        params: dict[str, str] = {"limit": str(limit)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        while True:
+            page = await self.request("GET", resource.path(namespace), params=params)
+            items: list[JsonDict] = page.get("items") or []
+            for item in items:
+                # List items carry no apiVersion/kind; fill them so consumers see whole objects.
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+            metadata = page.get("metadata") or {}
+            del page
+            yield items, str(metadata.get("resourceVersion", ""))
+            token = metadata.get("continue")
+            if not token:
+                return
+            params["continue"] = token
+
     async def list(
         self,
         resource: Resource,
@@ -572,25 +605,18 @@ class KubeClient:
         limit: int = 500,
     ) -> tuple[list[JsonDict], str]:
         """All objects (paginated) and the list's resourceVersion to watch from."""
-        resource = self.resolve(resource)
         items: list[JsonDict] = []
-        params: dict[str, str] = {"limit": str(limit)}
-        if label_selector:
-            params["labelSelector"] = label_selector
-        if field_selector:
-            params["fieldSelector"] = field_selector
-        while True:
-            page = await self.request("GET", resource.path(namespace), params=params)
-            for item in page.get("items") or ():
-                # List items carry no apiVersion/kind; fill them so consumers see whole objects.
-                item.setdefault("apiVersion", resource.api_version)
-                item.setdefault("kind", resource.kind)
-                items.append(item)
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                return items, str(metadata.get("resourceVersion", ""))
-            params["continue"] = token
+        listed = ""
+        async for page, version in self.list_pages(
+            resource,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+        ):
+            items.extend(page)
+            listed = version
+        return items, listed
 
     async def watch(
         self,

@@ -4,7 +4,10 @@ This is the client-go informer pattern, written for asyncio because kopf's index
 quadratic in the number of objects and never drop objects that vanished during a watch gap
 (reference python-stack §1.2). Each informer:
 
-* lists (paginated), then watches from the list's resourceVersion with bookmarks;
+* lists (paginated), then watches from the list's resourceVersion with bookmarks; each page is
+  validated as it arrives and its raw objects dropped (150,000 pods as decoded JSON are
+  gigabytes, validated a tenth of it), and the whole list is stored at once when the last
+  page is in, so no handler or reader ever sees a mix of two lists;
 * on ``410 Gone`` relists and *diffs* the new list against its store, so objects deleted while
   the watch was down produce DELETED changes like any other deletion;
 * retries errors with exponential backoff, keeping what it has; while the API server refuses
@@ -105,6 +108,19 @@ def version_number(resource_version: str) -> int:
         return int(resource_version)
     except ValueError:
         return -1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Read(Generic[T]):
+    """One object as an event or a list page brought it, validated, not yet stored."""
+
+    meta: Meta
+    new: T | None
+    """The object validated; None when it did not validate (or is unchanged)."""
+    unchanged: bool = False
+    """The cache holds this version already: nothing to store or tell."""
+    kept: JsonDict | None = None
+    """What the kind's :class:`RawKept` keeps of the raw object, if it wants it."""
 
 
 class Informer(Generic[T]):
@@ -246,38 +262,70 @@ class Informer(Generic[T]):
             self.seen_version = version
 
     def _apply(self, event_type: str, raw: JsonDict, meta: Meta) -> Change[T] | None:
-        key = meta.key
-        old = self._objects.get(key)
         if event_type == "DELETED":
-            if key not in self._objects:
+            if meta.key not in self._objects:
                 return None
-            return self._store(key, None, None)
-        known = self._meta.get(key)
+            return self._store(meta.key, None, None)
+        return self._commit(self._read(raw, meta))
+
+    def _read(self, raw: JsonDict, meta: Meta) -> _Read[T]:
+        """Validate one object (unless this version is held already)."""
+        known = self._meta.get(meta.key)
         if known is not None and known.resource_version == meta.resource_version:
-            return None
+            return _Read(meta, None, unchanged=True)
         try:
             new = self.parse(raw)
         except ValueError as error:
-            self._log.warning("invalid object ignored", object=str(key), error=str(error)[:500])
+            self._log.warning(
+                "invalid object ignored", object=str(meta.key), error=str(error)[:500]
+            )
+            return _Read(meta, None)
+        kept = self.raw_kept.form(raw) if self.raw_kept is not None else None
+        return _Read(meta, new, kept=kept)
+
+    def _commit(self, read: _Read[T]) -> Change[T] | None:
+        """Store what :meth:`_read` validated, and tell the handlers."""
+        if read.unchanged:
+            return None
+        key = read.meta.key
+        old = self._objects.get(key)
+        if read.new is None:  # did not validate: as if absent
             return self._store(key, None, None) if old is not None else None
         if self.raw_kept is not None:
-            self.raw_kept.saw(key, raw)
-        if known is not None and known.uid != meta.uid and old is not None:
+            self.raw_kept.put(key, read.kept)
+        known = self._meta.get(key)
+        if known is not None and known.uid != read.meta.uid and old is not None:
             self._store(key, None, None)  # the old object went away; a new one took its name
-        return self._store(key, new, meta)
+        return self._store(key, read.new, read.meta)
 
-    def replace(self, raws: list[JsonDict]) -> list[Change[T]]:
+    def replace(self, raws: Iterable[JsonDict]) -> list[Change[T]]:
         """Make the store equal to a fresh list; objects missing from it are deleted."""
+        return self._replace([self._read(raw, Meta.of(raw)) for raw in raws])
+
+    def _replace(self, reads: Iterable[_Read[T]]) -> list[Change[T]]:
         changes: list[Change[T]] = []
         seen: set[Key] = set()
-        for raw in raws:
-            seen.add(Meta.of(raw).key)
-            change = self.apply("ADDED", raw)
+        for read in reads:
+            seen.add(read.meta.key)
+            change = self._commit(read)
+            self._reached(read.meta.resource_version)
             if change is not None:
                 changes.append(change)
         for key in [key for key in self._objects if key not in seen]:
             changes.append(self._store(key, None, None))
         return changes
+
+    async def _list(self) -> str:
+        """List the kind page by page (each validated as it arrives), then store the whole
+        list at once; returns the list's resourceVersion."""
+        reads: list[_Read[T]] = []
+        listed = ""
+        async for items, version in self.client.list_pages(self.served):
+            reads.extend(self._read(raw, Meta.of(raw)) for raw in items)
+            listed = version
+            del items  # the page's raw objects go now, not with the next page
+        self._replace(reads)
+        return listed
 
     def _store(self, key: Key, new: T | None, meta: Meta | None) -> Change[T]:
         old = self._objects.get(key)
@@ -330,9 +378,8 @@ class Informer(Generic[T]):
         while True:
             try:
                 if not resource_version:
-                    raws, resource_version = await self.client.list(self.served)
+                    resource_version = await self._list()
                     self.not_served = False
-                    self.replace(raws)
                     self._reached(resource_version)
                     self.whole = True
                     if self.synced.is_set():

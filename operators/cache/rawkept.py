@@ -37,10 +37,19 @@ class RawKept:
 
     def saw(self, key: Any, raw: JsonDict) -> None:
         """A version of the object arrived (a list, a watch event)."""
-        if not self.wanted(raw):
+        self.put(key, self.form(raw))
+
+    def form(self, raw: JsonDict) -> JsonDict | None:
+        """What would be kept of ``raw``, or None when it is not wanted: a list takes it
+        as each page arrives and drops the rest of the page."""
+        return without_managed_fields(raw) if self.wanted(raw) else None
+
+    def put(self, key: Any, kept: JsonDict | None) -> None:
+        """Keep ``kept`` (:meth:`form`'s) as the object's newest version; None forgets it."""
+        if kept is None:
             self._raw.pop(key, None)
             return
-        self._raw[key] = without_managed_fields(raw)
+        self._raw[key] = kept
         self._raw.move_to_end(key)
         while len(self._raw) > self.limit:
             self._raw.popitem(last=False)

@@ -127,6 +127,9 @@ class ScriptedClient:
     async def list(self, resource: Any) -> tuple[list[JsonDict], str]:
         return self.lists.pop(0)
 
+    async def list_pages(self, resource: Any) -> AsyncIterator[Any]:
+        yield await self.list(resource)
+
     async def watch(self, resource: Any, rv: str, **_: Any) -> AsyncIterator[WatchEvent]:
         self.watched_from.append(rv)
         step = self.watches.pop(0) if self.watches else None
@@ -194,6 +197,48 @@ async def test_a_cache_is_not_whole_from_its_watch_expiring_until_it_has_listed_
         assert informer.whole
     finally:
         task.cancel()
+
+
+async def test_a_list_in_pages_is_stored_at_once_when_its_last_page_is_in() -> None:
+    """Between pages nothing of the new list shows: a reader never sees half of one list
+    beside half of the cache before it (a device freed on one page, taken on the next)."""
+    second_page = asyncio.Event()
+
+    class Paged(ScriptedClient):
+        async def list_pages(self, resource: Any) -> AsyncIterator[Any]:
+            if not self.lists:  # the relist: two pages, the second held back
+                yield [obj("a", "21")], "30"
+                await second_page.wait()
+                yield [obj("c", "25")], "30"
+                return
+            async for page in super().list_pages(resource):
+                yield page
+
+    client = Paged(
+        lists=[([obj("a", "1"), obj("b", "2")], "10")],
+        watches=[[Gone(410, "Expired", "too old")]],
+    )
+    informer: Informer[dict[str, Any]] = Informer(client, PODS, parse, backoff=Backoff(0.001, 0.01))  # type: ignore[arg-type]
+    changes: list[Change[Any]] = []
+    informer.add_handler(changes.append)
+    task = asyncio.create_task(informer.run())
+    try:
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if informer.synced.is_set() and not informer.whole:
+                break
+        await asyncio.sleep(0.02)  # the relist's first page is in by now
+        assert summary(changes) == [("add", "a"), ("add", "b")], "a page showed before the list"
+        assert informer.meta(Key("default", "a")).resource_version == "1"  # type: ignore[union-attr]
+        second_page.set()
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if informer.whole:
+                break
+    finally:
+        task.cancel()
+    assert summary(changes)[2:] == [("mod", "a"), ("add", "c"), ("del", "b")]
+    assert informer.seen_version == 30
 
 
 async def test_run_backs_off_on_errors() -> None:

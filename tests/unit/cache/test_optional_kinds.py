@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,6 +17,9 @@ from operators.kube import DEVICE_TAINT_RULES, POD_GROUPS, ApiError, NotFound
 class NotServing:
     def __init__(self) -> None:
         self.lists = 0
+
+    async def list_pages(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        yield await self.list(*args, **kwargs)
 
     async def list(self, *_: Any, **__: Any) -> Any:
         self.lists += 1
@@ -40,6 +44,9 @@ async def test_not_served(optional: bool, monkeypatch: pytest.MonkeyPatch) -> No
 class ServesBeta:
     def __init__(self) -> None:
         self.asked: list[str] = []
+
+    async def list_pages(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        yield await self.list(*args, **kwargs)
 
     async def list(self, resource: Any, *_: Any, **__: Any) -> Any:
         self.asked.append(resource.version)
@@ -74,6 +81,9 @@ async def test_an_older_version_is_read_when_v1_is_not_served() -> None:
 class Forbidden:
     def __init__(self) -> None:
         self.lists = 0
+
+    async def list_pages(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        yield await self.list(*args, **kwargs)
 
     async def list(self, *_: Any, **__: Any) -> Any:
         self.lists += 1
