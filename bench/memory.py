@@ -587,19 +587,22 @@ def _decide(controller: allocation.AllocationController, index: int) -> tuple[st
     return node_, chosen[0].to_dict()
 
 
+CONTROLLERS: Sequence[Callable[[Runtime], Any]] = (
+    allocation.AllocationController,
+    claims.ClaimController,
+    released.ReleasedPodsController,
+    doubles.DoubleAllocationController,
+    taints.TaintController,
+)
+"""Every controller the operator's process runs (each registers itself with kopf)."""
+
+
 def load(size: Size) -> tuple[Runtime, dict[str, int], int]:
     """The operator fed a cluster of ``size``: its runtime, the objects fed per kind, and how
     many pods it allocated."""
     settings = dataclasses.replace(Settings(), leader_election=False, api_group=size.api_group)
     runtime = Runtime(settings, client=None)  # type: ignore[arg-type]  # never called
-    builders: Sequence[Callable[[Runtime], Any]] = (
-        allocation.AllocationController,
-        claims.ClaimController,
-        released.ReleasedPodsController,
-        doubles.DoubleAllocationController,
-        taints.TaintController,
-    )
-    for build in builders:
+    for build in CONTROLLERS:
         runtime.add(build(runtime))
     controller = next(
         c for c in runtime.controllers if isinstance(c, allocation.AllocationController)

@@ -251,6 +251,24 @@ def apiserver_parts_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def cache_scale_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| API group | nodes | pods (with claims) | sync (s) | RSS once synced (MiB) | peak RSS (MiB) "
+        "| before listing (MiB) | targets met |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row.get('apiGroup', '?')} | failed: {row['error'][-200:]} |")
+            continue
+        lines.append(
+            f"| {row['apiGroup']} | {row['nodes']:,} | {row['pods']:,} ({row['claimPods']:,}) "
+            f"| {row['syncSeconds']:.1f} | {row['rssMiB']:.0f} | {row['peakRssMiB']:.0f} "
+            f"| {row['rssBeforeMiB']:.0f} | {'yes' if row['met'] else 'no'} |"
+        )
+    return lines
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     out = ["# dralloc benchmark results", ""]
     m = results.get("machine", {})
@@ -283,6 +301,18 @@ def markdown(results: Mapping[str, Any]) -> str:
         ]
         out += scale_table(scale)
         out.append("")
+    cache = results.get("cacheScale") or []
+    if cache:
+        out += [
+            "## The operator's cache at scale (`python -m bench.cache_scale`)",
+            "",
+            "A restart on upstream's scalability envelope: every kind listed in pages of 500 "
+            "through the operator's client, informers and controllers' handlers, in a process "
+            "of its own. Targets: RSS at most 1 GiB, sync at most 20 s.",
+            "",
+            *cache_scale_table(cache),
+            "",
+        ]
     level2 = results.get("level2") or []
     if level2:
         out += [

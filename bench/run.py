@@ -2,7 +2,8 @@
 
 Runs, in order: level 1 (dralloc's allocator vs upstream's Go allocator on every workload in
 ``bench/workloads/``), the engine scale points (100, 500, 2,000 nodes), the operator footprint
-(RSS and informer startup, when the testbed is built) and level 2 (end to end on the testbed:
+(RSS and informer startup, when the testbed is built), the operator's cache at upstream's
+scalability envelope (``bench/cache_scale.py``) and level 2 (end to end on the testbed:
 in-tree DRA, dralloc's operator on its CRDs, and dralloc in in-tree mode). Each part that cannot run says why in the results instead
 of failing the run. Results go to ``bench/results/`` (JSON, markdown, PNG).
 """
@@ -19,8 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import level1, report
+from bench import cache_scale, level1, report
 from bench.scenario import Workload, expand, load_all
+from operators.api.common import KUBERNETES_GROUP
+from operators.api.models import GROUP
 
 QUICK_FACTOR = 0.2
 
@@ -121,7 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="small workloads, fewer pods, no level 2"
     )
-    parser.add_argument("--level", choices=["1", "2", "all"], default="all")
+    parser.add_argument(
+        "--level",
+        choices=["1", "2", "cache", "all"],
+        default="all",
+        help="cache: the operator's cache at 5,000 nodes and 150,000 pods, in both modes",
+    )
     parser.add_argument("--only", nargs="*", default=[], help="workload file names (without .json)")
     parser.add_argument("--no-upstream", action="store_true", help="skip the Go allocator")
     parser.add_argument(
@@ -213,6 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             workload = next(w for w in workloads if w.key == slowest["file"])
             print(f"profiling dralloc on {workload.name}", file=log)
             results["profile"] = profile_dralloc(workload)
+    if args.level == "cache" or (args.level == "all" and not args.quick and not args.only):
+        results["cacheScale"] = [
+            cache_scale.run(cache_scale.Size(api_group=group), log)
+            for group in (GROUP, KUBERNETES_GROUP)
+        ]
     if args.level in ("2", "all") and not args.quick:
         from bench import level2
 
