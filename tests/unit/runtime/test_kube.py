@@ -23,6 +23,7 @@ from operators.kube import (
     Gone,
     KubeClient,
     NotFound,
+    decode_json,
     failure_kind,
     json_body,
     merge_patched,
@@ -153,6 +154,33 @@ def test_bodies_are_encoded_as_the_api_server_encodes_them() -> None:
         '{"spec":{"parameters":{"a":"\\u003cb\\u003e \\u0026 c","n":[1,2.5],"\\u00e9":"\\u2028"}}}'
     )
     assert json.loads(text) == body
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"metadata":{"name":"p","resourceVersion":"12"},"spec":{"n":[1,-2,2.5,true,null]}}',
+        '{"parameters":{"big":100000000000000000000,"small":18446744073709551615}}',
+        '{"parameters":{"neg":[-123456789012345678901]}}',
+        '{"a":"\\ud800","b":"\\u00e9"}',
+        '{"a":NaN,"b":1e400}',
+        '{"a":1,"a":2}',
+        '{"image":"r@sha256:12345678901234567890abc"}',
+    ],
+)
+def test_the_api_servers_json_is_read_as_json_reads_it(text: str) -> None:
+    """orjson where it reads the same; json for what it would read otherwise (an integer
+    beyond 64 bits must stay an integer: written back as a float it would change bytes the
+    API server compares)."""
+    expected = json.loads(text)
+    for given in (text, text.encode()):
+        decoded = decode_json(given)
+        assert json.dumps(decoded) == json.dumps(expected)  # types too: 1e20 is not 10**20
+
+
+def test_json_that_is_not_json_is_refused_as_json_refuses_it() -> None:
+    with pytest.raises(ValueError):
+        decode_json('{"a":')
 
 
 def test_a_refused_eviction_keeps_the_causes_that_name_the_budget() -> None:
