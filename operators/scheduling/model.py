@@ -248,7 +248,7 @@ def _priority(value: Any) -> int:
     return max(-INT32, min(INT32 - 1, int(value)))
 
 
-_SHARED_TOLERATIONS: dict[str, tuple[Mapping[str, Any], ...]] = {}
+_SHARED_TOLERATIONS: dict[bytes, tuple[Mapping[str, Any], ...]] = {}
 SHARED_TOLERATIONS_LIMIT = 1024
 
 

@@ -227,14 +227,26 @@ def test_keys() -> None:
     for unkeyed in not_scalars:
         with pytest.raises(TypeError):
             scalar_items(unkeyed)
-    value = {"b": [1, 1.0, True, None, "\ud800"], "a": {"x": -0.0}}
-    assert json_copy(json_text(value)) == value
-    assert list(json_copy(json_text(value))) == ["b", "a"]
+    value = {"b": [1, 1.0, True, None, "\u00e9\U0001f600"], "a": {"x": -0.0}, "i": 2**63}
+    copied = json_copy(json_text(value))
+    assert copied == value and copied is not value
+    assert [type(v) for v in copied["b"]] == [int, float, bool, type(None), str]
+    assert list(copied) == ["b", "a", "i"]
     assert json_text({"x": 0.0}) != json_text({"x": -0.0})
-    not_json: tuple[dict[Any, Any], ...] = ({1: "x"}, {"t": (1,)}, {"n": json})
+    assert json_text({"x": 1}) != json_text({"x": 1.0}) != json_text({"x": True})
+    not_json: tuple[dict[Any, Any], ...] = (
+        {1: "x"},
+        {"t": (1,)},
+        {"n": json},
+        {"s": "\ud800"},  # a lone surrogate: validated unshared
+        {"i": 2**64},
+    )
     for unkeyed in not_json:
         with pytest.raises(TypeError):
             json_text(unkeyed)
+    for not_finite in (float("nan"), float("inf")):  # orjson would write null
+        with pytest.raises(ValueError):
+            json_text({"f": not_finite})
     deep: Any = []
     for _ in range(100):
         deep = [deep]
