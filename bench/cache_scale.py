@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from bench import memory
+from operators import gcpause
 from operators.api.models import GROUP
 from operators.api.podprotocol import PodProtocol
 from operators.controllers.runtime import Runtime
@@ -294,8 +295,8 @@ def ordinary_pod(index: int, size: Size) -> JsonDict:
                     "ready": True,
                     "restartCount": 0,
                     "image": "registry.example.com/shop/web:v3.8.2",
-                    "imageID": "registry.example.com/shop/web@sha256:" + "0" * 64,
-                    "containerID": f"containerd://{index:064x}",
+                    "imageID": "registry.example.com/shop/web@sha256:" + memory.digest(index),
+                    "containerID": "containerd://" + memory.digest(index + 1),
                     "started": True,
                 }
             ],
@@ -440,6 +441,7 @@ async def _sync(size: Size) -> Result:
     connection = Connection(server="https://cluster.invalid", ssl_context=False, headers={})
     transport = ListingTransport()
     client = KubeClient(connection, api_group=size.api_group, transport=transport)
+    gcpause.configure(settings.gc_young_threshold)  # as the operator's process does
     runtime = Runtime(settings, client)
     for build in memory.CONTROLLERS:
         runtime.add(build(runtime))
@@ -491,7 +493,7 @@ def run(size: Size, log: Any = sys.stderr) -> JsonDict:
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"apiGroup": size.api_group, "error": done.stderr.strip()[-2000:]}
-    return json.loads(done.stdout)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # after the operator's log lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import hashlib
 import json
 import sys
 import sysconfig
@@ -133,6 +134,11 @@ def _managed(manager: str, operation: str, fields: JsonDict, subresource: str = 
     if subresource:
         entry["subresource"] = subresource
     return entry
+
+
+def digest(index: int) -> str:
+    """An image digest as a registry gives one (hex; rarely 20 decimal digits in a row)."""
+    return hashlib.sha256(index.to_bytes(8, "big")).hexdigest()
 
 
 def node_name(index: int) -> str:
@@ -448,8 +454,8 @@ def pod(
                     "ready": True,
                     "restartCount": 0,
                     "image": "registry.example.com/cuda-workload:12.4",
-                    "imageID": "registry.example.com/cuda-workload@sha256:" + "0" * 64,
-                    "containerID": f"containerd://{index:064x}",
+                    "imageID": "registry.example.com/cuda-workload@sha256:" + digest(index),
+                    "containerID": "containerd://" + digest(index + 1),
                     "started": True,
                 }
             ],
