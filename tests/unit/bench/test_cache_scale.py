@@ -3,6 +3,8 @@ operator's client and informers ends up in the cache (no figure is asserted)."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from bench import cache_scale, report
@@ -54,3 +56,10 @@ def test_the_report_has_a_row_per_mode_and_says_why_one_failed() -> None:
     text = report.markdown({"cacheScale": [measured, {"apiGroup": "x", "error": "killed"}]})
     assert f"| {GROUP} | 60 | 600 (60) |" in text
     assert "| x | failed: killed |" in text
+
+
+def test_a_run_in_a_process_of_its_own_gives_its_figures() -> None:
+    size = cache_scale.Size(nodes=20, devices_per_node=1, pods=100, namespaces=1)
+    figures = cache_scale.run(size, log=io.StringIO())
+    assert figures["objects"]["pods"] == 100 and figures["claimPods"] == 10
+    assert figures["rssMiB"] > figures["rssBeforeMiB"] > 0
