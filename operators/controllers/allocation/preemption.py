@@ -419,7 +419,9 @@ class Preemption:
         held_by_budget = False
         for victim in nomination.victims:
             view = self.pods.get(Key(victim.namespace, victim.name))
-            if view is None or view.uid != victim.uid:
+            if view is None or view.uid != victim.uid or view.deleting:
+                # Gone, replaced, or on its way out already (removed by an earlier pass whose
+                # answer was lost, or by someone else): nothing to remove, nothing to count.
                 continue
             try:
                 if self.settings.eviction_mode is EvictionMode.EVICT:

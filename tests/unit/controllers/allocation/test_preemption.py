@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from operators.cache.core import CLAIMS_ANNOTATION
 from operators.cache.informer import Key
@@ -250,6 +251,40 @@ async def test_victims_gone_while_it_preempts_wake_the_preemptor_at_once(
     assert [e for e in client.events if e["reason"] == "Preempted"], "it did preempt"
     due = controller.queue.due_in(vip)
     assert due is not None and due < 0.5, due
+
+
+async def test_a_victim_already_on_its_way_out_is_neither_removed_nor_counted_again() -> None:
+    """The deletion reached the API server but its answer was lost: the victim is terminating
+    when the preemptor is looked at again, so it is not deleted again, told again, or counted
+    in dralloc_preemption_victims_total again."""
+    client = FakeClient()
+    controller = cluster(client)
+    vip = add_waiting(controller, "vip", 1000)
+    low_path = PODS.path("ns", "low")
+    cut = [ConnectionResetError("the answer went missing")]
+
+    def fail(method: str, path: str, _body: Any) -> BaseException | None:
+        return cut.pop() if method == "DELETE" and path == low_path and cut else None
+
+    client.fail = fail
+    with pytest.raises(ExceptionGroup):
+        await sync(controller, vip)
+    terminating = running("low", 0)
+    terminating["metadata"]["deletionTimestamp"] = "2026-12-01T00:01:00Z"
+    terminating["metadata"]["resourceVersion"] = "99"
+    put(controller.runtime, PODS, terminating)
+    counted = REGISTRY.get_sample_value("dralloc_preemption_victims_total") or 0.0
+
+    def deletes() -> int:
+        return sum(1 for c in client.calls if c.method == "DELETE" and c.path == low_path)
+
+    sent = deletes()
+    await sync(controller, vip)
+    assert deletes() == sent, "a terminating victim was deleted again"
+    assert REGISTRY.get_sample_value("dralloc_preemption_victims_total") == counted
+    assert not client.events, "the victim was told, though its removal was never answered"
+    assert controller.preemption is not None
+    assert controller.preemption.nominations[vip].removed
 
 
 async def test_a_removal_cut_short_is_sent_again_when_the_preemptor_is_looked_at_again() -> None:
