@@ -71,13 +71,17 @@ class Resource:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str = ""
+    ) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
             base += f"/namespaces/{namespace}"
         base += f"/{self.plural}"
         if name:
             base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
         return base
 
 
@@ -718,8 +722,7 @@ class KubeClient:
             metadata = dict(patch.get("metadata") or {})
             metadata["resourceVersion"] = resource_version
             patch = {**patch, "metadata": metadata}
-        path = self.resolve(resource).path(namespace, name)
-        path += f"/{subresource}" if subresource else ""
+        path = self.resolve(resource).path(namespace, name, subresource)
         return await self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
 
     async def merge_update(
@@ -749,8 +752,7 @@ class KubeClient:
             resolved = self.resolve(resource)
             body.setdefault("apiVersion", resolved.api_version)
             body.setdefault("kind", resolved.kind)
-            path = resolved.path(namespace, name)
-            path += f"/{subresource}" if subresource else ""
+            path = resolved.path(namespace, name, subresource)
             try:
                 return await self.request("PUT", path, body=body)
             except ApiError as error:
@@ -789,14 +791,13 @@ class KubeClient:
             ops.insert(
                 0, {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
             )
-        path = self.resolve(resource).path(namespace, name)
-        path += f"/{subresource}" if subresource else ""
+        path = self.resolve(resource).path(namespace, name, subresource)
         return await self.request("PATCH", path, body=ops, content_type=JSON_PATCH)
 
     async def replace_status(self, resource: Resource, body: JsonDict) -> JsonDict:
         """PUT the status subresource; the body's resourceVersion is the precondition."""
         metadata = body["metadata"]
-        path = self.resolve(resource).path(metadata.get("namespace"), metadata["name"]) + "/status"
+        path = self.resolve(resource).path(metadata.get("namespace"), metadata["name"], "status")
         return await self.request("PUT", path, body=body)
 
     async def replace(self, resource: Resource, body: JsonDict) -> JsonDict:

@@ -421,7 +421,7 @@ class DoubleAllocationController:
         # answer is the next one): a pod bound or changed since is left alone.
         updated = await self.client.request(
             "PATCH",
-            PODS.path(pod.namespace, pod.name) + "/status",
+            PODS.path(pod.namespace, pod.name, "status"),
             body={
                 "metadata": {"uid": pod.uid, "resourceVersion": pod.resource_version},
                 "status": {"conditions": [condition]},

@@ -53,7 +53,7 @@ async def evict_through_api(client: KubeClient, pod: Pod) -> None:
         "deleteOptions": {"preconditions": {"uid": pod.uid}},
     }
     try:
-        await client.request("POST", PODS.path(pod.namespace, pod.name) + "/eviction", body=body)
+        await client.request("POST", PODS.path(pod.namespace, pod.name, "eviction"), body=body)
     except ApiError as error:
         if not error.refused_by_disruption_budget:
             raise
@@ -67,7 +67,7 @@ async def delete_as_disruption(
     condition = conditions.condition(DISRUPTION_TARGET, "True", reason, message, transition=now)
     await client.request(
         "PATCH",
-        PODS.path(pod.namespace, pod.name) + "/status",
+        PODS.path(pod.namespace, pod.name, "status"),
         body={"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}},
         content_type="application/strategic-merge-patch+json",
     )

@@ -88,7 +88,7 @@ async def set_condition(
         try:
             await client.request(
                 "PATCH",
-                PODS.path(pod.namespace, pod.name) + "/status",
+                PODS.path(pod.namespace, pod.name, "status"),
                 body={
                     "metadata": {"resourceVersion": version},
                     "status": {"conditions": [condition]},

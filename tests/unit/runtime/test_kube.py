@@ -50,6 +50,7 @@ async def served(handler: Any) -> AsyncIterator[KubeClient]:
 
 def test_paths() -> None:
     assert PODS.path("ns", "p") == "/api/v1/namespaces/ns/pods/p"
+    assert PODS.path("ns", "p", "status") == "/api/v1/namespaces/ns/pods/p/status"
     assert (
         RESOURCE_CLAIMS.path("ns") == "/apis/resource.dralloc.dev/v1/namespaces/ns/resourceclaims"
     )
