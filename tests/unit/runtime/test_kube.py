@@ -179,6 +179,27 @@ def test_the_api_servers_json_is_read_as_json_reads_it(text: str) -> None:
         assert json.dumps(decoded) == json.dumps(expected)  # types too: 1e20 is not 10**20
 
 
+async def test_only_core_kinds_skip_the_scan_for_integers_beyond_64_bits() -> None:
+    """A claim's opaque parameters keep an integer beyond 64 bits exact, in lists and
+    watches alike; a pod cannot hold one (the API server's structs), so its pages and events
+    go to orjson unscanned (what orjson makes of such a number shows which path was taken)."""
+    big = 10**20
+
+    async def answer(request: web.Request) -> web.Response:
+        item = {"metadata": {"name": "x", "resourceVersion": "5"}, "spec": {"n": big}}
+        if request.query.get("watch"):
+            return web.Response(text=json.dumps({"type": "ADDED", "object": item}) + "\n")
+        page = {"metadata": {"resourceVersion": "5"}, "items": [item]}
+        return web.Response(text=json.dumps(page), content_type="application/json")
+
+    async with served(answer) as client:
+        for resource, exact in ((RESOURCE_CLAIMS, True), (PODS, False)):
+            (listed,), _ = await client.list(resource)
+            events = [e async for e in client.watch(resource, "5")]
+            for got in (listed["spec"]["n"], events[0].object["spec"]["n"]):
+                assert (type(got) is int and got == big) if exact else type(got) is float
+
+
 def test_json_that_is_not_json_is_refused_as_json_refuses_it() -> None:
     with pytest.raises(ValueError):
         decode_json('{"a":')
