@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import yaml
+
 from bench import apiserver_profile
 from bench.scenario import Scenario, Workload, expand, load_all
 from operators.kube import PODS, KubeClient, Resource
@@ -328,17 +330,28 @@ class Testbed:
 class Operator:
     process: subprocess.Popen[bytes]
     log_path: Path
+    identity: Identity | None = None
 
     @classmethod
     def start(
-        cls, testbed: Testbed, *, webhook: bool = False, extra: Sequence[str] = ()
+        cls,
+        testbed: Testbed,
+        *,
+        webhook: bool = False,
+        extra: Sequence[str] = (),
+        identity: Identity | None = None,
     ) -> Operator:
+        """The operator as a process of its own: with ``identity``, as installed (its
+        account's token, its roles and the admission policies on its writes); else as the
+        testbed's admin."""
         log_path = testbed.state_dir / "operator.log"
+        kubeconfig = identity.kubeconfig if identity else testbed.kubeconfig
+        lease = (identity.lease, identity.namespace) if identity else ("dralloc-bench", "default")
         args = [
             sys.executable, "-m", "operators",
-            f"--kubeconfig={testbed.kubeconfig}",
+            f"--kubeconfig={kubeconfig}",
             "--metrics-port=0", "--probe-port=0",
-            "--lease-name=dralloc-bench", "--lease-namespace=default",
+            f"--lease-name={lease[0]}", f"--lease-namespace={lease[1]}",
             "--log-format=json", "--log-level=INFO",
         ]  # fmt: skip
         if webhook:  # kopf serves it on loopback and writes its configuration
@@ -351,11 +364,11 @@ class Operator:
             args.append("--no-webhook")
         args += extra
         with log_path.open("ab") as log:
-            env = {**os.environ, "KUBECONFIG": str(testbed.kubeconfig)}
+            env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
             process = subprocess.Popen(
                 args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
             )
-        operator = cls(process, log_path)
+        operator = cls(process, log_path, identity)
         operator.wait_for("controllers starting", timeout=120)
         if webhook:
             operator.wait_for("Reconfiguring the mutating webhook", timeout=60)
@@ -701,6 +714,92 @@ def gpu_cluster(nodes: int, devices: int, driver: str = "gpu.example.com") -> li
     return out
 
 
+@dataclass(frozen=True)
+class Identity:
+    """The operator's identity as the manifests install it."""
+
+    kubeconfig: Path
+    """Authenticates with a token of the operator's ServiceAccount."""
+    namespace: str
+    """The operator's namespace (its Lease may only be there)."""
+    lease: str
+    """The Lease the Deployment's operator holds (the fencing policy reads it)."""
+
+
+INSTALLED_KINDS = frozenset(
+    {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ConfigMap",
+    }
+)
+"""What of the manifests gives the operator its identity and bounds it: the account, its
+roles, the admission policies on what it and others write (CEL on each pod and claim
+write), and their parameters. Not the Deployment (the bench runs the process itself) nor
+the webhooks."""
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What ``install_identity`` applies, and whom it makes the operator."""
+
+    objects: list[dict[str, Any]]
+    account: str
+    namespace: str
+    lease: str
+
+
+def installed_parts(rendered: Iterable[dict[str, Any] | None], where: str) -> Installed:
+    """From the rendered manifests: the objects of :data:`INSTALLED_KINDS`, and the account,
+    namespace and Lease of the one Deployment's operator."""
+    rendered_objects = [o for o in rendered if o]
+    deployments = [o for o in rendered_objects if o["kind"] == "Deployment"]
+    if len(deployments) != 1:
+        raise Level2Unavailable(f"{where} renders {len(deployments)} Deployments, not one")
+    pod = deployments[0]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env") or ()}
+    return Installed(
+        objects=[o for o in rendered_objects if o["kind"] in INSTALLED_KINDS],
+        account=pod["serviceAccountName"],
+        namespace=deployments[0]["metadata"]["namespace"],
+        lease=env.get("DRALLOC_LEASE_NAME") or "dralloc-operator",
+    )
+
+
+def install_identity(testbed: Testbed, system: System) -> Identity:
+    """Apply the operator's account, roles and policies as ``kubectl apply -k`` would, for
+    the system's API mode, and write a kubeconfig with a token of the account."""
+    where = REPO / "manifests" / ("overlays/in-tree" if system.claims_in_spec else "")
+    parts = installed_parts(
+        yaml.safe_load_all(testbed.kubectl("kustomize", str(where))), str(where)
+    )
+    listed = {"apiVersion": "v1", "kind": "List", "items": parts.objects}
+    testbed.kubectl("apply", "-f", "-", input=json.dumps(listed))
+    token = testbed.kubectl(
+        "create", "token", parts.account, f"--namespace={parts.namespace}", "--duration=24h"
+    ).strip()
+    admin = yaml.safe_load(testbed.kubeconfig.read_text())
+    cluster = admin["clusters"][0]["name"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": cluster, "user": "operator"}}],
+        "current-context": "operator",
+    }
+    path = testbed.state_dir / "operator.kubeconfig"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return Identity(path, parts.namespace, parts.lease)
+
+
 def install_crds(testbed: Testbed) -> None:
     files = sorted(p for p in (REPO / "crds").glob("*.yaml") if p.name != "kustomization.yaml")
     if not files:
@@ -782,9 +881,12 @@ def run_one(
     log: TextIO,
     profile: bool = False,
     keep_profiles: Path | None = None,
+    as_installed: bool = True,
 ) -> tuple[Level2Result, dict[str, Any]]:
     """One workload on one system, on a fresh control plane. Returns the result and footprint.
-    With ``keep_profiles``, the raw profiles taken are copied there before the testbed goes."""
+    With ``keep_profiles``, the raw profiles taken are copied there before the testbed goes.
+    ``as_installed``: the operator runs with its account's token, roles and the admission
+    policies on its writes (else as the testbed's admin, with a client certificate)."""
     scenario = expand(workload)
     testbed = Testbed.up(system, bin_dir=bin_dir)
     operator: Operator | None = None
@@ -795,7 +897,8 @@ def run_one(
         if system.operator is not None:
             if system.group == DRALLOC_GROUP:
                 install_crds(testbed)
-            operator = Operator.start(testbed, extra=system.operator)
+            identity = install_identity(testbed, system) if as_installed else None
+            operator = Operator.start(testbed, extra=system.operator, identity=identity)
             if profile:
                 profiler = start_profiler(
                     operator.process.pid, testbed.state_dir / "operator.stacks"
@@ -865,7 +968,7 @@ def operator_footprint(
     pods = testbed.kubectl("get", "pods", "-A", "--no-headers").count("\n")
     rss = operator.rss_mib()
     operator.stop()
-    restarted = Operator.start(testbed, extra=system.operator or ())
+    restarted = Operator.start(testbed, extra=system.operator or (), identity=operator.identity)
     try:
         line = restarted.wait_for("shared cache synced", timeout=120)
         seconds = json.loads(line).get("seconds")
@@ -892,7 +995,9 @@ def run_into(
     only: Sequence[str] = (),
     systems: Sequence[System] = SYSTEMS,
     keep_profiles: Path | None = None,
+    as_installed: bool = True,
 ) -> None:
+    results["operatorIdentity"] = "installed" if as_installed else "admin"
     try:
         bin_dir = testbed_bin()
     except Level2Unavailable as error:
@@ -908,7 +1013,9 @@ def run_into(
             mine = system == DRALLOC
             try:
                 profile = system == DRALLOC_IN_TREE and workload.key == "template_2000pods_100nodes"
-                result, footprint = run_one(bin_dir, workload, system, log, profile, keep_profiles)
+                result, footprint = run_one(
+                    bin_dir, workload, system, log, profile, keep_profiles, as_installed
+                )
             except Exception as error:  # one failing system must not lose the others' numbers
                 result, footprint = (
                     Level2Result(workload.name, system.name, note=f"failed: {error}"[:300]),

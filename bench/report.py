@@ -315,9 +315,16 @@ def markdown(results: Mapping[str, Any]) -> str:
         ]
     level2 = results.get("level2") or []
     if level2:
+        identity = {
+            "installed": "The operator runs as installed: its ServiceAccount's token, its "
+            "roles and the admission policies on its own writes.",
+            "admin": "The operator runs as the testbed's admin (a client certificate, no "
+            "admission policies on its writes).",
+        }.get(results.get("operatorIdentity", ""), "")
         out += [
             "## Level 2: end to end on the testbed",
             "",
+            *([identity, ""] if identity else []),
             *level2_table(level2),
             "",
             WRITES_FLOOR,

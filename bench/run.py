@@ -170,6 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="level 2: copy the raw profiles (the API server's pprof, the operator's py-spy "
         "stacks) into DIR, named by workload and system, for go tool pprof and comparisons",
     )
+    parser.add_argument(
+        "--operator-identity",
+        choices=("installed", "admin"),
+        default="installed",
+        help="level 2: the operator as installed (its account's token, roles and the "
+        "admission policies on its writes; the default) or as the testbed's admin",
+    )
     args = parser.parse_args(argv)
     log = sys.stderr
 
@@ -235,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             only=args.only,
             systems=level2.systems_named(args.systems),
             keep_profiles=args.keep_profiles,
+            as_installed=args.operator_identity == "installed",
         )
     stem = "" if args.level == "all" and not args.only else f"level{args.level}"
     if args.only:
