@@ -253,6 +253,17 @@ async def test_victims_gone_while_it_preempts_wake_the_preemptor_at_once(
     assert due is not None and due < 0.5, due
 
 
+def cut_once(client: FakeClient, method: str, path: str) -> str:
+    """The first ``method`` request to ``path`` gets no answer (the connection drops)."""
+    cut = [ConnectionResetError("the API server went away")]
+
+    def fail(asked: str, to: str, _body: Any) -> BaseException | None:
+        return cut.pop() if asked == method and to == path and cut else None
+
+    client.fail = fail
+    return path
+
+
 async def test_a_victim_already_on_its_way_out_is_neither_removed_nor_counted_again() -> None:
     """The deletion reached the API server but its answer was lost: the victim is terminating
     when the preemptor is looked at again, so it is not deleted again, told again, or counted
@@ -260,13 +271,7 @@ async def test_a_victim_already_on_its_way_out_is_neither_removed_nor_counted_ag
     client = FakeClient()
     controller = cluster(client)
     vip = add_waiting(controller, "vip", 1000)
-    low_path = PODS.path("ns", "low")
-    cut = [ConnectionResetError("the answer went missing")]
-
-    def fail(method: str, path: str, _body: Any) -> BaseException | None:
-        return cut.pop() if method == "DELETE" and path == low_path and cut else None
-
-    client.fail = fail
+    low_path = cut_once(client, "DELETE", PODS.path("ns", "low"))
     with pytest.raises(ExceptionGroup):
         await sync(controller, vip)
     terminating = running("low", 0)
@@ -294,13 +299,7 @@ async def test_a_removal_cut_short_is_sent_again_when_the_preemptor_is_looked_at
     client = FakeClient()
     controller = cluster(client)
     vip = add_waiting(controller, "vip", 1000)
-    low_path = PODS.path("ns", "low")
-    cut = [ConnectionResetError("the API server went away")]
-
-    def fail(method: str, path: str, _body: Any) -> BaseException | None:
-        return cut.pop() if method == "DELETE" and path == low_path and cut else None
-
-    client.fail = fail
+    low_path = cut_once(client, "DELETE", PODS.path("ns", "low"))
     raised = False
     try:
         await sync(controller, vip)
