@@ -124,11 +124,12 @@ class TaintController:
                 for device in before:
                     self._taints.pop(device, None)
                 self._taints.update(after)
-            if before.keys() != after.keys() or taintrules.changed_devices(before, after):
-                self._pool_changed(pool, taintrules.changed_devices(before, after), before | after)
+            changed = taintrules.changed_devices(before, after)
+            if changed or before.keys() != after.keys():
+                self._pool_changed(pool, changed, before.keys() | after.keys())
 
     def _pool_changed(
-        self, pool: tuple[str, str], changed: set[DeviceId], devices: dict[DeviceId, Any]
+        self, pool: tuple[str, str], changed: set[DeviceId], devices: set[DeviceId]
     ) -> None:
         """Queue the pods holding a device whose taints changed; the rules selecting any of
         the pool's devices may count other devices now (a rule without effect says what it
