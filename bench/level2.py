@@ -806,7 +806,15 @@ def install_crds(testbed: Testbed) -> None:
         raise Level2Unavailable("crds/ holds no CustomResourceDefinitions (make crds)")
     for path in files:
         testbed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    testbed.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    deadline = time.monotonic() + 60
+    while True:  # kubectl wait gives up at once on a CRD whose status has no conditions yet
+        try:
+            testbed.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+            return
+        except RuntimeError as error:
+            if "accessor error" not in str(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.2)
 
 
 def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes] | None:

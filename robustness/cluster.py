@@ -237,6 +237,22 @@ class Cluster:
             raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Wait until the CustomResourceDefinitions are Established; ``kubectl wait`` gives up
+        at once on one just created whose status has no conditions yet (".status.conditions
+        accessor error"), so that answer is asked again until the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1, int(deadline - time.monotonic()))
+            args = ("wait", "--for=condition=Established", f"--timeout={left}s", *crds)
+            try:
+                self.kubectl(*args)
+                return
+            except RuntimeError as error:
+                if "accessor error" not in str(error) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.2)
+
     def apply(self, *manifests: Mapping[str, Any]) -> None:
         body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(manifests)})
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=body)

@@ -245,7 +245,7 @@ def install(cluster: Cluster) -> None:
     for path in crds:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
     names = [f"crd/{p.stem.split('_', 1)[1]}.resource.dralloc.dev" for p in crds]
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    cluster.wait_established(*names)
     cluster.kubectl("create", "namespace", LEASE_NAMESPACE, check=False)
 
 

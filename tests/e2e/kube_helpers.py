@@ -126,6 +126,24 @@ class Testbed:
             "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
         }
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Wait until the CustomResourceDefinitions (``crd/<name>``) are Established.
+
+        ``kubectl wait`` gives up at once, instead of waiting, on a definition just created
+        whose status has no conditions yet (".status.conditions accessor error: <nil>"); CI
+        lost a module's setup to it. That answer is asked again until the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1, int(deadline - time.monotonic()))
+            result = self.kubectl(
+                "wait", "--for=condition=Established", f"--timeout={left}s", *crds, check=False
+            )
+            if result.returncode == 0:
+                return
+            if "accessor error" not in result.stderr or time.monotonic() >= deadline:
+                raise AssertionError(f"{' '.join(crds)} not Established: {result.stderr.strip()}")
+            time.sleep(0.2)
+
     def kubectl(
         self,
         *args: str,

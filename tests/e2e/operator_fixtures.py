@@ -51,11 +51,7 @@ def install_crds(testbed: Testbed) -> None:
         pytest.skip("crds/ has no CustomResourceDefinitions yet (make crds)")
     for path in crd_files:
         testbed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    testbed.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", *[
-            f"crd/{p.stem.split('_', 1)[1]}.{GROUP}" for p in crd_files
-        ]
-    )  # fmt: skip
+    testbed.wait_established(*[f"crd/{p.stem.split('_', 1)[1]}.{GROUP}" for p in crd_files])
     ensure_lease_namespace(testbed)  # every module installs the CRDs before its operators
 
 

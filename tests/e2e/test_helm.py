@@ -287,9 +287,7 @@ def test_upgrade_adds_monitoring_and_pull_secrets(
     mode, _ = installed
     helm.testbed.apply(*(stand_in_crd(plural, kind) for plural, kind in STAND_IN_KINDS))
     for plural, _kind in STAND_IN_KINDS:
-        helm.testbed.kubectl(
-            "wait", "--for=condition=Established", f"crd/{plural}.monitoring.coreos.com"
-        )
+        helm.testbed.wait_established(f"crd/{plural}.monitoring.coreos.com")
     toggles = [
         "--set", "metrics.serviceMonitor.enabled=true",
         "--set", "metrics.prometheusRule.enabled=true",

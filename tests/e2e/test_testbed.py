@@ -87,12 +87,6 @@ def _holds_crds(path: Path) -> bool:
 CRD_FILES = [p for p in sorted((REPO_ROOT / "crds").glob("*.y*ml")) if _holds_crds(p)]
 
 
-def wait_established(testbed: Testbed, crd_name: str) -> None:
-    testbed.kubectl(
-        "wait", "--for=condition=Established", f"crd/{crd_name}", "--timeout=60s", timeout=90
-    )
-
-
 def node_of(testbed: Testbed, namespace: str, pod: str) -> str | None:
     obj = testbed.get("pod", pod, "-n", namespace)
     assert obj is not None, f"pod {namespace}/{pod} disappeared"
@@ -105,7 +99,7 @@ def test_repo_crd_installs_and_becomes_established(testbed: Testbed, crd_file: P
     crds = [d for d in yaml.safe_load_all(crd_file.read_text()) if d]
     testbed.apply(*crds)
     for crd in crds:
-        wait_established(testbed, crd["metadata"]["name"])
+        testbed.wait_established(f"crd/{crd['metadata']['name']}")
 
 
 def test_own_crd_installs_becomes_established_and_is_served(
@@ -113,7 +107,7 @@ def test_own_crd_installs_becomes_established_and_is_served(
 ) -> None:
     group = f"{unique_name('e2e')}.dralloc.test"
     testbed.apply(own_crd(group))
-    wait_established(testbed, f"widgets.{group}")
+    testbed.wait_established(f"crd/widgets.{group}")
     widget = {
         "apiVersion": f"{group}/v1",
         "kind": "Widget",
