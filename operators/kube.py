@@ -40,7 +40,7 @@ import orjson
 import re2
 import structlog
 
-from operators import metrics
+from operators import gojson, metrics
 from operators.credentials import Auth, CredentialSource
 from operators.groups import GROUP, VERSION
 
@@ -304,8 +304,8 @@ class Request:
     method: str
     path: str
     params: Mapping[str, str] | None = None
-    body: str | None = None
-    """JSON text (see :func:`json_body`), or None."""
+    body: bytes | None = None
+    """JSON (see :func:`json_body`), or None."""
     headers: Mapping[str, str] | None = None
     """Content type and the renewable credentials' headers (fixed ones are the transport's)."""
     ssl_context: ssl.SSLContext | bool | None = None
@@ -444,20 +444,14 @@ def decode_json(text: str | bytes, *, typed: bool = False) -> Any:
     return json.loads(text)
 
 
-def json_body(body: Any) -> str:
-    """A request body as the API server would encode it itself: compact, and with ``<``,
-    ``>`` and ``&`` escaped (the only characters Go's encoder escapes besides what JSON
-    must).
-
-    The server keeps an opaque value (a ResourceClaim's config ``parameters``) byte for byte
-    as it was created, and compares those bytes with its own re-encoding of them on every
-    later update of the object. A resource.k8s.io claim created with spaces in them (the
-    default of ``json.dumps``) or a raw ``<`` could never be updated again: removing its
-    finalizer was refused with "spec: Invalid value ...: field is immutable"."""
-    text = json.dumps(body, separators=(",", ":"))
-    # Outside strings these characters cannot occur in JSON; inside, the escape is the same
-    # character.
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+def json_body(body: Any) -> bytes:
+    """A request body as Go's encoding/json writes it (:mod:`operators.gojson`): the API
+    server compares the bytes of an opaque value (a ResourceClaim's config ``parameters``)
+    as its creator wrote them with the bytes of every later update, whoever writes it. A
+    resource.k8s.io claim written with spaces in them (the default of ``json.dumps``), a raw
+    ``<`` or an escaped ``é`` could never be updated again by the other writer ("spec:
+    Invalid value ...: field is immutable")."""
+    return gojson.dumps(body)
 
 
 class KubeClient:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from typing import Any
 
 import pytest
+
+from operators.kube import KubeClient, Resource
 
 from .kube_helpers import Testbed, wait_for
 from .operator_fixtures import (
@@ -89,6 +92,60 @@ def test_template_claim_allocated_bound_and_cleaned_up(
     assert wait_bound(testbed, namespace, "third") == node
     devices_now = allocated_devices(testbed, namespace)
     assert len(devices_now) == len(set(devices_now)) == 2
+
+
+# Parameters whose bytes Python's json and Go's encoding/json write differently.
+AWKWARD_PARAMETERS: dict[str, Any] = {
+    "note": "\u00e9 <b> & \u2028 \U0001f600",
+    "fraction": 0.25,
+    "whole": 2.0,
+    "tiny": 1e-7,
+    "huge": 1e21,
+}
+
+
+def test_claims_with_any_parameters_stay_writable_by_go_clients_and_by_dralloc(
+    testbed: Testbed, operator: OperatorProcess, namespace: str
+) -> None:
+    """The API server compares the bytes of opaque parameters stored at creation with the
+    bytes of every update. Go clients (kube-controller-manager, kube-scheduler, kubectl)
+    write them as Go does; so must dralloc, or the other side's updates are refused as
+    changing an immutable spec. Both directions: a claim dralloc made from a template, updated
+    by kubectl; a claim kubectl made, updated by dralloc's client."""
+    mode = testbed.api_mode
+    pool = make_pool(testbed, nodes=1, devices=1)
+    config = [{"opaque": {"driver": pool.driver, "parameters": AWKWARD_PARAMETERS}}]
+    made = template(namespace, "awkward", pool)
+    made["spec"]["spec"]["devices"]["config"] = config
+    testbed.apply(made)
+    testbed.apply(
+        pod(namespace, "p", pool, [{"name": "dev", "resourceClaimTemplateName": "awkward"}])
+    )
+    wait_bound(testbed, namespace, "p")
+    [ours] = claims_in(testbed, namespace)
+    assert ours["spec"]["devices"]["config"][0]["opaque"]["parameters"] == AWKWARD_PARAMETERS
+    # A Go client's read-modify-write of the claim dralloc made.
+    ours["metadata"].setdefault("labels", {})["e2e"] = "kubectl"
+    replaced = testbed.kubectl("replace", "-f", "-", input=json.dumps(ours), check=False)
+    assert replaced.returncode == 0, replaced.stderr
+
+    theirs = claim(namespace, "theirs", pool)
+    theirs["spec"]["devices"]["config"] = config
+    testbed.apply(theirs)  # written by kubectl, as Go encodes it
+    claims = Resource(mode.group, mode.version, "resourceclaims", "ResourceClaim", True)
+
+    async def update_as_dralloc() -> None:
+        client = await KubeClient.connect(str(testbed.kubeconfig), user_agent="dralloc-e2e")
+        try:
+            read = await client.get(claims, "theirs", namespace)
+            read["metadata"].setdefault("labels", {})["e2e"] = "dralloc"
+            await client.replace(claims, read)
+        finally:
+            await client.close()
+
+    asyncio.run(update_as_dralloc())
+    updated = get(testbed, mode.resource("resourceclaims"), "theirs", namespace)
+    assert updated is not None and updated["metadata"]["labels"]["e2e"] == "dralloc"
 
 
 class _ClaimWatch:

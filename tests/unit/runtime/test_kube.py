@@ -146,14 +146,16 @@ async def test_writes_carry_preconditions() -> None:
     assert [e.type for e in events] == ["ADDED"]
 
 
-def test_bodies_are_encoded_as_the_api_server_encodes_them() -> None:
-    """Compact, with <, > and & escaped: the server compares the bytes of opaque parameters
-    it stored at creation with its own encoding of them at every later update."""
-    body = {"spec": {"parameters": {"a": "<b> & c", "n": [1, 2.5], "é": "\u2028"}}}
+def test_bodies_are_encoded_as_go_encodes_them() -> None:
+    """Compact, UTF-8, with <, >, & and the line separators escaped, floats as Go writes
+    them: the server compares the bytes of opaque parameters stored at creation with those
+    of every later update, which Go clients write (tests/unit/runtime/test_gojson.py)."""
+    body = {"spec": {"parameters": {"a": "<b> & c", "n": [1, 2.5, 2.0], "é": "\u2028"}}}
     text = json_body(body)
-    assert text == (
-        '{"spec":{"parameters":{"a":"\\u003cb\\u003e \\u0026 c","n":[1,2.5],"\\u00e9":"\\u2028"}}}'
+    expected = (
+        '{"spec":{"parameters":{"a":"\\u003cb\\u003e \\u0026 c","n":[1,2.5,2],"é":"\\u2028"}}}'
     )
+    assert text == expected.encode()
     assert json.loads(text) == body
 
 

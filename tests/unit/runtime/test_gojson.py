@@ -1,0 +1,84 @@
+"""operators.gojson against Go itself: go_encoding.json was written by encoding/json
+(go_encoding.go beside it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operators import gojson
+from operators.kube import decode_json
+
+REFERENCE: dict[str, Any] = json.loads(
+    (Path(__file__).parent / "go_encoding.json").read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize("case", REFERENCE["floats"], ids=lambda c: c["in"])
+def test_floats_are_written_as_go_writes_a_float64(case: dict[str, str]) -> None:
+    number = float(case["in"])
+    assert gojson.go_float(number) == case["out"]
+    # Alone and inside a document (orjson's text of it is replaced).
+    assert gojson.dumps(number).decode() == case["out"]
+    assert gojson.dumps({"v": [number]}).decode() == '{"v":[' + case["out"] + "]}"
+
+
+@pytest.mark.parametrize("case", REFERENCE["codepoints"], ids=lambda c: c["in"])
+def test_each_character_is_written_as_go_writes_it(case: dict[str, str]) -> None:
+    char = chr(int(case["in"]))
+    assert gojson.dumps(char).decode() == case["out"]
+    assert gojson.dumps({char: 1}).decode() == "{" + case["out"] + ":1}"
+
+
+def test_a_claim_read_from_the_api_server_is_written_back_as_a_go_client_writes_it() -> None:
+    # Go wrote it from the same text read as Kubernetes' unstructured decoder reads it:
+    # escapes, non-ASCII, floats in both notations, a whole float, the largest int64.
+    document = decode_json(REFERENCE["document"])
+    assert gojson.dumps(document).decode() == REFERENCE["documentWritten"]
+
+
+def test_what_orjson_refuses_is_written_as_read() -> None:
+    beyond = 2**64
+    text = gojson.dumps({"big": beyond, "small": -(2**63) - 1, "max": 2**64 - 1, "x": 0.5})
+    assert text == b'{"big":18446744073709551616,"small":-9223372036854775809,' + (
+        b'"max":18446744073709551615,"x":0.5}'
+    )
+    assert decode_json(text) == {"big": beyond, "small": -(2**63) - 1, "max": 2**64 - 1, "x": 0.5}
+    # A lone surrogate (a JSON escape of one) stays an escape: it has no UTF-8.
+    assert gojson.dumps({"a": "\ud800<"}) == b'{"a":"\\ud800\\u003c"}'
+    # NaN has no JSON (the API server never sends one): null, whichever path writes it.
+    assert gojson.dumps({"a": math.nan}) == b'{"a":null}'
+    assert gojson.dumps({"a": [math.inf, 0.5]}) == b'{"a":[null,0.5]}'
+
+
+def test_every_document_reads_back_as_it_was() -> None:
+    chooser = random.Random(7)
+    alphabet = ["a", "é", "<", "&", "\u2028", "\n", "\x00", '"', "\\", "1", ".", ":", "😀"]
+
+    def text() -> str:
+        return "".join(chooser.choice(alphabet) for _ in range(chooser.randrange(6)))
+
+    def value(depth: int) -> Any:
+        kind = chooser.randrange(6 if depth < 4 else 4)
+        if kind == 0:
+            return text()
+        if kind == 1:
+            return chooser.choice([0, -1, 7, 2**63 - 1, -(2**63), 2**70])
+        if kind == 2:
+            return chooser.choice([0.5, 1e-7, 1e21, 2.0, -0.0, 123456.789, 1e-6])
+        if kind == 3:
+            return chooser.choice([True, False, None])
+        if kind == 4:
+            return {text(): value(depth + 1) for _ in range(chooser.randrange(4))}
+        return [value(depth + 1) for _ in range(chooser.randrange(4))]
+
+    for _ in range(500):
+        document = {"d": value(0)}
+        written = gojson.dumps(document)
+        assert json.loads(written) == document
+        assert not any(raw in written for raw in (b"<", b">", b"&", "\u2028".encode()))
