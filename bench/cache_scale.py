@@ -336,16 +336,13 @@ def kinds(size: Size, protocol: PodProtocol) -> Mapping[Resource, tuple[int, Gen
         node, result = allocation(index, size)
         return memory.pod(index, protocol, 100_000 + index, node=node, allocation=result)
 
-    def ordinary(index: int) -> JsonDict:
-        return ordinary_pod(index, size)
-
     step = round(1 / size.claim_share)
 
     def any_pod(index: int) -> JsonDict:
         # One claim pod in every ``step``, the others ordinary: the list mixes them.
         if index % step == 0:
             return claim_pod(index // step)
-        return ordinary(index - index // step - 1)
+        return ordinary_pod(index - index // step - 1, size)
 
     return {
         NAMESPACES: (len(names), lambda i: memory.namespace(names[i])),
@@ -387,7 +384,6 @@ class ListingTransport:
         """By the list's path: the list's kind (``PodList``)."""
         self.writing_seconds = 0.0
         """Spent writing pages: not the operator's."""
-        self.pages = 0
 
     @contextlib.asynccontextmanager
     async def send(self, request: Request) -> AsyncIterator[_Page]:
@@ -409,8 +405,6 @@ class ListingTransport:
             "items": [_listed(generate(index)) for index in range(start, stop)],
         }
         text = json.dumps(page, separators=(",", ":"))
-        del page
-        self.pages += 1
         self.writing_seconds += time.perf_counter() - started
         yield _Page(text)
 

@@ -346,7 +346,11 @@ class Operator:
         testbed's admin."""
         log_path = testbed.state_dir / "operator.log"
         kubeconfig = identity.kubeconfig if identity else testbed.kubeconfig
-        lease = (identity.lease, identity.namespace) if identity else ("dralloc-bench", "default")
+        lease = (
+            (identity.installed.lease, identity.installed.namespace)
+            if identity
+            else ("dralloc-bench", "default")
+        )
         args = [
             sys.executable, "-m", "operators",
             f"--kubeconfig={kubeconfig}",
@@ -728,10 +732,8 @@ class Identity:
 
     kubeconfig: Path
     """Authenticates with a token of the operator's ServiceAccount."""
-    namespace: str
-    """The operator's namespace (its Lease may only be there)."""
-    lease: str
-    """The Lease the Deployment's operator holds (the fencing policy reads it)."""
+    installed: Installed
+    """What was applied: the account, its namespace and the Lease it holds."""
 
 
 INSTALLED_KINDS = frozenset(
@@ -760,7 +762,9 @@ class Installed:
     objects: list[dict[str, Any]]
     account: str
     namespace: str
+    """The operator's namespace (its Lease may only be there)."""
     lease: str
+    """The Lease the Deployment's operator holds (the fencing policy reads it)."""
 
 
 def installed_parts(rendered: Iterable[dict[str, Any] | None], where: str) -> Installed:
@@ -805,7 +809,7 @@ def install_identity(testbed: Testbed, system: System) -> Identity:
     path = testbed.state_dir / "operator.kubeconfig"
     path.write_text(json.dumps(config))
     path.chmod(0o600)
-    return Identity(path, parts.namespace, parts.lease)
+    return Identity(path, parts)
 
 
 def install_crds(testbed: Testbed) -> None:
