@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import random
@@ -82,3 +83,29 @@ def test_every_document_reads_back_as_it_was() -> None:
         written = gojson.dumps(document)
         assert json.loads(written) == document
         assert not any(raw in written for raw in (b"<", b">", b"&", "\u2028".encode()))
+
+
+def test_a_key_no_fragment_can_stand_for_is_written_as_json_writes_it() -> None:
+    """A key with a lone surrogate (from an escape in a user's parameters) or a key that is
+    no string: written by ``json`` instead of failing the write, still UTF-8 and escaped."""
+    assert gojson.dumps({"\ud800": "é<"}) == '{"\\ud800":"é\\u003c"}'.encode()
+    assert gojson.dumps({1: 0.5}) == b'{"1":0.5}'
+
+
+def test_a_lone_surrogate_is_escaped_alone() -> None:
+    assert gojson.dumps({"a": "\ud800é\u2028"}) == '{"a":"\\ud800é\\u2028"}'.encode()
+
+
+def test_nesting_deeper_than_orjson_takes_is_written_all_the_same() -> None:
+    for depth in (300, 600):
+        nested: Any = 2.5
+        for _ in range(depth):
+            nested = [nested]
+        assert json.loads(gojson.dumps({"deep": nested})) == {"deep": nested}
+
+
+def test_what_json_refused_is_still_refused() -> None:
+    """A datetime or a dataclass in a body is a caller's mistake: refused, as ``json`` did,
+    rather than sent in orjson's notation."""
+    with pytest.raises(TypeError):
+        gojson.dumps({"at": datetime.datetime(2026, 12, 7)})
