@@ -43,6 +43,7 @@ import structlog
 from operators import gojson, metrics
 from operators.credentials import Auth, CredentialSource
 from operators.groups import GROUP, VERSION
+from operators.shapes import Shape
 
 log = structlog.get_logger(__name__)
 
@@ -544,8 +545,10 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         typed: bool = False,
+        shape: Shape | None = None,
     ) -> JsonDict:
-        """One request; its answer decoded (``typed``: see :func:`decode_json`)."""
+        """One request; its answer decoded (``typed``: see :func:`decode_json`; a list's
+        ``shape``: only the fields it names, see :mod:`operators.shapes`)."""
         data = None if body is None else json_body(body)
         headers = {"Content-Type": content_type} if data is not None else None
         request = Request(method, path, params, data, headers, timeout=self.request_timeout)
@@ -554,9 +557,12 @@ class KubeClient:
         if status == 401 and (renewed := await self._renewed(auth)) is not None:
             # Refused with credentials that have been renewed since: once more with the new.
             status, text = await self._send(self._with(renewed, request))
-        payload: Any
+        payload: Any = None
+        if shape is not None and text and status < 400:
+            payload = shape.decode(text)
         try:
-            payload = decode_json(text, typed=typed) if text else {}
+            if payload is None:
+                payload = decode_json(text, typed=typed) if text else {}
         except ValueError:
             payload = text
         if status >= 400:
@@ -606,10 +612,12 @@ class KubeClient:
         label_selector: str = "",
         field_selector: str = "",
         limit: int = 500,
+        shape: Shape | None = None,
     ) -> AsyncIterator[tuple[list[JsonDict], str]]:
         """The objects page by page, each page with the list's resourceVersion: a reader that
         keeps less than the whole objects need not hold them all at once (150,000 pods
-        as decoded JSON are gigabytes)."""
+        as decoded JSON are gigabytes). With a ``shape``, the objects hold only the fields
+        it names (:mod:`operators.shapes`)."""
         resource = self.resolve(resource)
         params: dict[str, str] = {"limit": str(limit)}
         if label_selector:
@@ -618,7 +626,7 @@ class KubeClient:
             params["fieldSelector"] = field_selector
         while True:
             page = await self.request(
-                "GET", resource.path(namespace), params=params, typed=resource.typed
+                "GET", resource.path(namespace), params=params, typed=resource.typed, shape=shape
             )
             items: list[JsonDict] = page.get("items") or []
             for item in items:

@@ -221,6 +221,8 @@ def scalar_items(data: dict[str, Any]) -> Hashable:
 
 
 def _check_json(value: Any, depth: int) -> None:
+    # Scalars other than floats are checked in the loops, without a call each: most of
+    # what is keyed (every pod's tolerations) is strings and integers.
     kind = type(value)
     if kind is dict:
         if depth >= _MAX_DEPTH:
@@ -228,12 +230,14 @@ def _check_json(value: Any, depth: int) -> None:
         for name, item in value.items():
             if type(name) is not str:
                 raise TypeError(name)
-            _check_json(item, depth + 1)
+            if type(item) not in _SCALARS:
+                _check_json(item, depth + 1)
     elif kind is list:
         if depth >= _MAX_DEPTH:
             raise ValueError("too deep to key")
         for item in value:
-            _check_json(item, depth + 1)
+            if type(item) not in _SCALARS:
+                _check_json(item, depth + 1)
     elif kind is float:
         if not math.isfinite(value):
             raise ValueError("no JSON text for a float that is not finite")

@@ -37,6 +37,7 @@ from operators.api.extendedresources import (
 )
 from operators.api.podgroup import pod_group_name
 from operators.api.podprotocol import DRALLOC, PodProtocol
+from operators.api.quickinit import quick_init
 from operators.kube import JsonDict
 from operators.scheduling.model import Node, PodNeeds, parse_node, parse_pod_needs
 
@@ -76,6 +77,7 @@ def render_claim_statuses(statuses: tuple[PodResourceClaimStatus, ...]) -> str:
     return format_claim_statuses(statuses)
 
 
+@quick_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pod:
     namespace: str
@@ -215,7 +217,7 @@ def parse_pod(raw: JsonDict, protocol: PodProtocol = DRALLOC) -> Pod:
         scheduling_gates=gates,
         required_affinity=affinity,
         conditions=tuple(
-            c for c in status.get("conditions") or () if c.get("type") in KEPT_CONDITIONS
+            [c for c in status.get("conditions") or () if c.get("type") in KEPT_CONDITIONS]
         ),
         claims=claims,
         claims_error=error,

@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
+from operators.api.quickinit import quick_init
 from operators.cache.backoff import Backoff
 from operators.cache.rawkept import RawKept
 from operators.kube import (
@@ -42,6 +43,7 @@ from operators.kube import (
     Resource,
     unreachable,
 )
+from operators.shapes import Shape
 
 T = TypeVar("T")
 
@@ -54,6 +56,7 @@ log = structlog.get_logger(__name__)
 NOT_SERVED_RECHECK = 60.0  # seconds between lists of an optional kind the server lacks
 
 
+@quick_init
 @dataclasses.dataclass(frozen=True, order=True, slots=True)
 class Key:
     """Namespace ("" for cluster-scoped objects) and name."""
@@ -65,6 +68,7 @@ class Key:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
 
+@quick_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class Meta:
     """The few metadata fields the cache itself needs, read from the raw object."""
@@ -83,7 +87,8 @@ class Meta:
         )
 
 
-@dataclasses.dataclass(frozen=True)
+@quick_init
+@dataclasses.dataclass(frozen=True, slots=True)
 class Change(Generic[T]):
     """An object appeared (old is None), changed, or disappeared (new is None)."""
 
@@ -110,6 +115,7 @@ def version_number(resource_version: str) -> int:
         return -1
 
 
+@quick_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Read(Generic[T]):
     """One object as an event or a list page brought it, validated, not yet stored."""
@@ -138,10 +144,19 @@ class Informer(Generic[T]):
         other_versions: tuple[str, ...] = (),
         forbidden_as_absent: bool = False,
         raw_kept: RawKept | None = None,
+        listed_fields: type | None = None,
     ) -> None:
         self.client = client
         self.raw_kept = raw_kept
         """Raw objects kept for writers that send them back whole (None: none kept)."""
+        self.shape: Shape | None = None
+        if listed_fields is not None:
+            self.shape = Shape(listed_fields)
+            if raw_kept is not None:
+                self.shape = Shape(listed_fields, whole=raw_kept.wanted)
+        """What a list decodes of each object: the fields ``parse`` reads (None: all).
+        A page holding an object whose raw form is kept is decoded whole. Watch events
+        are decoded whole: they come one at a time."""
         self.resource = resource
         self.optional = optional
         """A kind the server may not serve (404): then it reads as empty, checked again
@@ -320,7 +335,7 @@ class Informer(Generic[T]):
         list at once; returns the list's resourceVersion."""
         reads: list[_Read[T]] = []
         listed = ""
-        async for items, version in self.client.list_pages(self.served):
+        async for items, version in self.client.list_pages(self.served, shape=self.shape):
             reads.extend(self._read(raw, Meta.of(raw)) for raw in items)
             listed = version
             del items  # the page's raw objects go now, not with the next page

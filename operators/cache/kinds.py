@@ -23,6 +23,7 @@ from operators.api.models import (
 from operators.api.podgroup import parse_pod_group
 from operators.api.podprotocol import DRALLOC, PodProtocol
 from operators.cache.core import gated_by_dralloc, parse_namespace, parse_node, parse_pod
+from operators.cache.fields import PodFields
 from operators.cache.informer import Parser
 from operators.kube import (
     DEVICE_CLASSES,
@@ -75,6 +76,10 @@ Kubernetes 1.37 (1.36 serves v1beta2 behind an off-by-default gate, 1.33-1.35 v1
 PodGroups only where the Workload API is on (GenericWorkload gate and
 ``--runtime-config=scheduling.k8s.io/v1beta1=true``, off by default in 1.37).
 Missing at every version of :data:`OTHER_VERSIONS`, they read as empty (with a warning)."""
+
+LISTED_FIELDS: Mapping[Resource, type] = {PODS: PodFields}
+"""Kinds whose lists are decoded into only the fields the parsers read (see
+operators.cache.fields): pods, a cluster's most numerous and largest objects."""
 
 RAW_KEPT: Mapping[Resource, Callable[[JsonDict], bool]] = {PODS: gated_by_dralloc}
 """Kinds whose raw objects the informer keeps, and which: pods under dralloc's gate, which the

@@ -37,6 +37,7 @@ class SharedCache:
         other_versions: Mapping[Resource, tuple[str, ...]] | None = None,
         forbidden_as_absent: Collection[Resource] = (),
         raw_kept: Mapping[Resource, Callable[[JsonDict], bool]] | None = None,
+        listed_fields: Mapping[Resource, type] | None = None,
     ) -> None:
         self.client = client
         self.informers: dict[Resource, Informer[Any]] = {
@@ -50,6 +51,7 @@ class SharedCache:
                 other_versions=(other_versions or {}).get(resource, ()),
                 forbidden_as_absent=resource in forbidden_as_absent,
                 raw_kept=RawKept(wanted) if (wanted := (raw_kept or {}).get(resource)) else None,
+                listed_fields=(listed_fields or {}).get(resource),
             )
             for resource, parse in parsers.items()
         }

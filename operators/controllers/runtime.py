@@ -25,6 +25,7 @@ from operators import gcpause, metrics
 from operators.api.podprotocol import PodProtocol, protocol_for
 from operators.cache.kinds import (
     FORBIDDEN_AS_ABSENT,
+    LISTED_FIELDS,
     OPTIONAL,
     OTHER_VERSIONS,
     RAW_KEPT,
@@ -216,6 +217,7 @@ class Runtime:
             other_versions=OTHER_VERSIONS,
             forbidden_as_absent=FORBIDDEN_AS_ABSENT,
             raw_kept=RAW_KEPT,
+            listed_fields=LISTED_FIELDS,
         )
         self.events = EventRecorder(client)
         self.controllers: list[Controller] = []

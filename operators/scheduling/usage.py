@@ -31,7 +31,8 @@ class NodeTotals:
         self.pods += 1
         for name, value in pod.requests.items():
             self.requested[name] = self.requested.get(name, 0) + value
-        self.ports.update(pod.host_ports)
+        if pod.host_ports:  # few pods have any (an empty update is not free)
+            self.ports.update(pod.host_ports)
 
     def remove(self, key: Hashable, pod: PodNeeds) -> None:
         del self.members[key]
@@ -42,7 +43,8 @@ class NodeTotals:
                 self.requested[name] = left
             else:
                 self.requested.pop(name, None)
-        self.ports.subtract(pod.host_ports)
+        if pod.host_ports:
+            self.ports.subtract(pod.host_ports)
         for port in pod.host_ports:
             if self.ports[port] <= 0:
                 del self.ports[port]
@@ -111,7 +113,10 @@ class ClusterUsage:
         if to is not None:
             node, pod = to
             self._placed[key] = to
-            self._nodes.setdefault(node, NodeTotals()).add(key, pod)
+            there = self._nodes.get(node)
+            if there is None:
+                there = self._nodes[node] = NodeTotals()
+            there.add(key, pod)
             if pod.anti_affinity:
                 self.repelling[key] = to
         if before != to:

@@ -127,7 +127,7 @@ class ScriptedClient:
     async def list(self, resource: Any) -> tuple[list[JsonDict], str]:
         return self.lists.pop(0)
 
-    async def list_pages(self, resource: Any) -> AsyncIterator[Any]:
+    async def list_pages(self, resource: Any, **_: Any) -> AsyncIterator[Any]:
         yield await self.list(resource)
 
     async def watch(self, resource: Any, rv: str, **_: Any) -> AsyncIterator[WatchEvent]:
@@ -205,7 +205,7 @@ async def test_a_list_in_pages_is_stored_at_once_when_its_last_page_is_in() -> N
     second_page = asyncio.Event()
 
     class Paged(ScriptedClient):
-        async def list_pages(self, resource: Any) -> AsyncIterator[Any]:
+        async def list_pages(self, resource: Any, **_: Any) -> AsyncIterator[Any]:
             if not self.lists:  # the relist: two pages, the second held back
                 yield [obj("a", "21")], "30"
                 await second_page.wait()

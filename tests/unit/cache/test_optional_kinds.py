@@ -18,7 +18,7 @@ class NotServing:
     def __init__(self) -> None:
         self.lists = 0
 
-    async def list_pages(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+    async def list_pages(self, *args: Any, shape: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
         yield await self.list(*args, **kwargs)
 
     async def list(self, *_: Any, **__: Any) -> Any:
@@ -45,7 +45,7 @@ class ServesBeta:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    async def list_pages(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+    async def list_pages(self, *args: Any, shape: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
         yield await self.list(*args, **kwargs)
 
     async def list(self, resource: Any, *_: Any, **__: Any) -> Any:
@@ -82,7 +82,7 @@ class Forbidden:
     def __init__(self) -> None:
         self.lists = 0
 
-    async def list_pages(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+    async def list_pages(self, *args: Any, shape: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
         yield await self.list(*args, **kwargs)
 
     async def list(self, *_: Any, **__: Any) -> Any:

@@ -94,7 +94,7 @@ class Lists:
         self.gate = asyncio.Event()  # the pods' list waits for it
         self.fail = fail
 
-    async def list_pages(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+    async def list_pages(self, *args: Any, shape: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
         yield await self.list(*args, **kwargs)
 
     async def list(self, resource: Any) -> tuple[list[JsonDict], str]:

@@ -65,3 +65,54 @@ def test_insufficient_names_each_resource_and_the_pod_count() -> None:
     assert insufficient({"example.com/bar": 1}, allocatable, {}, 0) == [
         "Insufficient example.com/bar"
     ]
+
+
+# --- one request mapping for pods whose containers ask alike ---------------------------------
+
+SIDECAR = {"restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}}
+
+
+def app(requests: dict[str, Any], limits: dict[str, Any] | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {"requests": requests}
+    if limits is not None:
+        resources["limits"] = limits
+    return {"name": "app", "resources": resources}
+
+
+SPECS: list[dict[str, Any]] = [
+    {"containers": [app({"cpu": "500m", "memory": "512Mi"}, {"memory": "1Gi"})]},
+    {"containers": [app({"cpu": "500m"}), app({"cpu": "250m", "nvidia.com/gpu": "1"})]},
+    {"containers": [app({"cpu": "500m"})], "initContainers": [SIDECAR]},
+    {"containers": [app({"cpu": "500m"})], "overhead": {"cpu": "100m"}},
+    {"containers": [app({"cpu": "500m"})], "resources": {"requests": {"cpu": "2"}}},
+    {"containers": [app({"cpu": 1})]},
+    {"containers": [app({"cpu": "1"})]},
+    {"containers": [app({"cpu": ["not", "a", "quantity"]})]},
+    {"containers": [{"name": "bare"}]},
+    {},
+]
+
+
+def test_a_pods_scheduler_view_has_its_own_effective_request_whoever_shares() -> None:
+    from operators.scheduling.model import parse_pod_needs
+
+    for _ in range(2):  # the second time from the shared table
+        for spec in SPECS:
+            needs = parse_pod_needs({"metadata": {"name": "p"}, "spec": spec})
+            assert needs.requests == pod_requests(spec), spec
+
+
+def test_pods_whose_containers_ask_alike_share_one_request_mapping() -> None:
+    from operators.scheduling.model import parse_pod_needs
+
+    def requests(spec: dict[str, Any]) -> Any:
+        return parse_pod_needs({"metadata": {"name": "p"}, "spec": spec}).requests
+
+    first = requests({"containers": [app({"cpu": "300m"}, {"memory": "1Gi"})]})
+    again = requests({"containers": [app({"cpu": "300m"}, {"memory": "1Gi"})]})
+    assert first is again and first == {"cpu": 300, "memory": 2**30}
+    # A value of a type a key cannot hold (a float) is not shared.
+    assert requests({"containers": [app({"cpu": 0.3}, {"memory": "1Gi"})]}) is not first
+    # Init containers, pod-level requests and overhead change the sum: never shared.
+    with_sidecar = {"containers": [app({"cpu": "300m"})], "initContainers": [SIDECAR]}
+    assert requests(with_sidecar) is not requests(with_sidecar)
