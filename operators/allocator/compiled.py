@@ -18,6 +18,7 @@ from operators.allocator.nodes import NodeInfo, NodeSelector
 from operators.allocator.objects import as_dict
 from operators.allocator.quantities import Nanos, to_nanos
 from operators.api.quantity import Quantity
+from operators.api.quickinit import quick_init
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device)
 PoolId = tuple[str, str]  # (driver, pool)
@@ -298,6 +299,7 @@ class CompiledClaimConfig:
     config: Mapping[str, Any]  # DeviceConfiguration dict ({"opaque": ...})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CompiledClaim:
     namespace: str

@@ -45,6 +45,7 @@ from operators.allocator.pools import Pool
 from operators.allocator.ranking import allocation_score, subrequest_points
 from operators.allocator.results import ClaimAllocation
 from operators.allocator.search import Search, SearchInputs
+from operators.api.quickinit import quick_init
 
 if TYPE_CHECKING:  # for annotations only: state imports this module (a real cycle)
     from operators.allocator.state import AllocatorState
@@ -60,6 +61,7 @@ NodeCheck = Callable[[NodeInfo], bool]
 NodeCounts = Mapping[Signature, tuple[int, int, bool]]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Outcome of find_node: a node and its allocations, or an explanation."""

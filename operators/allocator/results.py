@@ -14,6 +14,7 @@ from operators.allocator.allocated import UsedDevice
 from operators.allocator.nodes import NodeSelector
 from operators.allocator.quantities import Nanos
 from operators.api.quantity import Quantity
+from operators.api.quickinit import quick_init
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,7 @@ class ConfigResult:
         return out
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ClaimAllocation:
     """The allocation of one claim (AllocationResult)."""

@@ -1,13 +1,14 @@
-"""A faster ``__init__`` for the frozen, slotted dataclasses made once per listed object.
+"""A faster ``__init__`` for the frozen, slotted dataclasses made by the thousand.
 
 A frozen dataclass's generated ``__init__`` sets each field through
 ``object.__setattr__``, looked up anew for every field: eight times the cost of an
 ordinary dataclass's. For a pod's two views (:class:`~operators.cache.core.Pod` and the
 scheduler's :class:`~operators.scheduling.model.PodNeeds`, 44 fields) that is a tenth of
 reading a listed pod, and an operator restarted on a big cluster reads 150,000 of them
-(``bench/cache_scale.py``). :func:`quick_init` gives such a class an ``__init__`` of the same
-signature that sets each field through its slot's descriptor, bound once: about half the
-time. The instances are the same: still frozen, equal and hashed alike.
+(``bench/cache_scale.py``); the allocator makes a compiled claim, its allocation and a
+placement for every pod it decides. :func:`quick_init` gives such a class an ``__init__`` of
+the same signature that sets each field through its slot's descriptor, bound once: about
+half the time. The instances are the same: still frozen, equal and hashed alike.
 
 Only for what it can keep exact: fields set by ``__init__``, none keyword-only, no default
 factory, no ``__post_init__``; anything else is refused when the class is defined.
