@@ -42,7 +42,9 @@ class Shape:
         """The page with its items shaped; None when the page must be decoded whole."""
         try:
             page = _page_decoder(self.fields).decode(text)
-        except msgspec.DecodeError:  # not the shape's types, or text msgspec refuses
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            # Not the shape's types, text msgspec refuses (NaN, a lone surrogate, a str it
+            # cannot encode), or nested deeper than it goes: ``json`` has its own say.
             return None
         if any(self.whole(item) for item in page.get("items") or ()):
             return None

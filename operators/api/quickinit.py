@@ -33,6 +33,10 @@ def quick_init(cls: type[T]) -> type[T]:
     for field in fields:
         if not field.init or field.kw_only or field.default_factory is not dataclasses.MISSING:
             raise TypeError(f"{cls.__qualname__}.{field.name}: not a plain init field")
+        if field.name not in cls.__dict__:
+            raise TypeError(f"{cls.__qualname__}.{field.name}: inherited, not a slot of its own")
+        if field.name.startswith(("_set", "_default", "_make")) or field.name == "self":
+            raise TypeError(f"{cls.__qualname__}.{field.name}: a name the new __init__ uses")
     closure: dict[str, Any] = {}
     parameters = []
     lines = []

@@ -87,8 +87,7 @@ class Meta:
         )
 
 
-@quick_init
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)
 class Change(Generic[T]):
     """An object appeared (old is None), changed, or disappeared (new is None)."""
 

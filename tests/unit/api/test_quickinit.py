@@ -126,7 +126,30 @@ def _keyword_only() -> type:
     return KeywordOnly
 
 
-@pytest.mark.parametrize("make", [_post_init, _factory, _not_frozen, _no_slots, _keyword_only])
+def _clashing_name() -> type:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Clashing:
+        _set0: int
+
+    return Clashing
+
+
+def _inherited() -> type:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Base:
+        name: str
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Derived(Base):
+        more: str = ""
+
+    return Derived
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_post_init, _factory, _not_frozen, _no_slots, _keyword_only, _clashing_name, _inherited],
+)
 def test_what_it_cannot_keep_exact_is_refused(make: Any) -> None:
     with pytest.raises(TypeError):
         quick_init(make())

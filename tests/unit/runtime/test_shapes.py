@@ -69,3 +69,8 @@ def test_a_page_holding_an_item_wanted_whole_is_left_to_be_read_whole() -> None:
 def test_nulls_where_the_shape_names_a_level_are_kept_as_null() -> None:
     (decoded,) = Shape(Item).decode(page({"inner": None, "many": None}))["items"]  # type: ignore[index]
     assert decoded == {"inner": None, "many": None}
+
+
+def test_nesting_deeper_than_msgspec_goes_is_left_to_be_read_whole() -> None:
+    deep = "[" * 5000 + "]" * 5000
+    assert Shape(Item).decode('{"items": [{"name": ' + deep + "}]}") is None
