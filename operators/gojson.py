@@ -48,10 +48,11 @@ _ESCAPES: Final = (
     ("\u2029".encode(), b"\\u2029"),
 )
 
-# A number with a fraction or an exponent at the start or right after ":", "," or "[": a
-# float as orjson writes it. Inside a string such a run is rare and only costs the exact
-# (slower) path.
-_FLOAT: Final = rb"(?:^|[:,\[])-?[0-9]+[.eE]"
+# A number with a fraction or an exponent at the start, right after a key's '":', or after
+# "," or "[": a float as orjson writes it (compact: nothing between). Not after a ":" alone:
+# inside strings that is every image tag ("pause:3.10"), and every pod written back went the
+# exact (slower) path. What still matches inside a string only costs that path.
+_FLOAT: Final = rb'(?:^|":|[,\[])-?[0-9]+[.eE]'
 _FLOAT_TOKEN: Final = re2.compile(_FLOAT)
 # Anything orjson writes otherwise than Go, in one pass (RE2: 8 us on a 4.6 KiB pod, where
 # five ``in`` tests took 9 and Python's ``re`` 175).

@@ -109,3 +109,24 @@ def test_what_json_refused_is_still_refused() -> None:
     rather than sent in orjson's notation."""
     with pytest.raises(TypeError):
         gojson.dumps({"at": datetime.datetime(2026, 12, 7)})
+
+
+def test_a_version_inside_a_string_keeps_the_quick_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pod's image has a tag like "pause:3.10": no float, so orjson's text as is."""
+
+    def slower(value: Any) -> bytes:
+        raise AssertionError("the exact path, for a document without floats")
+
+    monkeypatch.setattr(gojson, "_exactly", slower)
+    pod = {"spec": {"containers": [{"image": "registry.k8s.io/pause:3.10", "args": ["-v:2.5"]}]}}
+    assert gojson.dumps(pod) == json.dumps(pod, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("number", [1e-7, 2.5, -3e21])
+def test_a_float_anywhere_is_still_found(number: float) -> None:
+    written = gojson.go_float(number).encode()
+    assert gojson.dumps({"v": number}) == b'{"v":' + written + b"}"
+    assert (
+        gojson.dumps({"a": "x:1.5", "v": [1, number]}) == b'{"a":"x:1.5","v":[1,' + written + b"]}"
+    )
+    assert gojson.dumps(number) == written
