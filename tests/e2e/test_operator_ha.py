@@ -27,6 +27,7 @@ from .operator_fixtures import (
     pod,
     template,
 )
+from .operator_fixtures import claim as claim_body
 
 pytestmark = pytest.mark.api_modes
 
@@ -107,6 +108,44 @@ def test_killed_mid_allocation_restart_finishes_without_double_allocation(
     second.wait_ready()
     wait_for("all pods bound", lambda: bound(testbed, namespace, names) == names, timeout=90)
     assert_consistent(testbed, namespace, names)
+
+
+def test_pods_waiting_when_it_starts_are_allocated_and_written_back_whole(
+    testbed: Testbed, namespace: str, operators: list[OperatorProcess], tmp_path: Path
+) -> None:
+    """An operator starting reads the pods by a list, decoded into only the fields its
+    parsers read; the pods it writes back whole (those under its gate) must come from the
+    list whole, or the update drops what the parsers skip (or is refused). Half the pods
+    name claims made beforehand, so that the allocation's write is the first (in CRD mode
+    the claim controller's first write to a pod of a template is a patch)."""
+    pool = make_pool(testbed, nodes=2, devices=2)
+    testbed.apply(template(namespace, "one", pool))
+    names = [f"w{i}" for i in range(4)]
+    bodies = [gated_pod(namespace, n, pool) for n in names[:2]]
+    for name in names[2:]:
+        testbed.apply(claim_body(namespace, f"{name}-claim", pool))
+        body = pod(namespace, name, pool, [{"name": "dev", "resourceClaimName": f"{name}-claim"}])
+        body["spec"]["schedulingGates"] = [{"name": GATE}]
+        bodies.append(body)
+    for body in bodies:
+        body["metadata"].setdefault("annotations", {})["e2e.dralloc.dev/unread"] = "kept"
+        body["spec"]["containers"][0]["env"] = [{"name": "UNREAD", "value": "kept"}]
+    testbed.apply(*bodies)  # no operator runs yet: they wait behind its gate
+    before = {n: get(testbed, "pod", n, namespace) for n in names}
+    replica = new_replica(testbed, tmp_path, unique_name("dralloc-list"), "lister", operators)
+    replica.wait_ready()
+    wait_for("all pods bound", lambda: bound(testbed, namespace, names) == names, timeout=90)
+    assert_consistent(testbed, namespace, names)
+    for name in names:
+        now, was = get(testbed, "pod", name, namespace), before[name]
+        assert now is not None and was is not None
+        assert now["metadata"]["annotations"]["e2e.dralloc.dev/unread"] == "kept"
+        container = now["spec"]["containers"][0]
+        assert container["env"] == [{"name": "UNREAD", "value": "kept"}]
+        assert container["image"] == was["spec"]["containers"][0]["image"]
+        assert now["status"].get("qosClass") == was["status"].get("qosClass") is not None
+    refused = [line for line in replica.log().splitlines() if "request refused" in line]
+    assert not refused, refused[:3]
 
 
 def test_only_the_leader_acts_and_the_standby_takes_over(
