@@ -128,6 +128,12 @@ class _Read(Generic[T]):
     """What the kind's :class:`RawKept` keeps of the raw object, if it wants it."""
 
 
+def _listed_shape(fields: type | None, raw_kept: RawKept | None) -> Shape | None:
+    if fields is None:
+        return None
+    return Shape(fields) if raw_kept is None else Shape(fields, whole=raw_kept.wanted)
+
+
 class Informer(Generic[T]):
     """The cache of one resource kind."""
 
@@ -148,11 +154,7 @@ class Informer(Generic[T]):
         self.client = client
         self.raw_kept = raw_kept
         """Raw objects kept for writers that send them back whole (None: none kept)."""
-        self.shape: Shape | None = None
-        if listed_fields is not None:
-            self.shape = Shape(listed_fields)
-            if raw_kept is not None:
-                self.shape = Shape(listed_fields, whole=raw_kept.wanted)
+        self.shape = _listed_shape(listed_fields, raw_kept)
         """What a list decodes of each object: the fields ``parse`` reads (None: all).
         A page holding an object whose raw form is kept is decoded whole. Watch events
         are decoded whole: they come one at a time."""

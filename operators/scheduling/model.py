@@ -245,8 +245,8 @@ INT32 = 2**31
 def _priority(value: Any) -> int:
     """An int32 as the API server stores it (a snapshot's out of range is clamped); anything
     else reads as no priority (0)."""
-    if type(value) is int:  # nearly every pod's: without the checks below (a listed pod's
-        return max(-INT32, min(INT32 - 1, value))  # read is a hundred microseconds in all)
+    if type(value) is int:  # nearly every pod's (a bool is not): spared the checks below
+        return max(-INT32, min(INT32 - 1, value))
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
         return 0
     return max(-INT32, min(INT32 - 1, int(value)))
