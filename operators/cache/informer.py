@@ -87,7 +87,11 @@ class Meta:
         )
 
 
-@dataclasses.dataclass(frozen=True)
+# Slotted, with the quicker __init__: one is made per object a list stores. (Python 3.11
+# cannot make a slotted frozen Generic dataclass through a subscripted class, Change[X](...):
+# nothing does.)
+@quick_init
+@dataclasses.dataclass(frozen=True, slots=True)
 class Change(Generic[T]):
     """An object appeared (old is None), changed, or disappeared (new is None)."""
 
@@ -362,8 +366,8 @@ class Informer(Generic[T]):
 
     def _reindex(self, name: str, key: Key, obj: T | None) -> None:
         index = self._indexes[name]
-        previous = self._indexed_values[name].pop(key, ())
-        for value in previous:
+        indexed = self._indexed_values[name]
+        for value in indexed.pop(key, ()):
             bucket = index.get(value)
             if bucket is not None:
                 bucket.discard(key)
@@ -373,9 +377,13 @@ class Informer(Generic[T]):
             return
         values = tuple(self._index_funcs[name](obj))
         if values:
-            self._indexed_values[name][key] = values
+            indexed[key] = values
             for value in values:
-                index.setdefault(value, set()).add(key)
+                bucket = index.get(value)
+                if bucket is None:  # no empty set made for a bucket that exists (a relist)
+                    index[value] = {key}
+                else:
+                    bucket.add(key)
 
     def _call(self, handler: Handler, change: Change[Any]) -> None:
         try:
