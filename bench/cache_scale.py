@@ -405,7 +405,7 @@ class ListingTransport:
             "items": [_listed(generate(index)) for index in range(start, stop)],
         }
         text = json.dumps(page, separators=(",", ":"))
-        del page  # freeing what was generated is writing too, not the operator's
+        del page  # freed here, off the operator's clock: freeing what was generated is writing
         self.writing_seconds += time.perf_counter() - started
         yield _Page(text)
 
