@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 import structlog
 
-from operators import gcpause, kubeconfig, logs, metrics, webhooks
+from operators import cel, gcpause, kubeconfig, logs, metrics, webhooks
 from operators.controllers import (  # noqa: F401  (handlers)
     allocation,
     claims,
@@ -198,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         node_policy=str(settings.node_policy),
         device_policy=str(settings.device_policy),
     )
+    cel.warm()  # before the cache syncs: else the first pod's allocation waits for it
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             runner.run(operate(settings))

@@ -85,6 +85,12 @@ Cost model
     but our implementation does (list concatenation copies here), so cost
     bombs stop quickly without changing the reported cost.
 
+Start-up
+    ``warm()``: builds the parser now (about a quarter of a second, once per
+    process), so that the first expression a process compiles (the first
+    pod's allocation, the first webhook request) does not wait for it. The
+    operator calls it while it starts.
+
 Regular expressions
     ``matches``/``find``/``findAll`` use RE2 (google-re2): linear time, RE2
     syntax as CEL specifies, so backreferences and look-around are syntax
@@ -114,6 +120,7 @@ from operators.api.semver import Semver
 from .derived import CompiledDerived, DerivedValue, compile_derived
 from .device import DeviceView
 from .errors import CELCompileError, CELCostError, CELError, CELEvalError
+from .parser import warm
 from .program import evaluate
 from .selector import CompiledSelector, compile_selector
 from .values import CelType, Optional, UInt
@@ -135,4 +142,5 @@ __all__ = [
     "compile_derived",
     "compile_selector",
     "evaluate",
+    "warm",
 ]

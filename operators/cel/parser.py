@@ -120,6 +120,11 @@ def _syntax_error(source: str, line: int, column: int, detail: str) -> CELCompil
     )
 
 
+def warm() -> None:
+    """Build the parser now, not at the first expression parsed (see the package's docs)."""
+    _get_parser()
+
+
 def parse(source: str) -> ast.Node:
     """Parse CEL source text; raises CELCompileError with a cel-go-like message."""
     try:

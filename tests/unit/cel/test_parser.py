@@ -107,3 +107,21 @@ def test_a_parenthesised_number_is_negated_not_signed() -> None:
     assert parse("- 5") == parse("-5")
     # A lone minus before a number is its sign, also after another operator.
     assert parse("!-1") == parse("!(-1)")
+
+
+def test_warm_builds_the_parser_that_the_first_compile_then_uses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator warms it while it starts: the first pod's allocation must not build it."""
+    from operators import cel
+    from operators.cel import parser
+
+    monkeypatch.setattr(parser, "_parser", None)
+    cel.warm()
+    assert parser._parser is not None
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the parser was built again")
+
+    monkeypatch.setattr(parser, "Lark", refused)
+    assert evaluate("device.driver == 'a'", {"device": {"driver": "a"}}) is True

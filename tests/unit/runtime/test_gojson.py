@@ -122,6 +122,28 @@ def test_a_version_inside_a_string_keeps_the_quick_path(monkeypatch: pytest.Monk
     assert gojson.dumps(pod) == json.dumps(pod, separators=(",", ":")).encode()
 
 
+def test_json_inside_a_string_keeps_the_quick_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allocated-by annotation on every pod dralloc allocates holds JSON with a float."""
+
+    def slower(value: Any) -> bytes:
+        raise AssertionError("the exact path, for a document without floats")
+
+    monkeypatch.setattr(gojson, "_exactly", slower)
+    record = json.dumps({"at": 1765432100.125, "holder": "op-1", "term": 3}, separators=(",", ":"))
+    pod = {"metadata": {"annotations": {"resource.dralloc.dev/allocated-by": record}}}
+    assert gojson.dumps(pod) == json.dumps(pod, separators=(",", ":")).encode()
+    inner = {"a": '\\\\\\":2.5'}  # backslashes, then an escaped quote: still in the string
+    assert gojson.dumps(inner) == json.dumps(inner, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("key", ["a\\", "a\\\\", '\\"'])
+def test_a_float_after_a_key_that_ends_in_a_backslash_is_still_found(key: str) -> None:
+    """A key's closing quote follows an even run of backslashes (each one escaped)."""
+    # Both written otherwise by orjson ("1.0", "1e+20").
+    assert gojson.dumps({key: 1.0}) == b"{" + json.dumps(key).encode() + b":1}"
+    assert gojson.dumps({key: 1e20}) == b"{" + json.dumps(key).encode() + b":100000000000000000000}"
+
+
 @pytest.mark.parametrize("number", [1e-7, 2.5, -3e21])
 def test_a_float_anywhere_is_still_found(number: float) -> None:
     written = gojson.go_float(number).encode()

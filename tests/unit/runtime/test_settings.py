@@ -106,3 +106,21 @@ def test_the_operator_runs_on_uvloop_unless_told_otherwise() -> None:
     finally:
         loop.close()
     assert loop_factory("asyncio") is None
+
+
+def test_the_operator_builds_the_cel_parser_before_it_starts_operating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from operators import metrics, process
+    from operators.cel import parser
+
+    monkeypatch.setattr(parser, "_parser", None)
+    monkeypatch.setattr(metrics, "serve", lambda port, addr: None)
+    seen: list[bool] = []
+
+    async def operate(settings: Settings) -> None:
+        seen.append(parser._parser is not None)
+
+    monkeypatch.setattr(process, "operate", operate)
+    process.main(["--event-loop=asyncio", "--log-format=json"])
+    assert seen == [True]
