@@ -153,6 +153,9 @@ class _Codegen:
         self.optimize = env.device_var is not None and env.checked
         self.lines: list[str] = []
         self.level = 1
+        #: The indentation level of the body of the function being written: the program's,
+        #: or the local function a part deeper than _DEEPEST went into.
+        self.function_level = 1
         self.counter = 0
         self.namespace: dict[str, Any] = {}
         self.scopes: list[dict[str, str]] = [{}]
@@ -260,10 +263,38 @@ class _Codegen:
         )
 
     # --- expressions ------------------------------------------------------
+    #: Python allows 20 statically nested loops and try blocks in one function, and each
+    #: level of a logical chain, a condition or a macro takes one or two. A part of an
+    #: expression reached this many levels deep in the function being written goes into a
+    #: local function of its own, defined and called where the part is evaluated, so that
+    #: an expression cel-go takes (a validating admission policy's, inlined) is not refused
+    #: as nesting too deeply. Shallower expressions are written as before.
+    _DEEPEST = 10
+
     def expr(self, node: ast.Node) -> str:
+        if self.level - self.function_level >= self._DEEPEST and not isinstance(
+            node, (ast.Lit, ast.Ident)
+        ):
+            return self._hoisted(node)
         method = getattr(self, "x_" + type(node).__name__)
         result: str = method(node)
         return result
+
+    def _hoisted(self, node: ast.Node) -> str:
+        """``node`` evaluated in a local function (see _DEEPEST): it reads the enclosing
+        locals, and charges the program's cost and work counters, as the code it replaces."""
+        name = self.tmp("f")
+        self.emit(f"def {name}():")
+        outer = self.function_level
+        with self.block():
+            self.function_level = self.level
+            self.emit("nonlocal _cost, _work")
+            try:
+                result: str = getattr(self, "x_" + type(node).__name__)(node)
+            finally:
+                self.function_level = outer
+            self.emit(f"return {result}")
+        return f"{name}()"
 
     def x_Lit(self, node: ast.Lit) -> str:
         value = node.value

@@ -91,8 +91,9 @@ def compile_program(expression: str, env: Environment) -> Program:
     except RecursionError:
         raise CELCompileError("compilation failed: expression nests too deeply") from None
     except (SyntaxError, MemoryError) as exc:
-        # Python allows 20 nested loops/try blocks per function; each macro
-        # level uses two, so about nine nested comprehensions is the limit.
+        # Python allows 20 nested loops/try blocks per function (parts deeper than that
+        # go into local functions: codegen._DEEPEST) and 100 levels of indentation: about
+        # forty nested comprehensions is the limit.
         raise CELCompileError(f"compilation failed: expression nests too deeply ({exc})") from None
     return Program(
         expression=expression,

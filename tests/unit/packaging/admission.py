@@ -13,9 +13,19 @@ from typing import Any
 
 import yaml
 
+from operators.cel import CELError
 from operators.cel.program import evaluate
 
 BASE = Path(__file__).resolve().parents[3] / "manifests" / "base"
+REFUSING_CONDITIONS = frozenset(
+    {
+        "the-operator-outside-its-protocol",
+        "a-fenced-writer-not-holding-the-lease",
+        "touches-the-protocol-not-the-operator",
+    }
+)
+"""Match conditions that hold exactly when their policy refuses (its validations' checks,
+inlined): a request passing them must be refused by a validation."""
 USER = "mallory"
 
 
@@ -74,18 +84,103 @@ def admit(
     if sub_resource:  # the API server leaves it out when empty (omitempty)
         bindings["request"]["subResource"] = sub_resource
     spec = policy["spec"]
-    for condition in spec.get("matchConditions", []):
-        if evaluate(condition["expression"], bindings) is not True:
-            return None
-    variables: dict[str, Any] = {}
-    for variable in spec.get("variables", []):
-        variables[variable["name"]] = evaluate(
-            variable["expression"], {**bindings, "variables": variables}
+    conditions = spec.get("matchConditions", [])
+    matched = all(evaluate(c["expression"], bindings) is True for c in conditions)
+    refusing = [c for c in conditions if c["name"] in REFUSING_CONDITIONS]
+    message = _refusal(spec, bindings)
+    if refusing:
+        # The condition holds exactly when the validations refuse (for the writers it
+        # names): it decides what the API server refuses, the validations word it.
+        (condition,) = refusing
+        assert matched == (_writer(condition, bindings) and message is not None), (
+            f"{policy['metadata']['name']}: the match condition says {matched}, "
+            f"the validations {message!r}"
         )
-    for validation in spec["validations"]:
-        context = {**bindings, "variables": variables}
-        if evaluate(validation["expression"], context) is not True:
-            message = evaluate(validation["messageExpression"], context)
-            assert isinstance(message, str)
-            return message
+    return message if matched else None
+
+
+def _refusal(spec: dict[str, Any], bindings: dict[str, Any]) -> str | None:
+    """What the validations answer, whatever the match conditions say (an evaluation error
+    refuses, as failurePolicy: Fail does)."""
+    variables: dict[str, Any] = {}
+    try:
+        for variable in spec.get("variables", []):
+            variables[variable["name"]] = evaluate(
+                variable["expression"], {**bindings, "variables": variables}
+            )
+        for validation in spec["validations"]:
+            context = {**bindings, "variables": variables}
+            if evaluate(validation["expression"], context) is not True:
+                if "messageExpression" not in validation:
+                    return " ".join(str(validation["message"]).split())
+                message = evaluate(validation["messageExpression"], context)
+                assert isinstance(message, str)
+                return message
+    except CELError as error:
+        return f"evaluation error: {error}"
     return None
+
+
+def _writer(condition: dict[str, Any], bindings: dict[str, Any]) -> bool:
+    """The part of a refusing condition that names what it judges (whose writes, and for the
+    fencing which writes): all but the validations' checks inlined."""
+    operands = _conjuncts(str(condition["expression"]))
+    name = condition["name"]
+    if name == "touches-the-protocol-not-the-operator":  # (refusal) && !(the operator)
+        writer = operands[1]
+    elif name == "a-fenced-writer-not-holding-the-lease":  # (writer) && ((what) && !(holder))
+        writer = f"({operands[0]}) && ({_conjuncts(operands[1])[0]})"
+    else:  # (the operator) && (refusal)
+        writer = operands[0]
+    return evaluate(writer, bindings) is True
+
+
+def _conjuncts(expression: str) -> list[str]:
+    """The operands of the top-level `&&` of ``expression``, itself unwrapped of parentheses
+    around the whole."""
+    text = expression.strip()
+    parts: list[str] = []
+    depth, quote, start, index = 0, "", 0, 0
+    while index < len(text):
+        char = text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif depth == 0 and text.startswith("&&", index):
+            parts.append(text[start:index].strip())
+            start = index + 2
+        index += 1
+    parts.append(text[start:].strip())
+    if len(parts) == 1 and text.startswith("(") and _closing(text) == len(text) - 1:
+        return _conjuncts(text[1:-1])
+    return parts
+
+
+def _closing(text: str) -> int:
+    """Where the parenthesis opening ``text`` closes."""
+    depth, quote, index = 0, "", 0
+    while index < len(text):
+        char = text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+            if depth == 0:
+                return index
+        index += 1
+    return -1
