@@ -52,7 +52,6 @@ import yaml
 from bench.level2 import (
     CONCURRENCY,
     DRALLOC_IN_TREE,
-    GATE,
     REPO,
     Testbed,
     _bounded,
@@ -61,12 +60,10 @@ from bench.level2 import (
     kinds,
     testbed_bin,
 )
+from bench.write_cost import HOLD_GATE, NAMESPACE, small_pod
 from operators.kube import MERGE_PATCH, NAMESPACES, PODS, KubeClient, Resource
 
 JsonDict = dict[str, Any]
-NAMESPACE = "policy-cost"
-HOLD_GATE = "bench.dralloc.dev/hold"
-"""A second gate no one lifts: nothing but the measured writes touches the pod."""
 NODE = "node-0"
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
@@ -90,28 +87,6 @@ def manifests_at(revision: str, into: Path) -> Path:
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into / "manifests"
-
-
-def pod(name: str) -> JsonDict:
-    """The level-2 pod in in-tree mode, with the hold gate beside dralloc's."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "containers": [
-                {
-                    "name": "pause",
-                    "image": "registry.k8s.io/pause:3.10.1",
-                    "resources": {"claims": [{"name": "resource"}]},
-                }
-            ],
-            "resourceClaims": [
-                {"name": "resource", "resourceClaimTemplateName": "test-claim-template"}
-            ],
-            "schedulingGates": [{"name": GATE}, {"name": HOLD_GATE}],
-        },
-    }
 
 
 def claim(pod: JsonDict) -> JsonDict:
@@ -159,7 +134,7 @@ class Clients:
 async def lifecycle(clients: Clients, name: str) -> None:
     """The seven writes of one pod (see the module's docstring)."""
     claims = kinds(("resource.k8s.io", "v1"))["ResourceClaim"]
-    made = await clients.creator.create(PODS, pod(name), namespace=NAMESPACE)
+    made = await clients.creator.create(PODS, small_pod(name), namespace=NAMESPACE)
     body = claim(made)
     made_claim = await clients.operator.create(claims, body, namespace=NAMESPACE)
     claim_name = made_claim["metadata"]["name"]

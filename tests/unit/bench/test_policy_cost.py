@@ -29,7 +29,7 @@ def test_a_revisions_manifests_are_extracted_with_the_crds_they_include(tmp_path
 def test_the_pods_writes_are_the_protocols_so_no_policy_refuses_them() -> None:
     """A refused write would end the run; the pod as created passes as a tenant's."""
     policy, _ = policy_and_binding("pod-protocol-policy.yaml")
-    created = policy_cost.pod("p")
+    created = policy_cost.small_pod("p")
     assert admit(policy, operator_identity(), operation="CREATE", obj=created) is None
     assert {g["name"] for g in created["spec"]["schedulingGates"]} == {
         "resource.dralloc.dev/allocation",

@@ -8,6 +8,7 @@ messageExpression is what the user is told.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,32 +141,21 @@ def _conjuncts(expression: str) -> list[str]:
     around the whole."""
     text = expression.strip()
     parts: list[str] = []
-    depth, quote, start, index = 0, "", 0, 0
-    while index < len(text):
-        char = text[index]
-        if quote:
-            if char == "\\":
-                index += 1
-            elif char == quote:
-                quote = ""
-        elif char in "'\"":
-            quote = char
-        elif char in "([":
-            depth += 1
-        elif char in ")]":
-            depth -= 1
-        elif depth == 0 and text.startswith("&&", index):
+    start = 0
+    for index, depth in _outside_strings(text):
+        if depth == 0 and text.startswith("&&", index):
             parts.append(text[start:index].strip())
             start = index + 2
-        index += 1
     parts.append(text[start:].strip())
-    if len(parts) == 1 and text.startswith("(") and _closing(text) == len(text) - 1:
+    closing = next((i for i, depth in _outside_strings(text) if depth == 0 and i > 0), None)
+    if len(parts) == 1 and text.startswith("(") and closing == len(text) - 1:
         return _conjuncts(text[1:-1])
     return parts
 
 
-def _closing(text: str) -> int:
-    """Where the parenthesis opening ``text`` closes."""
+def _outside_strings(text: str) -> Iterator[tuple[int, int]]:
+    """Each position of ``text`` outside CEL string literals, with the depth of brackets
+    there (counted after the bracket at the position itself)."""
     depth, quote, index = 0, "", 0
     while index < len(text):
         char = text[index]
@@ -176,11 +166,7 @@ def _closing(text: str) -> int:
                 quote = ""
         elif char in "'\"":
             quote = char
-        elif char in "([":
-            depth += 1
-        elif char in ")]":
-            depth -= 1
-            if depth == 0:
-                return index
+        else:
+            depth += (char in "([") - (char in ")]")
+            yield index, depth
         index += 1
-    return -1
