@@ -30,7 +30,7 @@ EXPRESSIONS = [
     "(x.size() > 2 ? x[5] : 0) == 0 || x.all(a, a > 0)",
     "[1, 2].all(a, [3, 4].all(b, [5].all(c, [6].all(d, a + b + c + d > 0))))",
 ]
-INPUTS = [
+INPUTS: list[dict[str, Any]] = [
     {"x": [1, 2, 3], "y": "z", "m": {"k": "a, b"}},
     {"x": [2], "y": "b", "m": {}},
     {"x": [], "y": "", "m": {"k": "q"}},
