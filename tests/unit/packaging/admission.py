@@ -88,7 +88,7 @@ def admit(
     conditions = spec.get("matchConditions", [])
     matched = all(evaluate(c["expression"], bindings) is True for c in conditions)
     refusing = [c for c in conditions if c["name"] in REFUSING_CONDITIONS]
-    message = _refusal(spec, bindings)
+    message = _refusal(spec, bindings, errors_refuse=not matched)
     if refusing:
         # The condition holds exactly when the validations refuse (for the writers it
         # names): it decides what the API server refuses, the validations word it.
@@ -100,9 +100,11 @@ def admit(
     return message if matched else None
 
 
-def _refusal(spec: dict[str, Any], bindings: dict[str, Any]) -> str | None:
-    """What the validations answer, whatever the match conditions say (an evaluation error
-    refuses, as failurePolicy: Fail does)."""
+def _refusal(spec: dict[str, Any], bindings: dict[str, Any], *, errors_refuse: bool) -> str | None:
+    """What the validations answer, whatever the match conditions say. For a request the
+    conditions let through an evaluation error fails the test (a refusal must be the one a
+    validation words); for the others, compared with the conditions only, it refuses, as
+    failurePolicy: Fail does."""
     variables: dict[str, Any] = {}
     try:
         for variable in spec.get("variables", []):
@@ -112,12 +114,12 @@ def _refusal(spec: dict[str, Any], bindings: dict[str, Any]) -> str | None:
         for validation in spec["validations"]:
             context = {**bindings, "variables": variables}
             if evaluate(validation["expression"], context) is not True:
-                if "messageExpression" not in validation:
-                    return " ".join(str(validation["message"]).split())
                 message = evaluate(validation["messageExpression"], context)
                 assert isinstance(message, str)
                 return message
     except CELError as error:
+        if not errors_refuse:
+            raise
         return f"evaluation error: {error}"
     return None
 
